@@ -1,0 +1,31 @@
+// The inputs most subcommands share: --model, --hw, --nodes, --config, resolved and loaded, with
+// warnings for DeepSpeed keys zinf does not support printed to stderr.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "core/hwprofile.hpp"
+#include "core/model_spec.hpp"
+#include "core/run_config.hpp"
+
+namespace zinf::cli {
+
+struct InputOptions {
+  std::string model = "gpt-1t";
+  std::string hw = "dgx2-v100";
+  int nodes = 1;
+  std::string config = "infinity-nvme";
+};
+
+struct Inputs {
+  core::ModelSpec model;
+  core::HwProfile hw;
+  core::RunConfig config;
+  std::string config_name;
+};
+
+void add_input_options(CLI::App& cmd, InputOptions& o);
+Inputs load_inputs(const InputOptions& o);
+
+}  // namespace zinf::cli

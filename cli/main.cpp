@@ -1,0 +1,47 @@
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "cli/command.hpp"
+#include "core/errors.hpp"
+#include "engine/build_info.hpp"
+#include "sim/build_info.hpp"
+
+namespace zinf::cli {
+
+std::vector<std::pair<int, CommandFactory>>& registry() {
+  static std::vector<std::pair<int, CommandFactory>> r;
+  return r;
+}
+
+Registration::Registration(int order, CommandFactory factory) { registry().emplace_back(order, std::move(factory)); }
+
+std::string source_dir() { return ZINF_SOURCE_DIR; }
+
+}  // namespace zinf::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"zinf: ZeRO-Infinity-class training and its simulator"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "zinf 0.1.0 (" + zinf::engine::describe(zinf::engine::build_info()) +
+                                        "; SimGrid " + zinf::sim::simgrid_version() + ")");
+  auto& reg = zinf::cli::registry();
+  std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [order, factory] : reg) factory(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const zinf::core::ConfigError& e) {
+    fmt::print(stderr, "zinf: config error: {}\n", e.what());
+    return 2;
+  } catch (const zinf::core::PlanError& e) {
+    fmt::print(stderr, "zinf: plan refused: {}\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "zinf: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

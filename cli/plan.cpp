@@ -1,0 +1,144 @@
+// `zinf plan`: does this model fit on this cluster, where do its bytes go, and how large a model
+// of the same shape fits under each of the paper's strategies.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.hpp"
+#include "cli/inputs.hpp"
+#include "core/memory_model.hpp"
+#include "core/units.hpp"
+
+namespace zinf::cli {
+namespace {
+
+using namespace zinf::core;
+
+double tier_bandwidth_per_gpu(const HwProfile& hw, Tier t) {
+  switch (t) {
+    case Tier::Device: return hw.node.gpu.memory_bandwidth;
+    case Tier::Host: return hw.node.pcie_bandwidth_all_active();
+    case Tier::Nvme: return std::min(hw.node.nvme_read_bandwidth, hw.node.nvme_write_bandwidth) / hw.node.gpus;
+  }
+  return 0;
+}
+
+struct EfficiencyRow {
+  std::string what;
+  Tier tier;
+  double ait, bandwidth, efficiency;
+};
+
+std::vector<EfficiencyRow> efficiency_rows(const Inputs& in) {
+  const auto& c = in.config;
+  const double peak = in.hw.node.gpu.peak_flops;
+  auto tier = [](const Placement& p) { return p.automatic ? Tier::Device : p.tier; };
+  std::vector<EfficiencyRow> rows;
+  auto add = [&](std::string what, Tier t, double ait) {
+    double bw = tier_bandwidth_per_gpu(in.hw, t);
+    rows.push_back({std::move(what), t, ait, bw, efficiency(ait, bw, peak)});
+  };
+  add("params/grads", tier(c.params), ait_params_grads(in.model));
+  add("optimizer states", tier(c.optimizer), ait_optimizer_states(in.model));
+  if (c.checkpoint_interval > 0) add("activation checkpoints", tier(c.checkpoints), ait_checkpoints(in.model, c.checkpoint_interval));
+  return rows;
+}
+
+nlohmann::json tier_json(const TierBytes& t) {
+  return {{"device_per_gpu", t.device}, {"host_per_node", t.host}, {"nvme_per_node", t.nvme}};
+}
+
+void run_plan(const InputOptions& opts, bool json) {
+  Inputs in = load_inputs(opts);
+  MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
+  if (in.config.tiling_factor == 0) {
+    int64_t t = auto_tiling_factor(mm);
+    mm.config.tiling_factor = t > 0 ? t : 1;
+  }
+  MemoryReport rep = memory_requirement(mm);
+  auto eff = efficiency_rows(in);
+
+  struct StrategyRow {
+    Strategy s;
+    LargestModel largest;
+    MemoryReport this_model;
+  };
+  std::vector<StrategyRow> strategies;
+  for (Strategy s : all_strategies()) {
+    MemoryModelInput si = mm;
+    si.config = strategy_config(s, mm.config);
+    strategies.push_back({s, largest_model(si), memory_requirement(si)});
+  }
+
+  if (json) {
+    nlohmann::json j;
+    j["model"] = {{"name", in.model.name}, {"params", rep.params}, {"layers", in.model.layers},
+                  {"hidden", in.model.hidden}, {"heads", in.model.heads}, {"seq", in.model.seq},
+                  {"micro_batch", in.config.micro_batch.value_or(in.model.micro_batch)}};
+    j["hwprofile"] = in.hw.name;
+    j["nodes"] = opts.nodes;
+    j["ranks"] = rep.ranks;
+    j["tiling_factor"] = rep.tiling_factor;
+    for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
+    j["total"] = tier_json(rep.total);
+    j["budget"] = tier_json(rep.budget);
+    j["fits"] = rep.fits;
+    if (rep.short_tier) j["short"] = {{"tier", to_string(*rep.short_tier)}, {"bytes", rep.shortfall}};
+    for (const auto& s : strategies)
+      j["strategies"].push_back({{"strategy", to_string(s.s)},
+                                 {"largest_layers", s.largest.layers},
+                                 {"largest_params", s.largest.params},
+                                 {"fits_this_model", s.this_model.fits}});
+    for (const auto& e : eff)
+      j["efficiency"].push_back({{"what", e.what}, {"tier", to_string(e.tier)}, {"ait", e.ait},
+                                 {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+
+  const auto& m = in.model;
+  fmt::print("zinf plan: {} on {} x {} node(s) = {} GPUs ({})\n", m.name, in.hw.name, opts.nodes, rep.ranks,
+             in.hw.node.gpu.name);
+  fmt::print("model: {} params ({} layers, hidden {}, {} heads, seq {}, micro-batch {})\n", format_count(double(rep.params)),
+             m.layers, m.hidden, m.heads, m.seq, in.config.micro_batch.value_or(m.micro_batch));
+  fmt::print("config: {} | ZeRO stage {}, params {}, gradients {}, optimizer {}, checkpoints {} every {} block(s), tiling {}\n\n",
+             in.config_name, in.config.zero_stage, to_string(in.config.params), to_string(in.config.gradients),
+             to_string(in.config.optimizer), to_string(in.config.checkpoints), in.config.checkpoint_interval,
+             in.config.tiling_factor == 0 ? fmt::format("auto -> {}", rep.tiling_factor) : std::to_string(rep.tiling_factor));
+  fmt::print("{:<34}{:>16}{:>16}{:>16}\n", "memory", "device / GPU", "host / node", "NVMe / node");
+  auto line = [](const std::string& what, const TierBytes& t) {
+    fmt::print("{:<34}{:>16}{:>16}{:>16}\n", what, format_bytes(t.device), format_bytes(t.host), format_bytes(t.nvme));
+  };
+  for (const auto& r : rep.rows) line(r.what, r.bytes);
+  line("total", rep.total);
+  line("budget (after reserve)", rep.budget);
+  if (rep.fits)
+    fmt::print("fits: yes\n\n");
+  else
+    fmt::print("fits: NO - {} is short by {} ({})\n\n", to_string(*rep.short_tier), format_bytes(rep.shortfall),
+               *rep.short_tier == Tier::Device ? "per GPU" : "per node");
+
+  fmt::print("largest model of this shape (hidden {}, layers scaled) on {} node(s):\n", m.hidden, opts.nodes);
+  fmt::print("  {:<22}{:>10}{:>12}   {}\n", "strategy", "layers", "params", "this model");
+  for (const auto& s : strategies)
+    fmt::print("  {:<22}{:>10}{:>12}   {}\n", to_string(s.s), s.largest.layers, format_count(double(s.largest.params)),
+               s.this_model.fits ? "fits" : fmt::format("short on {}", to_string(*s.this_model.short_tier)));
+
+  fmt::print("\nbandwidth efficiency (paper §4), peak {} per GPU:\n", format_flops(in.hw.node.gpu.peak_flops));
+  for (const auto& e : eff)
+    fmt::print("  {:<24} from {:<6} ait {:>9.0f}  bw/GPU {:>12}  efficiency {:5.1f}%\n", e.what, to_string(e.tier), e.ait,
+               format_bandwidth(e.bandwidth), 100.0 * e.efficiency);
+}
+
+Registration reg(10, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "Memory per tier, fit, largest model per strategy, efficiency estimate");
+  auto opts = std::make_shared<InputOptions>();
+  auto json = std::make_shared<bool>(false);
+  add_input_options(*cmd, *opts);
+  cmd->add_flag("--json", *json, "Print the report as JSON");
+  cmd->callback([opts, json] { run_plan(*opts, *json); });
+});
+
+}  // namespace
+}  // namespace zinf::cli

@@ -1,0 +1,14 @@
+// Resolves a name given on the command line ("gpt2-small", "dgx2") or a path to a config file.
+// Names are looked up as <root>/<folder>/<name>.yaml, where root is $ZINF_HOME if set, else the
+// source tree zinf was built from. An unknown name is a ConfigError listing what exists.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace zinf::core {
+
+std::string zinf_root(const std::string& built_in_root);
+std::string resolve_config(const std::string& name_or_path, const std::string& folder, const std::string& root);
+std::vector<std::string> list_configs(const std::string& folder, const std::string& root);
+
+}  // namespace zinf::core

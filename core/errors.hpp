@@ -1,0 +1,30 @@
+// Errors a user can act on. A ConfigError names the file, the key and what is allowed;
+// a PlanError names the tier that is short and by how much. Both are plain exceptions.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace zinf::core {
+
+class ConfigError : public std::runtime_error {
+public:
+  ConfigError(std::string file, std::string key, const std::string& message)
+      : std::runtime_error(format(file, key, message)), file_(std::move(file)), key_(std::move(key)) {}
+  const std::string& file() const { return file_; }
+  const std::string& key() const { return key_; }
+
+private:
+  static std::string format(const std::string& file, const std::string& key, const std::string& message) {
+    std::string out = file.empty() ? std::string("<config>") : file;
+    if (!key.empty()) out += ": key '" + key + "'";
+    return out + ": " + message;
+  }
+  std::string file_, key_;
+};
+
+class PlanError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace zinf::core

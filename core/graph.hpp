@@ -1,0 +1,52 @@
+// The model graph: parameter groups and operators in forward order, with what the memory model,
+// the planner and the cost models need of each — parameter count, FLOPs of forward and backward,
+// bytes of activations, and whether the operator is a linear that tiling may split. Built by
+// models/ from a ModelSpec; immutable afterwards and safe to share between threads.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.hpp"
+
+namespace zinf::core {
+
+enum class OpKind { Embedding, LayerNorm, Linear, Attention, Gelu, Residual, LmHead, Loss };
+const char* to_string(OpKind k);
+
+struct ParamGroup {
+  int id = 0;
+  std::string name;        // Hugging Face GPT-2 name of the main tensor, e.g. h.3.mlp.c_fc
+  int64_t rows = 0;        // a linear's weight is rows x cols = out x in; biases are counted in numel
+  int64_t cols = 0;
+  int64_t numel = 0;       // all elements of the group (weight + bias, or gamma + beta)
+  bool tileable = false;   // a linear weight that memory-centric tiling may split along rows
+};
+
+struct Operator {
+  int id = 0;
+  std::string name;
+  OpKind kind = OpKind::Linear;
+  int block = -1;              // transformer block index, -1 outside the blocks
+  std::vector<int> param_groups;  // parameter groups the operator reads (empty: none)
+  int64_t m = 0, n = 0, k = 0; // GEMM shape of a linear (tokens x out x in); 0 otherwise
+  double fwd_flops = 0;
+  double bwd_flops = 0;
+  double fwd_bytes = 0;        // memory traffic of the forward kernel(s)
+  double out_bytes = 0;        // bytes of the output activation (bf16)
+};
+
+struct ModelGraph {
+  ModelSpec spec;
+  int64_t tokens = 0;  // tokens per micro-batch per rank = micro_batch * seq
+  std::vector<ParamGroup> params;
+  std::vector<Operator> ops;
+
+  int64_t total_params() const;
+  double total_fwd_flops() const;
+  double total_bwd_flops() const;
+  // Largest parameter group by elements; the memory model's model-state working memory.
+  const ParamGroup& largest_group() const;
+};
+
+}  // namespace zinf::core

@@ -1,0 +1,104 @@
+#include "core/hwprofile.hpp"
+
+#include <algorithm>
+
+#include "core/config_reader.hpp"
+
+namespace zinf::core {
+
+double Curve::at(double x) const {
+  if (points.empty()) return 1.0;
+  if (x <= points.front().first) return points.front().second;
+  if (x >= points.back().first) return points.back().second;
+  auto it = std::upper_bound(points.begin(), points.end(), x,
+                             [](double v, const std::pair<double, double>& p) { return v < p.first; });
+  const auto& [x1, y1] = *it;
+  const auto& [x0, y0] = *(it - 1);
+  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+double NodeSpec::pcie_bandwidth_all_active() const {
+  int per_switch = std::min(gpus_per_pcie_switch, gpus);
+  double share = pcie_switch_uplink > 0 ? pcie_switch_uplink / per_switch : pcie_bandwidth;
+  return std::min(pcie_bandwidth, share);
+}
+
+namespace {
+
+HwProfile read(ConfigReader& r) {
+  using U = UnitKind;
+  HwProfile hw;
+  hw.name = r.str("name");
+  hw.description = r.str("description", "");
+  r.ignore("sources");
+  auto n = r.child("node");
+  hw.node.gpus = static_cast<int>(n.positive_int("gpus"));
+  auto g = n.child("gpu");
+  hw.node.gpu.name = g.str("name");
+  hw.node.gpu.memory = g.positive_number("memory", U::Bytes);
+  hw.node.gpu.peak_flops = g.positive_number("peak_flops", U::FlopsPerSecond);
+  hw.node.gpu.memory_bandwidth = g.positive_number("memory_bandwidth", U::BytesPerSecond);
+  hw.node.gpu.kernel_launch = g.non_negative_number("kernel_launch", U::Seconds, 5e-6);
+  if (g.has("gemm_efficiency")) {
+    hw.node.gpu.gemm_efficiency.points = g.curve("gemm_efficiency");
+    for (const auto& [x, y] : hw.node.gpu.gemm_efficiency.points)
+      if (y <= 0 || y > 1) g.fail("gemm_efficiency", "every efficiency must be in (0, 1]");
+  } else {
+    g.ignore("gemm_efficiency");
+  }
+  hw.node.gpu.elementwise_efficiency = g.fraction("elementwise_efficiency", 0.8);
+
+  auto h = n.child("host");
+  hw.node.host_memory = h.positive_number("memory", U::Bytes);
+  hw.node.host_memory_bandwidth = h.positive_number("memory_bandwidth", U::BytesPerSecond);
+  hw.node.cpu_sockets = static_cast<int>(h.positive_int("sockets", 1));
+  hw.node.cpu_cores = static_cast<int>(h.positive_int("cores"));
+  hw.node.cpu_adam_rate = h.positive_number("adam_params_per_s", U::Count);
+
+  auto d = n.child("nvme");
+  hw.node.nvme_capacity = d.positive_number("capacity", U::Bytes);
+  hw.node.nvme_drives = static_cast<int>(d.positive_int("drives", 1));
+  hw.node.nvme_read_bandwidth = d.positive_number("read_bandwidth", U::BytesPerSecond);
+  hw.node.nvme_write_bandwidth = d.positive_number("write_bandwidth", U::BytesPerSecond);
+  hw.node.nvme_latency = d.non_negative_number("latency", U::Seconds, 20e-6);
+
+  auto p = n.child("pcie");
+  hw.node.pcie_bandwidth = p.positive_number("bandwidth_per_gpu", U::BytesPerSecond);
+  hw.node.gpus_per_pcie_switch = static_cast<int>(p.positive_int("gpus_per_switch", 1));
+  hw.node.pcie_switch_uplink = p.non_negative_number("switch_uplink", U::BytesPerSecond, 0);
+  hw.node.pcie_latency = p.non_negative_number("latency", U::Seconds, 2e-6);
+
+  auto l = n.child("nvlink");
+  hw.node.nvlink_bandwidth = l.positive_number("bandwidth_per_gpu", U::BytesPerSecond);
+  hw.node.nvlink_latency = l.non_negative_number("latency", U::Seconds, 2e-6);
+
+  auto c = n.child("nic");
+  hw.node.nics = static_cast<int>(c.positive_int("count", 1));
+  hw.node.nic_bandwidth = c.positive_number("bandwidth", U::BytesPerSecond);
+
+  if (auto f = r.maybe_child("fabric")) {
+    hw.fabric.topology = f->choice("topology", {"fat-tree", "full"}, "fat-tree");
+    hw.fabric.latency = f->non_negative_number("latency", U::Seconds, 5e-6);
+  }
+  if (auto rs = r.maybe_child("reserve")) {
+    hw.reserve.gpu = rs->fraction("gpu", 0.0);
+    hw.reserve.host = rs->fraction("host", 0.0);
+    hw.reserve.nvme = rs->fraction("nvme", 0.0);
+  }
+  r.reject_unread();
+  return hw;
+}
+
+}  // namespace
+
+HwProfile load_hwprofile(const std::string& path) {
+  auto r = ConfigReader::from_file(path);
+  return read(r);
+}
+
+HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name) {
+  auto r = ConfigReader::from_string(yaml_text, name);
+  return read(r);
+}
+
+}  // namespace zinf::core

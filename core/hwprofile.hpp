@@ -1,0 +1,86 @@
+// HwProfile is a cluster described as data (hwprofiles/*.yaml, schema in hwprofiles/README.md):
+// one node type repeated over a fabric. All rates are bytes/s or FLOP/s, sizes in bytes, times in
+// seconds. The planner reads budgets from it; the simulator builds its platform and cost model from
+// it. Plain value type.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zinf::core {
+
+// y as a piecewise-linear function of x, clamped at both ends (efficiency curves).
+struct Curve {
+  std::vector<std::pair<double, double>> points;
+  double at(double x) const;
+};
+
+struct GpuSpec {
+  std::string name;
+  double memory = 0;           // bytes of device memory
+  double peak_flops = 0;       // dense bf16/fp16 tensor-core FLOP/s
+  double memory_bandwidth = 0; // HBM bytes/s
+  double kernel_launch = 0;    // seconds per kernel
+  // Fraction of peak a GEMM reaches as a function of its work per output element... see README:
+  // x = the GEMM's smallest dimension (m, n or k), y = fraction of peak_flops.
+  Curve gemm_efficiency;
+  double elementwise_efficiency = 0.8;  // fraction of memory_bandwidth for non-GEMM kernels
+};
+
+struct NodeSpec {
+  int gpus = 1;
+  GpuSpec gpu;
+  double host_memory = 0;            // bytes of DRAM
+  double host_memory_bandwidth = 0;  // bytes/s, whole node
+  int cpu_sockets = 1;
+  int cpu_cores = 1;
+  double cpu_adam_rate = 0;          // parameters/s of CPU Adam for the whole node
+  double nvme_capacity = 0;          // bytes, whole node
+  int nvme_drives = 1;
+  double nvme_read_bandwidth = 0;    // bytes/s, whole node
+  double nvme_write_bandwidth = 0;   // bytes/s, whole node
+  double pcie_bandwidth = 0;         // bytes/s per GPU, one direction, when it moves data alone
+  int gpus_per_pcie_switch = 1;      // GPUs sharing one switch uplink to the host
+  double pcie_switch_uplink = 0;     // bytes/s of that uplink, one direction
+  double pcie_latency = 0;           // seconds per transfer
+  double nvlink_bandwidth = 0;       // bytes/s per GPU, one direction, into the NVLink/NVSwitch fabric
+  double nvlink_latency = 0;
+  int nics = 1;
+  double nic_bandwidth = 0;          // bytes/s per NIC, one direction
+  double nvme_latency = 0;
+
+  // Host↔device bandwidth per GPU when every GPU of the node moves data at once.
+  double pcie_bandwidth_all_active() const;
+  double nic_bandwidth_total() const { return nics * nic_bandwidth; }
+};
+
+struct FabricSpec {
+  std::string topology = "fat-tree";  // fat-tree | full
+  double latency = 0;                  // seconds, one hop end to end
+};
+
+// Memory that the planner never hands out: allocator fragmentation, the CUDA context, the OS,
+// page cache. Fractions of each tier.
+struct Reserve {
+  double gpu = 0.0;
+  double host = 0.0;
+  double nvme = 0.0;
+};
+
+struct HwProfile {
+  std::string name;
+  std::string description;
+  NodeSpec node;
+  FabricSpec fabric;
+  Reserve reserve;
+
+  double gpu_budget() const { return node.gpu.memory * (1.0 - reserve.gpu); }
+  double host_budget() const { return node.host_memory * (1.0 - reserve.host); }
+  double nvme_budget() const { return node.nvme_capacity * (1.0 - reserve.nvme); }
+};
+
+HwProfile load_hwprofile(const std::string& path);
+HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name);
+
+}  // namespace zinf::core

@@ -1,0 +1,214 @@
+#include "core/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zinf::core {
+
+const char* to_string(Strategy s) {
+  switch (s) {
+    case Strategy::DataParallel: return "data-parallel";
+    case Strategy::ZeroOffload: return "zero-offload";
+    case Strategy::Zero3: return "zero-3";
+    case Strategy::InfinityCpu: return "zero-infinity-cpu";
+    case Strategy::InfinityNvme: return "zero-infinity-nvme";
+  }
+  return "?";
+}
+
+const std::vector<Strategy>& all_strategies() {
+  static const std::vector<Strategy> all = {Strategy::DataParallel, Strategy::ZeroOffload, Strategy::Zero3,
+                                            Strategy::InfinityCpu, Strategy::InfinityNvme};
+  return all;
+}
+
+RunConfig strategy_config(Strategy s, const RunConfig& base) {
+  RunConfig c = base;
+  const Placement dev{false, Tier::Device}, host{false, Tier::Host}, nvme{false, Tier::Nvme};
+  switch (s) {
+    case Strategy::DataParallel:
+      c.zero_stage = 0;
+      c.params = c.gradients = c.optimizer = c.checkpoints = dev;
+      break;
+    case Strategy::ZeroOffload:  // ZeRO-2 with the optimizer (and the gradients it consumes) on the CPU
+      c.zero_stage = 2;
+      c.params = c.checkpoints = dev;
+      c.gradients = c.optimizer = host;
+      break;
+    case Strategy::Zero3:
+      c.zero_stage = 3;
+      c.params = c.gradients = c.optimizer = c.checkpoints = dev;
+      break;
+    case Strategy::InfinityCpu:  // the paper offloads activation checkpoints to CPU memory
+      c.zero_stage = 3;
+      c.params = c.gradients = c.optimizer = c.checkpoints = host;
+      break;
+    case Strategy::InfinityNvme:
+      c.zero_stage = 3;
+      c.params = c.gradients = c.optimizer = nvme;
+      c.checkpoints = host;
+      break;
+  }
+  return c;
+}
+
+ParamCounts gpt_param_counts(const ModelSpec& m) {
+  const int64_t h = m.hidden, f = m.ffn_hidden();
+  ParamCounts c;
+  // ln_1, c_attn (W + b), attn c_proj, ln_2, mlp c_fc, mlp c_proj
+  c.per_block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (f * h + f) + (h * f + h);
+  // wte, wpe, ln_f, and an untied LM head
+  c.outside = m.vocab * h + m.seq * h + 2 * h + (m.tied_embeddings ? 0 : m.vocab * h);
+  c.largest_linear = std::max(f * h, m.tied_embeddings ? int64_t(0) : m.vocab * h);
+  return c;
+}
+
+namespace {
+
+void add(TierBytes& t, Tier tier, double per_gpu_bytes, int gpus_per_node) {
+  switch (tier) {
+    case Tier::Device: t.device += per_gpu_bytes; break;
+    case Tier::Host: t.host += per_gpu_bytes * gpus_per_node; break;
+    case Tier::Nvme: t.nvme += per_gpu_bytes * gpus_per_node; break;
+  }
+}
+
+// `auto` placements are resolved by the planner; the memory model counts them on the device,
+// the tier the planner tries first.
+Tier tier_of(const Placement& p) { return p.automatic ? Tier::Device : p.tier; }
+
+}  // namespace
+
+MemoryReport memory_requirement(const MemoryModelInput& in) {
+  const ModelSpec& m = in.model;
+  const RunConfig& c = in.config;
+  const int G = in.hw.node.gpus;
+  const int N = G * in.nodes;
+  const ParamCounts counts = gpt_param_counts(m);
+  const double P = double(counts.total(m.layers));
+  const double bsz = double(c.micro_batch.value_or(m.micro_batch));
+  const double seq = double(m.seq), hd = double(m.hidden), heads = double(m.heads), nl = double(m.layers);
+  const int64_t tiles = std::max<int64_t>(1, c.tiling_factor);
+
+  MemoryReport r;
+  r.params = static_cast<int64_t>(P);
+  r.ranks = N;
+  r.tiling_factor = tiles;
+
+  // Model states, 16 bytes/param: bf16 params (2) and grads (2), fp32 master, m and v (12).
+  const double params_share = c.zero_stage >= 3 ? P / N : P;
+  const double grads_share = c.zero_stage >= 2 ? P / N : P;
+  const double optim_share = c.zero_stage >= 1 ? P / N : P;
+  MemoryRow states{"model states", {}};
+  add(states.bytes, tier_of(c.params), 2.0 * params_share, G);
+  add(states.bytes, tier_of(c.gradients), 2.0 * grads_share, G);
+  add(states.bytes, tier_of(c.optimizer), 12.0 * optim_share, G);
+  r.rows.push_back(states);
+
+  // Activation checkpoints: 2·bsz·seq·hd·nl/ci per GPU; without checkpointing every block's
+  // activations stay on the device (activation working memory with ci = nl).
+  const double ci = c.checkpoint_interval > 0 ? double(c.checkpoint_interval) : nl;
+  if (c.checkpoint_interval > 0) {
+    MemoryRow ckpt{"activation checkpoints", {}};
+    add(ckpt.bytes, tier_of(c.checkpoints), 2.0 * bsz * seq * hd * nl / ci, G);
+    r.rows.push_back(ckpt);
+  }
+
+  // Working memory on the device: activations of ci blocks being recomputed, and the model states
+  // of the largest operator (param + grad, bf16) split into tiles. When parameters are partitioned
+  // (ZeRO-3) the prefetched parameters within the live-bytes bound are resident too.
+  MemoryRow awm{"activation working memory", {}};
+  awm.bytes.device = bsz * seq * ci * (16.0 * hd + 2.0 * heads * seq);
+  r.rows.push_back(awm);
+  MemoryRow mswm{"model-state working memory", {}};
+  const double largest_tile = double(counts.largest_linear) / double(tiles);
+  mswm.bytes.device = 4.0 * largest_tile;
+  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, 2.0 * P);
+  r.rows.push_back(mswm);
+
+  // Pinned staging buffers of the offload engine, per rank, when anything lives off the device.
+  bool offloaded = tier_of(c.params) != Tier::Device || tier_of(c.optimizer) != Tier::Device ||
+                   tier_of(c.gradients) != Tier::Device ||
+                   (c.checkpoint_interval > 0 && tier_of(c.checkpoints) != Tier::Device);
+  if (offloaded) {
+    MemoryRow pinned{"pinned buffers", {}};
+    pinned.bytes.host = double(c.pinned_buffer_count) * double(c.pinned_buffer_size) * G;
+    r.rows.push_back(pinned);
+  }
+  // Room for one saved training checkpoint (bf16 params + fp32 master, m, v: 14 bytes/param) on the
+  // same NVMe array, when model states live there: a run that cannot save is not a run.
+  if (c.reserve_nvme_for_checkpoint && (tier_of(c.params) == Tier::Nvme || tier_of(c.optimizer) == Tier::Nvme)) {
+    MemoryRow save{"saved checkpoint (room on NVMe)", {}};
+    save.bytes.nvme = 14.0 * P / N * G;
+    r.rows.push_back(save);
+  }
+
+  for (const auto& row : r.rows) r.total += row.bytes;
+  r.budget = {in.hw.gpu_budget(), in.hw.host_budget(), in.hw.nvme_budget()};
+  const std::pair<Tier, double> checks[] = {{Tier::Device, r.total.device - r.budget.device},
+                                            {Tier::Host, r.total.host - r.budget.host},
+                                            {Tier::Nvme, r.total.nvme - r.budget.nvme}};
+  for (const auto& [tier, over] : checks) {
+    if (over > 0 && !r.short_tier) {
+      r.fits = false;
+      r.short_tier = tier;
+      r.shortfall = over;
+    }
+  }
+  return r;
+}
+
+LargestModel largest_model(const MemoryModelInput& in) {
+  MemoryModelInput probe = in;
+  auto fits = [&](int64_t layers) {
+    probe.model.layers = layers;
+    return memory_requirement(probe).fits;
+  };
+  LargestModel out;
+  if (!fits(1)) return out;
+  int64_t lo = 1, hi = 2;
+  while (fits(hi)) {
+    lo = hi;
+    hi *= 2;
+    if (hi > (int64_t(1) << 40)) break;
+  }
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  out.layers = lo;
+  out.params = gpt_param_counts(in.model).total(lo);
+  return out;
+}
+
+
+int64_t largest_hidden(const MemoryModelInput& in, int64_t max_hidden) {
+  MemoryModelInput probe = in;
+  const int64_t head_dim = in.model.hidden / in.model.heads;
+  int64_t best = 0;
+  for (int64_t h = head_dim; h <= max_hidden; h *= 2) {
+    probe.model.hidden = h;
+    probe.model.heads = std::max<int64_t>(1, h / head_dim);
+    if (!memory_requirement(probe).fits) break;
+    best = h;
+  }
+  return best;
+}
+
+int64_t auto_tiling_factor(const MemoryModelInput& in, int64_t limit) {
+  MemoryModelInput probe = in;
+  for (int64_t t = 1; t <= limit; t *= 2) {
+    probe.config.tiling_factor = t;
+    auto r = memory_requirement(probe);
+    if (r.fits || (r.short_tier && *r.short_tier != Tier::Device)) return r.fits ? t : 0;
+  }
+  return 0;
+}
+
+double efficiency(double ait, double bw, double peak) { return ait * bw / (ait * bw + peak); }
+double ait_params_grads(const ModelSpec& m) { return double(m.seq) * double(m.micro_batch); }
+double ait_optimizer_states(const ModelSpec& m) { return double(m.seq) * double(m.micro_batch) / 4.0; }
+double ait_checkpoints(const ModelSpec& m, int64_t ci) { return 24.0 * double(m.hidden) * double(std::max<int64_t>(1, ci)); }
+double bandwidth_for_efficiency(double ait, double target, double peak) { return target * peak / ((1.0 - target) * ait); }
+
+}  // namespace zinf::core

@@ -1,0 +1,97 @@
+// The memory model of the ZeRO-Infinity paper (§3): where the bytes of a training run go, per tier,
+// for a placement of model states and activation checkpoints, and the bandwidth efficiency model of
+// §4. Closed-form in the number of layers, so that "the largest model that fits" is a binary search
+// that answers in microseconds even for 32T parameters on 512 GPUs. Pure functions, thread-safe.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/hwprofile.hpp"
+#include "core/model_spec.hpp"
+#include "core/run_config.hpp"
+
+namespace zinf::core {
+
+// The five strategies the paper compares (Fig. 1, Table 1).
+enum class Strategy { DataParallel, ZeroOffload, Zero3, InfinityCpu, InfinityNvme };
+const char* to_string(Strategy s);
+const std::vector<Strategy>& all_strategies();
+// The placement the paper uses for each strategy, starting from `base` (keeps ci, tiling, prefetch, …).
+RunConfig strategy_config(Strategy s, const RunConfig& base);
+
+// Parameters of a GPT of this shape as a closed form in layers; models/gpt.cpp builds the graph
+// with exactly these counts (a test holds them together).
+struct ParamCounts {
+  int64_t per_block = 0;
+  int64_t outside = 0;
+  int64_t largest_linear = 0;  // elements of the largest linear weight (hd x 4hd in a GPT)
+  int64_t total(int64_t layers) const { return per_block * layers + outside; }
+};
+ParamCounts gpt_param_counts(const ModelSpec& m);
+
+struct TierBytes {
+  double device = 0;  // per GPU
+  double host = 0;    // per node
+  double nvme = 0;    // per node
+  TierBytes& operator+=(const TierBytes& o) {
+    device += o.device;
+    host += o.host;
+    nvme += o.nvme;
+    return *this;
+  }
+};
+
+struct MemoryRow {
+  std::string what;
+  TierBytes bytes;
+};
+
+struct MemoryReport {
+  int64_t params = 0;
+  int ranks = 0;
+  int64_t tiling_factor = 1;
+  std::vector<MemoryRow> rows;  // model states, checkpoints, working memory, buffers
+  TierBytes total;
+  TierBytes budget;
+  bool fits = true;
+  // The first tier that is short, and by how much (bytes per GPU or per node as the tier counts).
+  std::optional<Tier> short_tier;
+  double shortfall = 0;
+};
+
+struct MemoryModelInput {
+  ModelSpec model;
+  HwProfile hw;
+  int nodes = 1;
+  RunConfig config;
+};
+
+// Bytes per tier for `in.config`'s placement.
+MemoryReport memory_requirement(const MemoryModelInput& in);
+
+// The largest number of layers at this width that fits (0 if not even one layer fits), and the
+// parameter count it gives.
+struct LargestModel {
+  int64_t layers = 0;
+  int64_t params = 0;
+};
+LargestModel largest_model(const MemoryModelInput& in);
+
+// Largest power-of-two hidden size (heads scaled to keep the head size) that fits with the given
+// tiling factor, for a model of `in.model.layers` layers.
+int64_t largest_hidden(const MemoryModelInput& in, int64_t max_hidden = int64_t(1) << 22);
+
+// Smallest tiling factor (a power of two up to `limit`) with which `in` fits on the device; 0 if none.
+int64_t auto_tiling_factor(const MemoryModelInput& in, int64_t limit = 4096);
+
+// Paper §4: efficiency = ait·bw / (ait·bw + peak).
+double efficiency(double arithmetic_intensity, double bandwidth, double peak_flops);
+double ait_params_grads(const ModelSpec& m);       // seq · bsz
+double ait_optimizer_states(const ModelSpec& m);   // seq · bsz / 4
+double ait_checkpoints(const ModelSpec& m, int64_t checkpoint_interval);  // 24 · hd · ci
+// Bandwidth needed to reach `target` efficiency.
+double bandwidth_for_efficiency(double arithmetic_intensity, double target, double peak_flops);
+
+}  // namespace zinf::core

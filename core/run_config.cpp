@@ -1,0 +1,237 @@
+#include "core/run_config.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/config_reader.hpp"
+
+namespace zinf::core {
+
+const char* to_string(Tier t) {
+  switch (t) {
+    case Tier::Device: return "device";
+    case Tier::Host: return "host";
+    case Tier::Nvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string to_string(const Placement& p) { return p.automatic ? "auto" : to_string(p.tier); }
+
+namespace {
+
+const std::vector<std::string> kTierWords = {"none", "device", "cpu", "host", "nvme", "auto"};
+
+Placement parse_placement(const std::string& word) {
+  if (word == "auto") return {true, Tier::Device};
+  if (word == "none" || word == "device") return {false, Tier::Device};
+  if (word == "cpu" || word == "host") return {false, Tier::Host};
+  return {false, Tier::Nvme};
+}
+
+RunConfig read_yaml(ConfigReader& r) {
+  using U = UnitKind;
+  RunConfig c;
+  r.ignore("description");
+  c.zero_stage = static_cast<int>(r.non_negative_int("zero_stage", 3));
+  if (c.zero_stage > 3) r.fail("zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", c.zero_stage));
+  c.partitioning = r.choice("partitioning", {"bandwidth-centric", "owner-based"}, "bandwidth-centric") == "owner-based"
+                       ? Partitioning::OwnerBased
+                       : Partitioning::BandwidthCentric;
+  if (auto o = r.maybe_child("offload")) {
+    c.params = parse_placement(o->choice("params", kTierWords, "none"));
+    c.optimizer = parse_placement(o->choice("optimizer", kTierWords, "none"));
+    c.gradients = o->has("gradients") ? parse_placement(o->choice("gradients", kTierWords)) : c.params;
+  }
+  if (auto a = r.maybe_child("activation_checkpoint")) {
+    c.checkpoint_interval = a->non_negative_int("interval", 1);
+    c.checkpoints = parse_placement(a->choice("tier", kTierWords, "device"));
+  }
+  if (r.has("tiling_factor")) {
+    std::string t = r.str("tiling_factor");
+    c.tiling_factor = t == "auto" ? 0 : r.positive_int("tiling_factor");
+  } else {
+    r.ignore("tiling_factor");
+  }
+  if (auto p = r.maybe_child("prefetch")) {
+    c.nvme_prefetch_distance = p->non_negative_int("nvme_distance", 3);
+    c.h2d_prefetch_distance = p->non_negative_int("h2d_distance", 2);
+    c.allgather_prefetch_distance = p->non_negative_int("allgather_distance", 1);
+    c.max_live_bytes = p->positive_number("max_live_bytes", U::Bytes, c.max_live_bytes);
+    c.reuse_distance_bytes = p->non_negative_number("reuse_distance_bytes", U::Bytes, c.reuse_distance_bytes);
+  }
+  if (auto a = r.maybe_child("aio")) {
+    c.aio_block_size = static_cast<int64_t>(a->positive_number("block_size", U::Bytes, double(c.aio_block_size)));
+    c.aio_queue_depth = a->positive_int("queue_depth", c.aio_queue_depth);
+    c.aio_rings = a->positive_int("rings", c.aio_rings);
+    if (c.aio_block_size % 4096 != 0)
+      a->fail("block_size", fmt::format("must be a multiple of 4096 bytes for O_DIRECT, got {}", c.aio_block_size));
+  }
+  if (auto p = r.maybe_child("pinned")) {
+    c.pinned_buffer_count = p->positive_int("buffer_count", c.pinned_buffer_count);
+    c.pinned_buffer_size =
+        static_cast<int64_t>(p->positive_number("buffer_size", U::Bytes, double(c.pinned_buffer_size)));
+  }
+  if (auto o = r.maybe_child("optimizer")) {
+    c.optimizer_type = o->choice("type", {"adam", "adamw"}, "adamw");
+    c.lr = o->positive_number("lr", U::Count, c.lr);
+    c.beta1 = o->fraction("beta1", c.beta1);
+    c.beta2 = o->fraction("beta2", c.beta2);
+    c.eps = o->positive_number("eps", U::Count, c.eps);
+    c.weight_decay = o->non_negative_number("weight_decay", U::Count, c.weight_decay);
+    c.grad_clip = o->non_negative_number("grad_clip", U::Count, c.grad_clip);
+    c.sub_group_size = o->positive_int("sub_group_size", c.sub_group_size);
+    c.optimizer_timing = o->choice("timing", {"after-backward", "overlap-backward"}, "after-backward") ==
+                                 "overlap-backward"
+                             ? OptimizerTiming::OverlapBackward
+                             : OptimizerTiming::AfterBackward;
+  }
+  c.gradient_accumulation = r.positive_int("gradient_accumulation", 1);
+  if (r.has("micro_batch")) c.micro_batch = r.positive_int("micro_batch");
+  else r.ignore("micro_batch");
+  c.reserve_nvme_for_checkpoint = r.boolean("reserve_nvme_for_checkpoint", true);
+  r.reject_unread();
+  return c;
+}
+
+// DeepSpeed JSON: supported keys are read; the rest become warnings with their dotted path.
+RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
+  using U = UnitKind;
+  RunConfig c;
+  c.params = {false, Tier::Device};
+  c.optimizer = {false, Tier::Device};
+  c.checkpoint_interval = 0;
+  if (r.has("train_micro_batch_size_per_gpu")) c.micro_batch = r.positive_int("train_micro_batch_size_per_gpu");
+  c.gradient_accumulation = r.positive_int("gradient_accumulation_steps", 1);
+  r.ignore("train_batch_size");  // derived: micro batch × accumulation × ranks
+  c.grad_clip = r.non_negative_number("gradient_clipping", U::Count, 0.0);
+  if (auto b = r.maybe_child("bf16")) b->boolean("enabled", true);
+  if (auto f = r.maybe_child("fp16")) {
+    if (f->boolean("enabled", false))
+      warnings.push_back(r.file() + ": fp16.enabled: zinf trains in bf16; fp16 loss scaling is not used");
+  }
+  if (auto o = r.maybe_child("optimizer")) {
+    std::string t = o->str("type", "AdamW");
+    if (t == "Adam" || t == "adam") c.optimizer_type = "adam";
+    else if (t == "AdamW" || t == "adamw") c.optimizer_type = "adamw";
+    else o->fail("type", fmt::format("'{}' is not supported; expected Adam or AdamW", t));
+    if (auto p = o->maybe_child("params")) {
+      c.lr = p->positive_number("lr", U::Count, c.lr);
+      p->ignore("betas");  // a two-element list, read after this pass
+      c.eps = p->positive_number("eps", U::Count, c.eps);
+      c.weight_decay = p->non_negative_number("weight_decay", U::Count, c.weight_decay);
+    }
+  }
+  if (auto z = r.maybe_child("zero_optimization")) {
+    c.zero_stage = static_cast<int>(z->non_negative_int("stage", 0));
+    if (c.zero_stage > 3) z->fail("stage", fmt::format("must be 0..3, got {}", c.zero_stage));
+    auto offload = [&](const char* key, Placement& out) {
+      if (auto o = z->maybe_child(key)) {
+        out = parse_placement(o->choice("device", {"none", "cpu", "nvme"}, "none"));
+        o->ignore("nvme_path");  // the NVMe directory is given on the command line (--nvme-dir)
+        o->boolean("pin_memory", true);
+        if (o->has("buffer_count")) c.pinned_buffer_count = o->positive_int("buffer_count");
+        else o->ignore("buffer_count");
+        if (o->has("buffer_size"))  // DeepSpeed counts elements (fp16)
+          c.pinned_buffer_size = 2 * o->positive_int("buffer_size");
+        else o->ignore("buffer_size");
+      }
+    };
+    offload("offload_param", c.params);
+    offload("offload_optimizer", c.optimizer);
+    c.gradients = c.params;
+    if (z->has("stage3_max_live_parameters"))
+      c.max_live_bytes = 2.0 * double(z->positive_int("stage3_max_live_parameters"));
+    else z->ignore("stage3_max_live_parameters");
+    if (z->has("stage3_max_reuse_distance"))
+      c.reuse_distance_bytes = 2.0 * double(z->non_negative_int("stage3_max_reuse_distance", 0));
+    else z->ignore("stage3_max_reuse_distance");
+    if (z->has("stage3_prefetch_bucket_size")) {
+      // DeepSpeed prefetches up to this many parameters ahead; zinf counts operators ahead and
+      // bounds the bytes in flight with max_live_bytes, so the bucket caps that bound.
+      double bucket_bytes = 2.0 * double(z->positive_int("stage3_prefetch_bucket_size"));
+      c.max_live_bytes = std::max(c.max_live_bytes, bucket_bytes);
+    } else {
+      z->ignore("stage3_prefetch_bucket_size");
+    }
+    c.sub_group_size = z->positive_int("sub_group_size", c.sub_group_size);
+    z->boolean("overlap_comm", true);
+    z->boolean("contiguous_gradients", true);
+  }
+  if (auto a = r.maybe_child("aio")) {
+    c.aio_block_size = a->positive_int("block_size", c.aio_block_size);
+    c.aio_queue_depth = a->positive_int("queue_depth", c.aio_queue_depth);
+    a->positive_int("thread_count", 1);
+    a->boolean("single_submit", false);
+    a->boolean("overlap_events", true);
+  }
+  if (auto a = r.maybe_child("activation_checkpointing")) {
+    // DeepSpeed checkpoints every transformer block it wraps; number_checkpoints does not change that.
+    c.checkpoint_interval = 1;
+    a->ignore("number_checkpoints");
+    if (a->boolean("cpu_checkpointing", false)) c.checkpoints = {false, Tier::Host};
+    a->boolean("partition_activations", false);
+    a->boolean("contiguous_memory_optimization", false);
+    a->boolean("synchronize_checkpoint_boundary", false);
+    a->boolean("profile", false);
+  }
+  for (const auto& k : r.unread_keys())
+    warnings.push_back(fmt::format("{}: key '{}' is not supported by zinf and has no effect", r.file(), k));
+  return c;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path, "", "cannot open file for reading");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path) {
+  auto r = ConfigReader::from_file(path);
+  return read_yaml(r);
+}
+
+RunConfig parse_run_config(const std::string& yaml_text, const std::string& name) {
+  auto r = ConfigReader::from_string(yaml_text, name);
+  return read_yaml(r);
+}
+
+RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
+                                 std::vector<std::string>& warnings) {
+  auto r = ConfigReader::from_string(json_text, name);
+  RunConfig c = read_deepspeed(r, warnings);
+  // betas is a two-element list: read it directly.
+  try {
+    YAML::Node root = YAML::Load(json_text);
+    if (auto b = root["optimizer"]["params"]["betas"]; b && b.IsSequence() && b.size() == 2) {
+      c.beta1 = b[0].as<double>();
+      c.beta2 = b[1].as<double>();
+    }
+  } catch (const YAML::Exception&) {
+    throw ConfigError(name, "optimizer.params.betas", "must be a list of two numbers");
+  }
+  return c;
+}
+
+RunConfig load_deepspeed_config(const std::string& path, std::vector<std::string>& warnings) {
+  return parse_deepspeed_config(slurp(path), path, warnings);
+}
+
+RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings) {
+  std::string text = slurp(path);
+  auto first = text.find_first_not_of(" \t\r\n");
+  bool json = first != std::string::npos && text[first] == '{' &&
+              (text.find("\"zero_optimization\"") != std::string::npos ||
+               text.find("\"train_batch_size\"") != std::string::npos ||
+               text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
+  if (json) return parse_deepspeed_config(text, path, warnings);
+  return parse_run_config(text, path);
+}
+
+}  // namespace zinf::core

@@ -1,0 +1,72 @@
+// RunConfig is how one training run is set up: ZeRO stage, where each state lives, activation
+// checkpointing, tiling, prefetch, the aio and pinned-buffer settings, the optimizer. It comes from
+// zinf's own YAML (configs/*.yaml) or from a DeepSpeed JSON config; keys zinf does not support are
+// returned as warnings by the DeepSpeed reader, never dropped silently. Plain value type.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zinf::core {
+
+enum class Tier { Device, Host, Nvme };
+const char* to_string(Tier t);
+
+// Where a state is placed: a fixed tier, or `auto` (the fastest tier that fits, decided by the planner).
+struct Placement {
+  bool automatic = false;
+  Tier tier = Tier::Device;
+};
+std::string to_string(const Placement& p);
+
+enum class Partitioning { BandwidthCentric, OwnerBased };
+enum class OptimizerTiming { AfterBackward, OverlapBackward };
+
+struct RunConfig {
+  int zero_stage = 3;
+  Partitioning partitioning = Partitioning::BandwidthCentric;
+  Placement params{false, Tier::Device};     // bf16 parameter shards (and, with them, gradient shards)
+  Placement optimizer{false, Tier::Device};  // fp32 master weights, Adam m and v
+  Placement gradients{false, Tier::Device};  // bf16 gradient shards between reduce and optimizer step
+
+  int64_t checkpoint_interval = 1;           // one activation checkpoint every ci blocks; 0 = off
+  Placement checkpoints{false, Tier::Device};
+
+  int64_t tiling_factor = 1;                 // 0 = auto
+  int64_t nvme_prefetch_distance = 3;        // operators ahead: NVMe -> host
+  int64_t h2d_prefetch_distance = 2;         // host -> device
+  int64_t allgather_prefetch_distance = 1;   // all-gather
+  double max_live_bytes = 2e9;               // bound on prefetched parameter bytes resident on device
+  double reuse_distance_bytes = 2e9;         // keep a gathered parameter if it is used again within this many bytes
+
+  int64_t aio_block_size = 1 << 20;
+  int64_t aio_queue_depth = 32;
+  int64_t aio_rings = 1;
+  int64_t pinned_buffer_count = 8;
+  int64_t pinned_buffer_size = 64 << 20;
+
+  std::string optimizer_type = "adamw";
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  double grad_clip = 0.0;                    // 0 = no clipping
+  int64_t sub_group_size = 1'000'000'000;    // parameters per optimizer sub-group
+  OptimizerTiming optimizer_timing = OptimizerTiming::AfterBackward;
+  int64_t gradient_accumulation = 1;
+  std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
+  bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint
+};
+
+// zinf's YAML run config. Unknown keys are errors.
+RunConfig load_run_config(const std::string& path);
+RunConfig parse_run_config(const std::string& yaml_text, const std::string& name);
+
+// A DeepSpeed JSON config. Supported keys are mapped; others are listed in `warnings`.
+RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
+                                 std::vector<std::string>& warnings);
+RunConfig load_deepspeed_config(const std::string& path, std::vector<std::string>& warnings);
+
+// Picks the reader by content: a file whose first non-blank character is '{' and that has a
+// "zero_optimization" or "train_batch_size" key is read as DeepSpeed JSON.
+RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings);
+
+}  // namespace zinf::core

@@ -1,0 +1,135 @@
+#include "models/gpt.hpp"
+
+#include <fmt/format.h>
+
+#include "core/config_paths.hpp"
+
+namespace zinf::models {
+
+using core::ModelGraph;
+using core::Operator;
+using core::OpKind;
+using core::ParamGroup;
+
+namespace {
+
+constexpr double kAct = 2.0;  // bytes per bf16 activation element
+
+struct Builder {
+  ModelGraph g;
+
+  int add_params(std::string name, int64_t rows, int64_t cols, int64_t numel, bool tileable) {
+    ParamGroup p;
+    p.id = static_cast<int>(g.params.size());
+    p.name = std::move(name);
+    p.rows = rows;
+    p.cols = cols;
+    p.numel = numel;
+    p.tileable = tileable;
+    g.params.push_back(p);
+    return p.id;
+  }
+
+  Operator& add_op(std::string name, OpKind kind, int block, int group) {
+    Operator o;
+    o.id = static_cast<int>(g.ops.size());
+    o.name = std::move(name);
+    o.kind = kind;
+    o.block = block;
+    if (group >= 0) o.param_groups.push_back(group);
+    g.ops.push_back(o);
+    return g.ops.back();
+  }
+
+  // y = x W^T + b with W out x in: forward 2·T·in·out, backward twice that (dX and dW).
+  void linear(const std::string& name, int block, int64_t in, int64_t out) {
+    int pg = add_params(name, out, in, out * in + out, true);
+    const double T = double(g.tokens);
+    auto& o = add_op(name, OpKind::Linear, block, pg);
+    o.m = g.tokens;
+    o.n = out;
+    o.k = in;
+    o.fwd_flops = 2.0 * T * double(in) * double(out);
+    o.bwd_flops = 2.0 * o.fwd_flops;
+    o.fwd_bytes = kAct * (T * double(in + out) + double(in * out));
+    o.out_bytes = kAct * T * double(out);
+  }
+
+  void elementwise(const std::string& name, OpKind kind, int block, int group, int64_t width, double flops_per_elem,
+                   double tensors_touched) {
+    const double T = double(g.tokens);
+    auto& o = add_op(name, kind, block, group);
+    o.fwd_flops = flops_per_elem * T * double(width);
+    o.bwd_flops = 2.0 * o.fwd_flops;
+    o.fwd_bytes = kAct * tensors_touched * T * double(width);
+    o.out_bytes = kAct * T * double(width);
+  }
+};
+
+}  // namespace
+
+ModelGraph build_gpt(const core::ModelSpec& s) {
+  Builder b;
+  b.g.spec = s;
+  b.g.tokens = s.micro_batch * s.seq;
+  const int64_t h = s.hidden, f = s.ffn_hidden();
+  const double T = double(b.g.tokens);
+
+  int wte = b.add_params("wte", s.vocab, h, s.vocab * h, false);
+  int wpe = b.add_params("wpe", s.seq, h, s.seq * h, false);
+  {
+    auto& o = b.add_op("embed", OpKind::Embedding, -1, wte);
+    o.fwd_bytes = kAct * 3.0 * T * double(h);
+    o.out_bytes = kAct * T * double(h);
+    o.fwd_flops = T * double(h);
+    o.bwd_flops = T * double(h);
+    o.param_groups.push_back(wpe);
+  }
+
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    b.elementwise(p + "ln_1", OpKind::LayerNorm, l, b.add_params(p + "ln_1", 1, h, 2 * h, false), h, 8.0, 2.0);
+    b.linear(p + "attn.c_attn", l, h, 3 * h);
+    {
+      // softmax(Q K^T / sqrt(d)) V over all heads: 2·T·seq·h for the scores, 2·T·seq·h for the mix.
+      auto& o = b.add_op(p + "attn.core", OpKind::Attention, l, -1);
+      o.fwd_flops = 4.0 * T * double(s.seq) * double(h);
+      o.bwd_flops = 2.0 * o.fwd_flops;
+      o.fwd_bytes = kAct * (4.0 * T * double(h) + 2.0 * double(s.micro_batch * s.heads) * double(s.seq * s.seq));
+      o.out_bytes = kAct * T * double(h);
+    }
+    b.linear(p + "attn.c_proj", l, h, h);
+    b.elementwise(p + "residual_1", OpKind::Residual, l, -1, h, 1.0, 3.0);
+    b.elementwise(p + "ln_2", OpKind::LayerNorm, l, b.add_params(p + "ln_2", 1, h, 2 * h, false), h, 8.0, 2.0);
+    b.linear(p + "mlp.c_fc", l, h, f);
+    b.elementwise(p + "mlp.gelu", OpKind::Gelu, l, -1, f, 10.0, 2.0);
+    b.linear(p + "mlp.c_proj", l, f, h);
+    b.elementwise(p + "residual_2", OpKind::Residual, l, -1, h, 1.0, 3.0);
+  }
+  b.elementwise("ln_f", OpKind::LayerNorm, -1, b.add_params("ln_f", 1, h, 2 * h, false), h, 8.0, 2.0);
+  {
+    int head = s.tied_embeddings ? wte : b.add_params("lm_head", s.vocab, h, s.vocab * h, true);
+    auto& o = b.add_op("lm_head", OpKind::LmHead, -1, head);
+    o.m = b.g.tokens;
+    o.n = s.vocab;
+    o.k = h;
+    o.fwd_flops = 2.0 * T * double(h) * double(s.vocab);
+    o.bwd_flops = 2.0 * o.fwd_flops;
+    o.fwd_bytes = kAct * (T * double(h + s.vocab) + double(h * s.vocab));
+    o.out_bytes = 4.0 * T * double(s.vocab);  // fp32 logits
+  }
+  {
+    auto& o = b.add_op("loss", OpKind::Loss, -1, -1);
+    o.fwd_flops = 5.0 * T * double(s.vocab);
+    o.bwd_flops = 2.0 * T * double(s.vocab);
+    o.fwd_bytes = 4.0 * 2.0 * T * double(s.vocab);
+    o.out_bytes = 4.0;
+  }
+  return std::move(b.g);
+}
+
+core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir) {
+  return core::load_model_spec(core::resolve_config(name_or_path, "models", core::zinf_root(source_dir)));
+}
+
+}  // namespace zinf::models
