@@ -125,6 +125,14 @@ void run_plan(const InputOptions& opts, bool json) {
     fmt::print("  {:<22}{:>10}{:>12}   {}\n", to_string(s.s), s.largest.layers, format_count(double(s.largest.params)),
                s.this_model.fits ? "fits" : fmt::format("short on {}", to_string(*s.this_model.short_tier)));
 
+  {
+    MemoryModelInput untiled = mm, tiled = mm;
+    untiled.config.tiling_factor = 1;
+    tiled.config.tiling_factor = 16;
+    fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor 16\n", m.layers,
+               largest_hidden(untiled), largest_hidden(tiled));
+  }
+
   fmt::print("\nbandwidth efficiency (paper §4), peak {} per GPU:\n", format_flops(in.hw.node.gpu.peak_flops));
   for (const auto& e : eff)
     fmt::print("  {:<24} from {:<6} ait {:>9.0f}  bw/GPU {:>12}  efficiency {:5.1f}%\n", e.what, to_string(e.tier), e.ait,

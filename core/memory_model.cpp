@@ -189,7 +189,8 @@ int64_t largest_hidden(const MemoryModelInput& in, int64_t max_hidden) {
   for (int64_t h = head_dim; h <= max_hidden; h *= 2) {
     probe.model.hidden = h;
     probe.model.heads = std::max<int64_t>(1, h / head_dim);
-    if (!memory_requirement(probe).fits) break;
+    auto r = memory_requirement(probe);
+    if (r.total.device > r.budget.device) break;
     best = h;
   }
   return best;

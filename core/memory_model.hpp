@@ -79,8 +79,9 @@ struct LargestModel {
 };
 LargestModel largest_model(const MemoryModelInput& in);
 
-// Largest power-of-two hidden size (heads scaled to keep the head size) that fits with the given
-// tiling factor, for a model of `in.model.layers` layers.
+// Largest power-of-two hidden size (heads scaled to keep the head size) whose device memory fits on
+// one GPU with the configured tiling factor. Only the device tier is checked: the question is what
+// a single GPU can run, with host and NVMe assumed large enough (as in the paper's §8.6 experiment).
 int64_t largest_hidden(const MemoryModelInput& in, int64_t max_hidden = int64_t(1) << 22);
 
 // Smallest tiling factor (a power of two up to `limit`) with which `in` fits on the device; 0 if none.

@@ -1,0 +1,87 @@
+// The planner: (model graph, hwprofile, run config, data-parallel ranks) -> a Plan (every decision,
+// with its reason) and the Program that carries it out (core/program.hpp). Every decision about
+// partitioning, placement, tiling, prefetch and optimizer timing is made here and nowhere else.
+// A plan that cannot fit throws PlanError naming the tier that is short and by how much.
+// Pure functions of their inputs (deterministic), thread-safe.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph.hpp"
+#include "core/hwprofile.hpp"
+#include "core/program.hpp"
+#include "core/run_config.hpp"
+
+namespace zinf::core {
+
+// Where one state lives, and why (an `auto` placement records what it tried).
+struct PlacementDecision {
+  std::string state;   // "params", "gradients", "optimizer", "checkpoints"
+  Tier tier = Tier::Device;
+  bool automatic = false;
+  std::string reason;
+};
+
+struct Plan {
+  int ranks = 1;
+  int gpus_per_node = 1;
+  int nodes = 1;
+  Partitioning partitioning = Partitioning::BandwidthCentric;
+  int zero_stage = 3;
+
+  Tier params = Tier::Device;
+  Tier gradients = Tier::Device;
+  Tier optimizer = Tier::Device;
+  Tier checkpoints = Tier::Device;
+  std::vector<PlacementDecision> placements;
+
+  int64_t tiling_factor = 1;
+  std::string tiling_reason;
+
+  int64_t checkpoint_interval = 1;
+  int64_t checkpoints_per_micro_batch = 0;
+  int64_t micro_batches = 1;
+  int64_t nvme_prefetch_distance = 3, h2d_prefetch_distance = 2, allgather_prefetch_distance = 1;
+  double max_live_bytes = 0;
+  double reuse_distance_bytes = 0;
+  int64_t sub_group_size = 0;
+  int64_t sub_groups = 0;
+  OptimizerTiming optimizer_timing = OptimizerTiming::AfterBackward;
+  bool grad_clip = false;
+  std::string optimizer_timing_note;  // what the Program does about clipping under overlap
+
+  int64_t total_params = 0;
+  int64_t shard_numel = 0;            // elements of one rank's shard space (max over ranks)
+  PerTier static_bytes{};             // per rank (max over ranks)
+  PerTier peak_bytes{};               // per rank
+  PerTier budget{};                   // per rank
+
+  // Data moved per rank per step, by what and from/to which tier (for the §4 accounting).
+  double param_bytes_fetched = 0;     // read from the params tier (or gathered, on the device)
+  double grad_bytes_stored = 0;
+  double optimizer_bytes_read = 0;
+  double optimizer_bytes_written = 0;
+  double checkpoint_bytes_saved = 0;
+  double checkpoint_bytes_loaded = 0;
+};
+
+struct PlanResult {
+  Plan plan;
+  Program program;
+};
+
+// Plans one training step on `ranks` data-parallel ranks. `recorded_order`, when not empty, is the
+// forward operator order recorded at run time (the dynamic prefetcher of §6.2): a permutation of
+// the graph's operator ids, which the Program follows instead of the graph's order.
+PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
+                     const std::vector<int32_t>& recorded_order = {});
+
+// Checks the Program against DESIGN.md's invariants (1-4; 5 is determinism, tested by comparing
+// dumps): acyclic with lanes in topological order, every shard fetched before each use and freed
+// after, each gradient shard reduced once per micro-batch and stored, each optimizer shard updated
+// once, memory events balanced (every buffer allocated once and freed once, by a task that depends
+// on its allocation), each tier's peak within budget. Returns the violations found (empty: valid).
+std::vector<std::string> validate_program(const Program& program);
+
+}  // namespace zinf::core

@@ -1,0 +1,198 @@
+// A Program is one training step of every data-parallel rank as a DAG of tasks on lanes — the
+// only thing the engine and the simulator execute (DESIGN.md, "core::Program"). Ranks run the same
+// program on different shards, so it is stored once: a task with `owner == -1` is done by every
+// rank (on that rank's own shard); a task with `owner >= 0` (owner-based partitioning) is done only
+// by that rank and is a no-op with zero bytes, zero flops and no memory events on the others, but
+// keeps its place and its dependencies there too, so every rank's DAG has the same shape.
+// `task_for_rank` / `for_rank` resolve those rank-dependent fields for one rank.
+//
+// Execution contract for executors:
+//  - tasks are numbered in a topological order; on each rank, a lane runs its tasks in id order,
+//    one at a time; a task starts once every task in `deps(t)` has finished on the same rank
+//    (and, for a collective, on every participant);
+//  - a task's allocations happen when it starts and its frees when it ends; `static_bytes` per
+//    tier are resident for the whole step; their sum never exceeds `budget` (checked by core).
+//
+// Immutable once built; safe to read from many threads.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/run_config.hpp"
+
+namespace zinf::core {
+
+// The independent queues of one rank.
+enum class Lane : uint8_t { Compute, H2D, D2H, NvmeRead, NvmeWrite, Comm, CpuOptim };
+inline constexpr int kLaneCount = 7;
+const char* to_string(Lane l);
+
+enum class TaskKind : uint8_t {
+  Forward,        // compute of an operator (or one tile of it), on the device
+  Recompute,      // forward again in backward, from an activation checkpoint
+  Backward,       // dX and dW of an operator (or tile)
+  CopyH2D,        // host -> device over PCIe
+  CopyD2H,        // device -> host
+  NvmeRead,       // NVMe -> host
+  NvmeWrite,      // host -> NVMe
+  AllGather,      // collectives: see Task::collective / participants / root
+  ReduceScatter,
+  AllReduce,
+  Broadcast,
+  Reduce,
+  GradNorm,       // sum of squares of this rank's gradient shards (for clipping)
+  OptimizerStep,  // Adam over one sub-group of this rank's shard space (CPU or device)
+  Alloc,          // zero-duration memory events
+  Free,
+};
+const char* to_string(TaskKind k);
+bool is_collective(TaskKind k);
+bool is_compute(TaskKind k);  // Forward, Recompute, Backward
+
+// Which part of the step a task belongs to (a parameter fetch for backward is Phase::Backward).
+enum class Phase : uint8_t { Forward, Backward, Optimizer };
+const char* to_string(Phase p);
+
+// What the bytes of a task are.
+enum class Data : uint8_t { None, Param, Grad, OptimizerState, Checkpoint, Activation, Scalar };
+const char* to_string(Data d);
+
+// A parameter group, or one tile of a tiled linear: the unit that is sharded, fetched, used and
+// released. Bandwidth-centric: every rank holds shard r = elements [r·shard_numel, (r+1)·shard_numel)
+// of the unit's flattened, zero-padded tensor. Owner-based: rank `owner` holds all `numel`.
+struct ParamUnit {
+  int32_t id = 0;
+  int32_t group = 0;          // ModelGraph::params index
+  int32_t tile = 0;           // 0 .. tiles-1
+  int32_t tiles = 1;
+  int64_t row_begin = 0;      // rows of the group's weight this tile covers (bias rows alike)
+  int64_t row_end = 0;
+  int64_t numel = 0;          // elements of this unit
+  int64_t shard_numel = 0;    // per-rank shard, padded: ceil(numel / ranks) (bandwidth-centric)
+  int64_t shard_offset = 0;   // where the shard starts in a rank's shard space (bandwidth-centric)
+  int32_t owner = -1;         // owner-based: the rank that owns it; -1 for bandwidth-centric
+  int64_t owner_offset = 0;   // owner-based: where it starts in the owner's shard space
+  std::string name;           // "h.3.mlp.c_fc" or "h.3.mlp.c_fc[t2/4]"
+};
+
+// A range of a rank's shard space updated by one optimizer step (DeepSpeed's sub_group_size).
+struct SubGroup {
+  int32_t id = 0;
+  int64_t offset = 0;  // elements into the shard space (of `owner` when owner >= 0)
+  int64_t count = 0;
+  int32_t owner = -1;  // owner-based: only this rank updates it
+};
+
+// An operator as the cost models need it: GEMM shape (per tile), memory traffic, name.
+struct OpInfo {
+  int32_t id = 0;
+  std::string name;
+  std::string kind;            // OpKind as text
+  int64_t m = 0, n = 0, k = 0; // GEMM shape of one tile (n divided by the tiling factor); 0 if not GEMM
+  int32_t block = -1;
+};
+
+struct MemEvent {
+  Tier tier = Tier::Device;
+  int64_t buffer = 0;  // unique within one rank's step; alloc and free of a buffer name the same id
+  double bytes = 0;
+};
+
+struct Task {
+  int32_t id = 0;
+  TaskKind kind = TaskKind::Forward;
+  Lane lane = Lane::Compute;
+  Data data = Data::None;
+  Phase phase = Phase::Forward;
+  Tier from = Tier::Device;    // where the bytes are read (copies, disk, optimizer: state tier)
+  Tier to = Tier::Device;      // where they are written
+  double bytes = 0;            // copies/disk: bytes moved by this rank; collectives: total bytes of
+                               // the full (gathered / reduced) buffer; compute: memory traffic
+  double flops = 0;
+  int64_t gemm_min_dim = 0;    // smallest of m, n, k of a GEMM (efficiency curve argument); 0 otherwise
+  int32_t op = -1;             // OpInfo id
+  int32_t unit = -1;           // ParamUnit id
+  int32_t micro_batch = -1;
+  int32_t checkpoint = -1;     // activation checkpoint index (segment)
+  int32_t sub_group = -1;      // SubGroup id
+  int64_t sg_offset = 0;       // sub-group range in the shard space (elements)
+  int64_t sg_count = 0;
+  int32_t participants = 1;    // collectives: ranks taking part
+  int32_t root = -1;           // Broadcast / Reduce: the root rank
+  int32_t owner = -1;          // -1: every rank; else only this rank (see the header comment)
+  // Ranges into the program's flat dependency and memory-event arrays; use Program's accessors.
+  uint32_t deps_begin = 0, deps_count = 0;
+  uint32_t allocs_begin = 0, allocs_count = 0;
+  uint32_t frees_begin = 0, frees_count = 0;
+};
+
+// Per-tier numbers of one rank, indexed by Tier.
+using PerTier = std::array<double, 3>;
+inline double& at(PerTier& p, Tier t) { return p[static_cast<int>(t)]; }
+inline double at(const PerTier& p, Tier t) { return p[static_cast<int>(t)]; }
+
+class ProgramBuilder;
+
+class Program {
+public:
+  int ranks() const { return ranks_; }
+  int gpus_per_node() const { return gpus_per_node_; }
+  Partitioning partitioning() const { return partitioning_; }
+  int micro_batches() const { return micro_batches_; }
+
+  const std::vector<Task>& tasks() const { return tasks_; }
+  const Task& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }
+  std::span<const int32_t> deps(const Task& t) const;
+  // Memory events as done by `rank` (empty where the task is a no-op on that rank).
+  std::span<const MemEvent> allocs(const Task& t, int rank) const;
+  std::span<const MemEvent> frees(const Task& t, int rank) const;
+  bool active(const Task& t, int rank) const { return t.owner < 0 || t.owner == rank; }
+  // The task as `rank` runs it: bytes/flops zeroed and memory events dropped where inactive.
+  Task task_for_rank(int32_t id, int rank) const;
+  std::vector<Task> for_rank(int rank) const;
+
+  const std::vector<ParamUnit>& units() const { return units_; }
+  const std::vector<SubGroup>& sub_groups() const { return sub_groups_; }
+  const std::vector<OpInfo>& ops() const { return ops_; }
+  // Operator ids in the forward order the program was built from (graph order or a recorded one).
+  const std::vector<int32_t>& op_order() const { return op_order_; }
+  // Elements of `rank`'s shard space (sum of its shards; owner-based: of the units it owns).
+  int64_t shard_space(int rank) const;
+
+  // Bytes resident on each tier of one rank for the whole step (home shards, optimizer states,
+  // gradient shards, pinned buffers); the budget each tier of one rank has (node budgets divided
+  // by GPUs per node for host and NVMe); and the peak of static + live buffers the planner found.
+  const PerTier& static_bytes(int rank) const;
+  const PerTier& budget() const { return budget_; }
+  const PerTier& peak_bytes() const { return peak_; }
+
+  // "fwd h.3.mlp.c_fc[t1/4] mb0", "allgather h.3.ln_1 (bwd) mb1", "adam sg4".
+  std::string label(const Task& t) const;
+
+  // Deterministic JSON: the same program gives byte-identical output.
+  void write_json(std::ostream& out) const;
+
+private:
+  friend class ProgramBuilder;
+  int ranks_ = 1;
+  int gpus_per_node_ = 1;
+  Partitioning partitioning_ = Partitioning::BandwidthCentric;
+  int micro_batches_ = 1;
+  std::vector<Task> tasks_;
+  std::vector<int32_t> deps_;
+  std::vector<MemEvent> events_;
+  std::vector<ParamUnit> units_;
+  std::vector<SubGroup> sub_groups_;
+  std::vector<OpInfo> ops_;
+  std::vector<int32_t> op_order_;
+  std::vector<int64_t> shard_space_;     // per rank (owner-based) or one entry (bandwidth-centric)
+  std::vector<PerTier> static_bytes_;    // per rank (owner-based) or one entry (bandwidth-centric)
+  PerTier budget_{};
+  PerTier peak_{};
+};
+
+}  // namespace zinf::core

@@ -1,0 +1,67 @@
+// A Timeline is what one step did, measured (engine) or predicted (simulator, idealized list
+// scheduler), in one schema: rank, lane, task id, kind, label, start, end, bytes, flops. It is
+// written as CSV and as Chrome trace JSON (opens in Perfetto). `check_timeline` validates a
+// Timeline against the Program it ran (dependencies respected, lanes serial, memory within budget);
+// both executors record Timelines and use it. Plain value types; functions are thread-safe.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/hwprofile.hpp"
+#include "core/program.hpp"
+
+namespace zinf::core {
+
+struct TimelineEvent {
+  int rank = 0;
+  Lane lane = Lane::Compute;
+  int32_t task = 0;          // Program task id
+  TaskKind kind = TaskKind::Forward;
+  std::string label;
+  double start = 0;          // seconds from the start of the step
+  double end = 0;
+  double bytes = 0;
+  double flops = 0;
+};
+
+struct Timeline {
+  std::vector<TimelineEvent> events;
+
+  double makespan() const;  // latest end
+  // Header "rank,lane,task,kind,label,start,end,bytes,flops"; labels are quoted.
+  void write_csv(std::ostream& out) const;
+  // Chrome trace event format: one process per rank, one thread per lane, "X" events in µs.
+  void write_chrome_trace(std::ostream& out) const;
+};
+
+struct TimelineCheck {
+  std::vector<std::string> errors;   // empty: the Timeline is valid for the Program
+  std::vector<PerTier> peak_bytes;   // per checked rank: static + live bytes at the worst moment
+  bool ok() const { return errors.empty(); }
+};
+
+// Checks, for every rank that appears in `timeline`: each task of the Program appears once (no-op
+// tasks of other owners may be absent), no task starts before all its dependencies ended, a lane
+// runs one task at a time, and static + live bytes per tier (allocs at start, frees at end) never
+// exceed the Program's budget. `tolerance` (seconds) absorbs clock noise of measured runs.
+TimelineCheck check_timeline(const Program& program, const Timeline& timeline, double tolerance = 0.0);
+
+// Nominal duration of one task on `rank` at the hwprofile's rates: compute from flops /
+// (peak · GEMM efficiency) (or memory traffic / HBM bandwidth for non-GEMM kernels, whichever is
+// longer); copies from bytes / per-GPU PCIe bandwidth with all GPUs active; NVMe from the node's
+// bandwidth shared by its GPUs; collectives as ring algorithms over NVLink within a node and the
+// NICs across nodes; CPU Adam from the node's Adam rate shared by its GPUs.
+double nominal_duration(const Program& program, const Task& task, int rank, const HwProfile& hw);
+
+// The idealized list scheduler: each lane of each rank a serial resource running its tasks in
+// program order at nominal rates, a task starting when its dependencies (for collectives: on all
+// participants) have ended. Bandwidth-centric programs are symmetric, so one rank is scheduled and
+// `ranks` (default: rank 0 only) are copies of it; owner-based programs schedule every rank.
+Timeline schedule_ideal(const Program& program, const HwProfile& hw, const std::vector<int>& ranks = {0});
+
+// Makespan of `schedule_ideal`: the step time the simulator's tests compare against.
+double estimate_step_time(const Program& program, const HwProfile& hw);
+
+}  // namespace zinf::core

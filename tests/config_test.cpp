@@ -1,0 +1,144 @@
+// Config files: every bad value is an error naming the file, the key and what is allowed;
+// DeepSpeed JSON maps onto the run config and names what it does not support.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/config_paths.hpp"
+#include "core/errors.hpp"
+#include "core/hwprofile.hpp"
+#include "core/model_spec.hpp"
+#include "core/run_config.hpp"
+#include "core/units.hpp"
+#include "test_paths.hpp"
+
+using namespace zinf::core;
+using Catch::Matchers::Contains;
+using zinf::test::source;
+
+TEST_CASE("every shipped model, hwprofile and run config loads", "[config]") {
+  for (const auto& n : list_configs("models", ZINF_SOURCE_DIR)) CHECK_NOTHROW(load_model_spec(source("models/" + n + ".yaml")));
+  for (const auto& n : list_configs("hwprofiles", ZINF_SOURCE_DIR))
+    CHECK_NOTHROW(load_hwprofile(source("hwprofiles/" + n + ".yaml")));
+  std::vector<std::string> warnings;
+  for (const auto& n : list_configs("configs", ZINF_SOURCE_DIR)) {
+    auto path = resolve_config(n, "configs", ZINF_SOURCE_DIR);
+    CHECK_NOTHROW(load_any_run_config(path, warnings));
+  }
+  CHECK(list_configs("models", ZINF_SOURCE_DIR).size() >= 12);
+  CHECK(list_configs("hwprofiles", ZINF_SOURCE_DIR).size() >= 3);
+}
+
+TEST_CASE("units parse the way datasheets write them", "[config][units]") {
+  CHECK(*parse_quantity("32 GiB", UnitKind::Bytes) == 32.0 * (1ull << 30));
+  CHECK(*parse_quantity("1.5 TB", UnitKind::Bytes) == 1.5e12);
+  CHECK(*parse_quantity("12 GB/s", UnitKind::BytesPerSecond) == 12e9);
+  CHECK(*parse_quantity("100 Gb/s", UnitKind::BytesPerSecond) == 12.5e9);
+  CHECK(*parse_quantity("125 TFLOP/s", UnitKind::FlopsPerSecond) == 125e12);
+  CHECK(*parse_quantity("4096", UnitKind::Bytes) == 4096);
+  CHECK(*parse_quantity("5 us", UnitKind::Seconds) == Approx(5e-6));
+  CHECK_FALSE(parse_quantity("12 GB", UnitKind::BytesPerSecond));
+  CHECK_FALSE(parse_quantity("fast", UnitKind::Bytes));
+}
+
+TEST_CASE("an unknown key is an error naming file and key", "[config][errors]") {
+  const std::string yaml = "name: m\nlayers: 2\nhidden: 64\nheads: 4\nseq: 8\nvocab: 256\nhiden_size: 3\n";
+  REQUIRE_THROWS_AS(parse_model_spec(yaml, "models/bad.yaml"), ConfigError);
+  REQUIRE_THROWS_WITH(parse_model_spec(yaml, "models/bad.yaml"),
+                      Contains("models/bad.yaml") && Contains("'hiden_size'") && Contains("unknown key"));
+  REQUIRE_THROWS_WITH(parse_run_config("zero_stage: 3\nprefetch: {nvme_distanse: 2}\n", "run.yaml"),
+                      Contains("run.yaml") && Contains("'prefetch.nvme_distanse'") && Contains("unknown key"));
+}
+
+TEST_CASE("a value of the wrong type is an error saying what is allowed", "[config][errors]") {
+  REQUIRE_THROWS_WITH(parse_model_spec("name: m\nlayers: many\nhidden: 64\nheads: 4\nseq: 8\nvocab: 256\n", "m.yaml"),
+                      Contains("m.yaml") && Contains("'layers'") && Contains("'many' is not a number"));
+  REQUIRE_THROWS_WITH(parse_run_config("offload: {params: ssd}\n", "r.yaml"),
+                      Contains("'offload.params'") && Contains("'ssd' is not allowed") && Contains("none, device, cpu, host, nvme, auto"));
+  REQUIRE_THROWS_WITH(parse_run_config("activation_checkpoint: [1, 2]\n", "r.yaml"),
+                      Contains("'activation_checkpoint'") && Contains("must be a mapping"));
+  REQUIRE_THROWS_WITH(parse_run_config("optimizer: {timing: sometimes}\n", "r.yaml"),
+                      Contains("'optimizer.timing'") && Contains("after-backward, overlap-backward"));
+}
+
+TEST_CASE("negative or zero sizes are errors", "[config][errors]") {
+  REQUIRE_THROWS_WITH(parse_model_spec("name: m\nlayers: 0\nhidden: 64\nheads: 4\nseq: 8\nvocab: 256\n", "m.yaml"),
+                      Contains("'layers'") && Contains("must be a positive integer, got 0"));
+  REQUIRE_THROWS_WITH(parse_model_spec("name: m\nlayers: 2\nhidden: -64\nheads: 4\nseq: 8\nvocab: 256\n", "m.yaml"),
+                      Contains("'hidden'") && Contains("positive"));
+  REQUIRE_THROWS_WITH(parse_run_config("pinned: {buffer_size: 0 MiB}\n", "r.yaml"),
+                      Contains("'pinned.buffer_size'") && Contains("must be positive"));
+  REQUIRE_THROWS_WITH(parse_run_config("aio: {block_size: 1000}\n", "r.yaml"),
+                      Contains("'aio.block_size'") && Contains("multiple of 4096"));
+  REQUIRE_THROWS_WITH(parse_model_spec("name: m\nlayers: 2\nhidden: 66\nheads: 4\nseq: 8\nvocab: 256\n", "m.yaml"),
+                      Contains("'heads'") && Contains("divisible"));
+  std::string hw;
+  {
+    std::ifstream in(source("hwprofiles/dgx2-v100.yaml"));
+    hw.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto pos = hw.find("memory: 32 GiB");
+  REQUIRE(pos != std::string::npos);
+  hw.replace(pos, 14, "memory: -32 GiB");
+  REQUIRE_THROWS_WITH(parse_hwprofile(hw, "hw.yaml"), Contains("'node.gpu.memory'") && Contains("must be positive"));
+}
+
+TEST_CASE("an unknown model or profile lists what exists", "[config][errors]") {
+  REQUIRE_THROWS_WITH(resolve_config("gpt-7", "models", ZINF_SOURCE_DIR),
+                      Contains("unknown models 'gpt-7'") && Contains("gpt2-small") && Contains("gpt-tiny"));
+  REQUIRE_THROWS_WITH(resolve_config("dgx-9", "hwprofiles", ZINF_SOURCE_DIR),
+                      Contains("unknown hwprofiles 'dgx-9'") && Contains("dgx2-v100"));
+}
+
+TEST_CASE("an unreadable or malformed file is an error naming it", "[config][errors]") {
+  REQUIRE_THROWS_WITH(load_model_spec("/nonexistent/zinf/m.yaml"), Contains("/nonexistent/zinf/m.yaml") && Contains("cannot open"));
+  auto dir = std::filesystem::temp_directory_path() / "zinf_config_test";
+  std::filesystem::create_directories(dir);
+  auto path = (dir / "broken.yaml").string();
+  {
+    std::ofstream out(path);
+    out << "name: m\nlayers: [2\n";
+  }
+  REQUIRE_THROWS_WITH(load_model_spec(path), Contains(path) && Contains("not valid YAML"));
+  // A directory is not a readable config file either.
+  REQUIRE_THROWS_AS(load_run_config(dir.string()), ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a DeepSpeed JSON config maps onto the run config", "[config][deepspeed]") {
+  std::vector<std::string> warnings;
+  auto c = load_any_run_config(source("configs/deepspeed-infinity.json"), warnings);
+  CHECK(c.zero_stage == 3);
+  CHECK(to_string(c.params) == std::string("nvme"));
+  CHECK(to_string(c.optimizer) == std::string("nvme"));
+  CHECK(to_string(c.checkpoints) == std::string("host"));
+  CHECK(c.checkpoint_interval == 1);
+  CHECK(c.aio_block_size == 1048576);
+  CHECK(c.aio_queue_depth == 8);
+  CHECK(c.pinned_buffer_count == 4);
+  CHECK(c.pinned_buffer_size == 200000000);
+  CHECK(c.max_live_bytes == 2e9);
+  CHECK(c.reuse_distance_bytes == 2e9);
+  CHECK(c.sub_group_size == 1000000000);
+  CHECK(c.micro_batch == 1);
+  CHECK(c.grad_clip == 1.0);
+  CHECK(c.beta2 == 0.95);
+  CHECK(c.optimizer_type == "adamw");
+  CHECK(warnings.empty());
+}
+
+TEST_CASE("DeepSpeed keys zinf does not support are named in warnings", "[config][deepspeed]") {
+  std::vector<std::string> warnings;
+  auto c = parse_deepspeed_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "round_robin_gradients": true},
+      "wall_clock_breakdown": true, "fp16": {"enabled": true}})", "ds.json", warnings);
+  CHECK(c.zero_stage == 2);
+  REQUIRE(warnings.size() == 3);
+  CHECK_THAT(warnings[0], Contains("fp16.enabled"));
+  std::string all = warnings[1] + warnings[2];
+  CHECK_THAT(all, Contains("'zero_optimization.round_robin_gradients'"));
+  CHECK_THAT(all, Contains("'wall_clock_breakdown'"));
+  CHECK_THAT(warnings[1], Contains("ds.json"));
+  REQUIRE_THROWS_WITH(parse_deepspeed_config(R"({"zero_optimization": {"stage": 7}})", "ds.json", warnings),
+                      Contains("'zero_optimization.stage'") && Contains("0..3"));
+}
