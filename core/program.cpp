@@ -1,0 +1,214 @@
+#include "core/program.hpp"
+
+#include <fmt/format.h>
+
+#include <ostream>
+
+namespace zinf::core {
+
+const char* to_string(Lane l) {
+  switch (l) {
+    case Lane::Compute: return "compute";
+    case Lane::H2D: return "h2d";
+    case Lane::D2H: return "d2h";
+    case Lane::NvmeRead: return "nvme_read";
+    case Lane::NvmeWrite: return "nvme_write";
+    case Lane::Comm: return "comm";
+    case Lane::CpuOptim: return "cpu_optim";
+  }
+  return "?";
+}
+
+const char* to_string(TaskKind k) {
+  switch (k) {
+    case TaskKind::Forward: return "forward";
+    case TaskKind::Recompute: return "recompute";
+    case TaskKind::Backward: return "backward";
+    case TaskKind::CopyH2D: return "copy_h2d";
+    case TaskKind::CopyD2H: return "copy_d2h";
+    case TaskKind::NvmeRead: return "nvme_read";
+    case TaskKind::NvmeWrite: return "nvme_write";
+    case TaskKind::AllGather: return "allgather";
+    case TaskKind::ReduceScatter: return "reduce_scatter";
+    case TaskKind::AllReduce: return "allreduce";
+    case TaskKind::Broadcast: return "broadcast";
+    case TaskKind::Reduce: return "reduce";
+    case TaskKind::GradNorm: return "grad_norm";
+    case TaskKind::OptimizerStep: return "optimizer_step";
+    case TaskKind::Alloc: return "alloc";
+    case TaskKind::Free: return "free";
+  }
+  return "?";
+}
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::Forward: return "fwd";
+    case Phase::Backward: return "bwd";
+    case Phase::Optimizer: return "optim";
+  }
+  return "?";
+}
+
+const char* to_string(Data d) {
+  switch (d) {
+    case Data::None: return "none";
+    case Data::Param: return "param";
+    case Data::Grad: return "grad";
+    case Data::OptimizerState: return "optimizer_state";
+    case Data::Checkpoint: return "checkpoint";
+    case Data::Activation: return "activation";
+    case Data::Scalar: return "scalar";
+  }
+  return "?";
+}
+
+bool is_collective(TaskKind k) {
+  return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce ||
+         k == TaskKind::Broadcast || k == TaskKind::Reduce;
+}
+
+bool is_compute(TaskKind k) { return k == TaskKind::Forward || k == TaskKind::Recompute || k == TaskKind::Backward; }
+
+std::span<const int32_t> Program::deps(const Task& t) const { return {deps_.data() + t.deps_begin, t.deps_count}; }
+
+std::span<const MemEvent> Program::allocs(const Task& t, int rank) const {
+  if (!active(t, rank)) return {};
+  return {events_.data() + t.allocs_begin, t.allocs_count};
+}
+
+std::span<const MemEvent> Program::frees(const Task& t, int rank) const {
+  if (!active(t, rank)) return {};
+  return {events_.data() + t.frees_begin, t.frees_count};
+}
+
+Task Program::task_for_rank(int32_t id, int rank) const {
+  Task t = task(id);
+  if (!active(t, rank)) {
+    t.bytes = 0;
+    t.flops = 0;
+    t.allocs_count = 0;
+    t.frees_count = 0;
+  }
+  return t;
+}
+
+std::vector<Task> Program::for_rank(int rank) const {
+  std::vector<Task> out;
+  out.reserve(tasks_.size());
+  for (const auto& t : tasks_) out.push_back(task_for_rank(t.id, rank));
+  return out;
+}
+
+int64_t Program::shard_space(int rank) const {
+  if (shard_space_.empty()) return 0;
+  return shard_space_.size() == 1 ? shard_space_[0] : shard_space_[static_cast<size_t>(rank)];
+}
+
+const PerTier& Program::static_bytes(int rank) const {
+  static const PerTier zero{};
+  if (static_bytes_.empty()) return zero;
+  return static_bytes_.size() == 1 ? static_bytes_[0] : static_bytes_[static_cast<size_t>(rank)];
+}
+
+std::string Program::label(const Task& t) const {
+  std::string s = to_string(t.kind);
+  if (t.op >= 0) s += " " + ops_[static_cast<size_t>(t.op)].name;
+  if (t.unit >= 0) {
+    const auto& u = units_[static_cast<size_t>(t.unit)];
+    if (t.op < 0 || u.tiles > 1) s += " " + u.name;
+  }
+  if (t.checkpoint >= 0) s += fmt::format(" ckpt{}", t.checkpoint);
+  if (t.sub_group >= 0) s += fmt::format(" sg{}", t.sub_group);
+  if (!is_compute(t.kind) && t.data != Data::None) s += fmt::format(" {} ({})", to_string(t.data), to_string(t.phase));
+  if (t.micro_batch >= 0) s += fmt::format(" mb{}", t.micro_batch);
+  return s;
+}
+
+namespace {
+
+// Shortest text that reads back as the same double; fmt's "{}" is exactly that and locale-free.
+std::string num(double v) { return fmt::format("{}", v); }
+
+void write_events(std::ostream& out, std::span<const MemEvent> ev) {
+  out << '[';
+  for (size_t i = 0; i < ev.size(); ++i) {
+    if (i) out << ',';
+    out << fmt::format("{{\"tier\":\"{}\",\"buffer\":{},\"bytes\":{}}}", to_string(ev[i].tier), ev[i].buffer,
+                       num(ev[i].bytes));
+  }
+  out << ']';
+}
+
+std::string per_tier_json(const PerTier& p) {
+  return fmt::format("{{\"device\":{},\"host\":{},\"nvme\":{}}}", num(p[0]), num(p[1]), num(p[2]));
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void Program::write_json(std::ostream& out) const {
+  out << "{\n";
+  out << fmt::format("\"ranks\":{},\n\"gpus_per_node\":{},\n\"partitioning\":\"{}\",\n\"micro_batches\":{},\n", ranks_,
+                     gpus_per_node_,
+                     partitioning_ == Partitioning::BandwidthCentric ? "bandwidth-centric" : "owner-based",
+                     micro_batches_);
+  out << "\"budget_per_rank\":" << per_tier_json(budget_) << ",\n";
+  out << "\"peak_bytes_per_rank\":" << per_tier_json(peak_) << ",\n";
+  out << "\"static_bytes\":[";
+  for (size_t i = 0; i < static_bytes_.size(); ++i) out << (i ? "," : "") << per_tier_json(static_bytes_[i]);
+  out << "],\n\"shard_space\":[";
+  for (size_t i = 0; i < shard_space_.size(); ++i) out << (i ? "," : "") << shard_space_[i];
+  out << "],\n\"op_order\":[";
+  for (size_t i = 0; i < op_order_.size(); ++i) out << (i ? "," : "") << op_order_[i];
+  out << "],\n\"ops\":[\n";
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const auto& o = ops_[i];
+    out << fmt::format("{{\"id\":{},\"name\":{},\"kind\":\"{}\",\"block\":{},\"m\":{},\"n\":{},\"k\":{}}}{}\n", o.id,
+                       quoted(o.name), o.kind, o.block, o.m, o.n, o.k, i + 1 < ops_.size() ? "," : "");
+  }
+  out << "],\n\"units\":[\n";
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const auto& u = units_[i];
+    out << fmt::format(
+        "{{\"id\":{},\"name\":{},\"group\":{},\"tile\":{},\"tiles\":{},\"rows\":[{},{}],\"numel\":{},"
+        "\"shard_numel\":{},\"shard_offset\":{},\"owner\":{},\"owner_offset\":{}}}{}\n",
+        u.id, quoted(u.name), u.group, u.tile, u.tiles, u.row_begin, u.row_end, u.numel, u.shard_numel, u.shard_offset,
+        u.owner, u.owner_offset, i + 1 < units_.size() ? "," : "");
+  }
+  out << "],\n\"sub_groups\":[\n";
+  for (size_t i = 0; i < sub_groups_.size(); ++i) {
+    const auto& g = sub_groups_[i];
+    out << fmt::format("{{\"id\":{},\"offset\":{},\"count\":{},\"owner\":{}}}{}\n", g.id, g.offset, g.count, g.owner,
+                       i + 1 < sub_groups_.size() ? "," : "");
+  }
+  out << "],\n\"tasks\":[\n";
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const auto& t = tasks_[i];
+    out << fmt::format(
+        "{{\"id\":{},\"kind\":\"{}\",\"lane\":\"{}\",\"data\":\"{}\",\"phase\":\"{}\",\"from\":\"{}\",\"to\":\"{}\","
+        "\"bytes\":{},\"flops\":{},\"gemm_min_dim\":{},\"op\":{},\"unit\":{},\"micro_batch\":{},\"checkpoint\":{},"
+        "\"sub_group\":{},\"sg_offset\":{},\"sg_count\":{},\"participants\":{},\"root\":{},\"owner\":{},\"deps\":[",
+        t.id, to_string(t.kind), to_string(t.lane), to_string(t.data), to_string(t.phase), to_string(t.from),
+        to_string(t.to), num(t.bytes), num(t.flops), t.gemm_min_dim, t.op, t.unit, t.micro_batch, t.checkpoint,
+        t.sub_group, t.sg_offset, t.sg_count, t.participants, t.root, t.owner);
+    auto d = deps(t);
+    for (size_t j = 0; j < d.size(); ++j) out << (j ? "," : "") << d[j];
+    out << "],\"allocs\":";
+    write_events(out, {events_.data() + t.allocs_begin, t.allocs_count});
+    out << ",\"frees\":";
+    write_events(out, {events_.data() + t.frees_begin, t.frees_count});
+    out << (i + 1 < tasks_.size() ? "},\n" : "}\n");
+  }
+  out << "]\n}\n";
+}
+
+}  // namespace zinf::core

@@ -1,0 +1,271 @@
+#include "core/timeline.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <ostream>
+
+namespace zinf::core {
+
+double Timeline::makespan() const {
+  double m = 0;
+  for (const auto& e : events) m = std::max(m, e.end);
+  return m;
+}
+
+namespace {
+
+std::string csv_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void Timeline::write_csv(std::ostream& out) const {
+  out << "rank,lane,task,kind,label,start,end,bytes,flops\n";
+  for (const auto& e : events)
+    out << fmt::format("{},{},{},{},{},{},{},{},{}\n", e.rank, to_string(e.lane), e.task, to_string(e.kind),
+                       csv_quoted(e.label), e.start, e.end, e.bytes, e.flops);
+}
+
+void Timeline::write_chrome_trace(std::ostream& out) const {
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  std::map<int, bool> ranks;
+  for (const auto& e : events) ranks[e.rank] = true;
+  bool first = true;
+  auto sep = [&] {
+    if (!first) out << ",\n";
+    first = false;
+  };
+  for (const auto& [rank, unused] : ranks) {
+    (void)unused;
+    sep();
+    out << fmt::format("{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"rank {}\"}}}}", rank,
+                       rank);
+    for (int l = 0; l < kLaneCount; ++l) {
+      sep();
+      out << fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
+                         rank, l, to_string(static_cast<Lane>(l)));
+      sep();
+      out << fmt::format(
+          "{{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"sort_index\":{}}}}}", rank, l,
+          l);
+    }
+  }
+  for (const auto& e : events) {
+    sep();
+    out << fmt::format(
+        "{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
+        "\"args\":{{\"task\":{},\"bytes\":{},\"flops\":{}}}}}",
+        json_quoted(e.label), to_string(e.kind), e.rank, static_cast<int>(e.lane), e.start * 1e6,
+        (e.end - e.start) * 1e6, e.task, e.bytes, e.flops);
+  }
+  out << "\n]}\n";
+}
+
+TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
+  TimelineCheck out;
+  auto error = [&](std::string msg) {
+    if (out.errors.size() < 50) out.errors.push_back(std::move(msg));
+  };
+  std::map<int, std::vector<const TimelineEvent*>> by_rank;
+  for (const auto& e : tl.events) by_rank[e.rank].push_back(&e);
+  const auto& tasks = p.tasks();
+  for (const auto& [rank, evs] : by_rank) {
+    std::vector<const TimelineEvent*> of(tasks.size(), nullptr);
+    for (const auto* e : evs) {
+      if (e->task < 0 || static_cast<size_t>(e->task) >= tasks.size()) {
+        error(fmt::format("rank {}: task {} is not in the program", rank, e->task));
+        continue;
+      }
+      if (of[static_cast<size_t>(e->task)]) error(fmt::format("rank {}: task {} appears twice", rank, e->task));
+      of[static_cast<size_t>(e->task)] = e;
+      if (e->end + tol < e->start) error(fmt::format("rank {}: task {} ends before it starts", rank, e->task));
+    }
+    // End time of every task on this rank; an absent no-op ends when its dependencies have.
+    std::vector<double> end(tasks.size(), 0.0);
+    for (const auto& t : tasks) {
+      const auto* e = of[static_cast<size_t>(t.id)];
+      double ready = 0;
+      for (int32_t d : p.deps(t)) ready = std::max(ready, end[static_cast<size_t>(d)]);
+      if (!e) {
+        if (p.active(t, rank) && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free)
+          error(fmt::format("rank {}: task {} ({}) did not run", rank, t.id, p.label(t)));
+        end[static_cast<size_t>(t.id)] = ready;
+        continue;
+      }
+      if (e->start + tol < ready)
+        error(fmt::format("rank {}: task {} ({}) started at {} before its dependencies ended at {}", rank, t.id,
+                          p.label(t), e->start, ready));
+      end[static_cast<size_t>(t.id)] = e->end;
+    }
+    // Lanes are serial.
+    for (int l = 0; l < kLaneCount; ++l) {
+      std::vector<const TimelineEvent*> lane;
+      for (const auto* e : evs)
+        if (static_cast<int>(e->lane) == l && e->end > e->start) lane.push_back(e);
+      std::sort(lane.begin(), lane.end(), [](auto* a, auto* b) { return a->start < b->start; });
+      for (size_t i = 1; i < lane.size(); ++i)
+        if (lane[i]->start + tol < lane[i - 1]->end)
+          error(fmt::format("rank {}: lane {} runs tasks {} and {} at once", rank, to_string(static_cast<Lane>(l)),
+                            lane[i - 1]->task, lane[i]->task));
+    }
+    // Memory: allocations at start, frees at end; at equal times frees come first.
+    struct Point {
+      double time;
+      int order;  // 0 free, 1 alloc
+      Tier tier;
+      double bytes;
+    };
+    std::vector<Point> pts;
+    for (const auto& t : tasks) {
+      const auto* e = of[static_cast<size_t>(t.id)];
+      double s = e ? e->start : end[static_cast<size_t>(t.id)];
+      double f = e ? e->end : end[static_cast<size_t>(t.id)];
+      for (const auto& a : p.allocs(t, rank)) pts.push_back({s, 1, a.tier, a.bytes});
+      for (const auto& fr : p.frees(t, rank)) pts.push_back({f, 0, fr.tier, -fr.bytes});
+    }
+    std::stable_sort(pts.begin(), pts.end(),
+                     [](const Point& a, const Point& b) { return a.time != b.time ? a.time < b.time : a.order < b.order; });
+    PerTier live = p.static_bytes(rank), peak = live;
+    for (const auto& pt : pts) {
+      at(live, pt.tier) += pt.bytes;
+      at(peak, pt.tier) = std::max(at(peak, pt.tier), at(live, pt.tier));
+    }
+    for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
+      if (at(peak, t) > at(p.budget(), t) * (1 + 1e-9))
+        error(fmt::format("rank {}: {} peaks at {:.0f} bytes, over its budget of {:.0f}", rank, to_string(t),
+                          at(peak, t), at(p.budget(), t)));
+    out.peak_bytes.push_back(peak);
+  }
+  return out;
+}
+
+double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {
+  if (!p.active(t, rank)) return 0;
+  const auto& n = hw.node;
+  const double G = std::max(1, n.gpus);
+  switch (t.kind) {
+    case TaskKind::Forward:
+    case TaskKind::Recompute:
+    case TaskKind::Backward: {
+      double memory = t.bytes / (n.gpu.memory_bandwidth * n.gpu.elementwise_efficiency);
+      double compute = t.flops / n.gpu.peak_flops;
+      if (t.gemm_min_dim > 0) compute = t.flops / (n.gpu.peak_flops * std::max(1e-3, n.gpu.gemm_efficiency.at(double(t.gemm_min_dim))));
+      return n.gpu.kernel_launch + std::max(memory, compute);
+    }
+    case TaskKind::CopyH2D:
+    case TaskKind::CopyD2H: return n.pcie_latency + t.bytes / n.pcie_bandwidth_all_active();
+    case TaskKind::NvmeRead: return n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / G);
+    case TaskKind::NvmeWrite: return n.nvme_latency + t.bytes / (n.nvme_write_bandwidth / G);
+    case TaskKind::AllGather:
+    case TaskKind::ReduceScatter:
+    case TaskKind::AllReduce:
+    case TaskKind::Broadcast:
+    case TaskKind::Reduce: {
+      const double parts = std::max(1, t.participants);
+      if (parts <= 1) return 0;
+      const bool one_node = parts <= G;
+      const double bw = one_node ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);
+      const double lat = one_node ? n.nvlink_latency : hw.fabric.latency;
+      double volume = (parts - 1) / parts * t.bytes;
+      if (t.kind == TaskKind::AllReduce) volume *= 2;
+      if (t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) volume = t.bytes;
+      return lat * (parts - 1) + volume / bw;
+    }
+    case TaskKind::GradNorm:
+      return t.lane == Lane::CpuOptim ? t.bytes / (n.host_memory_bandwidth / G)
+                                      : n.gpu.kernel_launch + t.bytes / n.gpu.memory_bandwidth;
+    case TaskKind::OptimizerStep:
+      if (t.lane == Lane::CpuOptim) return double(t.sg_count) / (n.cpu_adam_rate / G);
+      return n.gpu.kernel_launch + t.bytes / (n.gpu.memory_bandwidth * n.gpu.elementwise_efficiency);
+    case TaskKind::Alloc:
+    case TaskKind::Free: return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+// Schedules the ranks in `sim` together: per-rank lanes, collectives synchronized over them.
+std::vector<std::vector<std::pair<double, double>>> list_schedule(const Program& p, const HwProfile& hw,
+                                                                  const std::vector<int>& sim) {
+  const auto& tasks = p.tasks();
+  std::vector<std::vector<std::pair<double, double>>> times(sim.size(),
+                                                            std::vector<std::pair<double, double>>(tasks.size()));
+  std::vector<std::array<double, kLaneCount>> lane_free(sim.size());
+  for (auto& l : lane_free) l.fill(0.0);
+  std::vector<double> ready(sim.size());
+  for (const auto& t : tasks) {
+    const auto li = static_cast<size_t>(t.lane);
+    double start_all = 0;
+    for (size_t r = 0; r < sim.size(); ++r) {
+      double rd = lane_free[r][li];
+      for (int32_t d : p.deps(t)) rd = std::max(rd, times[r][static_cast<size_t>(d)].second);
+      ready[r] = rd;
+      start_all = std::max(start_all, rd);
+    }
+    const bool sync = is_collective(t.kind);
+    for (size_t r = 0; r < sim.size(); ++r) {
+      double s = sync ? start_all : ready[r];
+      double e = s + nominal_duration(p, t, sim[r], hw);
+      times[r][static_cast<size_t>(t.id)] = {s, e};
+      lane_free[r][li] = e;
+    }
+  }
+  return times;
+}
+
+}  // namespace
+
+Timeline schedule_ideal(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
+  std::vector<int> sim;
+  if (p.partitioning() == Partitioning::BandwidthCentric) {
+    sim = {0};
+  } else {
+    for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
+  }
+  auto times = list_schedule(p, hw, sim);
+  Timeline tl;
+  for (int rank : ranks) {
+    const size_t row = sim.size() == 1 ? 0 : static_cast<size_t>(rank);
+    for (const auto& t : p.tasks()) {
+      if (!p.active(t, rank)) continue;
+      if (t.kind == TaskKind::Alloc || t.kind == TaskKind::Free) continue;
+      const auto [s, e] = times[row][static_cast<size_t>(t.id)];
+      tl.events.push_back({rank, t.lane, t.id, t.kind, p.label(t), s, e, t.bytes, t.flops});
+    }
+  }
+  return tl;
+}
+
+double estimate_step_time(const Program& p, const HwProfile& hw) {
+  std::vector<int> sim;
+  if (p.partitioning() == Partitioning::BandwidthCentric) {
+    sim = {0};
+  } else {
+    for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
+  }
+  auto times = list_schedule(p, hw, sim);
+  double m = 0;
+  for (const auto& row : times)
+    for (const auto& [s, e] : row) m = std::max(m, e);
+  return m;
+}
+
+}  // namespace zinf::core
