@@ -201,7 +201,7 @@ int64_t auto_tiling_factor(const MemoryModelInput& in, int64_t limit) {
   for (int64_t t = 1; t <= limit; t *= 2) {
     probe.config.tiling_factor = t;
     auto r = memory_requirement(probe);
-    if (r.fits || (r.short_tier && *r.short_tier != Tier::Device)) return r.fits ? t : 0;
+    if (r.total.device <= r.budget.device) return t;
   }
   return 0;
 }

@@ -84,7 +84,8 @@ LargestModel largest_model(const MemoryModelInput& in);
 // a single GPU can run, with host and NVMe assumed large enough (as in the paper's §8.6 experiment).
 int64_t largest_hidden(const MemoryModelInput& in, int64_t max_hidden = int64_t(1) << 22);
 
-// Smallest tiling factor (a power of two up to `limit`) with which `in` fits on the device; 0 if none.
+// Smallest tiling factor (a power of two up to `limit`) with which `in`'s device memory fits its
+// budget, whatever the other tiers say; 0 if none does.
 int64_t auto_tiling_factor(const MemoryModelInput& in, int64_t limit = 4096);
 
 // Paper §4: efficiency = ait·bw / (ait·bw + peak).
