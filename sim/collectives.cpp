@@ -1,0 +1,158 @@
+#include "sim/collectives.hpp"
+
+#include <stdexcept>
+
+namespace zinf::sim {
+
+using core::TaskKind;
+
+const char* to_string(CollectiveAlgorithm a) {
+  return a == CollectiveAlgorithm::Ring ? "ring" : "hierarchical";
+}
+
+CollectiveAlgorithm parse_collective_algorithm(const std::string& text) {
+  if (text == "ring") return CollectiveAlgorithm::Ring;
+  if (text == "hierarchical") return CollectiveAlgorithm::Hierarchical;
+  throw std::invalid_argument("unknown collective algorithm '" + text + "' (ring | hierarchical)");
+}
+
+namespace {
+
+struct Builder {
+  const CollectiveShape& c;
+  HopLatency hop;
+  std::vector<CollectivePhase> phases;
+
+  bool crosses(const std::vector<int>& members) const {
+    for (int m : members)
+      if (m / c.gpus_per_node != members.front() / c.gpus_per_node) return true;
+    return false;
+  }
+
+  // Several disjoint rings (or chains) that run at the same time form one phase. `steps(k)` is the
+  // number of latency-bearing steps of one ring of k members; `bytes(k)` what each member sends.
+  template <class Steps, class Bytes>
+  void phase(const std::vector<std::vector<int>>& groups, bool chain, Steps steps, Bytes bytes) {
+    CollectivePhase p;
+    for (const auto& g : groups) {
+      const int k = static_cast<int>(g.size());
+      if (k < 2) continue;
+      const bool across = crosses(g);
+      p.crosses_nodes = p.crosses_nodes || across;
+      p.latency = std::max(p.latency, steps(k) * (across ? hop.inter : hop.intra));
+      const int senders = chain ? k - 1 : k;
+      for (int i = 0; i < senders; ++i) p.flows.push_back({g[i], g[(i + 1) % k], bytes(k)});
+    }
+    if (!p.flows.empty()) phases.push_back(std::move(p));
+  }
+
+  void ring(const std::vector<std::vector<int>>& groups, TaskKind kind, double size) {
+    const bool all_reduce = kind == TaskKind::AllReduce;
+    phase(groups, false, [&](int k) { return (all_reduce ? 2.0 : 1.0) * (k - 1); },
+          [&](int k) { return (all_reduce ? 2.0 : 1.0) * (k - 1) / k * size; });
+  }
+
+  // Pipelined chain through `groups`, each listed from its first sender to its last receiver.
+  void chain(const std::vector<std::vector<int>>& groups, double size) {
+    phase(groups, true, [](int k) { return double(k - 1); }, [&](int) { return size; });
+  }
+};
+
+// Members of a group listed starting at `first` (rotated), or ending at it when `reverse`.
+std::vector<int> rotated(std::vector<int> g, int first, bool reverse) {
+  size_t i = 0;
+  while (i < g.size() && g[i] != first) ++i;
+  std::vector<int> out;
+  for (size_t j = 0; j < g.size(); ++j) out.push_back(g[(i + j) % g.size()]);
+  if (reverse) {
+    std::vector<int> r{out.front()};
+    for (size_t j = out.size() - 1; j >= 1; --j) r.push_back(out[j]);
+    out.assign(r.rbegin(), r.rend());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, CollectiveAlgorithm algorithm,
+                                               const HopLatency& latency) {
+  if (!core::is_collective(c.kind)) throw std::invalid_argument("collective_phases: not a collective task kind");
+  if (c.ranks < 1 || c.gpus_per_node < 1) throw std::invalid_argument("collective_phases: no ranks");
+  Builder b{c, latency, {}};
+  const int G = std::min(c.gpus_per_node, c.ranks);
+  const bool hierarchical = algorithm == CollectiveAlgorithm::Hierarchical && c.ranks > G;
+  if (hierarchical && c.ranks % G != 0)
+    throw std::invalid_argument("hierarchical collective: " + std::to_string(c.ranks) +
+                                " ranks do not fill nodes of " + std::to_string(G) + " GPUs");
+  const bool rooted = c.kind == TaskKind::Broadcast || c.kind == TaskKind::Reduce;
+  const bool reverse = c.kind == TaskKind::Reduce;
+
+  if (!hierarchical) {
+    std::vector<int> all;
+    for (int r = 0; r < c.ranks; ++r) all.push_back(r);
+    if (rooted)
+      b.chain({rotated(all, c.root, reverse)}, c.bytes);
+    else
+      b.ring({all}, c.kind, c.bytes);
+    return std::move(b.phases);
+  }
+
+  const int N = c.ranks / G;
+  std::vector<std::vector<int>> intra(N), inter(G);
+  for (int r = 0; r < c.ranks; ++r) {
+    intra[r / G].push_back(r);
+    inter[r % G].push_back(r);
+  }
+  const double S = c.bytes;
+  switch (c.kind) {
+    case TaskKind::AllGather:
+      b.ring(inter, TaskKind::AllGather, S / G);
+      b.ring(intra, TaskKind::AllGather, S);
+      break;
+    case TaskKind::ReduceScatter:
+      b.ring(intra, TaskKind::ReduceScatter, S);
+      b.ring(inter, TaskKind::ReduceScatter, S / G);
+      break;
+    case TaskKind::AllReduce:
+      b.ring(intra, TaskKind::ReduceScatter, S);
+      b.ring(inter, TaskKind::AllReduce, S / G);
+      b.ring(intra, TaskKind::AllGather, S);
+      break;
+    case TaskKind::Broadcast:
+    case TaskKind::Reduce: {
+      const int root_local = c.root % G, root_node = c.root / G;
+      std::vector<std::vector<int>> inside;
+      for (int n = 0; n < N; ++n) inside.push_back(rotated(intra[n], n * G + root_local, reverse));
+      auto across = std::vector<std::vector<int>>{rotated(inter[root_local], root_node * G + root_local, reverse)};
+      if (reverse) {
+        b.chain(inside, S);
+        b.chain(across, S);
+      } else {
+        b.chain(across, S);
+        b.chain(inside, S);
+      }
+      break;
+    }
+    default: break;
+  }
+  return std::move(b.phases);
+}
+
+size_t execute_phases(const Platform& platform, const std::vector<CollectivePhase>& phases) {
+  size_t started = 0;
+  std::vector<sg4::CommPtr> comms;
+  for (const auto& p : phases) {
+    if (p.latency > 0) {
+      sg4::this_actor::sleep_for(p.latency);
+      ++started;
+    }
+    comms.clear();
+    for (const auto& f : p.flows)
+      comms.push_back(sg4::Comm::sendto_async(platform.gpu(f.src), platform.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
+    started += comms.size();
+    sg4::Comm::wait_all(comms);
+  }
+  return started;
+}
+
+}  // namespace zinf::sim

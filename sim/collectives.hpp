@@ -1,0 +1,57 @@
+// Collectives as the flows of their algorithm. A ring over k ranks is step-aggregated: each rank
+// sends one flow of (k-1)/k·S bytes (all-gather, reduce-scatter) or 2(k-1)/k·S (all-reduce) to its
+// successor, all flows at once, and the per-step latency is charged analytically before the flows
+// start. Under exact max-min sharing this gives the step-by-step ring's time whenever the ring's
+// links are alike (shared/notes/SIMGRID.md), at one flow per rank instead of k-1.
+// Hierarchical: a ring inside each node over NVLink and a ring across nodes among the GPUs of the
+// same local index over the NICs (reduce-scatter inside then across; all-gather across then inside;
+// all-reduce as reduce-scatter inside, all-reduce across on S/G, all-gather inside). Broadcast and
+// reduce are pipelined chains from / to the root. Pure functions, thread-safe.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/program.hpp"
+#include "sim/platform.hpp"
+
+namespace zinf::sim {
+
+enum class CollectiveAlgorithm { Ring, Hierarchical };
+const char* to_string(CollectiveAlgorithm a);
+CollectiveAlgorithm parse_collective_algorithm(const std::string& text);  // "ring" | "hierarchical"
+
+struct Flow {
+  int src = 0;  // ranks
+  int dst = 0;
+  double bytes = 0;
+};
+
+// One phase: all its flows start together after `latency` seconds and the next phase starts when
+// they have all ended.
+struct CollectivePhase {
+  std::vector<Flow> flows;
+  double latency = 0;
+  bool crosses_nodes = false;
+};
+
+struct CollectiveShape {
+  core::TaskKind kind = core::TaskKind::AllGather;
+  int ranks = 1;          // participants: ranks 0 .. ranks-1, numbered node by node
+  int gpus_per_node = 1;
+  double bytes = 0;       // S: the full (gathered / reduced) buffer
+  int root = 0;           // Broadcast / Reduce
+};
+
+struct HopLatency {
+  double intra = 0;  // one hop inside a node (NVLink)
+  double inter = 0;  // one hop across nodes (fabric)
+};
+
+std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, CollectiveAlgorithm algorithm,
+                                               const HopLatency& latency);
+
+// Runs the phases on the platform's GPUs, from inside an actor: per phase, waits its latency, starts
+// every flow and waits for all of them. Returns the number of activities it started.
+size_t execute_phases(const Platform& platform, const std::vector<CollectivePhase>& phases);
+
+}  // namespace zinf::sim

@@ -1,0 +1,38 @@
+// How long a task occupies the resource it runs on, from the hwprofile alone: kernels from their
+// FLOPs (at the GPU's peak times the GEMM efficiency curve at the GEMM's smallest dimension) and
+// memory traffic (at HBM bandwidth times the elementwise efficiency), whichever is longer, plus
+// one kernel launch; CPU Adam from the node's Adam rate; per-transfer latencies by path. Transfer
+// and disk times are not here: the platform's links and disks produce them under contention.
+// Every number comes from the profile. Plain value type; thread-safe.
+#pragma once
+#include <cstdint>
+
+#include "core/hwprofile.hpp"
+
+namespace zinf::sim {
+
+class CostModel {
+public:
+  explicit CostModel(const core::HwProfile& hw) : hw_(hw) {}
+
+  // Fraction of peak a GEMM whose smallest dimension is `min_dim` reaches.
+  double gemm_efficiency(double min_dim) const;
+  // One GPU kernel: `flops` of GEMM work (gemm_min_dim > 0) or none, and `bytes` of HBM traffic.
+  double kernel_seconds(double flops, double bytes, int64_t gemm_min_dim) const;
+  // Adam over `params` parameters on one CPU socket when it runs alone (sockets time-share).
+  double cpu_adam_seconds(double params) const;
+  // A pass over `bytes` of host memory on one socket (gradient norm of host-resident shards).
+  double cpu_stream_seconds(double bytes) const;
+  // A GPU kernel that streams `bytes` (optimizer step or norm on device-resident shards).
+  double device_stream_seconds(double bytes) const { return kernel_seconds(0, bytes, 0); }
+
+  double pcie_latency() const { return hw_.node.pcie_latency; }
+  double nvme_latency() const { return hw_.node.nvme_latency; }
+  double nvlink_latency() const { return hw_.node.nvlink_latency; }
+  double fabric_latency() const { return hw_.fabric.latency; }
+
+private:
+  core::HwProfile hw_;
+};
+
+}  // namespace zinf::sim

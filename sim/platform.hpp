@@ -1,0 +1,79 @@
+// The SimGrid platform of a cluster described by a HwProfile: `nodes` copies of the profile's node
+// joined by a fabric. Per node: one host per GPU (compute at the GPU's peak rate), one host per CPU
+// socket (CPU Adam at the socket's share of the node's rate), a PCIe link per GPU, a shared switch
+// uplink per group of GPUs that the profile says share one, a host-memory link per socket, an NVLink
+// link per GPU into a non-blocking NVSwitch, the NICs, and the NVMe array as a disk with its own read
+// and write bandwidths. Routes:
+//   GPU <-> GPU, same node : nvlink(src) up, nvlink(dst) down
+//   GPU <-> its CPU socket  : pcie(gpu), switch uplink (when shared), host memory of the socket
+//   GPU <-> other node     : pcie(gpu), nic(gpu), fabric port(node) | fabric port(node'), nic, pcie
+// The fabric is full-bisection (a fat-tree without oversubscription, or a full crossbar): each node
+// has one port link of the bandwidth of all its NICs into a non-blocking core.
+//
+// Every link has zero latency and the engine runs SimGrid's CM02 model without cross-traffic and
+// without the TCP window bound, so that bandwidth sharing is exact max-min fairness; per-transfer
+// latencies from the profile are charged by the simulator outside the links (latency()).
+//
+// SimGrid's engine is a process-wide singleton that cannot be created twice (its clock and its
+// configuration survive it): build one platform per process; see isolate.hpp to run many.
+#pragma once
+#include <simgrid/s4u.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/hwprofile.hpp"
+
+namespace zinf::sim {
+
+namespace sg4 = simgrid::s4u;
+
+// Which links a transfer crosses, for latency and accounting.
+enum class Path { HostToDevice, DeviceToHost, NvLink, Fabric };
+
+class Platform {
+public:
+  // Creates the SimGrid engine (quiet: warnings and errors only), configures exact bandwidth sharing
+  // and builds the platform. Throws std::logic_error if an engine already exists in this process.
+  Platform(const core::HwProfile& hw, int nodes);
+  ~Platform();
+  Platform(const Platform&) = delete;
+  Platform& operator=(const Platform&) = delete;
+
+  const core::HwProfile& hw() const { return hw_; }
+  int nodes() const { return nodes_; }
+  int ranks() const { return nodes_ * hw_.node.gpus; }
+  int gpus_per_node() const { return hw_.node.gpus; }
+  int node_of(int rank) const { return rank / hw_.node.gpus; }
+  int local_of(int rank) const { return rank % hw_.node.gpus; }
+
+  sg4::Host* gpu(int rank) const { return gpus_[rank]; }
+  // The CPU socket a GPU is attached to.
+  sg4::Host* cpu_of(int rank) const;
+  sg4::Host* cpu(int node, int socket) const { return cpus_[node * hw_.node.cpu_sockets + socket]; }
+  sg4::Disk* nvme(int node) const { return disks_[node]; }
+  sg4::Engine& engine() { return *engine_; }
+
+  // Latency charged per transfer along a path (from the profile).
+  double latency(Path p) const;
+  Path path_between(int rank_a, int rank_b) const {
+    return node_of(rank_a) == node_of(rank_b) ? Path::NvLink : Path::Fabric;
+  }
+
+  // Capacities, one direction, used to turn bytes moved into utilization.
+  double pcie_bandwidth() const { return hw_.node.pcie_bandwidth; }
+  double nic_bandwidth_total() const { return hw_.node.nic_bandwidth_total(); }
+
+private:
+  void build_node(sg4::NetZone* fabric, int n);
+
+  core::HwProfile hw_;
+  int nodes_;
+  std::unique_ptr<sg4::Engine> engine_;
+  std::vector<sg4::Host*> gpus_;
+  std::vector<sg4::Host*> cpus_;
+  std::vector<sg4::Disk*> disks_;
+};
+
+}  // namespace zinf::sim

@@ -1,0 +1,123 @@
+// Collectives as per-rank flows on the platform match the closed forms of their algorithms:
+// ring all-gather / reduce-scatter / all-reduce over k ranks inside a node, a flat ring across
+// nodes, the hierarchical algorithms, and pipelined broadcast. Each simulation runs in a child.
+#include <simgrid/s4u.hpp>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "core/hwprofile.hpp"
+#include "sim/collectives.hpp"
+#include "sim/isolate.hpp"
+#include "sim/platform.hpp"
+
+using namespace zinf;
+using core::TaskKind;
+namespace sg4 = simgrid::s4u;
+
+namespace {
+
+// NVLink 100 GB/s per GPU, 2 us per hop; two NICs of 10 GB/s per node, 5 us fabric latency.
+std::string profile(int gpus) {
+  return "name: test\nnode:\n  gpus: " + std::to_string(gpus) +
+         "\n  gpu: {name: g, memory: 16 GB, peak_flops: 100 TFLOP/s, memory_bandwidth: 1000 GB/s}\n"
+         "  host: {memory: 512 GB, memory_bandwidth: 400 GB/s, cores: 8, adam_params_per_s: 1e9}\n"
+         "  nvme: {capacity: 8 TB, read_bandwidth: 8 GB/s, write_bandwidth: 4 GB/s}\n"
+         "  pcie: {bandwidth_per_gpu: 10 GB/s}\n"
+         "  nvlink: {bandwidth_per_gpu: 100 GB/s, latency: 2 us}\n"
+         "  nic: {count: 2, bandwidth: 10 GB/s}\n"
+         "fabric: {latency: 5 us}\n";
+}
+
+constexpr double kNv = 100e9, kNvLat = 2e-6, kFabricLat = 5e-6;
+
+double simulate(int gpus, int nodes, TaskKind kind, int ranks, double bytes, sim::CollectiveAlgorithm algo, int root = 0) {
+  std::string out = sim::run_isolated([&] {
+    sim::Platform p(core::parse_hwprofile(profile(gpus), "test.yaml"), nodes);
+    auto phases = sim::collective_phases({kind, ranks, gpus, bytes, root}, algo, {kNvLat, kFabricLat});
+    double end = 0;
+    sg4::Actor::create("collective", p.gpu(0), [&] {
+      sim::execute_phases(p, phases);
+      end = sg4::Engine::get_clock();
+    });
+    p.engine().run();
+    return std::to_string(end);
+  });
+  return std::stod(out);
+}
+
+}  // namespace
+
+TEST_CASE("ring all-gather over k ranks of one node: (k-1)/k S / B + (k-1) hops") {
+  const double S = 4e9;
+  for (int k : {2, 4, 8}) {
+    double expected = (k - 1.0) / k * S / kNv + (k - 1) * kNvLat;
+    double t = simulate(8, 1, TaskKind::AllGather, k, S, sim::CollectiveAlgorithm::Ring);
+    INFO("k = " << k);
+    CHECK(t == Approx(expected).epsilon(0.01));
+  }
+}
+
+TEST_CASE("ring reduce-scatter and all-reduce over 8 ranks") {
+  const double S = 4e9;
+  CHECK(simulate(8, 1, TaskKind::ReduceScatter, 8, S, sim::CollectiveAlgorithm::Ring) ==
+        Approx(7.0 / 8 * S / kNv + 7 * kNvLat).epsilon(0.01));
+  CHECK(simulate(8, 1, TaskKind::AllReduce, 8, S, sim::CollectiveAlgorithm::Ring) ==
+        Approx(2 * 7.0 / 8 * S / kNv + 14 * kNvLat).epsilon(0.01));
+}
+
+TEST_CASE("a flat ring across two nodes is bound by the GPU-to-GPU path across the fabric") {
+  // 8 ranks, 4 per node: the two cross-node flows each get 10 GB/s (PCIe = NIC = 10 GB/s).
+  const double S = 4e9;
+  double t = simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Ring);
+  CHECK(t == Approx(7.0 / 8 * S / 10e9 + 7 * kFabricLat).epsilon(0.01));
+}
+
+TEST_CASE("hierarchical all-gather, reduce-scatter and all-reduce over 2 nodes x 4 GPUs") {
+  const double S = 4e9;
+  // Across: 4 rings of 2 (one per local index); each GPU sends S/8 while two GPUs share a NIC: 5 GB/s.
+  const double across_ag = 0.5 * (S / 4) / 5e9 + kFabricLat;
+  const double inside = 3.0 / 4 * S / kNv + 3 * kNvLat;
+  CHECK(simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Hierarchical) ==
+        Approx(across_ag + inside).epsilon(0.01));
+  CHECK(simulate(4, 2, TaskKind::ReduceScatter, 8, S, sim::CollectiveAlgorithm::Hierarchical) ==
+        Approx(inside + across_ag).epsilon(0.01));
+  const double across_ar = 2 * 0.5 * (S / 4) / 5e9 + 2 * kFabricLat;
+  CHECK(simulate(4, 2, TaskKind::AllReduce, 8, S, sim::CollectiveAlgorithm::Hierarchical) ==
+        Approx(inside + across_ar + inside).epsilon(0.01));
+}
+
+TEST_CASE("pipelined broadcast from any root: S / B + (k-1) hops") {
+  const double S = 1e9;
+  CHECK(simulate(8, 1, TaskKind::Broadcast, 8, S, sim::CollectiveAlgorithm::Ring, 3) ==
+        Approx(S / kNv + 7 * kNvLat).epsilon(0.01));
+  CHECK(simulate(8, 1, TaskKind::Reduce, 8, S, sim::CollectiveAlgorithm::Ring, 5) ==
+        Approx(S / kNv + 7 * kNvLat).epsilon(0.01));
+}
+
+TEST_CASE("collective phases: flows per rank and bytes per flow") {
+  auto ring = sim::collective_phases({TaskKind::AllGather, 16, 8, 16e9, 0}, sim::CollectiveAlgorithm::Ring, {1e-6, 5e-6});
+  REQUIRE(ring.size() == 1);
+  CHECK(ring[0].flows.size() == 16);
+  CHECK(ring[0].flows[0].bytes == Approx(15.0 / 16 * 16e9));
+  CHECK(ring[0].crosses_nodes);
+  CHECK(ring[0].latency == Approx(15 * 5e-6));
+
+  auto hier = sim::collective_phases({TaskKind::AllReduce, 16, 8, 16e9, 0}, sim::CollectiveAlgorithm::Hierarchical, {1e-6, 5e-6});
+  REQUIRE(hier.size() == 3);
+  CHECK_FALSE(hier[0].crosses_nodes);
+  CHECK(hier[1].crosses_nodes);
+  CHECK(hier[1].flows.size() == 16);                          // 8 rings of 2
+  CHECK(hier[1].flows[0].bytes == Approx(2 * 0.5 * 16e9 / 8));  // all-reduce of S/G across 2 nodes
+
+  auto bcast = sim::collective_phases({TaskKind::Broadcast, 4, 4, 1e9, 2}, sim::CollectiveAlgorithm::Ring, {1e-6, 5e-6});
+  REQUIRE(bcast.size() == 1);
+  REQUIRE(bcast[0].flows.size() == 3);
+  CHECK(bcast[0].flows[0].src == 2);
+  CHECK(bcast[0].flows[2].dst == 1);
+  auto reduce = sim::collective_phases({TaskKind::Reduce, 4, 4, 1e9, 2}, sim::CollectiveAlgorithm::Ring, {1e-6, 5e-6});
+  CHECK(reduce[0].flows.back().dst == 2);
+
+  CHECK(sim::collective_phases({TaskKind::AllGather, 1, 8, 1e9, 0}, sim::CollectiveAlgorithm::Ring, {}).empty());
+  CHECK_THROWS(sim::collective_phases({TaskKind::AllGather, 12, 8, 1e9, 0}, sim::CollectiveAlgorithm::Hierarchical, {}));
+}
