@@ -1,0 +1,73 @@
+// IoEnv is the one door from the NVMe store to the operating system: files, directories and
+// io_uring rings. Every method returns 0 (or a count) on success and -errno on failure, like the
+// system call it wraps, so a test can put a fault-injecting IoEnv in front of the real one
+// (LevelDB's Env). An IoEnv is stateless and thread-safe; an IoRing has one submitting thread
+// at a time and one reaping thread at a time (the caller serializes each side), which may differ.
+#pragma once
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace zinf::engine {
+
+// One block-sized transfer, as handed to the kernel. `file` is a slot of the ring's registered
+// file table when `fixed_file`, else a plain descriptor; `buffer_index` >= 0 names a registered
+// buffer that contains [data, data + length).
+struct IoOp {
+  enum class Kind : uint8_t { Read, Write, Nop };
+  Kind kind = Kind::Nop;
+  bool fixed_file = false;
+  int file = -1;
+  int buffer_index = -1;
+  void* data = nullptr;
+  uint32_t length = 0;
+  uint64_t offset = 0;
+  uint64_t tag = 0;  // returned unchanged in the completion
+};
+
+struct IoCompletion {
+  uint64_t tag = 0;
+  int32_t result = 0;  // bytes transferred, or -errno
+};
+
+class IoRing {
+public:
+  virtual ~IoRing() = default;
+  // Sizes the registered file table; slots start empty and are filled by update_file.
+  virtual int register_file_table(unsigned slots) = 0;
+  virtual int update_file(unsigned slot, int fd) = 0;  // fd -1 empties the slot
+  virtual int register_buffers(std::span<const iovec> buffers) = 0;
+  virtual int unregister_buffers() = 0;
+  // Queues one op; false when the submission queue is full (call submit first).
+  virtual bool push(const IoOp& op) = 0;
+  virtual int submit() = 0;  // hands queued ops to the kernel; count or -errno
+  // Blocks until at least one completion is ready, then returns up to `out.size()` of them.
+  virtual int wait(std::span<IoCompletion> out) = 0;
+};
+
+class IoEnv {
+public:
+  virtual ~IoEnv() = default;
+  virtual int make_dir(const std::string& path, mode_t mode) = 0;  // 0 or -EEXIST counts as there
+  virtual int is_dir(const std::string& path) = 0;                 // 1, 0, or -errno
+  virtual int open(const std::string& path, int flags, mode_t mode) = 0;
+  virtual int close(int fd) = 0;
+  virtual int allocate(int fd, uint64_t offset, uint64_t length) = 0;  // fallocate, mode 0
+  virtual int64_t file_size(int fd) = 0;
+  virtual int remove(const std::string& path) = 0;
+  // Blocking positional I/O for small metadata (checksum side files); loops over short counts.
+  virtual int64_t pread(int fd, void* data, uint64_t length, uint64_t offset) = 0;
+  virtual int64_t pwrite(int fd, const void* data, uint64_t length, uint64_t offset) = 0;
+  virtual int fsync(int fd) = 0;
+  // A ring with room for `entries` ops in flight, or nullptr with `error` set to -errno.
+  virtual std::unique_ptr<IoRing> make_ring(unsigned entries, int& error) = 0;
+};
+
+// The real thing: POSIX calls and liburing.
+IoEnv& default_io_env();
+
+}  // namespace zinf::engine

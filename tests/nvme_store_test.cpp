@@ -1,0 +1,364 @@
+// NvmeStore: round trips at odd sizes and offsets, many requests in flight, reopen, checksums, and
+// faults injected through the IoEnv (EIO, ENOSPC, short reads, refused O_DIRECT, missing paths).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/io/nvme_store.hpp"
+
+using namespace zinf::engine;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A directory on the real disk (O_DIRECT needs one), removed with everything in it.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string base = fs::exists("/var/tmp") ? "/var/tmp" : "/tmp";
+    std::string tmpl = base + "/zinf-store-test-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<unsigned char> random_bytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<unsigned char> v(n);
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  return v;
+}
+
+NvmeStoreOptions small_options(const std::string& dir) {
+  NvmeStoreOptions o;
+  o.dir = dir + "/store";
+  o.block_size = 64 << 10;
+  o.queue_depth = 8;
+  o.rings = 2;
+  return o;
+}
+
+// Shared fault plan for every ring the FaultEnv makes. Ops are counted across rings.
+struct FaultPlan {
+  std::mutex mu;
+  long op_count = 0;
+  long fail_op = -1;       // this data op (0-based) completes with EIO
+  long short_op = -1;      // this data op reports half its length
+  long write_budget = -1;  // bytes of writes that succeed before ENOSPC; -1 = unlimited
+  long written = 0;
+  bool refuse_direct = false;
+  bool no_space_on_allocate = false;
+};
+
+class FaultRing final : public IoRing {
+public:
+  FaultRing(std::unique_ptr<IoRing> real, FaultPlan& plan) : real_(std::move(real)), plan_(plan) {}
+  int register_file_table(unsigned slots) override { return real_->register_file_table(slots); }
+  int update_file(unsigned slot, int fd) override { return real_->update_file(slot, fd); }
+  int register_buffers(std::span<const iovec> b) override { return real_->register_buffers(b); }
+  int unregister_buffers() override { return real_->unregister_buffers(); }
+  bool push(const IoOp& op) override {
+    int override_result = 1;  // 1 = none
+    if (op.kind != IoOp::Kind::Nop) {
+      std::lock_guard lock(plan_.mu);
+      long k = plan_.op_count++;
+      if (k == plan_.fail_op) override_result = -EIO;
+      if (k == plan_.short_op) override_result = int(op.length / 2);
+      if (op.kind == IoOp::Kind::Write && plan_.write_budget >= 0) {
+        if (plan_.written + long(op.length) > plan_.write_budget)
+          override_result = -ENOSPC;
+        else
+          plan_.written += op.length;
+      }
+    }
+    IoOp sent = op;
+    if (override_result < 0) sent.kind = IoOp::Kind::Nop;  // the device never sees a failed op
+    if (!real_->push(sent)) {
+      if (op.kind != IoOp::Kind::Nop) {
+        std::lock_guard lock(plan_.mu);
+        --plan_.op_count;
+      }
+      return false;
+    }
+    if (override_result != 1) {
+      std::lock_guard lock(mu_);
+      overrides_[op.tag] = override_result;
+    }
+    return true;
+  }
+  int submit() override { return real_->submit(); }
+  int wait(std::span<IoCompletion> out) override {
+    int n = real_->wait(out);
+    std::lock_guard lock(mu_);
+    for (int i = 0; i < n; ++i) {
+      auto it = overrides_.find(out[size_t(i)].tag);
+      if (it == overrides_.end()) continue;
+      out[size_t(i)].result = it->second;
+      overrides_.erase(it);
+    }
+    return n;
+  }
+
+private:
+  std::unique_ptr<IoRing> real_;
+  FaultPlan& plan_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, int> overrides_;
+};
+
+class FaultEnv final : public IoEnv {
+public:
+  explicit FaultEnv(FaultPlan& plan) : plan_(plan) {}
+  int make_dir(const std::string& p, mode_t m) override { return real().make_dir(p, m); }
+  int is_dir(const std::string& p) override { return real().is_dir(p); }
+  int open(const std::string& p, int flags, mode_t m) override {
+    if (plan_.refuse_direct && (flags & O_DIRECT)) return -EINVAL;
+    return real().open(p, flags, m);
+  }
+  int close(int fd) override { return real().close(fd); }
+  int allocate(int fd, uint64_t off, uint64_t len) override {
+    return plan_.no_space_on_allocate ? -ENOSPC : real().allocate(fd, off, len);
+  }
+  int64_t file_size(int fd) override { return real().file_size(fd); }
+  int remove(const std::string& p) override { return real().remove(p); }
+  int64_t pread(int fd, void* d, uint64_t n, uint64_t o) override { return real().pread(fd, d, n, o); }
+  int64_t pwrite(int fd, const void* d, uint64_t n, uint64_t o) override { return real().pwrite(fd, d, n, o); }
+  int fsync(int fd) override { return real().fsync(fd); }
+  std::unique_ptr<IoRing> make_ring(unsigned entries, int& error) override {
+    auto r = real().make_ring(entries, error);
+    if (!r) return nullptr;
+    return std::make_unique<FaultRing>(std::move(r), plan_);
+  }
+
+private:
+  static IoEnv& real() { return default_io_env(); }
+  FaultPlan& plan_;
+};
+
+void write_all(NvmeStore& s, NvmeStore::TensorId id, uint64_t off, const void* src, uint64_t n) {
+  IoStatus st = s.write(id, off, src, n).wait();
+  INFO(st.message);
+  REQUIRE(st.ok());
+}
+
+std::vector<unsigned char> read_all(NvmeStore& s, NvmeStore::TensorId id, uint64_t off, uint64_t n) {
+  std::vector<unsigned char> out(n + 1);
+  IoStatus st = s.read(id, off, out.data() + 1, n).wait();  // +1: an unaligned destination on purpose
+  INFO(st.message);
+  REQUIRE(st.ok());
+  return {out.begin() + 1, out.end()};
+}
+
+}  // namespace
+
+TEST_CASE("random tensors at odd sizes and offsets round-trip") {
+  TempDir tmp;
+  NvmeStore store(small_options(tmp.path));
+  std::mt19937 rng(7);
+  for (uint64_t size : {uint64_t(1), uint64_t(4095), uint64_t(4097), uint64_t(65536 * 3 + 5), uint64_t((1 << 20) + 13)}) {
+    auto id = store.create(std::string("t").append(std::to_string(size)), size);
+    CHECK(store.size(id) == size);
+    auto model = random_bytes(size, unsigned(size));
+    write_all(store, id, 0, model.data(), size);
+    CHECK(read_all(store, id, 0, size) == model);
+    for (int k = 0; k < 6; ++k) {
+      uint64_t off = rng() % size, len = 1 + rng() % (size - off);
+      auto patch = random_bytes(len, unsigned(k + 100));
+      write_all(store, id, off, patch.data(), len);
+      std::memcpy(model.data() + off, patch.data(), len);
+      uint64_t roff = rng() % size, rlen = 1 + rng() % (size - roff);
+      auto got = read_all(store, id, roff, rlen);
+      CHECK(std::equal(got.begin(), got.end(), model.begin() + long(roff)));
+    }
+    CHECK(read_all(store, id, 0, size) == model);
+  }
+  auto files = std::distance(fs::directory_iterator(tmp.path + "/store"), fs::directory_iterator{});
+  CHECK(files == 5);
+  CHECK((fs::status(tmp.path + "/store/t1.zt").permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+}
+
+TEST_CASE("hundreds of requests in flight, waited on by another thread") {
+  TempDir tmp;
+  auto opt = small_options(tmp.path);
+  opt.block_size = 16 << 10;
+  opt.queue_depth = 16;
+  NvmeStore store(opt);
+  constexpr int kRequests = 400;
+  constexpr uint64_t kEach = 40 << 10;
+  auto id = store.create("big", kRequests * kEach);
+  void* raw = std::aligned_alloc(4096, kRequests * kEach);
+  auto* src = static_cast<unsigned char*>(raw);
+  auto data = random_bytes(kRequests * kEach, 3);
+  std::memcpy(src, data.data(), data.size());
+  iovec region{src, kRequests * kEach};
+  store.register_buffers({&region, 1});
+
+  std::vector<IoHandle> handles;
+  for (int i = 0; i < kRequests; ++i) handles.push_back(store.write(id, i * kEach, src + i * kEach, kEach));
+  std::thread waiter([&] {
+    for (auto& h : handles) CHECK(h.wait().ok());
+  });
+  waiter.join();
+
+  std::memset(src, 0, kRequests * kEach);
+  handles.clear();
+  for (int i = kRequests; i-- > 0;) handles.push_back(store.read(id, i * kEach, src + i * kEach, kEach));
+  std::thread waiter2([&] {
+    for (auto& h : handles) CHECK(h.wait().ok());
+  });
+  waiter2.join();
+  CHECK(std::memcmp(src, data.data(), data.size()) == 0);
+  store.register_buffers({});
+  std::free(raw);
+}
+
+TEST_CASE("a reopened store reads what an earlier one wrote, with checksums") {
+  TempDir tmp;
+  auto opt = small_options(tmp.path);
+  opt.checksums = true;
+  auto data = random_bytes(300000, 11);
+  {
+    NvmeStore a(opt);
+    auto id = a.create("states", data.size());
+    write_all(a, id, 0, data.data(), data.size());
+  }
+  {
+    NvmeStore b(opt);
+    auto id = b.open("states");
+    CHECK(b.size(id) == 303104);  // rounded up to 4 KiB
+    CHECK(read_all(b, id, 0, data.size()) == data);
+  }
+  // Flip one byte behind the store's back: the next read must say so, not return it.
+  int fd = ::open((opt.dir + "/states.zt").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  unsigned char x = static_cast<unsigned char>(data[200000] ^ 0xff);
+  REQUIRE(::pwrite(fd, &x, 1, 200000) == 1);
+  ::fsync(fd);
+  ::close(fd);
+  NvmeStore c(opt);
+  auto id = c.open("states");
+  std::vector<unsigned char> out(data.size());
+  IoStatus st = c.read(id, 0, out.data(), out.size()).wait();
+  CHECK(st.error == EIO);
+  CHECK_THAT(st.message, Catch::Contains("checksum mismatch") && Catch::Contains("states.zt"));
+  CHECK(read_all(c, id, 0, 100000) == std::vector<unsigned char>(data.begin(), data.begin() + 100000));
+}
+
+TEST_CASE("EIO on the k-th request reaches the caller; the store keeps working") {
+  TempDir tmp;
+  FaultPlan plan;
+  FaultEnv env(plan);
+  NvmeStore store(small_options(tmp.path), env);
+  auto id = store.create("x", 1 << 20);
+  auto before = random_bytes(256 << 10, 1);
+  write_all(store, id, 0, before.data(), before.size());
+  {
+    std::lock_guard lock(plan.mu);
+    plan.fail_op = plan.op_count + 2;  // the third block of the next request
+  }
+  auto later = random_bytes(512 << 10, 2);
+  IoStatus st = store.write(id, 256 << 10, later.data(), later.size()).wait();
+  CHECK(st.error == EIO);
+  CHECK_THAT(st.message, Catch::Contains(tmp.path + "/store/x.zt") && Catch::Contains("write"));
+  CHECK(read_all(store, id, 0, before.size()) == before);
+  write_all(store, id, 256 << 10, later.data(), later.size());
+  CHECK(read_all(store, id, 256 << 10, later.size()) == later);
+}
+
+TEST_CASE("ENOSPC in the middle of a write reaches the caller; earlier data stays readable") {
+  TempDir tmp;
+  FaultPlan plan;
+  FaultEnv env(plan);
+  NvmeStore store(small_options(tmp.path), env);
+  auto id = store.create("x", 2 << 20);
+  auto before = random_bytes(1 << 20, 4);
+  write_all(store, id, 0, before.data(), before.size());
+  {
+    std::lock_guard lock(plan.mu);
+    plan.write_budget = plan.written + (256 << 10);
+  }
+  auto more = random_bytes(1 << 20, 5);
+  IoStatus st = store.write(id, 1 << 20, more.data(), more.size()).wait();
+  CHECK(st.error == ENOSPC);
+  CHECK_THAT(st.message, Catch::Contains("x.zt") && Catch::Contains("No space"));
+  CHECK(read_all(store, id, 0, before.size()) == before);
+  {
+    std::lock_guard lock(plan.mu);
+    plan.write_budget = -1;
+  }
+  write_all(store, id, 1 << 20, more.data(), more.size());
+  CHECK(read_all(store, id, 1 << 20, more.size()) == more);
+}
+
+TEST_CASE("a short read is an error naming the path, never silent") {
+  TempDir tmp;
+  FaultPlan plan;
+  FaultEnv env(plan);
+  NvmeStore store(small_options(tmp.path), env);
+  auto id = store.create("x", 1 << 20);
+  auto data = random_bytes(1 << 20, 6);
+  write_all(store, id, 0, data.data(), data.size());
+  {
+    std::lock_guard lock(plan.mu);
+    plan.short_op = plan.op_count + 5;
+  }
+  std::vector<unsigned char> out(data.size());
+  IoStatus st = store.read(id, 0, out.data(), out.size()).wait();
+  CHECK(st.error == EIO);
+  CHECK_THAT(st.message, Catch::Contains("short") && Catch::Contains("x.zt"));
+  CHECK(read_all(store, id, 0, data.size()) == data);
+}
+
+TEST_CASE("setup failures name the path and the operation") {
+  TempDir tmp;
+  SECTION("missing parent directory") {
+    NvmeStoreOptions o = small_options(tmp.path + "/no/such");
+    try {
+      NvmeStore s(o);
+      FAIL("expected an IoError");
+    } catch (const IoError& e) {
+      CHECK(e.error() == ENOENT);
+      CHECK_THAT(e.what(), Catch::Contains(tmp.path + "/no/such/store"));
+    }
+  }
+  SECTION("a file system that refuses O_DIRECT") {
+    FaultPlan plan;
+    plan.refuse_direct = true;
+    FaultEnv env(plan);
+    NvmeStore s(small_options(tmp.path), env);
+    try {
+      s.create("x", 4096);
+      FAIL("expected an IoError");
+    } catch (const IoError& e) {
+      CHECK(e.op() == "open (O_DIRECT)");
+      CHECK_THAT(e.what(), Catch::Contains("x.zt") && Catch::Contains("tmpfs"));
+    }
+  }
+  SECTION("no space to preallocate") {
+    FaultPlan plan;
+    plan.no_space_on_allocate = true;
+    FaultEnv env(plan);
+    NvmeStore s(small_options(tmp.path), env);
+    CHECK_THROWS_WITH(s.create("x", 1 << 20), Catch::Contains("preallocate") && Catch::Contains("x.zt"));
+    CHECK_FALSE(fs::exists(tmp.path + "/store/x.zt"));
+  }
+  SECTION("reading outside a tensor") {
+    NvmeStore s(small_options(tmp.path));
+    auto id = s.create("x", 4096);
+    char buf[16];
+    IoStatus st = s.read(id, 4090, buf, 16).wait();
+    CHECK(st.error == EINVAL);
+    CHECK_THAT(st.message, Catch::Contains("outside"));
+  }
+}
