@@ -1,0 +1,439 @@
+#include "engine/model/gpt2.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+#include "engine/cpu/kernels.hpp"
+
+namespace zinf::engine {
+
+namespace cpu = engine::cpu;
+
+namespace {
+
+// Allocates a tensor of n elements, zero-filled, unless it already has that size.
+float* ensure(std::vector<float>& v, int64_t n) {
+  if (int64_t(v.size()) != n) v.assign(size_t(n), 0.0f);
+  return v.data();
+}
+
+void release(std::vector<float>& v) { std::vector<float>().swap(v); }
+
+struct Rng {  // splitmix64 + Box-Muller: the same numbers on every platform and library
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
+  double normal() { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * std::numbers::pi * uniform()); }
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+// ---- Gpt2Activations ----------------------------------------------------------------------
+
+void Gpt2Activations::drop_block(int l) {
+  BlockActivations& b = blocks.at(size_t(l));
+  for (auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.atty, &b.att, &b.attproj, &b.res1, &b.ln2,
+                  &b.ln2_mean, &b.ln2_rstd, &b.fch, &b.fch_gelu, &b.mlpproj, &b.d_ln1, &b.d_qkv, &b.d_atty,
+                  &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu, &b.d_mlpproj})
+    release(*v);
+}
+
+void Gpt2Activations::zero_grads() {
+  auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  for (auto& v : dx) zero(v);
+  for (auto& b : blocks)
+    for (auto* v : {&b.d_ln1, &b.d_qkv, &b.d_atty, &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu,
+                    &b.d_mlpproj})
+      zero(*v);
+  zero(d_lnf);
+  zero(d_logits);
+}
+
+int64_t Gpt2Activations::bytes() const {
+  int64_t n = 0;
+  auto add = [&n](const std::vector<float>& v) { n += int64_t(v.size()); };
+  for (auto& v : x) add(v);
+  for (auto& v : dx) add(v);
+  for (auto& b : blocks)
+    for (auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.atty, &b.att, &b.attproj, &b.res1, &b.ln2,
+                    &b.ln2_mean, &b.ln2_rstd, &b.fch, &b.fch_gelu, &b.mlpproj, &b.d_ln1, &b.d_qkv, &b.d_atty,
+                    &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu, &b.d_mlpproj})
+      add(*v);
+  for (auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits, &probs, &losses, &d_lnf, &d_logits}) add(*v);
+  return n * int64_t(sizeof(float));
+}
+
+// ---- Gpt2 ---------------------------------------------------------------------------------
+
+Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl) : graph_(std::move(graph)), impl_(impl) {
+  const core::ModelSpec& s = graph_.spec;
+  if (s.heads <= 0 || s.hidden % s.heads != 0)
+    throw std::invalid_argument("gpt2 '" + s.name + "': hidden must be a multiple of heads");
+  B_ = s.micro_batch, S_ = s.seq, C_ = s.hidden, NH_ = s.heads, V_ = s.vocab, F_ = s.ffn_hidden();
+  T_ = B_ * S_;
+  for (const core::Operator& op : graph_.ops) {
+    const std::string& n = op.name;
+    Role r;
+    if (n == "embed") r = Role::Embed;
+    else if (n == "ln_f") r = Role::LnF;
+    else if (n == "lm_head") r = Role::LmHead;
+    else if (n == "loss") r = Role::Loss;
+    else if (ends_with(n, ".ln_1")) r = Role::Ln1;
+    else if (ends_with(n, ".attn.c_attn")) r = Role::CAttn;
+    else if (ends_with(n, ".attn.core")) r = Role::Attn;
+    else if (ends_with(n, ".attn.c_proj")) r = Role::AttnProj;
+    else if (ends_with(n, ".residual_1")) r = Role::Res1;
+    else if (ends_with(n, ".ln_2")) r = Role::Ln2;
+    else if (ends_with(n, ".mlp.c_fc")) r = Role::Fc;
+    else if (ends_with(n, ".mlp.gelu")) r = Role::Gelu;
+    else if (ends_with(n, ".mlp.c_proj")) r = Role::MlpProj;
+    else if (ends_with(n, ".residual_2")) r = Role::Res2;
+    else throw std::invalid_argument("gpt2: operator '" + n + "' is not part of a GPT-2");
+    roles_.push_back({r, op.block});
+  }
+}
+
+Gpt2Activations Gpt2::make_activations() const {
+  Gpt2Activations a;
+  a.x.resize(size_t(spec().layers + 1));
+  a.dx.resize(size_t(spec().layers + 1));
+  a.blocks.resize(size_t(spec().layers));
+  return a;
+}
+
+void Gpt2::set_batch(Gpt2Activations& a, std::span<const int32_t> inputs, std::span<const int32_t> targets) const {
+  if (int64_t(inputs.size()) != T_ || int64_t(targets.size()) != T_)
+    throw std::invalid_argument("gpt2: a micro-batch has " + std::to_string(T_) + " input and target tokens, got " +
+                                std::to_string(inputs.size()) + " and " + std::to_string(targets.size()));
+  for (auto span : {inputs, targets})
+    for (int32_t t : span)
+      if (t < 0 || t >= V_)
+        throw std::invalid_argument("gpt2: token " + std::to_string(t) + " is outside the vocabulary of " +
+                                    std::to_string(V_));
+  a.inputs.assign(inputs.begin(), inputs.end());
+  a.targets.assign(targets.begin(), targets.end());
+}
+
+const Gpt2::OpRole& Gpt2::role(int op) const {
+  if (op < 0 || op >= int(roles_.size())) throw std::invalid_argument("gpt2: no operator " + std::to_string(op));
+  return roles_[size_t(op)];
+}
+
+namespace {
+const float* need(const std::vector<float>& v, int64_t n, const std::string& op, const char* what) {
+  if (int64_t(v.size()) != n)
+    throw std::invalid_argument("gpt2: operator " + op + ": " + what +
+                                " is not resident (not computed yet, or dropped and not recomputed)");
+  return v.data();
+}
+}  // namespace
+
+void Gpt2::check_params(int op, std::span<const ParamBuf> params) const {
+  const core::Operator& o = graph_.ops[size_t(op)];
+  if (params.size() != o.param_groups.size())
+    throw std::invalid_argument("gpt2: operator " + o.name + " takes " + std::to_string(o.param_groups.size()) +
+                                " parameter buffers, got " + std::to_string(params.size()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    const core::ParamGroup& g = graph_.params[size_t(o.param_groups[i])];
+    if (params[i].numel != g.numel || !params[i].data)
+      throw std::invalid_argument("gpt2: operator " + o.name + ": buffer for " + g.name + " has " +
+                                  std::to_string(params[i].numel) + " elements, the group has " +
+                                  std::to_string(g.numel));
+  }
+}
+
+Gpt2::LinearIo Gpt2::linear_io(int op, Gpt2Activations& a) const {
+  const OpRole& r = role(op);
+  const std::string& name = graph_.ops[size_t(op)].name;
+  auto blk = [&]() -> BlockActivations& { return a.blocks.at(size_t(r.block)); };
+  switch (r.role) {
+    case Role::CAttn: return {&blk().ln1, &blk().qkv, &blk().d_ln1, &blk().d_qkv, C_, 3 * C_, true};
+    case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, C_, C_, true};
+    case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, F_, true};
+    case Role::MlpProj: return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, F_, C_, true};
+    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.d_logits, C_, V_, false};
+    default: throw std::invalid_argument("gpt2: operator " + name + " is not a linear");
+  }
+}
+
+void Gpt2::forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const {
+  role(op);
+  check_params(op, params);
+  run_forward(op, params, a);
+}
+
+void Gpt2::recompute(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const {
+  if (role(op).block < 0)
+    throw std::invalid_argument("gpt2: operator " + graph_.ops[size_t(op)].name +
+                                " is outside the blocks; only block operators are recomputed");
+  check_params(op, params);
+  run_forward(op, params, a);
+}
+
+void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) const {
+  const OpRole r = role(op);
+  const std::string& name = graph_.ops[size_t(op)].name;
+  const bool fast = impl_ == KernelImpl::Fast;
+  const int64_t TC = T_ * C_;
+  auto layernorm = [&](const std::vector<float>& x, std::vector<float>& out, std::vector<float>& mean,
+                       std::vector<float>& rstd) {
+    const float* xin = need(x, TC, name, "the input");
+    const float* g = p[0].data;
+    (fast ? cpu::layernorm_forward : cpu::ref::layernorm_forward<float>)(
+        ensure(out, TC), ensure(mean, T_), ensure(rstd, T_), xin, g, g + C_, T_, C_);
+  };
+  switch (r.role) {
+    case Role::Embed: {
+      if (int64_t(a.inputs.size()) != T_) throw std::invalid_argument("gpt2: embed: no micro-batch set");
+      (fast ? cpu::embedding_forward : cpu::ref::embedding_forward<float>)(
+          ensure(a.x[0], TC), a.inputs.data(), p[0].data, p[1].data, B_, S_, C_);
+      break;
+    }
+    case Role::Ln1: {
+      auto& b = a.blocks[size_t(r.block)];
+      layernorm(a.x[size_t(r.block)], b.ln1, b.ln1_mean, b.ln1_rstd);
+      break;
+    }
+    case Role::Ln2: {
+      auto& b = a.blocks[size_t(r.block)];
+      layernorm(b.res1, b.ln2, b.ln2_mean, b.ln2_rstd);
+      break;
+    }
+    case Role::LnF: layernorm(a.x[size_t(spec().layers)], a.lnf, a.lnf_mean, a.lnf_rstd); break;
+    case Role::CAttn:
+    case Role::AttnProj:
+    case Role::Fc:
+    case Role::MlpProj:
+    case Role::LmHead: {
+      const LinearIo io = linear_io(op, a);
+      const float* x = need(*io.x, T_ * io.in, name, "the input");
+      const float* w = p[0].data;
+      const float* bias = io.bias ? w + io.out * io.in : nullptr;
+      (fast ? static_cast<void (*)(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t)>(cpu::linear_forward)
+            : cpu::ref::linear_forward<float>)(ensure(*io.y, T_ * io.out), x, w, bias, T_, io.in, io.out, 0, io.out);
+      break;
+    }
+    case Role::Attn: {
+      auto& b = a.blocks[size_t(r.block)];
+      const float* qkv = need(b.qkv, 3 * TC, name, "qkv");
+      (fast ? cpu::attention_forward : cpu::ref::attention_forward<float>)(
+          ensure(b.atty, TC), ensure(b.att, B_ * NH_ * S_ * S_), qkv, B_, S_, C_, NH_);
+      break;
+    }
+    case Role::Res1: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::residual_forward : cpu::ref::residual_forward<float>)(
+          ensure(b.res1, TC), need(a.x[size_t(r.block)], TC, name, "the block input"),
+          need(b.attproj, TC, name, "attn.c_proj's output"), TC);
+      break;
+    }
+    case Role::Res2: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::residual_forward : cpu::ref::residual_forward<float>)(
+          ensure(a.x[size_t(r.block + 1)], TC), need(b.res1, TC, name, "residual_1's output"),
+          need(b.mlpproj, TC, name, "mlp.c_proj's output"), TC);
+      break;
+    }
+    case Role::Gelu: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::gelu_forward : cpu::ref::gelu_forward<float>)(ensure(b.fch_gelu, T_ * F_),
+                                                                 need(b.fch, T_ * F_, name, "mlp.c_fc's output"),
+                                                                 T_ * F_);
+      break;
+    }
+    case Role::Loss: {
+      const float* logits = need(a.logits, T_ * V_, name, "the logits");
+      if (int64_t(a.targets.size()) != T_) throw std::invalid_argument("gpt2: loss: no micro-batch set");
+      a.loss = (fast ? cpu::crossentropy_forward : cpu::ref::crossentropy_forward<float>)(
+          ensure(a.probs, T_ * V_), ensure(a.losses, T_), logits, a.targets.data(), T_, V_);
+      break;
+    }
+  }
+}
+
+void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf> g, Gpt2Activations& a) const {
+  const OpRole r = role(op);
+  check_params(op, p);
+  const std::string& name = graph_.ops[size_t(op)].name;
+  if (g.size() != p.size())
+    throw std::invalid_argument("gpt2: operator " + name + ": " + std::to_string(p.size()) +
+                                " parameter buffers but " + std::to_string(g.size()) + " gradient buffers");
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i].numel != p[i].numel || !g[i].data)
+      throw std::invalid_argument("gpt2: operator " + name + ": gradient buffer " + std::to_string(i) + " has " +
+                                  std::to_string(g[i].numel) + " elements, expected " + std::to_string(p[i].numel));
+  const bool fast = impl_ == KernelImpl::Fast;
+  const int64_t TC = T_ * C_;
+  auto layernorm = [&](std::vector<float>& dx, const std::vector<float>& dout, const std::vector<float>& x,
+                       const std::vector<float>& mean, const std::vector<float>& rstd) {
+    const float* gamma = p[0].data;
+    (fast ? cpu::layernorm_backward : cpu::ref::layernorm_backward<float>)(
+        ensure(dx, TC), g[0].data, g[0].data + C_, need(dout, TC, name, "the output gradient"),
+        need(x, TC, name, "the input"), gamma, need(mean, T_, name, "the saved mean"),
+        need(rstd, T_, name, "the saved rstd"), T_, C_);
+  };
+  switch (r.role) {
+    case Role::Loss:
+      (fast ? cpu::crossentropy_backward : cpu::ref::crossentropy_backward<float>)(
+          ensure(a.d_logits, T_ * V_), need(a.probs, T_ * V_, name, "the probabilities"), a.targets.data(),
+          1.0 / double(T_), T_, V_);
+      break;
+    case Role::LnF: {
+      const size_t L = size_t(spec().layers);
+      layernorm(a.dx[L], a.d_lnf, a.x[L], a.lnf_mean, a.lnf_rstd);
+      break;
+    }
+    case Role::Ln1: {
+      auto& b = a.blocks[size_t(r.block)];
+      layernorm(a.dx[size_t(r.block)], b.d_ln1, a.x[size_t(r.block)], b.ln1_mean, b.ln1_rstd);
+      break;
+    }
+    case Role::Ln2: {
+      auto& b = a.blocks[size_t(r.block)];
+      layernorm(b.d_res1, b.d_ln2, b.res1, b.ln2_mean, b.ln2_rstd);
+      break;
+    }
+    case Role::CAttn:
+    case Role::AttnProj:
+    case Role::Fc:
+    case Role::MlpProj:
+    case Role::LmHead: {
+      const LinearIo io = linear_io(op, a);
+      const float* w = p[0].data;
+      float* dw = g[0].data;
+      (fast ? static_cast<void (*)(float*, float*, float*, const float*, const float*, const float*, int64_t, int64_t,
+                                   int64_t, int64_t, int64_t)>(cpu::linear_backward)
+            : cpu::ref::linear_backward<float>)(
+          ensure(*io.dx, T_ * io.in), dw, io.bias ? dw + io.out * io.in : nullptr,
+          need(*io.dy, T_ * io.out, name, "the output gradient"), need(*io.x, T_ * io.in, name, "the input"), w, T_,
+          io.in, io.out, 0, io.out);
+      break;
+    }
+    case Role::Attn: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::attention_backward : cpu::ref::attention_backward<float>)(
+          ensure(b.d_qkv, 3 * TC), need(b.d_atty, TC, name, "the output gradient"), need(b.qkv, 3 * TC, name, "qkv"),
+          need(b.att, B_ * NH_ * S_ * S_, name, "the attention probabilities"), B_, S_, C_, NH_);
+      break;
+    }
+    case Role::Res1: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::residual_backward : cpu::ref::residual_backward<float>)(
+          ensure(a.dx[size_t(r.block)], TC), ensure(b.d_attproj, TC), need(b.d_res1, TC, name, "the output gradient"),
+          TC);
+      break;
+    }
+    case Role::Res2: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::residual_backward : cpu::ref::residual_backward<float>)(
+          ensure(b.d_res1, TC), ensure(b.d_mlpproj, TC), need(a.dx[size_t(r.block + 1)], TC, name,
+                                                               "the output gradient"),
+          TC);
+      break;
+    }
+    case Role::Gelu: {
+      auto& b = a.blocks[size_t(r.block)];
+      (fast ? cpu::gelu_backward : cpu::ref::gelu_backward<float>)(
+          ensure(b.d_fch, T_ * F_), need(b.d_fch_gelu, T_ * F_, name, "the output gradient"),
+          need(b.fch, T_ * F_, name, "mlp.c_fc's output"), T_ * F_);
+      break;
+    }
+    case Role::Embed:
+      (fast ? cpu::embedding_backward : cpu::ref::embedding_backward<float>)(
+          g[0].data, g[1].data, need(a.dx[0], TC, name, "the output gradient"), a.inputs.data(), B_, S_, C_);
+      break;
+  }
+}
+
+void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activations& a) const {
+  const LinearIo io = linear_io(op, a);
+  const std::string& name = graph_.ops[size_t(op)].name;
+  const int64_t rows = r1 - r0;
+  if (r0 < 0 || r1 > io.out || rows <= 0 || tile.numel != rows * (io.in + (io.bias ? 1 : 0)) || !tile.data)
+    throw std::invalid_argument("gpt2: operator " + name + ": bad tile [" + std::to_string(r0) + ", " +
+                                std::to_string(r1) + ") of " + std::to_string(io.out) + " rows with " +
+                                std::to_string(tile.numel) + " elements");
+  const float* x = need(*io.x, T_ * io.in, name, "the input");
+  const float* b = io.bias ? tile.data + rows * io.in : nullptr;
+  float* y = ensure(*io.y, T_ * io.out);
+  if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
+  else cpu::ref::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
+}
+
+void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, GradBuf tile_grad, Gpt2Activations& a) const {
+  const LinearIo io = linear_io(op, a);
+  const std::string& name = graph_.ops[size_t(op)].name;
+  const int64_t rows = r1 - r0;
+  if (r0 < 0 || r1 > io.out || rows <= 0 || tile.numel != rows * (io.in + (io.bias ? 1 : 0)) || !tile.data ||
+      tile_grad.numel != tile.numel || !tile_grad.data)
+    throw std::invalid_argument("gpt2: operator " + name + ": bad tile [" + std::to_string(r0) + ", " +
+                                std::to_string(r1) + ") or tile gradient buffer");
+  const float* x = need(*io.x, T_ * io.in, name, "the input");
+  const float* dy = need(*io.dy, T_ * io.out, name, "the output gradient");
+  float* dx = ensure(*io.dx, T_ * io.in);
+  float* db = io.bias ? tile_grad.data + rows * io.in : nullptr;
+  if (impl_ == KernelImpl::Fast) cpu::linear_backward(dx, tile_grad.data, db, dy, x, tile.data, T_, io.in, io.out, r0, r1);
+  else cpu::ref::linear_backward(dx, tile_grad.data, db, dy, x, tile.data, T_, io.in, io.out, r0, r1);
+}
+
+namespace {
+std::vector<ParamBuf> views(const core::Operator& op, const Gpt2Params& p) {
+  std::vector<ParamBuf> v;
+  for (int g : op.param_groups) v.push_back({p.at(size_t(g)).data(), int64_t(p[size_t(g)].size())});
+  return v;
+}
+std::vector<GradBuf> views(const core::Operator& op, Gpt2Params& p) {
+  std::vector<GradBuf> v;
+  for (int g : op.param_groups) v.push_back({p.at(size_t(g)).data(), int64_t(p[size_t(g)].size())});
+  return v;
+}
+}  // namespace
+
+double Gpt2::forward(const Gpt2Params& params, Gpt2Activations& a) const {
+  for (const core::Operator& op : graph_.ops) forward(op.id, views(op, params), a);
+  return a.loss;
+}
+
+double Gpt2::forward_backward(const Gpt2Params& params, Gpt2Params& grads, Gpt2Activations& a) const {
+  const double loss = forward(params, a);
+  a.zero_grads();
+  for (auto it = graph_.ops.rbegin(); it != graph_.ops.rend(); ++it)
+    backward(it->id, views(*it, params), views(*it, grads), a);
+  return loss;
+}
+
+Gpt2Params Gpt2::zeros() const {
+  Gpt2Params p;
+  for (const core::ParamGroup& g : graph_.params) p.emplace_back(size_t(g.numel), 0.0f);
+  return p;
+}
+
+Gpt2Params Gpt2::init_params(uint64_t seed) const {
+  Gpt2Params p = zeros();
+  Rng rng{seed};
+  const double proj_std = 0.02 / std::sqrt(2.0 * double(spec().layers));
+  for (const core::ParamGroup& g : graph_.params) {
+    std::vector<float>& v = p[size_t(g.id)];
+    if (g.name == "ln_f" || ends_with(g.name, ".ln_1") || ends_with(g.name, ".ln_2")) {
+      std::fill(v.begin(), v.begin() + g.cols, 1.0f);  // gamma; beta stays 0
+      continue;
+    }
+    const double sd = ends_with(g.name, "c_proj") ? proj_std : 0.02;
+    for (int64_t i = 0; i < g.rows * g.cols; ++i) v[size_t(i)] = float(sd * rng.normal());  // biases stay 0
+  }
+  return p;
+}
+
+}  // namespace zinf::engine

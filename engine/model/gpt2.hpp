@@ -1,0 +1,123 @@
+// GPT-2 exactly as Hugging Face's GPT2LMHeadModel (learned positions, pre-LayerNorm blocks,
+// tanh GELU, final ln_f, LM head tied to wte), run one core::Operator at a time: forward,
+// backward and recompute of each operator of models::build_gpt's graph, on fp32 working copies
+// of parameter groups (or tiles) that the caller hands in, plus a whole-model forward/backward.
+// Gpt2 holds only the graph and is immutable (thread-safe); a Gpt2Activations (one per
+// micro-batch in flight) is owned by the caller and must not be shared between threads.
+//
+// Buffer layouts follow core's ParamGroup / ParamUnit: a linear is its weight (rows x cols = out x
+// in, row-major) followed by its bias (rows); a tile of rows [r0, r1) is weight rows [r0, r1)
+// followed by bias [r0, r1); a layernorm is gamma then beta; wte is vocab x hidden, wpe seq x hidden.
+// Gradients are ACCUMULATED into the gradient buffers handed in (zero them per step).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/graph.hpp"
+
+namespace zinf::engine {
+
+// fp32 working copy of one parameter group or tile, and its gradient.
+struct ParamBuf {
+  const float* data = nullptr;
+  int64_t numel = 0;
+};
+struct GradBuf {
+  float* data = nullptr;
+  int64_t numel = 0;
+};
+
+// Which kernels run: the sgemm fast path, or the plain loops of engine/cpu (the reference).
+enum class KernelImpl { Fast, Reference };
+
+// Every parameter group of a model as a flat fp32 tensor, indexed by ParamGroup::id.
+using Gpt2Params = std::vector<std::vector<float>>;
+
+// Activations of one micro-batch. Block l's input x[l] is its activation checkpoint; the
+// intermediates inside a block can be dropped (drop_block) and rebuilt by recomputing the block's
+// operators from x[l]. Tensors are allocated on first write; gradients start at zero.
+struct BlockActivations {
+  std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+      mlpproj;
+  std::vector<float> d_ln1, d_qkv, d_atty, d_attproj, d_res1, d_ln2, d_fch, d_fch_gelu, d_mlpproj;
+};
+
+struct Gpt2Activations {
+  std::vector<int32_t> inputs, targets;  // micro_batch x seq tokens each
+  std::vector<std::vector<float>> x, dx;  // residual stream: x[l] enters block l, x[layers] enters ln_f
+  std::vector<BlockActivations> blocks;
+  std::vector<float> lnf, lnf_mean, lnf_rstd, logits, probs, losses;
+  std::vector<float> d_lnf, d_logits;
+  double loss = 0;  // mean cross-entropy of the last loss forward
+
+  // Frees block l's intermediates and their gradients; keeps x[l], x[l+1] and their gradients.
+  void drop_block(int l);
+  // Zeroes every allocated gradient (call before the backward of each micro-batch).
+  void zero_grads();
+  // Bytes of fp32 tensors now allocated (activations and gradients).
+  int64_t bytes() const;
+};
+
+class Gpt2 {
+ public:
+  explicit Gpt2(core::ModelGraph graph, KernelImpl impl = KernelImpl::Fast);
+
+  const core::ModelGraph& graph() const { return graph_; }
+  const core::ModelSpec& spec() const { return graph_.spec; }
+
+  Gpt2Activations make_activations() const;
+  // Sets the micro-batch's input and target tokens (micro_batch * seq each, values < vocab).
+  void set_batch(Gpt2Activations& a, std::span<const int32_t> inputs, std::span<const int32_t> targets) const;
+
+  // One operator. `params` are the operator's groups in Operator::param_groups order (embed: wte,
+  // wpe; lm_head: wte); `grads` likewise. Throws std::invalid_argument naming the operator on a
+  // wrong buffer count or size, or when an input activation is missing (dropped, not recomputed).
+  void forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
+  void backward(int op, std::span<const ParamBuf> params, std::span<const GradBuf> grads, Gpt2Activations& a) const;
+  // Forward of an operator inside a block, run again in backward from the block's checkpoint.
+  void recompute(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
+
+  // One row tile [r0, r1) of a linear operator (c_attn, c_proj, c_fc, mlp.c_proj; lm_head only
+  // when untied). All tiles together equal forward()/backward() of the whole operator.
+  void forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activations& a) const;
+  void backward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, GradBuf tile_grad, Gpt2Activations& a) const;
+
+  // The whole model on resident parameters: forward and loss, then (forward_backward) the backward
+  // of every operator, accumulating into grads. Returns the mean loss.
+  double forward(const Gpt2Params& params, Gpt2Activations& a) const;
+  double forward_backward(const Gpt2Params& params, Gpt2Params& grads, Gpt2Activations& a) const;
+
+  // GPT-2's initialization, deterministic in seed: weights N(0, 0.02), residual projections
+  // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 layers)), biases 0, layernorm gamma 1 beta 0.
+  Gpt2Params init_params(uint64_t seed) const;
+  Gpt2Params zeros() const;
+
+ private:
+  enum class Role { Embed, Ln1, CAttn, Attn, AttnProj, Res1, Ln2, Fc, Gelu, MlpProj, Res2, LnF, LmHead, Loss };
+  struct OpRole {
+    Role role;
+    int block;
+  };
+  struct LinearIo {  // a linear operator's input, output and their gradients
+    const std::vector<float>* x;
+    std::vector<float>* y;
+    std::vector<float>* dx;
+    std::vector<float>* dy;
+    int64_t in, out;
+    bool bias;
+  };
+
+  const OpRole& role(int op) const;
+  LinearIo linear_io(int op, Gpt2Activations& a) const;
+  void run_forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
+  void check_params(int op, std::span<const ParamBuf> params) const;
+
+  core::ModelGraph graph_;
+  KernelImpl impl_;
+  std::vector<OpRole> roles_;
+  int64_t B_, S_, C_, NH_, V_, F_, T_;
+};
+
+}  // namespace zinf::engine
