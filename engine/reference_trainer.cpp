@@ -1,0 +1,65 @@
+#include "engine/reference_trainer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/cpu/convert.hpp"
+
+namespace zinf::engine {
+
+void adamw_reference(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWConfig& cfg,
+                     int64_t step) {
+  const double c1 = 1.0 - std::pow(cfg.beta1, double(step));
+  const double c2 = 1.0 - std::pow(cfg.beta2, double(step));
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = grad[i];
+    m[i] = float(cfg.beta1 * m[i] + (1.0 - cfg.beta1) * g);
+    v[i] = float(cfg.beta2 * v[i] + (1.0 - cfg.beta2) * g * g);
+    double p = double(param[i]) * (1.0 - cfg.lr * cfg.weight_decay);
+    p -= cfg.lr * (double(m[i]) / c1) / (std::sqrt(double(v[i]) / c2) + cfg.eps);
+    param[i] = float(p);
+  }
+}
+
+ReferenceTrainer::ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfig cfg)
+    : ReferenceTrainer(graph, cfg, Gpt2(graph).init_params(cfg.init_seed)) {}
+
+ReferenceTrainer::ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfig cfg, Gpt2Params initial)
+    : model_(std::move(graph), cfg.kernels), cfg_(cfg), master_(std::move(initial)) {
+  const Gpt2Params z = model_.zeros();
+  if (master_.size() != z.size()) throw std::invalid_argument("reference trainer: wrong number of parameter groups");
+  for (size_t g = 0; g < z.size(); ++g)
+    if (master_[g].size() != z[g].size())
+      throw std::invalid_argument("reference trainer: parameter group " + model_.graph().params[g].name +
+                                  " has the wrong size");
+  working_ = master_;
+  grads_ = m_ = v_ = z;
+  acts_ = model_.make_activations();
+}
+
+double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
+  if (micro_batches.empty()) throw std::invalid_argument("reference trainer: a step needs at least one micro-batch");
+  working_ = master_;
+  if (cfg_.bf16)
+    for (auto& w : working_) cpu::round_to_bf16(w.data(), int64_t(w.size()));
+  for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
+
+  double loss = 0;
+  for (const Batch& b : micro_batches) {
+    model_.set_batch(acts_, b.inputs, b.targets);
+    loss += model_.forward_backward(working_, grads_, acts_);
+  }
+  const float inv = 1.0f / float(micro_batches.size());
+  for (auto& g : grads_) {
+    for (float& x : g) x *= inv;
+    if (cfg_.bf16) cpu::round_to_bf16(g.data(), int64_t(g.size()));
+  }
+
+  ++step_;
+  for (size_t i = 0; i < master_.size(); ++i)
+    adamw_reference(master_[i].data(), grads_[i].data(), m_[i].data(), v_[i].data(), int64_t(master_[i].size()),
+                    cfg_.adam, step_);
+  return loss / double(micro_batches.size());
+}
+
+}  // namespace zinf::engine

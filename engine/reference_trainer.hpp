@@ -1,0 +1,59 @@
+// The plain, non-offloaded training loop: every parameter resident as an fp32 master copy, a
+// whole-model forward and backward per micro-batch, and AdamW written out in plain loops. It is the
+// reference that offloaded, tiled and partitioned training is compared against step by step, so it
+// favours clarity over speed. A ReferenceTrainer owns all its tensors; use it from one thread.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "core/graph.hpp"
+#include "engine/data/token_data.hpp"
+#include "engine/model/gpt2.hpp"
+
+namespace zinf::engine {
+
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // decoupled (AdamW), applied to every element alike
+};
+
+// One AdamW update of one tensor, as PyTorch's AdamW: p -= lr * wd * p, then
+// p -= lr * m_hat / (sqrt(v_hat) + eps) with bias-corrected moments; `step` counts from 1.
+void adamw_reference(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWConfig& cfg,
+                     int64_t step);
+
+struct ReferenceTrainerConfig {
+  AdamWConfig adam;
+  // Mixed precision as the engine runs it: the model computes on fp32 copies of bf16 parameters,
+  // and the averaged gradient is stored as bf16 before the fp32 optimizer reads it.
+  bool bf16 = true;
+  KernelImpl kernels = KernelImpl::Fast;
+  uint64_t init_seed = 1;
+};
+
+class ReferenceTrainer {
+ public:
+  ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfig cfg);  // GPT-2 init from cfg.init_seed
+  ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfig cfg, Gpt2Params initial);
+
+  // One optimizer step over these micro-batches (all ranks' and accumulation steps' together):
+  // gradients are averaged over them. Returns their mean loss, measured before the update.
+  double step(std::span<const Batch> micro_batches);
+
+  const Gpt2& model() const { return model_; }
+  const Gpt2Params& master() const { return master_; }  // fp32 master weights
+  const Gpt2Params& grads() const { return grads_; }    // the last step's averaged gradient
+  int64_t steps() const { return step_; }
+
+ private:
+  Gpt2 model_;
+  ReferenceTrainerConfig cfg_;
+  Gpt2Params master_, working_, grads_, m_, v_;
+  Gpt2Activations acts_;
+  int64_t step_ = 0;
+};
+
+}  // namespace zinf::engine
