@@ -138,20 +138,23 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
   return std::move(b.phases);
 }
 
+size_t execute_phase(const Platform& platform, const CollectivePhase& p) {
+  size_t started = 0;
+  if (p.latency > 0) {
+    sg4::this_actor::sleep_for(p.latency);
+    ++started;
+  }
+  std::vector<sg4::CommPtr> comms;
+  comms.reserve(p.flows.size());
+  for (const auto& f : p.flows)
+    comms.push_back(sg4::Comm::sendto_async(platform.gpu(f.src), platform.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
+  sg4::Comm::wait_all(comms);
+  return started + comms.size();
+}
+
 size_t execute_phases(const Platform& platform, const std::vector<CollectivePhase>& phases) {
   size_t started = 0;
-  std::vector<sg4::CommPtr> comms;
-  for (const auto& p : phases) {
-    if (p.latency > 0) {
-      sg4::this_actor::sleep_for(p.latency);
-      ++started;
-    }
-    comms.clear();
-    for (const auto& f : p.flows)
-      comms.push_back(sg4::Comm::sendto_async(platform.gpu(f.src), platform.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
-    started += comms.size();
-    sg4::Comm::wait_all(comms);
-  }
+  for (const auto& p : phases) started += execute_phase(platform, p);
   return started;
 }
 

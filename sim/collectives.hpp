@@ -50,8 +50,10 @@ struct HopLatency {
 std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, CollectiveAlgorithm algorithm,
                                                const HopLatency& latency);
 
-// Runs the phases on the platform's GPUs, from inside an actor: per phase, waits its latency, starts
-// every flow and waits for all of them. Returns the number of activities it started.
+// Runs one phase on the platform's GPUs, from inside an actor: waits its latency, starts every flow
+// and waits for all of them. Returns the number of activities it started.
+size_t execute_phase(const Platform& platform, const CollectivePhase& phase);
+// The phases one after the other.
 size_t execute_phases(const Platform& platform, const std::vector<CollectivePhase>& phases);
 
 }  // namespace zinf::sim

@@ -1,0 +1,35 @@
+#include "sim/scenario.hpp"
+
+#include <chrono>
+
+#include "core/timeline.hpp"
+#include "models/gpt.hpp"
+
+namespace zinf::sim {
+
+ScenarioResult run_scenario(const Scenario& s, const SimOptions& options) {
+  using clock = std::chrono::steady_clock;
+  core::ModelSpec spec = s.model;
+  if (s.config.micro_batch) spec.micro_batch = *s.config.micro_batch;
+  const int ranks = s.nodes * s.hw.node.gpus;
+
+  auto t0 = clock::now();
+  core::ModelGraph graph = models::build_gpt(spec);
+  core::PlanResult planned = core::make_plan(graph, s.hw, s.config, ranks);
+  auto t1 = clock::now();
+
+  ScenarioResult out;
+  out.plan = planned.plan;
+  out.program_tasks = static_cast<int64_t>(planned.program.tasks().size());
+  out.ideal_step_time = core::estimate_step_time(planned.program, s.hw);
+  SimOptions opts = options;
+  opts.samples_per_step = double(ranks) * double(spec.micro_batch) * planned.program.micro_batches();
+  auto t2 = clock::now();
+  out.report = simulate(planned.program, s.hw, opts);
+  auto t3 = clock::now();
+  out.plan_seconds = std::chrono::duration<double>(t1 - t0).count();
+  out.simulate_seconds = std::chrono::duration<double>(t3 - t2).count();
+  return out;
+}
+
+}  // namespace zinf::sim

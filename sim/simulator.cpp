@@ -1,0 +1,343 @@
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "sim/cost_model.hpp"
+#include "sim/platform.hpp"
+
+namespace zinf::sim {
+
+using core::Lane;
+using core::Task;
+using core::TaskKind;
+using core::Tier;
+
+namespace {
+
+constexpr int kLanes = core::kLaneCount;
+constexpr int kTiers = 3;
+
+// A collective waiting for its participants: the last to arrive runs the flows for all of them.
+struct Rendezvous {
+  int arrived = 0;
+  std::vector<sg4::ActorPtr> waiting;
+};
+
+struct RankState {
+  std::vector<int32_t> pending;                 // dependencies not yet ended, per task
+  std::array<sg4::ActorPtr, kLanes> actors{};
+  std::array<int32_t, kLanes> waiting_for{};    // task a suspended lane waits for, or -1
+  std::array<double, kLanes> busy{};            // seconds each lane spent running tasks
+  std::array<double, kTiers> live{};
+  std::array<double, kTiers> peak{};
+  double flops = 0;
+  bool record = false;
+};
+
+class Simulation {
+public:
+  Simulation(const core::Program& program, const core::HwProfile& hw, const SimOptions& options)
+      : program_(program),
+        options_(options),
+        ranks_(program.ranks()),
+        platform_(hw, (program.ranks() + hw.node.gpus - 1) / hw.node.gpus),
+        cost_(hw) {
+    if (program.ranks() < 1) throw std::invalid_argument("the Program has no ranks");
+    if (program.gpus_per_node() != hw.node.gpus && program.ranks() > std::min(program.gpus_per_node(), hw.node.gpus))
+      throw std::invalid_argument("the Program was planned for " + std::to_string(program.gpus_per_node()) +
+                                  " GPUs per node but the hwprofile '" + hw.name + "' has " +
+                                  std::to_string(hw.node.gpus));
+    const auto& tasks = program.tasks();
+    // Dependents of each task (the same DAG on every rank), as compressed rows.
+    std::vector<int32_t> count(tasks.size() + 1, 0);
+    for (const auto& t : tasks)
+      for (int32_t d : program.deps(t)) ++count[static_cast<size_t>(d) + 1];
+    for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+    dependents_begin_ = count;
+    dependents_.resize(static_cast<size_t>(count.back()));
+    std::vector<int32_t> fill(count.begin(), count.end() - 1);
+    for (const auto& t : tasks)
+      for (int32_t d : program.deps(t)) dependents_[static_cast<size_t>(fill[static_cast<size_t>(d)]++)] = t.id;
+    for (const auto& t : tasks) lane_tasks_[static_cast<size_t>(t.lane)].push_back(t.id);
+
+    std::vector<int32_t> initial(tasks.size());
+    for (const auto& t : tasks) initial[static_cast<size_t>(t.id)] = static_cast<int32_t>(t.deps_count);
+    ranks_state_.resize(static_cast<size_t>(ranks_));
+    for (int r = 0; r < ranks_; ++r) {
+      auto& rs = ranks_state_[static_cast<size_t>(r)];
+      rs.pending = initial;
+      rs.waiting_for.fill(-1);
+      const auto& st = program.static_bytes(r);
+      for (int k = 0; k < kTiers; ++k) rs.live[static_cast<size_t>(k)] = rs.peak[static_cast<size_t>(k)] = st[static_cast<size_t>(k)];
+      rs.record = options.timeline_all_ranks ||
+                  std::find(options.timeline_ranks.begin(), options.timeline_ranks.end(), r) != options.timeline_ranks.end();
+    }
+    node_live_.assign(static_cast<size_t>(platform_.nodes()), {});
+    node_peak_.assign(static_cast<size_t>(platform_.nodes()), {});
+    for (int r = 0; r < ranks_; ++r)
+      for (int k = 0; k < kTiers; ++k) {
+        auto n = static_cast<size_t>(platform_.node_of(r));
+        node_live_[n][static_cast<size_t>(k)] += ranks_state_[static_cast<size_t>(r)].live[static_cast<size_t>(k)];
+        node_peak_[n][static_cast<size_t>(k)] = node_live_[n][static_cast<size_t>(k)];
+      }
+  }
+
+  SimReport run() {
+    for (int r = 0; r < ranks_; ++r)
+      for (int l = 0; l < kLanes; ++l) {
+        if (lane_tasks_[static_cast<size_t>(l)].empty()) continue;
+        auto* host = static_cast<Lane>(l) == Lane::CpuOptim ? platform_.cpu_of(r) : platform_.gpu(r);
+        ranks_state_[static_cast<size_t>(r)].actors[static_cast<size_t>(l)] =
+            sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] { run_lane(r, static_cast<Lane>(l)); });
+      }
+    platform_.engine().run();
+    return report();
+  }
+
+private:
+  void run_lane(int rank, Lane lane) {
+    auto& rs = ranks_state_[static_cast<size_t>(rank)];
+    const auto li = static_cast<size_t>(lane);
+    for (int32_t id : lane_tasks_[li]) {
+      if (rs.pending[static_cast<size_t>(id)] > 0) {
+        rs.waiting_for[li] = id;
+        sg4::this_actor::suspend();
+      }
+      const Task& t = program_.task(id);
+      const double start = sg4::Engine::get_clock();
+      memory(rank, program_.allocs(t, rank), +1);
+      if (program_.active(t, rank)) execute(t, rank);
+      const double end = sg4::Engine::get_clock();
+      memory(rank, program_.frees(t, rank), -1);
+      rs.busy[li] += end - start;
+      ++tasks_run_;
+      if (core::is_compute(t.kind) && program_.active(t, rank)) rs.flops += t.flops;
+      if (rs.record && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free && program_.active(t, rank))
+        timeline_.events.push_back({rank, t.lane, t.id, t.kind, program_.label(t), start, end, t.bytes, t.flops});
+      complete(rank, id);
+    }
+  }
+
+  void complete(int rank, int32_t id) {
+    auto& rs = ranks_state_[static_cast<size_t>(rank)];
+    const auto b = static_cast<size_t>(dependents_begin_[static_cast<size_t>(id)]);
+    const auto e = static_cast<size_t>(dependents_begin_[static_cast<size_t>(id) + 1]);
+    for (size_t i = b; i < e; ++i) {
+      const int32_t d = dependents_[i];
+      if (--rs.pending[static_cast<size_t>(d)] == 0) {
+        const auto l = static_cast<size_t>(program_.task(d).lane);
+        if (rs.waiting_for[l] == d) {
+          rs.waiting_for[l] = -1;
+          rs.actors[l]->resume();
+        }
+      }
+    }
+  }
+
+  void memory(int rank, std::span<const core::MemEvent> events, int sign) {
+    if (events.empty()) return;
+    auto& rs = ranks_state_[static_cast<size_t>(rank)];
+    auto& node_live = node_live_[static_cast<size_t>(platform_.node_of(rank))];
+    auto& node_peak = node_peak_[static_cast<size_t>(platform_.node_of(rank))];
+    for (const auto& ev : events) {
+      const auto k = static_cast<size_t>(ev.tier);
+      rs.live[k] += sign * ev.bytes;
+      node_live[k] += sign * ev.bytes;
+      rs.peak[k] = std::max(rs.peak[k], rs.live[k]);
+      node_peak[k] = std::max(node_peak[k], node_live[k]);
+    }
+  }
+
+  void wait_exec(sg4::Host* host, double seconds) {
+    if (seconds <= 0) return;
+    ++activities_;
+    sg4::Exec::init()->set_host(host)->set_flops_amount(seconds * host->get_speed())->start()->wait();
+  }
+
+  void latency(double seconds) {
+    if (seconds <= 0) return;
+    ++activities_;
+    sg4::this_actor::sleep_for(seconds);
+  }
+
+  void flow(sg4::Host* from, sg4::Host* to, double bytes, double lat) {
+    if (bytes <= 0) return;
+    latency(lat);
+    ++activities_;
+    sg4::Comm::sendto_async(from, to, static_cast<uint64_t>(bytes))->wait();
+  }
+
+  void execute(const Task& t, int rank) {
+    switch (t.kind) {
+      case TaskKind::Forward:
+      case TaskKind::Recompute:
+      case TaskKind::Backward: wait_exec(platform_.gpu(rank), cost_.kernel_seconds(t.flops, t.bytes, t.gemm_min_dim)); break;
+      case TaskKind::CopyH2D: flow(platform_.cpu_of(rank), platform_.gpu(rank), t.bytes, cost_.pcie_latency()); break;
+      case TaskKind::CopyD2H: flow(platform_.gpu(rank), platform_.cpu_of(rank), t.bytes, cost_.pcie_latency()); break;
+      case TaskKind::NvmeRead:
+      case TaskKind::NvmeWrite: {
+        if (t.bytes <= 0) break;
+        latency(cost_.nvme_latency());
+        ++activities_;
+        auto* disk = platform_.nvme(platform_.node_of(rank));
+        auto bytes = static_cast<sg_size_t>(t.bytes);
+        (t.kind == TaskKind::NvmeRead ? disk->read_async(bytes) : disk->write_async(bytes))->wait();
+        break;
+      }
+      case TaskKind::AllGather:
+      case TaskKind::ReduceScatter:
+      case TaskKind::AllReduce:
+      case TaskKind::Broadcast:
+      case TaskKind::Reduce: collective(t, rank); break;
+      case TaskKind::GradNorm:
+        if (t.lane == Lane::CpuOptim)
+          wait_exec(platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));
+        else
+          wait_exec(platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
+        break;
+      case TaskKind::OptimizerStep:
+        if (t.lane == Lane::CpuOptim)
+          wait_exec(platform_.cpu_of(rank), cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)));
+        else
+          wait_exec(platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
+        break;
+      case TaskKind::Alloc:
+      case TaskKind::Free: break;
+    }
+  }
+
+  void collective(const Task& t, int rank) {
+    const int members = t.owner >= 0 ? 1 : ranks_;
+    if (members < 2 || t.participants < 2 || t.bytes <= 0) return;
+    if (t.participants != ranks_)
+      throw std::runtime_error("collective task " + std::to_string(t.id) + " has " + std::to_string(t.participants) +
+                               " participants; the simulator supports collectives over all " +
+                               std::to_string(ranks_) + " ranks");
+    auto& rv = rendezvous_[t.id];
+    if (++rv.arrived < members) {
+      rv.waiting.push_back(sg4::Actor::self());
+      sg4::this_actor::suspend();
+      return;
+    }
+    const int G = std::min(platform_.gpus_per_node(), ranks_);
+    auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root)}, options_.algorithm,
+                                    {cost_.nvlink_latency(), cost_.fabric_latency()});
+    for (const auto& p : phases) {
+      const double begin = sg4::Engine::get_clock();
+      activities_ += execute_phase(platform_, p);
+      if (p.crosses_nodes) fabric_busy_ += sg4::Engine::get_clock() - begin;
+    }
+    auto waiting = std::move(rv.waiting);
+    rendezvous_.erase(t.id);
+    for (auto& a : waiting) a->resume();
+    (void)rank;
+  }
+
+  SimReport report() {
+    SimReport r;
+    r.ranks = ranks_;
+    r.nodes = platform_.nodes();
+    r.step_time = sg4::Engine::get_clock();
+    r.activities = activities_;
+    r.tasks_run = tasks_run_;
+    const auto& hw = platform_.hw();
+    for (const auto& rs : ranks_state_) r.flops_per_gpu = std::max(r.flops_per_gpu, rs.flops);
+    if (r.step_time > 0) {
+      r.tflops_per_gpu = r.flops_per_gpu / r.step_time / 1e12;
+      r.fraction_of_peak = r.flops_per_gpu / r.step_time / hw.node.gpu.peak_flops;
+      if (options_.samples_per_step > 0) r.samples_per_s = options_.samples_per_step / r.step_time;
+    }
+    auto lane_busy = [&](Lane l) {
+      double s = 0;
+      for (const auto& rs : ranks_state_) s += rs.busy[static_cast<size_t>(l)];
+      return r.step_time > 0 ? s / ranks_ / r.step_time : 0.0;
+    };
+    r.busy = {{"gpu", lane_busy(Lane::Compute)},         {"pcie_h2d", lane_busy(Lane::H2D)},
+              {"pcie_d2h", lane_busy(Lane::D2H)},        {"nvme_read", lane_busy(Lane::NvmeRead)},
+              {"nvme_write", lane_busy(Lane::NvmeWrite)}, {"comm", lane_busy(Lane::Comm)},
+              {"nic", r.nodes > 1 && r.step_time > 0 ? fabric_busy_ / r.step_time : 0.0},
+              {"cpu", lane_busy(Lane::CpuOptim)}};
+    const auto& budget = program_.budget();
+    for (const auto& rs : ranks_state_) {
+      r.peak_device_per_gpu = std::max(r.peak_device_per_gpu, rs.peak[static_cast<size_t>(Tier::Device)]);
+      for (int k = 0; k < kTiers; ++k)
+        if (budget[static_cast<size_t>(k)] > 0 && rs.peak[static_cast<size_t>(k)] > budget[static_cast<size_t>(k)] * (1 + 1e-9))
+          r.within_budget = false;
+    }
+    for (const auto& np : node_peak_) {
+      r.peak_host_per_node = std::max(r.peak_host_per_node, np[static_cast<size_t>(Tier::Host)]);
+      r.peak_nvme_per_node = std::max(r.peak_nvme_per_node, np[static_cast<size_t>(Tier::Nvme)]);
+    }
+    std::stable_sort(timeline_.events.begin(), timeline_.events.end(), [](const auto& a, const auto& b) {
+      return a.rank != b.rank ? a.rank < b.rank : a.task < b.task;
+    });
+    r.timeline = std::move(timeline_);
+    return r;
+  }
+
+  const core::Program& program_;
+  SimOptions options_;
+  int ranks_;
+  Platform platform_;
+  CostModel cost_;
+  std::vector<int32_t> dependents_begin_, dependents_;
+  std::array<std::vector<int32_t>, kLanes> lane_tasks_;
+  std::vector<RankState> ranks_state_;
+  std::vector<std::array<double, kTiers>> node_live_, node_peak_;
+  std::unordered_map<int32_t, Rendezvous> rendezvous_;
+  core::Timeline timeline_;
+  uint64_t activities_ = 0, tasks_run_ = 0;
+  double fabric_busy_ = 0;
+};
+
+}  // namespace
+
+SimReport simulate(const core::Program& program, const core::HwProfile& hw, const SimOptions& options) {
+  Simulation s(program, hw, options);
+  return s.run();
+}
+
+std::string report_to_json(const SimReport& r) {
+  nlohmann::json j;
+  j["step_time"] = r.step_time;
+  j["ranks"] = r.ranks;
+  j["nodes"] = r.nodes;
+  j["samples_per_s"] = r.samples_per_s;
+  j["flops_per_gpu"] = r.flops_per_gpu;
+  j["tflops_per_gpu"] = r.tflops_per_gpu;
+  j["fraction_of_peak"] = r.fraction_of_peak;
+  for (const auto& b : r.busy) j["busy"][b.resource] = b.busy;
+  j["peak_memory"] = {{"device_per_gpu", r.peak_device_per_gpu},
+                      {"host_per_node", r.peak_host_per_node},
+                      {"nvme_per_node", r.peak_nvme_per_node}};
+  j["within_budget"] = r.within_budget;
+  j["activities"] = r.activities;
+  j["tasks_run"] = r.tasks_run;
+  return j.dump();
+}
+
+SimReport report_from_json(const std::string& text) {
+  auto j = nlohmann::json::parse(text);
+  SimReport r;
+  r.step_time = j.at("step_time");
+  r.ranks = j.at("ranks");
+  r.nodes = j.at("nodes");
+  r.samples_per_s = j.at("samples_per_s");
+  r.flops_per_gpu = j.at("flops_per_gpu");
+  r.tflops_per_gpu = j.at("tflops_per_gpu");
+  r.fraction_of_peak = j.at("fraction_of_peak");
+  for (const char* name : {"gpu", "pcie_h2d", "pcie_d2h", "nvme_read", "nvme_write", "comm", "nic", "cpu"})
+    if (j.contains("busy") && j["busy"].contains(name)) r.busy.push_back({name, j["busy"][name]});
+  r.peak_device_per_gpu = j.at("peak_memory").at("device_per_gpu");
+  r.peak_host_per_node = j.at("peak_memory").at("host_per_node");
+  r.peak_nvme_per_node = j.at("peak_memory").at("nvme_per_node");
+  r.within_budget = j.at("within_budget");
+  r.activities = j.at("activities");
+  r.tasks_run = j.at("tasks_run");
+  return r;
+}
+
+}  // namespace zinf::sim

@@ -1,0 +1,70 @@
+// The simulator: runs a core::Program — the one the engine runs — on the SimGrid platform of a
+// hwprofile and reports what the engine reports: step time, throughput, busy fraction of each
+// resource, peak memory per tier and a Timeline.
+//
+// Each lane of each rank is an actor that runs the lane's tasks in program order; a task starts
+// when its dependencies have ended (an actor whose next task is not ready suspends and is resumed
+// by the task that completes its last dependency, so only ready activities are ever submitted).
+// Compute is an Exec on the rank's GPU host, CPU Adam an Exec on its CPU socket, copies are flows
+// over PCIe, NVMe tasks are disk I/O, and a collective waits for every participant and then runs
+// the per-rank flows of its algorithm (collectives.hpp). Nothing here decides anything: the order,
+// placement and overlap all come from the Program.
+//
+// One simulation per process (SimGrid's engine is a singleton): call simulate() once, or inside
+// run_isolated() (isolate.hpp) to run several.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/hwprofile.hpp"
+#include "core/program.hpp"
+#include "core/timeline.hpp"
+#include "sim/collectives.hpp"
+
+namespace zinf::sim {
+
+struct SimOptions {
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::Hierarchical;
+  // Ranks whose tasks are recorded in the Timeline (all ranks run regardless); empty: none.
+  std::vector<int> timeline_ranks{0};
+  bool timeline_all_ranks = false;
+  double samples_per_step = 0;  // sequences per step over all ranks, for samples/s (0: not reported)
+};
+
+// Busy fraction of one resource: the time it was in use divided by the step time, averaged over
+// the GPUs (or nodes) that have one.
+struct ResourceBusy {
+  std::string resource;  // gpu, pcie_h2d, pcie_d2h, nvme_read, nvme_write, nvlink/nic (comm), nic, cpu
+  double busy = 0;
+};
+
+struct SimReport {
+  double step_time = 0;           // seconds
+  int ranks = 0;
+  int nodes = 0;
+  double samples_per_s = 0;
+  double flops_per_gpu = 0;       // FLOPs executed by one GPU in the step (forward, recompute, backward)
+  double tflops_per_gpu = 0;      // flops_per_gpu / step_time / 1e12
+  double fraction_of_peak = 0;    // of the GPU's peak_flops
+  std::vector<ResourceBusy> busy;
+  // Peaks of resident + live bytes: device per GPU (worst GPU), host and NVMe per node (worst node).
+  double peak_device_per_gpu = 0;
+  double peak_host_per_node = 0;
+  double peak_nvme_per_node = 0;
+  bool within_budget = true;      // every rank's peaks within the Program's per-rank budgets
+  core::Timeline timeline;
+  uint64_t activities = 0;        // SimGrid activities started (execs, flows, I/Os, latency waits)
+  uint64_t tasks_run = 0;         // task executions over all ranks
+};
+
+// Simulates one step of `program` on ceil(ranks / GPUs per node) nodes of `hw`. Creates this
+// process's SimGrid engine: callable once per process.
+SimReport simulate(const core::Program& program, const core::HwProfile& hw, const SimOptions& options = {});
+
+// The report without the Timeline as JSON, and back (to cross process boundaries).
+std::string report_to_json(const SimReport& r);
+SimReport report_from_json(const std::string& json);
+
+}  // namespace zinf::sim
