@@ -1,0 +1,766 @@
+#include "engine/exec/gpt_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+namespace zinf::engine {
+
+using core::Data;
+using core::Phase;
+using core::Task;
+using core::TaskKind;
+using core::Tier;
+
+namespace {
+
+// A home that survives between steps: a flat array of a rank's shard space, in memory (device or
+// host tier) or in a tensor of the NVMe store.
+template <typename T>
+struct Home {
+  Tier tier = Tier::Device;
+  std::vector<T> mem;
+  NvmeStore* store = nullptr;
+  NvmeStore::TensorId id = 0;
+
+  void init(Tier t, int64_t n, NvmeStore* s, const std::string& name) {
+    tier = t;
+    if (t == Tier::Nvme) {
+      store = s;
+      id = s->create(name, uint64_t(n) * sizeof(T));
+    } else {
+      mem.assign(size_t(n), T{});
+    }
+  }
+  void read(int64_t off, int64_t n, T* dst) const {
+    if (tier == Tier::Nvme) store->read(id, uint64_t(off) * sizeof(T), dst, uint64_t(n) * sizeof(T)).wait_or_throw();
+    else std::copy_n(mem.data() + off, n, dst);
+  }
+  void write(int64_t off, int64_t n, const T* src) {
+    if (tier == Tier::Nvme) store->write(id, uint64_t(off) * sizeof(T), src, uint64_t(n) * sizeof(T)).wait_or_throw();
+    else std::copy_n(src, n, mem.data() + off);
+  }
+  T* resident(int64_t off) { return tier == Tier::Nvme ? nullptr : mem.data() + off; }
+};
+
+}  // namespace
+
+struct GptCpuBackend::Impl {
+  const core::Program& P;
+  const core::Plan& plan;
+  const Gpt2& model;
+  const core::ModelGraph& graph;
+  int rank;
+  Collectives& comm;
+  GptBackendOptions opt;
+  std::unique_ptr<NvmeStore> store;
+  CpuAdam adam;
+  bool owner_based;
+  int64_t space = 0;   // elements of this rank's shard space
+
+  Home<bf16> params, grads;
+  Home<float> master, m, v;
+
+  // group -> its units in tile order
+  std::vector<std::vector<int32_t>> group_units;
+  // checkpoint index -> first block of its run; blocks of the run
+  std::vector<int> ckpt_first_block;
+  std::vector<std::vector<int>> ckpt_blocks;
+  // (checkpoint, micro-batch) -> task id of the last forward of that run
+  std::set<int32_t> last_forward_of_run;
+  std::vector<int32_t> first_backward_of_mb;  // per micro-batch
+  std::vector<int> ckpt_saves_per_mb;         // CopyD2H(Checkpoint) tasks per micro-batch
+
+  // Transient data, keyed by what the Program names. Guarded by mu; the vectors themselves are
+  // touched only by the task that the Program orders after their producer.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int32_t, std::vector<bf16>> host_param, dev_param;    // by unit (fetch staging)
+  std::map<int64_t, std::vector<float>> gathered;                // by buffer id of the gathered unit
+  std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
+  std::map<std::pair<int32_t, int32_t>, std::vector<float>> grad_full;     // (unit, mb)
+  std::map<std::pair<int32_t, int32_t>, std::vector<float>> grad_shard;    // (unit, mb): reduced, on its way
+  std::map<std::pair<int32_t, int32_t>, std::vector<bf16>> grad_partial;   // (unit, mb): earlier mbs' sum from NVMe
+  std::map<std::pair<int32_t, int32_t>, std::vector<float>> ckpt_host;     // (checkpoint, mb)
+  std::map<std::pair<int32_t, int32_t>, NvmeStore::TensorId> ckpt_nvme;
+  std::map<int32_t, std::vector<float>> sg_master, sg_m, sg_v;             // by sub-group
+  std::map<int32_t, std::vector<bf16>> sg_grad, sg_param;
+  std::vector<int> ckpt_saved;                                             // per mb, CopyD2H done
+  std::set<std::pair<int32_t, int32_t>> ckpt_restored;                      // (checkpoint, mb) back on the device
+
+  std::vector<Gpt2Activations> acts;
+  std::vector<double> losses;
+  int64_t step = 0;
+  double sumsq = 0;     // this rank's part of the squared gradient norm
+  double clip_scale = 1.0;
+  double global_norm = 0;
+
+  Impl(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c, GptBackendOptions o)
+      : P(p), plan(pl), model(mdl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)),
+        adam(AdamOptions::from_run_config(opt.config), opt.adam_threads),
+        owner_based(p.partitioning() == core::Partitioning::OwnerBased) {
+    if (plan.zero_stage != 3)
+      throw std::invalid_argument(fmt::format(
+          "the CPU training backend runs ZeRO stage 3 only (the run config asks for stage {}); use zero_stage: 3",
+          plan.zero_stage));
+    if (comm.size() != P.ranks() || comm.rank() != rank)
+      throw std::invalid_argument(fmt::format("the Program is for {} ranks, but this process is rank {} of {}",
+                                              P.ranks(), comm.rank(), comm.size()));
+    space = P.shard_space(rank);
+    const bool any_nvme = plan.params == Tier::Nvme || plan.gradients == Tier::Nvme ||
+                          plan.optimizer == Tier::Nvme || plan.checkpoints == Tier::Nvme;
+    if (any_nvme) {
+      if (opt.nvme_dir.empty())
+        throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
+      store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
+    }
+    params.init(plan.params, space, store.get(), "params");
+    grads.init(plan.gradients, space, store.get(), "grads");
+    master.init(plan.optimizer, space, store.get(), "master");
+    m.init(plan.optimizer, space, store.get(), "adam_m");
+    v.init(plan.optimizer, space, store.get(), "adam_v");
+
+    group_units.assign(graph.params.size(), {});
+    for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
+
+    // Which blocks each checkpointed run covers, and where a run's forward ends.
+    const int mbs = P.micro_batches();
+    first_backward_of_mb.assign(size_t(mbs), -1);
+    ckpt_saves_per_mb.assign(size_t(mbs), 0);
+    ckpt_saved.assign(size_t(mbs), 0);
+    std::map<std::pair<int32_t, int32_t>, int32_t> last_fwd;
+    gathered_buffer_of_task.assign(P.tasks().size(), -1);
+    std::map<int32_t, int64_t> alloc_buffer;  // owner-based: Alloc task of a unit -> buffer
+    for (const auto& t : P.tasks()) {
+      if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
+        const int block = graph.ops[size_t(t.op)].block;
+        if (size_t(t.checkpoint) >= ckpt_blocks.size()) {
+          ckpt_blocks.resize(size_t(t.checkpoint) + 1);
+          ckpt_first_block.resize(size_t(t.checkpoint) + 1, INT32_MAX);
+        }
+        auto& bl = ckpt_blocks[size_t(t.checkpoint)];
+        if (std::find(bl.begin(), bl.end(), block) == bl.end()) bl.push_back(block);
+        ckpt_first_block[size_t(t.checkpoint)] = std::min(ckpt_first_block[size_t(t.checkpoint)], block);
+        last_fwd[{t.checkpoint, t.micro_batch}] = t.id;
+      }
+      if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
+        first_backward_of_mb[size_t(t.micro_batch)] = t.id;
+      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
+      if (t.data == Data::Param && t.phase != Phase::Optimizer) {
+        auto al = P.allocs(t, rank);
+        if (t.kind == TaskKind::Alloc && !al.empty()) alloc_buffer[t.id] = al[0].buffer;
+        if (t.kind == TaskKind::AllGather && !al.empty()) gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
+        if (t.kind == TaskKind::Broadcast)
+          for (int32_t d : P.deps(t))
+            if (auto it = alloc_buffer.find(d); it != alloc_buffer.end() && P.task(d).unit == t.unit)
+              gathered_buffer_of_task[size_t(t.id)] = it->second;
+      }
+    }
+    for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
+  }
+
+  const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
+  // Where this rank's part of unit u lies in its shard space, and how many elements it holds.
+  int64_t mine_offset(const core::ParamUnit& u) const { return owner_based ? u.owner_offset : u.shard_offset; }
+  int64_t mine_count(const core::ParamUnit& u) const { return owner_based ? u.numel : u.shard_numel; }
+  bool holds(const core::ParamUnit& u) const { return !owner_based || u.owner == rank; }
+
+  // The unit's flat tensor (weight rows then their biases, or the whole group) from a group tensor.
+  std::vector<float> unit_from_group(const core::ParamUnit& u, const std::vector<float>& g) const {
+    if (u.tiles == 1) return g;
+    const auto& pg = graph.params[size_t(u.group)];
+    const int64_t rows = u.row_end - u.row_begin, cols = pg.cols;
+    std::vector<float> out(size_t(u.numel));
+    std::copy_n(g.data() + u.row_begin * cols, rows * cols, out.data());
+    std::copy_n(g.data() + pg.rows * cols + u.row_begin, rows, out.data() + rows * cols);
+    return out;
+  }
+  void unit_into_group(const core::ParamUnit& u, const float* src, std::vector<float>& g) const {
+    if (u.tiles == 1) {
+      std::copy_n(src, u.numel, g.data());
+      return;
+    }
+    const auto& pg = graph.params[size_t(u.group)];
+    const int64_t rows = u.row_end - u.row_begin, cols = pg.cols;
+    std::copy_n(src, rows * cols, g.data() + u.row_begin * cols);
+    std::copy_n(src + rows * cols, rows, g.data() + pg.rows * cols + u.row_begin);
+  }
+
+  // ---- parameters ---------------------------------------------------------------------------
+
+  std::vector<bf16> take(std::map<int32_t, std::vector<bf16>>& from, int32_t key, const char* what) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = from.find(key);
+    if (it == from.end()) throw std::logic_error(fmt::format("{} of unit {} is not staged", what, unit(key).name));
+    auto out = std::move(it->second);
+    from.erase(it);
+    return out;
+  }
+
+  void fetch_task(const Task& t) {
+    const auto& u = unit(t.unit);
+    const int64_t off = mine_offset(u), n = mine_count(u);
+    switch (t.kind) {
+      case TaskKind::NvmeRead: {
+        std::vector<bf16> buf(static_cast<size_t>(n));
+        params.read(off, n, buf.data());
+        std::lock_guard<std::mutex> lock(mu);
+        host_param[t.unit] = std::move(buf);
+        return;
+      }
+      case TaskKind::CopyH2D: {
+        std::vector<bf16> buf;
+        if (plan.params == Tier::Nvme) buf = take(host_param, t.unit, "the NVMe read");
+        else buf.assign(params.mem.begin() + off, params.mem.begin() + off + n);
+        std::lock_guard<std::mutex> lock(mu);
+        dev_param[t.unit] = std::move(buf);
+        return;
+      }
+      case TaskKind::AllGather: {
+        std::vector<bf16> shard;
+        if (plan.params == Tier::Device) shard.assign(params.mem.begin() + off, params.mem.begin() + off + n);
+        else shard = take(dev_param, t.unit, "the host-to-device copy");
+        std::vector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()));
+        comm.all_gather(shard.data(), shard.size() * sizeof(bf16), full.data(), u.name.c_str());
+        publish_gathered(t, full.data(), u.numel);
+        return;
+      }
+      case TaskKind::Broadcast: {
+        std::vector<bf16> whole(size_t(u.numel));
+        if (u.owner == rank) {
+          if (plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
+          else whole = take(dev_param, t.unit, "the host-to-device copy");
+        }
+        comm.broadcast(whole.data(), whole.size() * sizeof(bf16), u.owner, u.name.c_str());
+        publish_gathered(t, whole.data(), u.numel);
+        return;
+      }
+      case TaskKind::Alloc:
+        return;  // the owner-based gathered buffer is filled by the broadcast
+      default:
+        throw std::logic_error(fmt::format("no parameter fetch of kind {}", core::to_string(t.kind)));
+    }
+  }
+
+  void publish_gathered(const Task& t, const bf16* src, int64_t n) {
+    std::vector<float> f(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) f[size_t(i)] = to_float(src[i]);
+    const int64_t buf = gathered_buffer_of_task[size_t(t.id)];
+    std::lock_guard<std::mutex> lock(mu);
+    gathered[buf] = std::move(f);
+  }
+
+  // The gathered fp32 copy of unit u that compute task t depends on.
+  const std::vector<float>& gathered_for(const Task& t, int32_t u) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int32_t d : P.deps(t)) {
+      const Task& dt = P.task(d);
+      if (dt.unit != u || (dt.kind != TaskKind::AllGather && dt.kind != TaskKind::Broadcast)) continue;
+      auto it = gathered.find(gathered_buffer_of_task[size_t(d)]);
+      if (it != gathered.end()) return it->second;
+    }
+    throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
+  }
+
+  // Frees named by the task release the gathered copies they name.
+  void release(const Task& t) {
+    auto frees = P.frees(t, rank);
+    if (frees.empty()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : frees) gathered.erase(e.buffer);
+  }
+
+  // ---- compute ------------------------------------------------------------------------------
+
+  void compute(const Task& t) {
+    const auto& op = graph.ops[size_t(t.op)];
+    Gpt2Activations& a = acts[size_t(t.micro_batch)];
+    if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] == t.id) begin_backward(t);
+
+    // The operator's parameters: every unit of each group, or the one tile this task runs.
+    int32_t tiled_unit = -1;
+    std::vector<ParamBuf> pbufs;
+    std::vector<int32_t> units;
+    for (int32_t g : op.param_groups) {
+      const auto& us = group_units[size_t(g)];
+      if (us.size() > 1) {
+        tiled_unit = t.unit;
+        units.push_back(t.unit);
+      } else {
+        units.push_back(us[0]);
+      }
+    }
+    std::vector<const std::vector<float>*> data;
+    for (int32_t u : units) data.push_back(&gathered_for(t, u));
+    for (size_t i = 0; i < units.size(); ++i) pbufs.push_back({data[i]->data(), int64_t(data[i]->size())});
+
+    if (t.kind == TaskKind::Forward || t.kind == TaskKind::Recompute) {
+      if (tiled_unit >= 0) {
+        const auto& u = unit(tiled_unit);
+        model.forward_tile(t.op, u.row_begin, u.row_end, pbufs[0], a);
+      } else if (t.kind == TaskKind::Recompute) {
+        model.recompute(t.op, pbufs, a);
+      } else {
+        model.forward(t.op, pbufs, a);
+      }
+      if (op.kind == core::OpKind::Loss) losses[size_t(t.micro_batch)] = a.loss;
+      if (t.kind == TaskKind::Forward && last_forward_of_run.count(t.id)) drop_run(t.checkpoint, a);
+    } else {
+      std::vector<GradBuf> gbufs;
+      for (int32_t u : units) {
+        auto& g = grad_buffer(u, t.micro_batch);
+        gbufs.push_back({g.data(), unit(u).numel});
+      }
+      if (tiled_unit >= 0) {
+        const auto& u = unit(tiled_unit);
+        model.backward_tile(t.op, u.row_begin, u.row_end, pbufs[0], gbufs[0], a);
+      } else {
+        model.backward(t.op, pbufs, gbufs, a);
+      }
+    }
+    release(t);
+  }
+
+  std::vector<float>& grad_buffer(int32_t u, int32_t mb) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& g = grad_full[{u, mb}];
+    if (g.empty()) g.assign(size_t(unit(u).shard_numel) * size_t(owner_based ? 1 : P.ranks()), 0.0f);
+    if (owner_based) g.resize(size_t(unit(u).numel), 0.0f);
+    return g;
+  }
+
+  // After a checkpointed run's forward: its blocks' intermediates and inner inputs go; the run's
+  // input (the checkpoint) and output stay.
+  void drop_run(int32_t c, Gpt2Activations& a) {
+    const auto& blocks = ckpt_blocks[size_t(c)];
+    const int first = ckpt_first_block[size_t(c)];
+    for (int b : blocks) {
+      a.drop_block(b);
+      if (b != first) std::vector<float>().swap(a.x[size_t(b)]);
+    }
+  }
+
+  // Before a micro-batch's backward: offloaded checkpoints leave the device (their copies are
+  // complete: the Program saved them during forward), and activation gradients start at zero.
+  void begin_backward(const Task& t) {
+    const int32_t mb = t.micro_batch;
+    Gpt2Activations& a = acts[size_t(mb)];
+    if (plan.checkpoints != Tier::Device) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return ckpt_saved[size_t(mb)] >= ckpt_saves_per_mb[size_t(mb)]; });
+      // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
+      for (size_t c = 0; c < ckpt_first_block.size(); ++c)
+        if (!ckpt_restored.count({int32_t(c), mb})) std::vector<float>().swap(a.x[size_t(ckpt_first_block[c])]);
+    }
+    a.zero_grads();
+  }
+
+  // ---- activation checkpoints ----------------------------------------------------------------
+
+  void checkpoint_task(const Task& t) {
+    Gpt2Activations& a = acts[size_t(t.micro_batch)];
+    const auto key = std::make_pair(t.checkpoint, t.micro_batch);
+    auto& x = a.x[size_t(ckpt_first_block[size_t(t.checkpoint)])];
+    switch (t.kind) {
+      case TaskKind::CopyD2H: {
+        std::vector<float> copy = x;
+        std::lock_guard<std::mutex> lock(mu);
+        ckpt_host[key] = std::move(copy);
+        ++ckpt_saved[size_t(t.micro_batch)];
+        cv.notify_all();
+        return;
+      }
+      case TaskKind::NvmeWrite: {
+        std::vector<float> host;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          host = std::move(ckpt_host.at(key));
+          ckpt_host.erase(key);
+        }
+        NvmeStore::TensorId id;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          auto it = ckpt_nvme.find(key);
+          if (it == ckpt_nvme.end())
+            it = ckpt_nvme.emplace(key, store->create(fmt::format("ckpt_{}_mb{}", t.checkpoint, t.micro_batch),
+                                                      host.size() * sizeof(float))).first;
+          id = it->second;
+        }
+        store->write(id, 0, host.data(), host.size() * sizeof(float)).wait_or_throw();
+        return;
+      }
+      case TaskKind::NvmeRead: {
+        std::vector<float> host(size_t(graph.tokens * graph.spec.hidden));
+        NvmeStore::TensorId id;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          id = ckpt_nvme.at(key);
+        }
+        store->read(id, 0, host.data(), host.size() * sizeof(float)).wait_or_throw();
+        std::lock_guard<std::mutex> lock(mu);
+        ckpt_host[key] = std::move(host);
+        return;
+      }
+      case TaskKind::CopyH2D: {
+        std::lock_guard<std::mutex> lock(mu);
+        x = std::move(ckpt_host.at(key));
+        ckpt_host.erase(key);
+        ckpt_restored.insert(key);
+        return;
+      }
+      default:
+        throw std::logic_error(fmt::format("no checkpoint transfer of kind {}", core::to_string(t.kind)));
+    }
+  }
+
+  // ---- gradients ------------------------------------------------------------------------------
+
+  // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction.
+  float grad_scale() const { return 1.0f / float(P.ranks() * P.micro_batches()); }
+
+  // Adds a reduced micro-batch gradient into the stored bf16 shard: the same rounding on every tier.
+  void accumulate(bf16* home, const bf16* partial, const float* add, int64_t n, bool first, bool last) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float prev = first ? 0.0f : to_float(partial[i]);
+      home[i] = to_bf16(prev + add[i]);
+      if (last) {
+        const double g = to_float(home[i]);
+        ss += g * g;
+      }
+    }
+    if (last) {
+      std::lock_guard<std::mutex> lock(mu);
+      sumsq += ss;
+    }
+  }
+
+  void grad_task(const Task& t) {
+    const auto& u = unit(t.unit);
+    const auto key = std::make_pair(t.unit, t.micro_batch);
+    const int64_t off = mine_offset(u), n = mine_count(u);
+    const bool first = t.micro_batch == 0, last = t.micro_batch == P.micro_batches() - 1;
+    switch (t.kind) {
+      case TaskKind::ReduceScatter:
+      case TaskKind::Reduce: {
+        std::vector<float> full;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          full = std::move(grad_full.at(key));
+          grad_full.erase(key);
+        }
+        std::vector<float> shard(static_cast<size_t>(n));
+        if (t.kind == TaskKind::ReduceScatter) comm.reduce_scatter(full.data(), shard.data(), size_t(n), u.name.c_str());
+        else comm.reduce(full.data(), shard.data(), size_t(n), u.owner, u.name.c_str());
+        if (!holds(u)) return;
+        for (float& g : shard) g *= grad_scale();
+        if (plan.gradients == Tier::Device) {
+          accumulate(grads.mem.data() + off, grads.mem.data() + off, shard.data(), n, first, last);
+        } else {
+          std::lock_guard<std::mutex> lock(mu);
+          grad_shard[key] = std::move(shard);
+        }
+        return;
+      }
+      case TaskKind::CopyD2H: {
+        if (plan.gradients == Tier::Host) {
+          std::vector<float> shard;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            shard = std::move(grad_shard.at(key));
+            grad_shard.erase(key);
+          }
+          accumulate(grads.mem.data() + off, grads.mem.data() + off, shard.data(), n, first, last);
+        }
+        return;  // on the way to NVMe: the shard stays staged for the write
+      }
+      case TaskKind::NvmeRead: {
+        std::vector<bf16> partial(static_cast<size_t>(n));
+        grads.read(off, n, partial.data());
+        std::lock_guard<std::mutex> lock(mu);
+        grad_partial[key] = std::move(partial);
+        return;
+      }
+      case TaskKind::NvmeWrite: {
+        std::vector<float> shard;
+        std::vector<bf16> partial;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          shard = std::move(grad_shard.at(key));
+          grad_shard.erase(key);
+          if (!first) {
+            partial = std::move(grad_partial.at(key));
+            grad_partial.erase(key);
+          }
+        }
+        std::vector<bf16> out(static_cast<size_t>(n));
+        accumulate(out.data(), partial.data(), shard.data(), n, first, last);
+        grads.write(off, n, out.data());
+        return;
+      }
+      case TaskKind::AllReduce:
+        throw std::logic_error("gradients all-reduced whole need ZeRO stage 0-1, which this backend does not run");
+      case TaskKind::Free: {
+        std::lock_guard<std::mutex> lock(mu);
+        grad_full.erase(key);
+        return;
+      }
+      default:
+        throw std::logic_error(fmt::format("no gradient transfer of kind {}", core::to_string(t.kind)));
+    }
+  }
+
+  // ---- optimizer ------------------------------------------------------------------------------
+
+  void optimizer_task(const Task& t) {
+    const int32_t sg = t.sub_group;
+    const int64_t off = t.sg_offset, n = t.sg_count;
+    if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) {
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+      master.read(off, n, a.data());
+      m.read(off, n, b.data());
+      v.read(off, n, c.data());
+      std::lock_guard<std::mutex> lock(mu);
+      sg_master[sg] = std::move(a);
+      sg_m[sg] = std::move(b);
+      sg_v[sg] = std::move(c);
+      return;
+    }
+    if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeWrite) {
+      std::vector<float> a, b, c;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        a = std::move(sg_master.at(sg));
+        b = std::move(sg_m.at(sg));
+        c = std::move(sg_v.at(sg));
+        sg_master.erase(sg);
+        sg_m.erase(sg);
+        sg_v.erase(sg);
+      }
+      master.write(off, n, a.data());
+      m.write(off, n, b.data());
+      v.write(off, n, c.data());
+      return;
+    }
+    if (t.data == Data::Grad) {  // gradients to where the optimizer runs
+      if (t.kind != TaskKind::NvmeRead && plan.gradients == Tier::Nvme) return;  // staged by the NVMe read
+      std::vector<bf16> g(static_cast<size_t>(n));
+      if (t.kind == TaskKind::NvmeRead) grads.read(off, n, g.data());
+      else std::copy_n(grads.mem.data() + off, n, g.data());
+      std::lock_guard<std::mutex> lock(mu);
+      sg_grad[sg] = std::move(g);
+      return;
+    }
+    if (t.kind == TaskKind::OptimizerStep) {
+      adam_step(t);
+      return;
+    }
+    if (t.data == Data::Param) {  // updated parameters back to their tier
+      std::vector<bf16> p;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = sg_param.find(sg);
+        if (it == sg_param.end()) throw std::logic_error(fmt::format("{}: no updated parameters staged", P.label(t)));
+        if (t.kind == TaskKind::CopyD2H && plan.params == Tier::Nvme) return;  // staged for the NVMe write
+        p = std::move(it->second);
+        sg_param.erase(it);
+      }
+      params.write(off, n, p.data());
+      return;
+    }
+    throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P.label(t)));
+  }
+
+  void adam_step(const Task& t) {
+    const int32_t sg = t.sub_group;
+    const int64_t off = t.sg_offset, n = t.sg_count;
+    float *pm, *pmm, *pv;
+    std::vector<float>* staged_master = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (plan.optimizer == Tier::Nvme) {
+        staged_master = &sg_master.at(sg);
+        pm = staged_master->data();
+        pmm = sg_m.at(sg).data();
+        pv = sg_v.at(sg).data();
+      } else {
+        pm = master.resident(off);
+        pmm = m.resident(off);
+        pv = v.resident(off);
+      }
+    }
+    std::vector<bf16> gstage;
+    const bf16* g;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = sg_grad.find(sg);
+      if (it != sg_grad.end()) {
+        gstage = std::move(it->second);
+        sg_grad.erase(it);
+        g = gstage.data();
+      } else {
+        g = grads.resident(off);
+      }
+    }
+    if (!g) throw std::logic_error(fmt::format("{}: gradients are not staged", P.label(t)));
+    std::vector<bf16> scaled;
+    if (clip_scale != 1.0) {
+      scaled.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) scaled[size_t(i)] = to_bf16(to_float(g[i]) * float(clip_scale));
+      g = scaled.data();
+    }
+    const bool params_here = (plan.params == Tier::Host && plan.optimizer != Tier::Device) ||
+                             (plan.params == Tier::Device && plan.optimizer == Tier::Device);
+    if (params_here) {
+      adam.step(step, size_t(n), pm, pmm, pv, g, params.resident(off));
+    } else {
+      std::vector<bf16> out(static_cast<size_t>(n));
+      adam.step(step, size_t(n), pm, pmm, pv, g, out.data());
+      std::lock_guard<std::mutex> lock(mu);
+      sg_param[sg] = std::move(out);
+    }
+  }
+
+  void norm_task(const Task& t) {
+    if (t.kind == TaskKind::GradNorm) return;  // the squares were summed as each shard became final
+    std::vector<double> s{sumsq};
+    comm.all_reduce(s.data(), 1, "gradient norm");
+    global_norm = std::sqrt(s[0]);
+    const double clip = opt.config.grad_clip;
+    clip_scale = clip > 0 && global_norm > clip ? clip / (global_norm + 1e-6) : 1.0;
+  }
+};
+
+GptCpuBackend::GptCpuBackend(const core::Program& program, const core::Plan& plan, const Gpt2& model, int rank,
+                             Collectives& comm, GptBackendOptions options)
+    : impl_(std::make_unique<Impl>(program, plan, model, rank, comm, std::move(options))) {}
+
+GptCpuBackend::~GptCpuBackend() = default;
+
+void GptCpuBackend::initialize(const Gpt2Params& full) {
+  Impl& I = *impl_;
+  if (full.size() != I.graph.params.size())
+    throw std::invalid_argument(fmt::format("initial parameters have {} groups, the model {}", full.size(),
+                                            I.graph.params.size()));
+  ShardState s;
+  s.params.assign(size_t(I.space), bf16{});
+  s.master.assign(size_t(I.space), 0.0f);
+  s.m.assign(size_t(I.space), 0.0f);
+  s.v.assign(size_t(I.space), 0.0f);
+  for (const auto& u : I.P.units()) {
+    if (!I.holds(u)) continue;
+    std::vector<float> flat = I.unit_from_group(u, full[size_t(u.group)]);
+    const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
+    const int64_t off = I.mine_offset(u), n = I.mine_count(u);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t src = begin + i;
+      const float x = src < u.numel ? flat[size_t(src)] : 0.0f;  // padding past the end is zero
+      s.master[size_t(off + i)] = x;
+      s.params[size_t(off + i)] = to_bf16(x);
+    }
+  }
+  load_shards(s);
+}
+
+void GptCpuBackend::load_shards(const ShardState& s) {
+  Impl& I = *impl_;
+  const int64_t n = I.space;
+  if (int64_t(s.params.size()) != n || int64_t(s.master.size()) != n || int64_t(s.m.size()) != n ||
+      int64_t(s.v.size()) != n)
+    throw std::invalid_argument(fmt::format("shard state holds {} elements, this rank's shard space is {}",
+                                            s.params.size(), n));
+  I.params.write(0, n, s.params.data());
+  I.master.write(0, n, s.master.data());
+  I.m.write(0, n, s.m.data());
+  I.v.write(0, n, s.v.data());
+}
+
+GptCpuBackend::ShardState GptCpuBackend::save_shards() {
+  Impl& I = *impl_;
+  const int64_t n = I.space;
+  ShardState s;
+  s.params.resize(static_cast<size_t>(n));
+  s.master.resize(static_cast<size_t>(n));
+  s.m.resize(static_cast<size_t>(n));
+  s.v.resize(static_cast<size_t>(n));
+  I.params.read(0, n, s.params.data());
+  I.master.read(0, n, s.master.data());
+  I.m.read(0, n, s.m.data());
+  I.v.read(0, n, s.v.data());
+  return s;
+}
+
+Gpt2Params GptCpuBackend::gather_master() {
+  Impl& I = *impl_;
+  std::vector<float> mine(size_t(I.space));
+  I.master.read(0, I.space, mine.data());
+  Gpt2Params out;
+  for (const auto& pg : I.graph.params) out.emplace_back(size_t(pg.numel), 0.0f);
+  for (const auto& u : I.P.units()) {
+    std::vector<float> flat;
+    if (I.owner_based) {
+      flat.assign(size_t(u.numel), 0.0f);
+      if (u.owner == I.rank) std::copy_n(mine.data() + u.owner_offset, u.numel, flat.data());
+      I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
+    } else {
+      flat.assign(size_t(u.shard_numel) * size_t(I.P.ranks()), 0.0f);
+      I.comm.all_gather(mine.data() + u.shard_offset, size_t(u.shard_numel) * sizeof(float), flat.data(),
+                        u.name.c_str());
+    }
+    I.unit_into_group(u, flat.data(), out[size_t(u.group)]);
+  }
+  return out;
+}
+
+void GptCpuBackend::begin_step(int64_t step, std::vector<Batch> batches) {
+  Impl& I = *impl_;
+  if (int(batches.size()) != I.P.micro_batches())
+    throw std::invalid_argument(fmt::format("{} micro-batches given, the Program has {}", batches.size(),
+                                            I.P.micro_batches()));
+  I.step = step;
+  I.sumsq = 0;
+  I.clip_scale = 1.0;
+  I.global_norm = 0;
+  I.acts.clear();
+  I.losses.assign(batches.size(), 0.0);
+  std::fill(I.ckpt_saved.begin(), I.ckpt_saved.end(), 0);
+  I.ckpt_restored.clear();
+  for (const auto& b : batches) {
+    I.acts.push_back(I.model.make_activations());
+    I.model.set_batch(I.acts.back(), b.inputs, b.targets);
+  }
+}
+
+void GptCpuBackend::run(const Task& t) {
+  Impl& I = *impl_;
+  if (core::is_compute(t.kind)) return I.compute(t);
+  switch (t.data) {
+    case Data::Param:
+      if (t.phase == Phase::Optimizer) return I.optimizer_task(t);
+      I.fetch_task(t);
+      return I.release(t);
+    case Data::Checkpoint: return I.checkpoint_task(t);
+    case Data::Grad:
+      if (t.phase == Phase::Optimizer) return I.optimizer_task(t);
+      return I.grad_task(t);
+    case Data::OptimizerState: return I.optimizer_task(t);
+    case Data::Scalar:
+      I.norm_task(t);
+      grad_norm_ = I.global_norm;
+      return;
+    default:
+      if (t.kind == TaskKind::Alloc || t.kind == TaskKind::Free) return I.release(t);
+      throw std::logic_error(fmt::format("{}: no handler for this task", I.P.label(t)));
+  }
+}
+
+double GptCpuBackend::loss() const {
+  double s = 0;
+  for (double l : impl_->losses) s += l;
+  return impl_->losses.empty() ? 0.0 : s / double(impl_->losses.size());
+}
+
+}  // namespace zinf::engine

@@ -1,0 +1,76 @@
+// GptCpuBackend is what each task of a core::Program means when it trains a GPT-2 on the CPU
+// backend: parameter shards read from NVMe and copied to the "device" (a budgeted host arena on this
+// backend), all-gathered into fp32 working copies, operators run forward / recomputed / backward,
+// gradients reduce-scattered, accumulated over micro-batches as bf16 shards on their tier,
+// activation checkpoints moved to host or NVMe and back, and optimizer sub-groups updated by CPU
+// Adam with their fp32 master weights and moments read from and written back to their tier.
+//
+// It decides nothing (DESIGN.md): which shard, tier, tile, buffer and order come from the Program;
+// the backend only keeps the data each task names. One backend per rank; run() is called
+// concurrently from the Executor's lane threads and is thread-safe; the other methods are called
+// between steps from one thread. ZeRO stage 3 only: stages 0-2 keep whole parameters on every
+// device, which this backend does not implement (the planner and the simulator do).
+#pragma once
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/plan.hpp"
+#include "core/program.hpp"
+#include "engine/bf16.hpp"
+#include "engine/comm/collectives.hpp"
+#include "engine/data/token_data.hpp"
+#include "engine/exec/executor.hpp"
+#include "engine/io/nvme_store.hpp"
+#include "engine/model/gpt2.hpp"
+#include "engine/optim/cpu_adam.hpp"
+
+namespace zinf::engine {
+
+struct GptBackendOptions {
+  std::string nvme_dir;          // this rank's directory for NVMe tiers; required when a state lives on NVMe
+  unsigned adam_threads = 1;
+  core::RunConfig config;        // optimizer hyper-parameters, aio settings, clipping
+};
+
+class GptCpuBackend final : public TaskBackend {
+public:
+  GptCpuBackend(const core::Program& program, const core::Plan& plan, const Gpt2& model, int rank, Collectives& comm,
+                GptBackendOptions options);
+  ~GptCpuBackend() override;
+
+  // Scatters full fp32 parameters (one tensor per parameter group) into this rank's homes: bf16
+  // shards on the params tier, fp32 master weights on the optimizer tier, zero moments.
+  void initialize(const Gpt2Params& params);
+
+  // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
+  // micro-batches, one per micro-batch of the Program.
+  void begin_step(int64_t step, std::vector<Batch> batches);
+  void run(const core::Task& task) override;
+  // Mean loss of this rank's micro-batches in the last step.
+  double loss() const;
+  // Global gradient norm before clipping, when the Program computed one (grad_clip > 0).
+  double grad_norm() const { return grad_norm_; }
+
+  // This rank's shard space as stored on its tiers, for checkpoints: bf16 params, fp32 master,
+  // m and v (gradients are transient between steps).
+  struct ShardState {
+    std::vector<bf16> params;
+    std::vector<float> master, m, v;
+  };
+  ShardState save_shards();
+  void load_shards(const ShardState& s);
+  // The full fp32 master weights of every parameter group, assembled from all ranks' shards
+  // (a collective: every rank must call it).
+  Gpt2Params gather_master();
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+  double grad_norm_ = 0;
+};
+
+}  // namespace zinf::engine
