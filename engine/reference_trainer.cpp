@@ -62,4 +62,14 @@ double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
   return loss / double(micro_batches.size());
 }
 
+std::vector<double> ReferenceTrainer::train(BatchLoader& loader, int64_t steps, int64_t micro_batches) {
+  std::vector<double> losses;
+  std::vector<Batch> batches(static_cast<size_t>(micro_batches));
+  for (int64_t s = 0; s < steps; ++s) {
+    for (auto& b : batches) b = loader.next();
+    losses.push_back(step(batches));
+  }
+  return losses;
+}
+
 }  // namespace zinf::engine

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/graph.hpp"
 #include "engine/data/token_data.hpp"
@@ -42,6 +43,8 @@ class ReferenceTrainer {
   // One optimizer step over these micro-batches (all ranks' and accumulation steps' together):
   // gradients are averaged over them. Returns their mean loss, measured before the update.
   double step(std::span<const Batch> micro_batches);
+  // `steps` steps of `micro_batches` batches each from one loader; returns the per-step losses.
+  std::vector<double> train(BatchLoader& loader, int64_t steps, int64_t micro_batches = 1);
 
   const Gpt2& model() const { return model_; }
   const Gpt2Params& master() const { return master_; }  // fp32 master weights

@@ -90,11 +90,9 @@ TEST_CASE("gpt-tiny learns the corpus in 30 steps", "[trainer]") {
   ReferenceTrainerConfig cfg;
   cfg.adam.lr = 3e-3;
   ReferenceTrainer t(graph, cfg);
-  std::vector<double> losses;
-  for (int s = 0; s < 30; ++s) {
-    Batch b = loader.next();
-    losses.push_back(t.step({&b, 1}));
-  }
+  const std::vector<double> losses = t.train(loader, 30);
+  REQUIRE(losses.size() == 30);
+  CHECK(t.steps() == 30);
   std::ostringstream all;
   for (double l : losses) all << l << ' ';
   INFO("losses: " << all.str());
