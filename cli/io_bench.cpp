@@ -1,0 +1,155 @@
+// `zinf io-bench --dir D`: sweeps block size x queue depth for writes and reads through the NVMe
+// store on a file under D (like DeepSpeed's ds_nvme_tune), then recommends the aio settings.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cli/command.hpp"
+#include "core/errors.hpp"
+#include "core/units.hpp"
+#include "engine/io/nvme_store.hpp"
+#include "engine/io/stream_io.hpp"
+#include "engine/memory/pinned_pool.hpp"
+
+namespace zinf::cli {
+namespace {
+
+using namespace zinf::engine;
+
+struct IoBenchOptions {
+  std::string dir;
+  std::string size = "1 GiB";
+  std::vector<std::string> block_sizes{"256 KiB", "1 MiB", "4 MiB", "8 MiB"};
+  std::vector<int64_t> queue_depths{4, 8, 16, 32, 64};
+  int64_t rings = 1;
+};
+
+uint64_t parse_bytes(const std::string& text, const std::string& flag) {
+  auto v = core::parse_quantity(text, core::UnitKind::Bytes);
+  if (!v || *v <= 0) throw core::ConfigError("", flag, "expected a size such as '1 MiB', got '" + text + "'");
+  return uint64_t(*v);
+}
+
+struct Point {
+  uint64_t block;
+  int64_t qd;
+  double write_bps = 0, read_bps = 0;
+  double score() const { return 2.0 / (1.0 / write_bps + 1.0 / read_bps); }  // both directions matter equally
+};
+
+std::string short_bytes(uint64_t b) {
+  if (b % (1 << 20) == 0) return fmt::format("{} MiB", b >> 20);
+  if (b % (1 << 10) == 0) return fmt::format("{} KiB", b >> 10);
+  return fmt::format("{} B", b);
+}
+
+void run_io_bench(const IoBenchOptions& opt) {
+  const uint64_t bytes = (parse_bytes(opt.size, "--size") + (64 << 20) - 1) / (64 << 20) * (64 << 20);
+  std::vector<uint64_t> blocks;
+  for (const auto& b : opt.block_sizes) {
+    uint64_t v = parse_bytes(b, "--block-sizes");
+    if (v % 4096 != 0) throw core::ConfigError("", "--block-sizes", fmt::format("{} is not a multiple of 4096 (O_DIRECT)", b));
+    blocks.push_back(v);
+  }
+  if (!std::filesystem::is_directory(opt.dir))
+    throw engine::IoError("use directory", opt.dir, ENOENT, "io-bench needs an existing directory on the disk to test");
+
+  const std::string dir = fmt::format("{}/zinf-io-bench-{}", opt.dir, ::getpid());
+  constexpr size_t kBuffers = 4, kBufferBytes = 64 << 20;
+  PinnedPool pool({kBuffers, kBufferBytes});
+  std::vector<PinnedBuffer> loans;
+  std::vector<std::byte*> buffers;
+  for (size_t i = 0; i < kBuffers; ++i) {
+    loans.push_back(pool.acquire());
+    buffers.push_back(loans.back().data());
+    for (size_t j = 0; j < kBufferBytes; j += 4096) buffers.back()[j] = std::byte(j + i);
+  }
+  auto regions = pool.regions();
+
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+
+  auto make_store = [&](uint64_t block, int64_t qd) {
+    NvmeStoreOptions o;
+    o.dir = dir;
+    o.block_size = block;
+    o.queue_depth = unsigned(qd);
+    o.rings = unsigned(opt.rings);
+    auto s = std::make_unique<NvmeStore>(o);
+    s->register_buffers(regions);
+    return s;
+  };
+
+  const size_t total = blocks.size() * opt.queue_depths.size();
+  fmt::print("zinf io-bench: {} file in {}, {} points (block size x queue depth), {} ring(s)\n",
+             core::format_bytes(double(bytes)), opt.dir, total, opt.rings);
+  auto bar = [&](const std::string& label, uint64_t done) {
+    const int width = 30, filled = int(width * double(done) / double(bytes));
+    fmt::print("\r  {:<40} [{}{}] {:3.0f}%", label, std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'),
+               100.0 * double(done) / double(bytes));
+    std::fflush(stdout);
+  };
+  {
+    // Data never written since boot reads back far slower here; fill the file first.
+    auto s = make_store(1 << 20, 32);
+    auto id = s->create("bench", bytes);
+    stream_tensor(*s, id, bytes, true, buffers, kBufferBytes, [&](uint64_t d) { bar("preparing the file", d); });
+    fmt::print("\n");
+  }
+
+  std::vector<Point> points;
+  size_t k = 0;
+  for (uint64_t block : blocks) {
+    for (int64_t qd : opt.queue_depths) {
+      ++k;
+      auto s = make_store(block, qd);
+      auto id = s->open("bench");
+      Point p{block, qd};
+      std::string label = fmt::format("[{:2}/{}] {:>7} qd {:>3}", k, total, short_bytes(block), qd);
+      double tw = stream_tensor(*s, id, bytes, true, buffers, kBufferBytes, [&](uint64_t d) { bar(label + " write", d); });
+      double tr = stream_tensor(*s, id, bytes, false, buffers, kBufferBytes, [&](uint64_t d) { bar(label + " read", d); });
+      p.write_bps = double(bytes) / tw;
+      p.read_bps = double(bytes) / tr;
+      fmt::print("\r  {:<40} write {:>10}  read {:>10}{:20}\n", label, core::format_bandwidth(p.write_bps),
+                 core::format_bandwidth(p.read_bps), "");
+      points.push_back(p);
+    }
+  }
+
+  const Point best = *std::max_element(points.begin(), points.end(), [](auto& a, auto& b) { return a.score() < b.score(); });
+  // Among settings within 5% of the best, take the least pinned memory in flight (block x depth):
+  // the rest of the host budget is better spent on prefetch.
+  Point pick = best;
+  for (const auto& p : points)
+    if (p.score() >= 0.95 * best.score() && p.block * uint64_t(p.qd) < pick.block * uint64_t(pick.qd)) pick = p;
+  fmt::print("\nbest: {} qd {}: write {}, read {}\n", short_bytes(best.block), best.qd, core::format_bandwidth(best.write_bps),
+             core::format_bandwidth(best.read_bps));
+  fmt::print("recommended (within 5% of best, least memory in flight): {} qd {}: write {}, read {}\n",
+             short_bytes(pick.block), pick.qd, core::format_bandwidth(pick.write_bps), core::format_bandwidth(pick.read_bps));
+  fmt::print("\nput this in the run config:\n\naio: {{block_size: {}, queue_depth: {}}}\n", pick.block, pick.qd);
+}
+
+Registration reg(60, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand("io-bench", "Sweep NVMe store block size x queue depth and recommend aio settings");
+  auto opts = std::make_shared<IoBenchOptions>();
+  cmd->add_option("--dir", opts->dir, "Directory on the disk to test (a temporary subdirectory is created and removed)")->required();
+  cmd->add_option("--size", opts->size, "Bytes to move per measurement")->capture_default_str();
+  cmd->add_option("--block-sizes", opts->block_sizes, "Block sizes to try")->delimiter(',')->capture_default_str();
+  cmd->add_option("--queue-depths", opts->queue_depths, "Queue depths to try")->delimiter(',')->capture_default_str();
+  cmd->add_option("--rings", opts->rings, "io_uring rings")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([opts] { run_io_bench(*opts); });
+});
+
+}  // namespace
+}  // namespace zinf::cli
