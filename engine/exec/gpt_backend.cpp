@@ -640,78 +640,69 @@ GptCpuBackend::GptCpuBackend(const core::Program& program, const core::Plan& pla
 
 GptCpuBackend::~GptCpuBackend() = default;
 
-void GptCpuBackend::initialize(const Gpt2Params& full) {
+void GptCpuBackend::load_state(const FullState& full) {
   Impl& I = *impl_;
-  if (full.size() != I.graph.params.size())
-    throw std::invalid_argument(fmt::format("initial parameters have {} groups, the model {}", full.size(),
-                                            I.graph.params.size()));
-  ShardState s;
-  s.params.assign(size_t(I.space), bf16{});
-  s.master.assign(size_t(I.space), 0.0f);
-  s.m.assign(size_t(I.space), 0.0f);
-  s.v.assign(size_t(I.space), 0.0f);
+  const size_t groups = I.graph.params.size();
+  auto check = [&](const Gpt2Params& p, const char* what, bool optional) {
+    if (optional && p.empty()) return;
+    if (p.size() != groups)
+      throw std::invalid_argument(fmt::format("{}: {} parameter groups given, the model has {}", what, p.size(), groups));
+    for (size_t g = 0; g < groups; ++g)
+      if (int64_t(p[g].size()) != I.graph.params[g].numel)
+        throw std::invalid_argument(fmt::format("{}: group {} has {} elements, the model's has {}", what,
+                                                I.graph.params[g].name, p[g].size(), I.graph.params[g].numel));
+  };
+  check(full.master, "master weights", false);
+  check(full.m, "Adam m", true);
+  check(full.v, "Adam v", true);
+  const int64_t n = I.space;
+  std::vector<bf16> params(size_t(n), bf16{});
+  std::vector<float> master(size_t(n), 0.0f), m(size_t(n), 0.0f), v(size_t(n), 0.0f);
   for (const auto& u : I.P.units()) {
     if (!I.holds(u)) continue;
-    std::vector<float> flat = I.unit_from_group(u, full[size_t(u.group)]);
     const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
-    const int64_t off = I.mine_offset(u), n = I.mine_count(u);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t src = begin + i;
-      const float x = src < u.numel ? flat[size_t(src)] : 0.0f;  // padding past the end is zero
-      s.master[size_t(off + i)] = x;
-      s.params[size_t(off + i)] = to_bf16(x);
-    }
+    const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
+    auto scatter = [&](const Gpt2Params& src, std::vector<float>& dst) {
+      if (src.empty()) return;
+      std::vector<float> flat = I.unit_from_group(u, src[size_t(u.group)]);
+      for (int64_t i = 0; i < cnt; ++i)  // padding past the unit's end stays zero
+        dst[size_t(off + i)] = begin + i < u.numel ? flat[size_t(begin + i)] : 0.0f;
+    };
+    scatter(full.master, master);
+    scatter(full.m, m);
+    scatter(full.v, v);
   }
-  load_shards(s);
+  for (int64_t i = 0; i < n; ++i) params[size_t(i)] = to_bf16(master[size_t(i)]);
+  I.params.write(0, n, params.data());
+  I.master.write(0, n, master.data());
+  I.m.write(0, n, m.data());
+  I.v.write(0, n, v.data());
 }
 
-void GptCpuBackend::load_shards(const ShardState& s) {
+GptCpuBackend::FullState GptCpuBackend::gather_state() {
   Impl& I = *impl_;
-  const int64_t n = I.space;
-  if (int64_t(s.params.size()) != n || int64_t(s.master.size()) != n || int64_t(s.m.size()) != n ||
-      int64_t(s.v.size()) != n)
-    throw std::invalid_argument(fmt::format("shard state holds {} elements, this rank's shard space is {}",
-                                            s.params.size(), n));
-  I.params.write(0, n, s.params.data());
-  I.master.write(0, n, s.master.data());
-  I.m.write(0, n, s.m.data());
-  I.v.write(0, n, s.v.data());
-}
-
-GptCpuBackend::ShardState GptCpuBackend::save_shards() {
-  Impl& I = *impl_;
-  const int64_t n = I.space;
-  ShardState s;
-  s.params.resize(static_cast<size_t>(n));
-  s.master.resize(static_cast<size_t>(n));
-  s.m.resize(static_cast<size_t>(n));
-  s.v.resize(static_cast<size_t>(n));
-  I.params.read(0, n, s.params.data());
-  I.master.read(0, n, s.master.data());
-  I.m.read(0, n, s.m.data());
-  I.v.read(0, n, s.v.data());
-  return s;
-}
-
-Gpt2Params GptCpuBackend::gather_master() {
-  Impl& I = *impl_;
-  std::vector<float> mine(size_t(I.space));
-  I.master.read(0, I.space, mine.data());
-  Gpt2Params out;
-  for (const auto& pg : I.graph.params) out.emplace_back(size_t(pg.numel), 0.0f);
-  for (const auto& u : I.P.units()) {
-    std::vector<float> flat;
-    if (I.owner_based) {
-      flat.assign(size_t(u.numel), 0.0f);
-      if (u.owner == I.rank) std::copy_n(mine.data() + u.owner_offset, u.numel, flat.data());
-      I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
-    } else {
-      flat.assign(size_t(u.shard_numel) * size_t(I.P.ranks()), 0.0f);
-      I.comm.all_gather(mine.data() + u.shard_offset, size_t(u.shard_numel) * sizeof(float), flat.data(),
-                        u.name.c_str());
+  FullState out;
+  auto gather = [&](const Home<float>& home, Gpt2Params& dst) {
+    std::vector<float> mine(size_t(I.space));
+    home.read(0, I.space, mine.data());
+    for (const auto& pg : I.graph.params) dst.emplace_back(size_t(pg.numel), 0.0f);
+    for (const auto& u : I.P.units()) {
+      std::vector<float> flat;
+      if (I.owner_based) {
+        flat.assign(size_t(u.numel), 0.0f);
+        if (u.owner == I.rank) std::copy_n(mine.data() + u.owner_offset, u.numel, flat.data());
+        I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
+      } else {
+        flat.assign(size_t(u.shard_numel) * size_t(I.P.ranks()), 0.0f);
+        I.comm.all_gather(mine.data() + u.shard_offset, size_t(u.shard_numel) * sizeof(float), flat.data(),
+                          u.name.c_str());
+      }
+      I.unit_into_group(u, flat.data(), dst[size_t(u.group)]);
     }
-    I.unit_into_group(u, flat.data(), out[size_t(u.group)]);
-  }
+  };
+  gather(I.master, out.master);
+  gather(I.m, out.m);
+  gather(I.v, out.v);
   return out;
 }
 

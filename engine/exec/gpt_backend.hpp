@@ -43,7 +43,7 @@ public:
 
   // Scatters full fp32 parameters (one tensor per parameter group) into this rank's homes: bf16
   // shards on the params tier, fp32 master weights on the optimizer tier, zero moments.
-  void initialize(const Gpt2Params& params);
+  void initialize(const Gpt2Params& params) { load_state({params, {}, {}}); }
 
   // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
   // micro-batches, one per micro-batch of the Program.
@@ -54,17 +54,17 @@ public:
   // Global gradient norm before clipping, when the Program computed one (grad_clip > 0).
   double grad_norm() const { return grad_norm_; }
 
-  // This rank's shard space as stored on its tiers, for checkpoints: bf16 params, fp32 master,
-  // m and v (gradients are transient between steps).
-  struct ShardState {
-    std::vector<bf16> params;
-    std::vector<float> master, m, v;
+  // The optimizer state of the whole model, one fp32 tensor per parameter group (the layout of
+  // Gpt2Params): master weights and Adam moments. The bf16 parameters are the master weights
+  // rounded, as every optimizer step writes them.
+  struct FullState {
+    Gpt2Params master, m, v;
   };
-  ShardState save_shards();
-  void load_shards(const ShardState& s);
-  // The full fp32 master weights of every parameter group, assembled from all ranks' shards
-  // (a collective: every rank must call it).
-  Gpt2Params gather_master();
+  // Assembles the full state from every rank's shards (a collective: every rank calls it).
+  FullState gather_state();
+  // Takes this rank's shards of a full state (any rank count wrote it: this is how a checkpoint
+  // is re-sharded). `m` and `v` may be empty for a fresh start.
+  void load_state(const FullState& s);
 
   struct Impl;
 

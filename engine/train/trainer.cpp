@@ -1,0 +1,204 @@
+#include "engine/train/trainer.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/data/token_data.hpp"
+#include "engine/exec/executor.hpp"
+#include "engine/exec/gpt_backend.hpp"
+#include "engine/model/safetensors.hpp"
+#include "models/gpt.hpp"
+
+namespace fs = std::filesystem;
+
+namespace zinf::engine {
+
+namespace {
+
+void fsync_path(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(fmt::format("checkpoint: cannot open {} to fsync it", p.string()));
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(fmt::format("checkpoint: cannot write {}", tmp.string()));
+  }
+  fsync_path(tmp);
+  fs::rename(tmp, path);
+  fsync_path(path.parent_path());
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("checkpoint: cannot read {}", path.string()));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerOptions opt;
+  Collectives& comm;
+  core::ModelGraph graph;
+  core::PlanResult planned;
+  Gpt2 model;
+  TokenCorpus corpus;
+  std::unique_ptr<BatchLoader> loader;
+  std::unique_ptr<GptCpuBackend> backend;
+  std::unique_ptr<Executor> executor;
+  int64_t steps_done = 0;
+
+  Impl(TrainerOptions o, Collectives& c)
+      : opt(std::move(o)), comm(c), graph(build_graph(opt)), planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
+        model(graph) {
+    corpus = TokenCorpus::load(opt.data);
+    if (corpus.vocab > opt.model.vocab)
+      throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
+                                           corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
+    loader = std::make_unique<BatchLoader>(corpus, opt.model.micro_batch, opt.model.seq, comm.rank(), comm.size(),
+                                           opt.data_seed);
+    GptBackendOptions bo;
+    if (!opt.nvme_dir.empty()) {
+      fs::path dir = fs::path(opt.nvme_dir) / fmt::format("rank{}", comm.rank());
+      std::error_code ec;
+      if (!fs::is_directory(opt.nvme_dir, ec))
+        throw std::runtime_error(fmt::format("--nvme-dir {}: no such directory", opt.nvme_dir));
+      fs::create_directories(dir, ec);
+      if (ec) throw std::runtime_error(fmt::format("--nvme-dir: cannot create {}: {}", dir.string(), ec.message()));
+      bo.nvme_dir = dir.string();
+    }
+    bo.config = opt.config;
+    bo.adam_threads = opt.adam_threads;
+    backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
+    backend->initialize(opt.init_from.empty() ? model.init_params(opt.init_seed)
+                                              : load_gpt2_safetensors(opt.init_from, graph));
+    executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
+  }
+
+  static core::ModelGraph build_graph(TrainerOptions& o) {
+    if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
+    return models::build_gpt(o.model);
+  }
+
+  StepStats step() {
+    std::vector<Batch> batches;
+    for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
+    backend->begin_step(steps_done + 1, std::move(batches));
+    const auto t0 = std::chrono::steady_clock::now();
+    StepStats s;
+    s.timeline = executor->run_step();
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++steps_done;
+    s.step = steps_done;
+    double loss[2] = {backend->loss(), s.seconds};
+    comm.all_reduce(loss, 2, "step loss");
+    s.loss = loss[0] / comm.size();
+    const double slowest = loss[1] / comm.size();
+    s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * comm.size() / std::max(slowest, 1e-9);
+    s.grad_norm = backend->grad_norm();
+    s.peak = executor->peak_bytes();
+    return s;
+  }
+
+  std::string save_checkpoint() {
+    if (opt.checkpoint_dir.empty()) throw std::runtime_error("no checkpoint directory was given (--checkpoint-dir)");
+    auto state = backend->gather_state();
+    const fs::path root = opt.checkpoint_dir;
+    const std::string name = fmt::format("step-{:08d}", steps_done);
+    if (comm.rank() == 0) {
+      fs::create_directories(root);
+      const fs::path tmp = root / (name + ".tmp");
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+      std::vector<TensorToWrite> tensors;
+      for (size_t g = 0; g < graph.params.size(); ++g) {
+        const auto& pg = graph.params[g];
+        for (auto [suffix, src] : {std::pair{"master", &state.master}, {"adam_m", &state.m}, {"adam_v", &state.v}})
+          tensors.push_back({pg.name + "." + suffix, {pg.numel}, (*src)[g].data()});
+      }
+      write_safetensors((tmp / "state.safetensors").string(), tensors, TensorDtype::F32);
+      nlohmann::json meta = {{"format", "zinf-checkpoint-1"},
+                             {"model", {{"name", opt.model.name}, {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
+                                        {"heads", opt.model.heads}, {"seq", opt.model.seq}, {"vocab", opt.model.vocab},
+                                        {"micro_batch", opt.model.micro_batch}}},
+                             {"step", steps_done},
+                             {"data_position", loader->position()},
+                             {"data_seed", opt.data_seed},
+                             {"ranks", comm.size()}};
+      write_file_atomic(tmp / "meta.json", meta.dump(2));
+      const fs::path final_dir = root / name;
+      fs::remove_all(final_dir);
+      fs::rename(tmp, final_dir);
+      fsync_path(root);
+      write_file_atomic(root / "latest", name + "\n");
+    }
+    comm.barrier("checkpoint saved");
+    return (root / name).string();
+  }
+
+  void resume() {
+    if (opt.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
+    const fs::path root = opt.checkpoint_dir;
+    std::string name = read_file(root / "latest");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const fs::path dir = root / name;
+    const fs::path meta_path = dir / "meta.json";
+    nlohmann::json meta;
+    try {
+      meta = nlohmann::json::parse(read_file(meta_path));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(fmt::format("checkpoint {}: not valid JSON: {}", meta_path.string(), e.what()));
+    }
+    if (meta.value("format", "") != "zinf-checkpoint-1")
+      throw std::runtime_error(fmt::format("checkpoint {}: field 'format' is not zinf-checkpoint-1", meta_path.string()));
+    for (auto [key, want] : {std::pair{"layers", opt.model.layers}, {"hidden", opt.model.hidden}, {"heads", opt.model.heads},
+                             {"seq", opt.model.seq}, {"vocab", opt.model.vocab}}) {
+      const int64_t got = meta["model"].value(key, int64_t(-1));
+      if (got != want)
+        throw std::runtime_error(fmt::format("checkpoint {}: field 'model.{}' is {}, but model {} has {}", meta_path.string(),
+                                             key, got, opt.model.name, want));
+    }
+    SafetensorsReader reader((dir / "state.safetensors").string());
+    GptCpuBackend::FullState state;
+    for (const auto& pg : graph.params) {
+      state.master.push_back(reader.read_f32(pg.name + ".master"));
+      state.m.push_back(reader.read_f32(pg.name + ".adam_m"));
+      state.v.push_back(reader.read_f32(pg.name + ".adam_v"));
+    }
+    backend->load_state(state);
+    steps_done = meta.at("step").get<int64_t>();
+    // The data position is a step count shared by all ranks; each rank derives its windows from it.
+    loader->seek(meta.at("data_position").get<uint64_t>());
+  }
+};
+
+Trainer::Trainer(TrainerOptions options, Collectives& comm) : impl_(std::make_unique<Impl>(std::move(options), comm)) {}
+Trainer::~Trainer() = default;
+const core::Plan& Trainer::plan() const { return impl_->planned.plan; }
+const core::Program& Trainer::program() const { return impl_->planned.program; }
+int64_t Trainer::step_count() const { return impl_->steps_done; }
+StepStats Trainer::step() { return impl_->step(); }
+std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
+void Trainer::resume() { impl_->resume(); }
+
+void Trainer::export_safetensors(const std::string& path) {
+  auto state = impl_->backend->gather_state();
+  if (impl_->comm.rank() == 0) save_gpt2_safetensors(path, impl_->graph, state.master, TensorDtype::F32);
+  impl_->comm.barrier("export");
+}
+
+}  // namespace zinf::engine

@@ -1,0 +1,152 @@
+// The training run end to end: refusing a plan that does not fit, resuming exactly from an
+// atomically written checkpoint, exporting weights, and learning the built-in corpus.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/errors.hpp"
+#include "core/hwprofile.hpp"
+#include "core/run_config.hpp"
+#include "engine/comm/collectives.hpp"
+#include "engine/model/safetensors.hpp"
+#include "engine/train/trainer.hpp"
+#include "models/gpt.hpp"
+#include "test_paths.hpp"
+
+using namespace zinf;
+using Catch::Matchers::Contains;
+using zinf::test::source;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() / ("zinf_trainer_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+engine::TrainerOptions options(const std::string& config_yaml, const fs::path& dir) {
+  engine::TrainerOptions o;
+  o.model = core::load_model_spec(source("models/gpt-tiny.yaml"));
+  o.hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  o.config = core::parse_run_config(config_yaml, "test");
+  o.nvme_dir = (dir / "nvme").string();
+  o.checkpoint_dir = (dir / "ckpt").string();
+  fs::create_directories(o.nvme_dir);
+  return o;
+}
+
+const char* kNvme =
+    "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: nvme}\n"
+    "optimizer: {lr: 1.0e-3, grad_clip: 1.0, sub_group_size: 20000}\n";
+
+}  // namespace
+
+TEST_CASE("a run whose plan needs more device memory than the budget is refused before it starts", "[trainer]") {
+  TempDir dir("refuse");
+  auto o = options("zero_stage: 3\n", dir.path);
+  o.model = core::load_model_spec(source("models/gpt2-xl.yaml"));  // 1.5B: 16 B/param does not fit 2 GiB
+  engine::LocalCollectives comm;
+  REQUIRE_THROWS_AS(engine::Trainer(o, comm), core::PlanError);
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("device") && Contains("short"));
+  CHECK(fs::is_empty(o.nvme_dir));  // nothing was written
+}
+
+TEST_CASE("resume from a checkpoint continues bitwise like the uninterrupted run", "[trainer][checkpoint]") {
+  TempDir dir("resume");
+  engine::LocalCollectives comm;
+  std::vector<double> straight;
+  {
+    auto o = options(kNvme, dir.path / "a");
+    engine::Trainer t(o, comm);
+    for (int i = 0; i < 6; ++i) straight.push_back(t.step().loss);
+  }
+  std::vector<double> resumed;
+  {
+    auto o = options(kNvme, dir.path / "b");
+    engine::Trainer t(o, comm);
+    for (int i = 0; i < 3; ++i) t.step();
+    auto saved = t.save_checkpoint();
+    CHECK(fs::exists(fs::path(saved) / "state.safetensors"));
+    CHECK(fs::exists(fs::path(saved) / "meta.json"));
+  }
+  {
+    auto o = options(kNvme, dir.path / "b");
+    engine::Trainer t(o, comm);
+    t.resume();
+    CHECK(t.step_count() == 3);
+    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+  }
+  for (int i = 0; i < 3; ++i) CHECK(resumed[size_t(i)] == straight[size_t(i + 3)]);  // bitwise
+}
+
+TEST_CASE("a checkpoint for another model shape is refused naming the field", "[trainer][checkpoint]") {
+  TempDir dir("shape");
+  engine::LocalCollectives comm;
+  {
+    auto o = options("zero_stage: 3\n", dir.path);
+    engine::Trainer t(o, comm);
+    t.step();
+    t.save_checkpoint();
+  }
+  auto o = options("zero_stage: 3\n", dir.path);
+  o.model.layers = 3;
+  engine::Trainer t(o, comm);
+  REQUIRE_THROWS_WITH(t.resume(), Contains("meta.json") && Contains("model.layers") && Contains("is 2"));
+}
+
+TEST_CASE("an interrupted save leaves the previous checkpoint as latest", "[trainer][checkpoint]") {
+  TempDir dir("atomic");
+  engine::LocalCollectives comm;
+  auto o = options("zero_stage: 3\n", dir.path);
+  engine::Trainer t(o, comm);
+  t.step();
+  auto first = t.save_checkpoint();
+  // A crash mid-save leaves only a *.tmp directory behind; `latest` still names the whole one.
+  fs::create_directories(fs::path(o.checkpoint_dir) / "step-00000002.tmp");
+  engine::Trainer again(o, comm);
+  again.resume();
+  CHECK(again.step_count() == 1);
+}
+
+TEST_CASE("exported weights read back with Hugging Face names", "[trainer][safetensors]") {
+  TempDir dir("export");
+  engine::LocalCollectives comm;
+  auto o = options(kNvme, dir.path);
+  engine::Trainer t(o, comm);
+  t.step();
+  const auto path = (dir.path / "out.safetensors").string();
+  t.export_safetensors(path);
+  engine::SafetensorsReader r(path);
+  CHECK(r.has("wte.weight"));
+  CHECK(r.has("h.1.mlp.c_fc.weight"));
+  CHECK(r.info("h.0.attn.c_attn.weight").shape == std::vector<int64_t>{64, 192});  // HF Conv1D: in x out
+  // Starting a new run from the export reproduces the same weights.
+  auto o2 = options(kNvme, dir.path / "again");
+  o2.init_from = path;
+  engine::Trainer t2(o2, comm);
+  const auto path2 = (dir.path / "again.safetensors").string();
+  t2.export_safetensors(path2);
+  engine::SafetensorsReader r2(path2);
+  CHECK(r2.read_f32("h.1.mlp.c_fc.weight") == r.read_f32("h.1.mlp.c_fc.weight"));
+}
+
+TEST_CASE("the loss on the built-in corpus falls well below its start", "[trainer][learning]") {
+  TempDir dir("learn");
+  engine::LocalCollectives comm;
+  auto o = options(kNvme, dir.path);
+  o.config.lr = 3e-3;
+  engine::Trainer t(o, comm);
+  double first = t.step().loss;
+  double last = first;
+  for (int i = 0; i < 59; ++i) last = t.step().loss;
+  CHECK(first == Approx(std::log(256.0)).epsilon(0.03));
+  CHECK(last < 0.65 * first);
+}
