@@ -13,10 +13,12 @@
 //
 // Why OpenBLAS fp32 and not oneDNN bf16 for the GEMMs: OpenBLAS is already a dependency and
 // computes in fp32, which is what the mixed-precision scheme asks for (bf16 storage, fp32
-// accumulate). The note's 2.6x for oneDNN bf16 is against OpenBLAS pinned to the Haswell kernels;
-// with its AVX-512 kernels the measured gap is ~1.4x on 4096^3 (375 vs 513 GFLOP/s on 2 threads),
-// and at this model's GEMM sizes (k = 64..512) call overhead and the elementwise kernels weigh as
-// much as the GEMM peak. libdnnl-dev is not installed here; adding it is a later, measured change.
+// accumulate). The note's 2.6x for oneDNN bf16 was against OpenBLAS pinned to its Haswell kernels
+// on an AVX-512-BF16 CPU (1.4x against its AVX-512 kernels). On the CPU measured for this choice
+// (AVX2 only, no AVX-512) oneDNN 2.6 (libdnnl-dev) would not even create a bf16 matmul: there is
+// no speed to gain where there is no native bf16, and at this model's GEMM sizes (k = 128..512)
+// call overhead and the elementwise kernels weigh as much as GEMM peak. A oneDNN path is a later,
+// measured change for AVX-512-BF16 / AMX hosts.
 #pragma once
 #include <cstdint>
 
