@@ -1,0 +1,210 @@
+// validate_program (core/plan.hpp): DESIGN.md's invariants, checked on the Program itself.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "core/plan.hpp"
+
+namespace zinf::core {
+
+namespace {
+
+// Does `to` depend on `from` (or is it `from`)? Searches backwards from `to` over tasks with ids
+// not below `from`, which is all that can lie on a path since ids are topological.
+bool reaches(const Program& p, int32_t from, int32_t to, std::vector<int32_t>& mark, int32_t stamp) {
+  if (from == to) return true;
+  std::vector<int32_t> stack{to};
+  while (!stack.empty()) {
+    int32_t t = stack.back();
+    stack.pop_back();
+    for (int32_t d : p.deps(p.task(t))) {
+      if (d == from) return true;
+      if (d < from || mark[static_cast<size_t>(d)] == stamp) continue;
+      mark[static_cast<size_t>(d)] = stamp;
+      stack.push_back(d);
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> validate_program(const Program& p) {
+  std::vector<std::string> errors;
+  auto error = [&](std::string m) {
+    if (errors.size() < 50) errors.push_back(std::move(m));
+  };
+  const auto& tasks = p.tasks();
+  const int R = p.ranks();
+  const bool owner_based = p.partitioning() == Partitioning::OwnerBased;
+
+  // Invariant 4: acyclic, lanes in topological order. Dependencies point to lower ids, and each lane
+  // runs in id order, so both hold when every dependency is an earlier task.
+  for (const auto& t : tasks) {
+    for (int32_t d : p.deps(t))
+      if (d < 0 || d >= t.id) error(fmt::format("task {} ({}) depends on task {}, not an earlier task", t.id, p.label(t), d));
+    if (is_collective(t.kind)) {
+      if (t.participants != R) error(fmt::format("collective {} has {} participants, not {}", t.id, t.participants, R));
+      if ((t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) && (t.root < 0 || t.root >= R))
+        error(fmt::format("collective {} has root {}", t.id, t.root));
+      if (t.owner >= 0) error(fmt::format("collective {} is not done by every rank", t.id));
+    }
+    if (t.owner >= R) error(fmt::format("task {} is owned by rank {} of {}", t.id, t.owner, R));
+  }
+
+  // Invariant 1 and memory balance: every buffer allocated once and freed once, on the same tier
+  // with the same size, by a task that depends on the allocating one. Checked for rank 0 and, for
+  // owner-based programs, for every rank (their owner-only tasks differ).
+  std::vector<int32_t> mark(tasks.size(), -1);
+  int32_t stamp = 0;
+  const int ranks_to_check = owner_based ? R : 1;
+  for (int r = 0; r < ranks_to_check; ++r) {
+    struct Life {
+      int32_t alloc = -1, free = -1;
+      Tier tier = Tier::Device;
+      double bytes = 0;
+    };
+    std::unordered_map<int64_t, Life> life;
+    for (const auto& t : tasks) {
+      for (const auto& e : p.allocs(t, r)) {
+        auto& l = life[e.buffer];
+        if (l.alloc >= 0) error(fmt::format("rank {}: buffer {} allocated twice (tasks {} and {})", r, e.buffer, l.alloc, t.id));
+        l.alloc = t.id;
+        l.tier = e.tier;
+        l.bytes = e.bytes;
+      }
+      for (const auto& e : p.frees(t, r)) {
+        auto& l = life[e.buffer];
+        if (l.free >= 0) error(fmt::format("rank {}: buffer {} freed twice", r, e.buffer));
+        l.free = t.id;
+        if (l.alloc < 0) {
+          error(fmt::format("rank {}: buffer {} freed by task {} ({}) before it is allocated", r, e.buffer, t.id, p.label(t)));
+          continue;
+        }
+        if (l.tier != e.tier || l.bytes != e.bytes)
+          error(fmt::format("rank {}: buffer {} allocated as {} bytes on {}, freed as {} on {}", r, e.buffer, l.bytes,
+                            to_string(l.tier), e.bytes, to_string(e.tier)));
+        if (!reaches(p, l.alloc, t.id, mark, stamp++))
+          error(fmt::format("rank {}: buffer {} is freed by task {} ({}) which does not wait for its allocation by {} ({})",
+                            r, e.buffer, t.id, p.label(t), l.alloc, p.label(p.task(l.alloc))));
+      }
+    }
+    for (const auto& [buf, l] : life)
+      if (l.free < 0)
+        error(fmt::format("rank {}: buffer {} allocated by task {} ({}) is never freed", r, buf, l.alloc,
+                          p.label(p.task(l.alloc))));
+  }
+
+  // Invariant 3a: every use of a partitioned parameter waits for the collective that gathers it,
+  // and the gathered buffer is freed no earlier than that use.
+  std::unordered_map<int64_t, int32_t> freed_by;  // rank 0's view; the gathered buffers are the same on every rank
+  for (const auto& t : tasks)
+    for (const auto& e : p.frees(t, 0)) freed_by[e.buffer] = t.id;
+  bool partitioned_params = false;
+  for (const auto& t : tasks)
+    if (t.data == Data::Param && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast) && t.phase != Phase::Optimizer)
+      partitioned_params = true;
+  if (partitioned_params) {
+    for (const auto& t : tasks) {
+      if (!is_compute(t.kind) || t.unit < 0) continue;
+      int32_t gather = -1;
+      for (int32_t d : p.deps(t)) {
+        const auto& dt = p.task(d);
+        if ((dt.kind == TaskKind::AllGather || dt.kind == TaskKind::Broadcast) && dt.unit == t.unit) gather = d;
+      }
+      if (gather < 0) {
+        error(fmt::format("task {} ({}) uses unit {} without waiting for its gather", t.id, p.label(t), t.unit));
+        continue;
+      }
+      // The gathered buffer: allocated by the all-gather, or (owner-based) by the Alloc it waits for.
+      int64_t buf = -1;
+      const auto& gt = p.task(gather);
+      for (const auto& e : p.allocs(gt, 0)) buf = e.buffer;
+      if (buf < 0)
+        for (int32_t d : p.deps(gt))
+          if (p.task(d).kind == TaskKind::Alloc || p.task(d).kind == TaskKind::CopyH2D)
+            for (const auto& e : p.allocs(p.task(d), 0)) buf = e.buffer;
+      if (buf < 0) {
+        // a copy by the owner: look one step further back for the Alloc
+        for (int32_t d : p.deps(gt))
+          for (int32_t dd : p.deps(p.task(d)))
+            if (p.task(dd).kind == TaskKind::Alloc)
+              for (const auto& e : p.allocs(p.task(dd), 0)) buf = e.buffer;
+      }
+      auto it = freed_by.find(buf);
+      if (buf < 0 || it == freed_by.end() || it->second < t.id)
+        error(fmt::format("task {} ({}): the gathered unit {} is freed before this use", t.id, p.label(t), t.unit));
+    }
+  }
+
+  // Invariant 3b: each unit's gradient is reduced exactly once per micro-batch.
+  std::map<std::pair<int32_t, int32_t>, int> reduced;
+  for (const auto& t : tasks)
+    if (t.data == Data::Grad && is_collective(t.kind)) ++reduced[{t.unit, t.micro_batch}];
+  for (const auto& u : p.units())
+    for (int mb = 0; mb < p.micro_batches(); ++mb) {
+      auto it = reduced.find({u.id, mb});
+      const int n = it == reduced.end() ? 0 : it->second;
+      if (n != 1) error(fmt::format("unit {} ({}) has its gradient reduced {} times in micro-batch {}", u.id, u.name, n, mb));
+    }
+
+  // Invariant 3c: each sub-group updated exactly once; the sub-groups tile every rank's shard space;
+  // each update waits for the last gradient store of every unit it covers, and for the global norm
+  // when gradients are clipped.
+  std::vector<int> updates(p.sub_groups().size(), 0);
+  std::vector<int32_t> adam_of(p.sub_groups().size(), -1);
+  int32_t norm = -1;
+  for (const auto& t : tasks) {
+    if (t.kind == TaskKind::OptimizerStep) {
+      if (t.sub_group < 0 || static_cast<size_t>(t.sub_group) >= updates.size()) {
+        error(fmt::format("optimizer step {} has no sub-group", t.id));
+        continue;
+      }
+      ++updates[static_cast<size_t>(t.sub_group)];
+      adam_of[static_cast<size_t>(t.sub_group)] = t.id;
+    }
+    if (t.kind == TaskKind::AllReduce && t.data == Data::Scalar) norm = t.id;
+  }
+  std::map<int32_t, int64_t> next_offset;  // per owner
+  for (const auto& g : p.sub_groups()) {
+    if (updates[static_cast<size_t>(g.id)] != 1)
+      error(fmt::format("sub-group {} is updated {} times", g.id, updates[static_cast<size_t>(g.id)]));
+    auto& off = next_offset[g.owner];
+    if (g.offset != off) error(fmt::format("sub-group {} starts at {}, expected {}", g.id, g.offset, off));
+    off = g.offset + g.count;
+  }
+  for (const auto& [owner, end] : next_offset)
+    if (end != p.shard_space(owner < 0 ? 0 : owner))
+      error(fmt::format("sub-groups of rank {} cover {} elements of its {}", owner, end, p.shard_space(owner < 0 ? 0 : owner)));
+  // Last gradient store of each unit: the last Grad task of the last micro-batch's backward.
+  std::vector<int32_t> last_store(p.units().size(), -1);
+  for (const auto& t : tasks)
+    if (t.data == Data::Grad && t.phase == Phase::Backward && t.unit >= 0) last_store[static_cast<size_t>(t.unit)] = t.id;
+  for (const auto& u : p.units()) {
+    const int64_t ub = owner_based ? u.owner_offset : u.shard_offset;
+    const int64_t ue = ub + (owner_based ? u.numel : u.shard_numel);
+    for (const auto& g : p.sub_groups()) {
+      if (owner_based && g.owner != u.owner) continue;
+      if (!(ub < g.offset + g.count && g.offset < ue)) continue;
+      const int32_t a = adam_of[static_cast<size_t>(g.id)];
+      if (a < 0) continue;
+      if (!reaches(p, last_store[static_cast<size_t>(u.id)], a, mark, stamp++))
+        error(fmt::format("the update of sub-group {} does not wait for the gradient of {}", g.id, u.name));
+    }
+  }
+  if (norm >= 0)
+    for (int32_t a : adam_of)
+      if (a >= 0 && !reaches(p, norm, a, mark, stamp++))
+        error(fmt::format("optimizer step {} does not wait for the global gradient norm", a));
+
+  // Invariant 2: the peak the planner found is within budget.
+  for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
+    if (at(p.peak_bytes(), t) > at(p.budget(), t) * (1 + 1e-9))
+      error(fmt::format("{} peaks at {} bytes over its budget {}", to_string(t), at(p.peak_bytes(), t), at(p.budget(), t)));
+  return errors;
+}
+
+}  // namespace zinf::core
