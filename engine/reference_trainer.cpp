@@ -45,15 +45,13 @@ double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
   for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
 
   double loss = 0;
+  acts_.loss_scale = 1.0 / double(micro_batches.size());  // the step's loss is the micro-batches' mean
   for (const Batch& b : micro_batches) {
     model_.set_batch(acts_, b.inputs, b.targets);
     loss += model_.forward_backward(working_, grads_, acts_);
   }
-  const float inv = 1.0f / float(micro_batches.size());
-  for (auto& g : grads_) {
-    for (float& x : g) x *= inv;
-    if (cfg_.bf16) cpu::round_to_bf16(g.data(), int64_t(g.size()));
-  }
+  if (cfg_.bf16)
+    for (auto& g : grads_) cpu::round_to_bf16(g.data(), int64_t(g.size()));
 
   ++step_;
   for (size_t i = 0; i < master_.size(); ++i)

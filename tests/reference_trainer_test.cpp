@@ -2,6 +2,7 @@
 // fortunes corpus (loss from ~ln 256 = 5.55 to well below) in 30 steps.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <filesystem>
@@ -81,6 +82,35 @@ TEST_CASE("reference training: fast kernels and bf16 storage stay close to the p
     CHECK(losses[1][size_t(s)] == Approx(losses[0][size_t(s)]).epsilon(1e-4));
     CHECK(losses[2][size_t(s)] == Approx(losses[0][size_t(s)]).epsilon(1e-2));  // bf16: 8-bit mantissas
   }
+}
+
+TEST_CASE("a step over several micro-batches uses their mean gradient", "[trainer]") {
+  auto graph = zinf::models::build_gpt(zinf::models::find_model("gpt-tiny", ZINF_SOURCE_DIR));
+  TokenCorpus data = corpus();
+  BatchLoader loader(data, graph.spec.micro_batch, graph.spec.seq, 0, 1, 5);
+  std::vector<Batch> batches = {loader.next(), loader.next()};
+  ReferenceTrainerConfig cfg;
+  cfg.bf16 = false;
+  ReferenceTrainer t(graph, cfg);
+  const Gpt2Params initial = t.master();
+  const double loss = t.step(batches);
+
+  Gpt2 m(graph);
+  auto a = m.make_activations();
+  Gpt2Params g1 = m.zeros(), g2 = m.zeros();
+  m.set_batch(a, batches[0].inputs, batches[0].targets);
+  const double l1 = m.forward_backward(initial, g1, a);
+  m.set_batch(a, batches[1].inputs, batches[1].targets);
+  const double l2 = m.forward_backward(initial, g2, a);
+  CHECK(loss == Approx((l1 + l2) / 2).epsilon(1e-12));
+  double worst = 0, scale = 0;
+  for (size_t g = 0; g < g1.size(); ++g)
+    for (size_t i = 0; i < g1[g].size(); ++i) {
+      const double want = 0.5 * (double(g1[g][i]) + double(g2[g][i]));
+      worst = std::max(worst, std::abs(double(t.grads()[g][i]) - want));
+      scale = std::max(scale, std::abs(want));
+    }
+  CHECK(worst <= 1e-5 * scale);
 }
 
 TEST_CASE("gpt-tiny learns the corpus in 30 steps", "[trainer]") {

@@ -288,7 +288,7 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
     case Role::Loss:
       (fast ? cpu::crossentropy_backward : cpu::ref::crossentropy_backward<float>)(
           ensure(a.d_logits, T_ * V_), need(a.probs, T_ * V_, name, "the probabilities"), a.targets.data(),
-          1.0 / double(T_), T_, V_);
+          a.loss_scale / double(T_), T_, V_);
       break;
     case Role::LnF: {
       const size_t L = size_t(spec().layers);

@@ -51,6 +51,9 @@ struct Gpt2Activations {
   std::vector<float> lnf, lnf_mean, lnf_rstd, logits, probs, losses;
   std::vector<float> d_lnf, d_logits;
   double loss = 0;  // mean cross-entropy of the last loss forward
+  // d(objective)/d(loss) that the loss backward starts from: 1/n when gradients of n micro-batches
+  // are summed into one step's mean, or a loss-scaling factor.
+  double loss_scale = 1.0;
 
   // Frees block l's intermediates and their gradients; keeps x[l], x[l+1] and their gradients.
   void drop_block(int l);
