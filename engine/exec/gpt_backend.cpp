@@ -153,10 +153,22 @@ struct GptCpuBackend::Impl {
         auto al = P.allocs(t, rank);
         if (t.kind == TaskKind::Alloc && !al.empty()) alloc_buffer[t.id] = al[0].buffer;
         if (t.kind == TaskKind::AllGather && !al.empty()) gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
-        if (t.kind == TaskKind::Broadcast)
-          for (int32_t d : P.deps(t))
-            if (auto it = alloc_buffer.find(d); it != alloc_buffer.end() && P.task(d).unit == t.unit)
-              gathered_buffer_of_task[size_t(t.id)] = it->second;
+        if (t.kind == TaskKind::Broadcast) {
+          // The owner-based gathered buffer is allocated by an Alloc task of the same unit, a
+          // direct dependency or one through the host-to-device copy.
+          std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
+          for (int depth = 0; depth < 3 && gathered_buffer_of_task[size_t(t.id)] < 0; ++depth) {
+            std::vector<int32_t> next;
+            for (int32_t d : frontier) {
+              if (P.task(d).unit != t.unit) continue;
+              if (auto it = alloc_buffer.find(d); it != alloc_buffer.end()) gathered_buffer_of_task[size_t(t.id)] = it->second;
+              next.insert(next.end(), P.deps(P.task(d)).begin(), P.deps(P.task(d)).end());
+            }
+            frontier = std::move(next);
+          }
+          if (gathered_buffer_of_task[size_t(t.id)] < 0)
+            throw std::logic_error(fmt::format("{}: no buffer allocated for the broadcast unit", P.label(t)));
+        }
       }
     }
     for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);

@@ -136,7 +136,8 @@ struct Trainer::Impl {
                                         {"heads", opt.model.heads}, {"seq", opt.model.seq}, {"vocab", opt.model.vocab},
                                         {"micro_batch", opt.model.micro_batch}}},
                              {"step", steps_done},
-                             {"data_position", loader->position()},
+                             // micro-batch slots consumed by all ranks together: resumable on any rank count
+                             {"data_position", loader->position() * uint64_t(comm.size())},
                              {"data_seed", opt.data_seed},
                              {"ranks", comm.size()}};
       write_file_atomic(tmp / "meta.json", meta.dump(2));
@@ -181,8 +182,13 @@ struct Trainer::Impl {
     }
     backend->load_state(state);
     steps_done = meta.at("step").get<int64_t>();
-    // The data position is a step count shared by all ranks; each rank derives its windows from it.
-    loader->seek(meta.at("data_position").get<uint64_t>());
+    // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
+    // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
+    const uint64_t slots = meta.at("data_position").get<uint64_t>();
+    if (slots % uint64_t(comm.size()) != 0)
+      throw std::runtime_error(fmt::format("checkpoint {}: field 'data_position' ({}) is not a multiple of {} ranks",
+                                           meta_path.string(), slots, comm.size()));
+    loader->seek(slots / uint64_t(comm.size()));
   }
 };
 
