@@ -33,7 +33,7 @@ ReferenceTrainer::ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfi
       throw std::invalid_argument("reference trainer: parameter group " + model_.graph().params[g].name +
                                   " has the wrong size");
   working_ = master_;
-  grads_ = m_ = v_ = z;
+  grads_ = mb_grads_ = m_ = v_ = z;
   acts_ = model_.make_activations();
 }
 
@@ -44,14 +44,21 @@ double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
     for (auto& w : working_) cpu::round_to_bf16(w.data(), int64_t(w.size()));
   for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
 
+  // Each micro-batch's gradient is scaled by 1/n and added to the step's gradient, which (in bf16
+  // mode) is stored as bf16 after every addition: the arithmetic of the engine's accumulation.
   double loss = 0;
-  acts_.loss_scale = 1.0 / double(micro_batches.size());  // the step's loss is the micro-batches' mean
+  const float inv = 1.0f / float(micro_batches.size());
   for (const Batch& b : micro_batches) {
+    for (auto& g : mb_grads_) std::fill(g.begin(), g.end(), 0.0f);
     model_.set_batch(acts_, b.inputs, b.targets);
-    loss += model_.forward_backward(working_, grads_, acts_);
+    loss += model_.forward_backward(working_, mb_grads_, acts_);
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      float* acc = grads_[i].data();
+      const float* add = mb_grads_[i].data();
+      for (size_t j = 0; j < grads_[i].size(); ++j) acc[j] += add[j] * inv;
+      if (cfg_.bf16) cpu::round_to_bf16(acc, int64_t(grads_[i].size()));
+    }
   }
-  if (cfg_.bf16)
-    for (auto& g : grads_) cpu::round_to_bf16(g.data(), int64_t(g.size()));
 
   ++step_;
   for (size_t i = 0; i < master_.size(); ++i)

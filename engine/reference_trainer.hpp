@@ -29,8 +29,8 @@ void adamw_reference(float* param, const float* grad, float* m, float* v, int64_
 struct ReferenceTrainerConfig {
   AdamWConfig adam;
   // Mixed precision as the engine runs it: the model computes on fp32 copies of bf16 parameters,
-  // and the step's gradient (summed over micro-batches with loss_scale = 1/n) is stored as bf16
-  // before the fp32 optimizer reads it.
+  // and the step's gradient (the sum of each micro-batch's gradient times 1/n) is stored as bf16
+  // after each addition, before the fp32 optimizer reads it.
   bool bf16 = true;
   KernelImpl kernels = KernelImpl::Fast;
   uint64_t init_seed = 1;
@@ -55,7 +55,7 @@ class ReferenceTrainer {
  private:
   Gpt2 model_;
   ReferenceTrainerConfig cfg_;
-  Gpt2Params master_, working_, grads_, m_, v_;
+  Gpt2Params master_, working_, grads_, mb_grads_, m_, v_;
   Gpt2Activations acts_;
   int64_t step_ = 0;
 };
