@@ -82,7 +82,11 @@ TEST_CASE("gpt2 starts at a loss of about ln(vocab)", "[gpt2]") {
 TEST_CASE("gpt2 gradients match finite differences along a random direction per group", "[gpt2]") {
   // fp32 model: central differences with eps = 1e-3 along a unit-variance direction; the
   // directional derivative must agree with <grad, direction> to 1% (+ 1e-3 absolute).
-  Gpt2 m(zinf::models::build_gpt(micro_spec()), KernelImpl::Reference);
+  auto spec = micro_spec();
+  SECTION("lm_head tied to wte") {}
+  SECTION("lm_head untied") { spec.tied_embeddings = false; }
+  Gpt2 m(zinf::models::build_gpt(spec), KernelImpl::Reference);
+  INFO("tied " << spec.tied_embeddings << ", " << m.graph().params.size() << " groups");
   auto a = m.make_activations();
   set_random_batch(m, a, 2);
   Gpt2Params p = random_params(m, 3, 0.3);
