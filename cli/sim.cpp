@@ -23,6 +23,7 @@ struct SimCliOptions {
   std::string chrome_trace;
   std::string timeline_ranks = "0";
   bool json = false;
+  bool no_fold = false;
 };
 
 std::vector<int> parse_ranks(const std::string& text, bool& all) {
@@ -56,6 +57,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   sim::SimOptions opts;
   opts.algorithm = sim::parse_collective_algorithm(o.collective);
   opts.timeline_ranks = parse_ranks(o.timeline_ranks, opts.timeline_all_ranks);
+  opts.fold_symmetric_nodes = !o.no_fold;
   sim::ScenarioResult res = sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts);
   const auto& r = res.report;
 
@@ -80,7 +82,8 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   fmt::print("plan: params {} | gradients {} | optimizer {} | checkpoints {} | tiling {} | {} micro-batch(es)\n",
              to_string(res.plan.params), to_string(res.plan.gradients), to_string(res.plan.optimizer),
              to_string(res.plan.checkpoints), res.plan.tiling_factor, res.plan.micro_batches);
-  fmt::print("collectives: {}\n\n", o.collective);
+  fmt::print("collectives: {}{}\n\n", o.collective,
+             r.folded ? "; identical nodes folded: node 0's ranks simulated, the others mirrored (--no-fold: all)" : "");
   fmt::print("step time          {}   (idealized list schedule: {}, {:+.1f}%)\n", format_seconds(r.step_time),
              format_seconds(res.ideal_step_time),
              res.ideal_step_time > 0 ? 100.0 * (r.step_time / res.ideal_step_time - 1) : 0.0);
@@ -110,6 +113,7 @@ Registration reg(30, [](CLI::App& app) {
   cmd->add_option("--trace", o->chrome_trace, "Write the Timeline as a Chrome trace (Perfetto) to this path");
   cmd->add_option("--timeline-ranks", o->timeline_ranks, "Ranks to record: all | none | 0,3,...")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the report as JSON");
+  cmd->add_flag("--no-fold", o->no_fold, "Simulate every node, not node 0 with the others folded onto a mirror");
   cmd->callback([in, o] { run_sim(*in, *o); });
 });
 

@@ -23,13 +23,15 @@ constexpr int kTiers = 3;
 // A collective waiting for its participants: the last to arrive runs the flows for all of them.
 struct Rendezvous {
   int arrived = 0;
-  std::vector<sg4::ActorPtr> waiting;
+  std::vector<sg4::Semaphore*> waiting;
 };
 
 struct RankState {
   std::vector<int32_t> pending;                 // dependencies not yet ended, per task
-  std::array<sg4::ActorPtr, kLanes> actors{};
-  std::array<int32_t, kLanes> waiting_for{};    // task a suspended lane waits for, or -1
+  // A lane whose next task is not ready blocks on its semaphore until the task's last dependency
+  // ends (cheaper than suspending the actor, which walks all its activities in SimGrid 3.32).
+  std::array<sg4::SemaphorePtr, kLanes> wake{};
+  std::array<int32_t, kLanes> waiting_for{};    // task a blocked lane waits for, or -1
   std::array<double, kLanes> busy{};            // seconds each lane spent running tasks
   std::array<double, kTiers> live{};
   std::array<double, kTiers> peak{};
@@ -43,7 +45,10 @@ public:
       : program_(program),
         options_(options),
         ranks_(program.ranks()),
-        platform_(hw, (program.ranks() + hw.node.gpus - 1) / hw.node.gpus),
+        nodes_((program.ranks() + hw.node.gpus - 1) / hw.node.gpus),
+        fold_(options.fold_symmetric_nodes && nodes_ > 1 && program.partitioning() == core::Partitioning::BandwidthCentric),
+        sim_ranks_(fold_ ? hw.node.gpus : ranks_),
+        platform_(hw, fold_ ? 2 : nodes_),
         cost_(hw) {
     if (program.ranks() < 1) throw std::invalid_argument("the Program has no ranks");
     if (program.gpus_per_node() != hw.node.gpus && program.ranks() > std::min(program.gpus_per_node(), hw.node.gpus))
@@ -65,8 +70,8 @@ public:
 
     std::vector<int32_t> initial(tasks.size());
     for (const auto& t : tasks) initial[static_cast<size_t>(t.id)] = static_cast<int32_t>(t.deps_count);
-    ranks_state_.resize(static_cast<size_t>(ranks_));
-    for (int r = 0; r < ranks_; ++r) {
+    ranks_state_.resize(static_cast<size_t>(sim_ranks_));
+    for (int r = 0; r < sim_ranks_; ++r) {
       auto& rs = ranks_state_[static_cast<size_t>(r)];
       rs.pending = initial;
       rs.waiting_for.fill(-1);
@@ -77,7 +82,7 @@ public:
     }
     node_live_.assign(static_cast<size_t>(platform_.nodes()), {});
     node_peak_.assign(static_cast<size_t>(platform_.nodes()), {});
-    for (int r = 0; r < ranks_; ++r)
+    for (int r = 0; r < sim_ranks_; ++r)
       for (int k = 0; k < kTiers; ++k) {
         auto n = static_cast<size_t>(platform_.node_of(r));
         node_live_[n][static_cast<size_t>(k)] += ranks_state_[static_cast<size_t>(r)].live[static_cast<size_t>(k)];
@@ -86,12 +91,12 @@ public:
   }
 
   SimReport run() {
-    for (int r = 0; r < ranks_; ++r)
+    for (int r = 0; r < sim_ranks_; ++r)
       for (int l = 0; l < kLanes; ++l) {
         if (lane_tasks_[static_cast<size_t>(l)].empty()) continue;
         auto* host = static_cast<Lane>(l) == Lane::CpuOptim ? platform_.cpu_of(r) : platform_.gpu(r);
-        ranks_state_[static_cast<size_t>(r)].actors[static_cast<size_t>(l)] =
-            sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] { run_lane(r, static_cast<Lane>(l)); });
+        ranks_state_[static_cast<size_t>(r)].wake[static_cast<size_t>(l)] = sg4::Semaphore::create(0);
+        sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] { run_lane(r, static_cast<Lane>(l)); });
       }
     platform_.engine().run();
     return report();
@@ -104,7 +109,7 @@ private:
     for (int32_t id : lane_tasks_[li]) {
       if (rs.pending[static_cast<size_t>(id)] > 0) {
         rs.waiting_for[li] = id;
-        sg4::this_actor::suspend();
+        rs.wake[li]->acquire();
       }
       const Task& t = program_.task(id);
       const double start = sg4::Engine::get_clock();
@@ -131,7 +136,7 @@ private:
         const auto l = static_cast<size_t>(program_.task(d).lane);
         if (rs.waiting_for[l] == d) {
           rs.waiting_for[l] = -1;
-          rs.actors[l]->resume();
+          rs.wake[l]->release();
         }
       }
     }
@@ -210,21 +215,23 @@ private:
   }
 
   void collective(const Task& t, int rank) {
-    const int members = t.owner >= 0 ? 1 : ranks_;
+    const int members = t.owner >= 0 ? 1 : sim_ranks_;
     if (members < 2 || t.participants < 2 || t.bytes <= 0) return;
     if (t.participants != ranks_)
       throw std::runtime_error("collective task " + std::to_string(t.id) + " has " + std::to_string(t.participants) +
                                " participants; the simulator supports collectives over all " +
                                std::to_string(ranks_) + " ranks");
     auto& rv = rendezvous_[t.id];
+    auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
     if (++rv.arrived < members) {
-      rv.waiting.push_back(sg4::Actor::self());
-      sg4::this_actor::suspend();
+      rv.waiting.push_back(wake);
+      wake->acquire();
       return;
     }
     const int G = std::min(platform_.gpus_per_node(), ranks_);
     auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root)}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
+    if (fold_) phases = fold(phases, G);
     for (const auto& p : phases) {
       const double begin = sg4::Engine::get_clock();
       activities_ += execute_phase(platform_, p);
@@ -232,14 +239,32 @@ private:
     }
     auto waiting = std::move(rv.waiting);
     rendezvous_.erase(t.id);
-    for (auto& a : waiting) a->resume();
-    (void)rank;
+    for (auto* w : waiting) w->release();
+  }
+
+  // Node 0's view of a collective over identical nodes: the flows node 0's GPUs send and receive,
+  // with every other node's GPU standing in as the same local GPU of node 1 (the mirror). Every
+  // link of node 0 carries exactly the flows it carries in the full simulation; flows among other
+  // nodes only load links that node 0 never uses, and the latency term keeps the full ring length.
+  static std::vector<CollectivePhase> fold(const std::vector<CollectivePhase>& phases, int G) {
+    std::vector<CollectivePhase> out;
+    auto mirror = [G](int r) { return r < G ? r : G + r % G; };
+    for (const auto& p : phases) {
+      CollectivePhase q;
+      q.latency = p.latency;
+      q.crosses_nodes = p.crosses_nodes;
+      for (const auto& f : p.flows)
+        if (f.src < G || f.dst < G) q.flows.push_back({mirror(f.src), mirror(f.dst), f.bytes});
+      out.push_back(std::move(q));
+    }
+    return out;
   }
 
   SimReport report() {
     SimReport r;
     r.ranks = ranks_;
-    r.nodes = platform_.nodes();
+    r.nodes = nodes_;
+    r.folded = fold_;
     r.step_time = sg4::Engine::get_clock();
     r.activities = activities_;
     r.tasks_run = tasks_run_;
@@ -253,7 +278,7 @@ private:
     auto lane_busy = [&](Lane l) {
       double s = 0;
       for (const auto& rs : ranks_state_) s += rs.busy[static_cast<size_t>(l)];
-      return r.step_time > 0 ? s / ranks_ / r.step_time : 0.0;
+      return r.step_time > 0 ? s / sim_ranks_ / r.step_time : 0.0;
     };
     r.busy = {{"gpu", lane_busy(Lane::Compute)},         {"pcie_h2d", lane_busy(Lane::H2D)},
               {"pcie_d2h", lane_busy(Lane::D2H)},        {"nvme_read", lane_busy(Lane::NvmeRead)},
@@ -281,6 +306,9 @@ private:
   const core::Program& program_;
   SimOptions options_;
   int ranks_;
+  int nodes_;
+  bool fold_;
+  int sim_ranks_;  // ranks with actors: all, or node 0's when folded
   Platform platform_;
   CostModel cost_;
   std::vector<int32_t> dependents_begin_, dependents_;
@@ -314,6 +342,7 @@ std::string report_to_json(const SimReport& r) {
                       {"host_per_node", r.peak_host_per_node},
                       {"nvme_per_node", r.peak_nvme_per_node}};
   j["within_budget"] = r.within_budget;
+  j["folded"] = r.folded;
   j["activities"] = r.activities;
   j["tasks_run"] = r.tasks_run;
   return j.dump();
@@ -335,6 +364,7 @@ SimReport report_from_json(const std::string& text) {
   r.peak_host_per_node = j.at("peak_memory").at("host_per_node");
   r.peak_nvme_per_node = j.at("peak_memory").at("nvme_per_node");
   r.within_budget = j.at("within_budget");
+  r.folded = j.at("folded");
   r.activities = j.at("activities");
   r.tasks_run = j.at("tasks_run");
   return r;

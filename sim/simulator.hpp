@@ -31,6 +31,11 @@ struct SimOptions {
   std::vector<int> timeline_ranks{0};
   bool timeline_all_ranks = false;
   double samples_per_step = 0;  // sequences per step over all ranks, for samples/s (0: not reported)
+  // A bandwidth-centric Program runs the same tasks on every rank, so all nodes behave alike: run
+  // node 0's ranks with every link of node 0 loaded exactly as in the full run, and the other
+  // nodes' GPUs folded onto one mirror node as the ends of node 0's inter-node flows. Exact for
+  // the ring and hierarchical algorithms on a full-bisection fabric; off: every rank is simulated.
+  bool fold_symmetric_nodes = true;
 };
 
 // Busy fraction of one resource: the time it was in use divided by the step time, averaged over
@@ -54,12 +59,14 @@ struct SimReport {
   double peak_host_per_node = 0;
   double peak_nvme_per_node = 0;
   bool within_budget = true;      // every rank's peaks within the Program's per-rank budgets
+  bool folded = false;            // identical nodes were folded (SimOptions::fold_symmetric_nodes)
   core::Timeline timeline;
   uint64_t activities = 0;        // SimGrid activities started (execs, flows, I/Os, latency waits)
   uint64_t tasks_run = 0;         // task executions over all ranks
 };
 
-// Simulates one step of `program` on ceil(ranks / GPUs per node) nodes of `hw`. Creates this
+// Simulates one step of `program` on ceil(ranks / GPUs per node) nodes of `hw` (rank r is GPU
+// r % G of node r / G; a Timeline records only simulated ranks: node 0's when folded). Creates this
 // process's SimGrid engine: callable once per process.
 SimReport simulate(const core::Program& program, const core::HwProfile& hw, const SimOptions& options = {});
 
