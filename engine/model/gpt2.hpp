@@ -37,7 +37,9 @@ using Gpt2Params = std::vector<std::vector<float>>;
 
 // Activations of one micro-batch. Block l's input x[l] is its activation checkpoint; the
 // intermediates inside a block can be dropped (drop_block) and rebuilt by recomputing the block's
-// operators from x[l]. Tensors are allocated on first write; gradients start at zero.
+// operators from x[l]. Tensors are allocated on first write; gradients start at zero. They are
+// fp32, twice the bf16 bytes core's memory model counts; convert a checkpoint with
+// cpu::fp32_to_bf16 to store or offload it at the modelled size.
 struct BlockActivations {
   std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       mlpproj;
