@@ -362,3 +362,31 @@ TEST_CASE("setup failures name the path and the operation") {
     CHECK_THAT(st.message, Catch::Contains("outside"));
   }
 }
+
+TEST_CASE("options come from the run config") {
+  zinf::core::RunConfig c;
+  c.aio_block_size = 8 << 20;
+  c.aio_queue_depth = 16;
+  c.aio_rings = 2;
+  auto o = NvmeStoreOptions::from_run_config(c, "/some/dir");
+  CHECK(o.dir == "/some/dir");
+  CHECK(o.block_size == (8u << 20));
+  CHECK(o.queue_depth == 16);
+  CHECK(o.rings == 2);
+}
+
+TEST_CASE("a removed tensor's file is gone and its name can be reused") {
+  TempDir tmp;
+  NvmeStore store(small_options(tmp.path));
+  auto a = store.create("w", 5000);
+  const std::string path = store.path(a);
+  CHECK(fs::exists(path));
+  store.remove(a);
+  CHECK_FALSE(fs::exists(path));
+  CHECK_THROWS_AS(store.size(a), std::invalid_argument);
+  auto b = store.create("w", 100);
+  auto data = random_bytes(100, 8);
+  write_all(store, b, 0, data.data(), 100);
+  CHECK(read_all(store, b, 0, 100) == data);
+  CHECK(store.read(b, 0, nullptr, 0).wait().ok());
+}

@@ -1,8 +1,8 @@
-// IoEnv is the one door from the NVMe store to the operating system: files, directories and
-// io_uring rings. Every method returns 0 (or a count) on success and -errno on failure, like the
-// system call it wraps, so a test can put a fault-injecting IoEnv in front of the real one
-// (LevelDB's Env). An IoEnv is stateless and thread-safe; an IoRing has one submitting thread
-// at a time and one reaping thread at a time (the caller serializes each side), which may differ.
+// IoEnv is the one door from the NVMe store to the operating system (files, directories, io_uring
+// rings), so a test can replace it with one that fails on purpose, like LevelDB's Env; methods
+// return 0 or a count on success and -errno on failure, like the calls they wrap. An IoEnv is
+// stateless and thread-safe; an IoRing takes one submitting and one reaping thread at a time
+// (callers serialize each side), and the two may differ.
 #pragma once
 #include <sys/types.h>
 #include <sys/uio.h>

@@ -127,7 +127,6 @@ struct Tensor {
 enum class Phase : uint8_t { EdgeRead, Main };
 
 struct IoRequest {
-  NvmeStore::Impl* store = nullptr;
   detail::Tensor* tensor = nullptr;
   bool is_write = false;
   char* user = nullptr;  // caller's memory
@@ -628,7 +627,6 @@ IoHandle make_failed(std::shared_ptr<IoRequest> req, int error, std::string mess
 IoHandle NvmeStore::submit(TensorId id, uint64_t offset, char* data, uint64_t length, bool is_write) {
   Tensor& t = impl_->tensor(id);
   auto req = std::make_shared<IoRequest>();
-  req->store = impl_.get();
   req->tensor = &t;
   req->is_write = is_write;
   req->user = data;

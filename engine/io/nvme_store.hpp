@@ -1,9 +1,9 @@
 // NvmeStore keeps named tensors in files under one directory and moves byte ranges between them
 // and memory asynchronously through io_uring (O_DIRECT, registered files and buffers, requests
 // split into blocks, many in flight over one or more rings). The store owns its files, rings and
-// one completion thread per ring; callers own the memory they read into or write from, which must
-// stay valid and untouched until the request completes. All methods are thread-safe: any thread
-// may submit, and any thread may poll or wait on any handle, so lanes can share one store.
+// one completion thread per ring; callers own a request's memory and leave it untouched until the
+// request completes. Every method is thread-safe, and any thread may poll or wait on any handle,
+// so executor lanes can share one store (a submitting and a waiting thread may differ).
 //
 // Layout: one file per tensor (`<dir>/<name>.zt`, mode 0600), preallocated with fallocate to its
 // size rounded up to 4 KiB. A file per tensor needs no extent table to persist or repair: the
