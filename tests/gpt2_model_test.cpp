@@ -237,6 +237,8 @@ TEST_CASE("gpt2 rejects wrong buffers and missing inputs with the operator's nam
   REQUIRE(fc.name == "h.1.mlp.c_proj");
   CHECK_THROWS_WITH(m.backward(fc.id, pviews(fc, p), gviews(fc, g), a),
                     Catch::Contains("h.1.mlp.c_proj") && Catch::Contains("not resident"));
+  Gpt2Activations foreign;  // not from make_activations()
+  CHECK_THROWS_WITH(m.forward(0, pviews(m.graph().ops[0], p), foreign), Catch::Contains("make_activations"));
   std::vector<int32_t> bad(size_t(m.graph().tokens), 13);
   CHECK_THROWS_WITH(m.set_batch(a, bad, bad), Catch::Contains("outside the vocabulary"));
 }

@@ -125,6 +125,11 @@ void Gpt2::set_batch(Gpt2Activations& a, std::span<const int32_t> inputs, std::s
   a.targets.assign(targets.begin(), targets.end());
 }
 
+void Gpt2::check_activations(const Gpt2Activations& a) const {
+  if (a.blocks.size() != size_t(spec().layers) || a.x.size() != size_t(spec().layers + 1) || a.dx.size() != a.x.size())
+    throw std::invalid_argument("gpt2 '" + spec().name + "': activations were not made by this model's make_activations()");
+}
+
 const Gpt2::OpRole& Gpt2::role(int op) const {
   if (op < 0 || op >= int(roles_.size())) throw std::invalid_argument("gpt2: no operator " + std::to_string(op));
   return roles_[size_t(op)];
@@ -169,6 +174,7 @@ Gpt2::LinearIo Gpt2::linear_io(int op, Gpt2Activations& a) const {
 
 void Gpt2::forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const {
   role(op);
+  check_activations(a);
   check_params(op, params);
   run_forward(op, params, a);
 }
@@ -177,6 +183,7 @@ void Gpt2::recompute(int op, std::span<const ParamBuf> params, Gpt2Activations& 
   if (role(op).block < 0)
     throw std::invalid_argument("gpt2: operator " + graph_.ops[size_t(op)].name +
                                 " is outside the blocks; only block operators are recomputed");
+  check_activations(a);
   check_params(op, params);
   run_forward(op, params, a);
 }
@@ -265,6 +272,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
 
 void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf> g, Gpt2Activations& a) const {
   const OpRole r = role(op);
+  check_activations(a);
   check_params(op, p);
   const std::string& name = graph_.ops[size_t(op)].name;
   if (g.size() != p.size())
@@ -358,6 +366,7 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
 }
 
 void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activations& a) const {
+  check_activations(a);
   const LinearIo io = linear_io(op, a);
   const std::string& name = graph_.ops[size_t(op)].name;
   const int64_t rows = r1 - r0;
@@ -373,6 +382,7 @@ void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activ
 }
 
 void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, GradBuf tile_grad, Gpt2Activations& a) const {
+  check_activations(a);
   const LinearIo io = linear_io(op, a);
   const std::string& name = graph_.ops[size_t(op)].name;
   const int64_t rows = r1 - r0;

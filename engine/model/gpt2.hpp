@@ -118,6 +118,7 @@ class Gpt2 {
   LinearIo linear_io(int op, Gpt2Activations& a) const;
   void run_forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
   void check_params(int op, std::span<const ParamBuf> params) const;
+  void check_activations(const Gpt2Activations& a) const;
 
   core::ModelGraph graph_;
   KernelImpl impl_;
