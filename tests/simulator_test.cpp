@@ -1,0 +1,180 @@
+// The simulator runs planner Programs and reproduces closed forms: a compute-bound step, an
+// NVMe-bound step; it matches the idealized list scheduler when no resource is shared and exceeds
+// it when one is; efficiency against host bandwidth follows the paper's Fig. 3 trend; folding
+// identical nodes changes nothing; Timelines pass the core's checker. Each simulation runs in a
+// child process (one SimGrid engine per process).
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "core/plan.hpp"
+#include "core/timeline.hpp"
+#include "models/gpt.hpp"
+#include "sim/isolate.hpp"
+#include "sim/simulator.hpp"
+
+using namespace zinf;
+using core::TaskKind;
+
+namespace {
+
+struct Hw {
+  int gpus = 1;
+  std::string peak = "100 TFLOP/s";
+  std::string hbm = "1000 GB/s";
+  std::string gemm = "[[64, 0.5], [4096, 0.8]]";
+  std::string launch = "5 us";
+  std::string host_bw = "400 GB/s";
+  std::string adam = "4e9";
+  std::string nvme_read = "20 GB/s", nvme_write = "20 GB/s", nvme_latency = "20 us";
+  std::string pcie = "16 GB/s", pcie_latency = "2 us";
+  int per_switch = 1;
+  std::string uplink = "0";
+  std::string yaml() const {
+    return "name: test\nnode:\n  gpus: " + std::to_string(gpus) + "\n  gpu: {name: g, memory: 32 GB, peak_flops: " + peak +
+           ", memory_bandwidth: " + hbm + ", kernel_launch: " + launch + ", gemm_efficiency: " + gemm +
+           ", elementwise_efficiency: 1.0}\n  host: {memory: 1 TB, memory_bandwidth: " + host_bw +
+           ", cores: 32, adam_params_per_s: " + adam + "}\n  nvme: {capacity: 10 TB, read_bandwidth: " + nvme_read +
+           ", write_bandwidth: " + nvme_write + ", latency: " + nvme_latency + "}\n  pcie: {bandwidth_per_gpu: " + pcie +
+           ", latency: " + pcie_latency + ", gpus_per_switch: " + std::to_string(per_switch) + ", switch_uplink: " + uplink +
+           "}\n  nvlink: {bandwidth_per_gpu: 100 GB/s}\n  nic: {count: 1, bandwidth: 25 GB/s}\n";
+  }
+  core::HwProfile profile() const { return core::parse_hwprofile(yaml(), "test-hw.yaml"); }
+};
+
+core::ModelSpec model(int64_t micro_batch = 4) {
+  return core::parse_model_spec("name: test-gpt\nlayers: 4\nhidden: 1024\nheads: 16\nseq: 512\nvocab: 1024\nmicro_batch: " +
+                                    std::to_string(micro_batch) + "\n",
+                                "test-model.yaml");
+}
+
+core::RunConfig config(const std::string& params, const std::string& optimizer, const std::string& checkpoints = "cpu") {
+  return core::parse_run_config("zero_stage: 3\noffload: {params: " + params + ", optimizer: " + optimizer +
+                                    "}\nactivation_checkpoint: {interval: 1, tier: " + checkpoints + "}\n",
+                                "test-config.yaml");
+}
+
+core::PlanResult plan(const core::HwProfile& hw, const core::RunConfig& c, int ranks, int64_t micro_batch = 4) {
+  return core::make_plan(models::build_gpt(model(micro_batch)), hw, c, ranks);
+}
+
+sim::SimReport simulate_in_child(const core::Program& p, const core::HwProfile& hw, sim::SimOptions o = {}) {
+  return sim::report_from_json(sim::run_isolated([&] { return sim::report_to_json(sim::simulate(p, hw, o)); }));
+}
+
+}  // namespace
+
+TEST_CASE("a compute-bound step takes the FLOPs at the efficiency curve's rate") {
+  Hw h;
+  h.gemm = "[[1, 0.5]]";  // every GEMM at 50% of peak
+  h.hbm = "1000 TB/s";
+  h.launch = "0 us";
+  const auto hw = h.profile();
+  auto pr = plan(hw, config("none", "none", "none"), 1);
+  double expected = 0;
+  for (const auto& t : pr.program.tasks())
+    if (core::is_compute(t.kind)) expected += t.flops / (100e12 * (t.gemm_min_dim > 0 ? 0.5 : 1.0));
+  REQUIRE(expected > 0);
+  auto r = simulate_in_child(pr.program, hw);
+  CHECK(r.step_time == Approx(expected).epsilon(0.01));
+  CHECK(r.busy[0].resource == "gpu");
+  CHECK(r.busy[0].busy > 0.99);
+}
+
+TEST_CASE("an NVMe-bound step takes the bytes read and written at the drives' bandwidth") {
+  Hw h;
+  h.nvme_read = h.nvme_write = "0.5 GB/s";  // read and write share the drives' 0.5 GB/s
+  h.nvme_latency = "0 us";
+  h.pcie = "1000 GB/s";
+  h.adam = "1e13";
+  const auto hw = h.profile();
+  auto pr = plan(hw, config("nvme", "nvme"), 1);
+  double bytes = 0;
+  for (const auto& t : pr.program.tasks())
+    if (t.kind == TaskKind::NvmeRead || t.kind == TaskKind::NvmeWrite) bytes += t.bytes;
+  REQUIRE(bytes > 0);
+  auto r = simulate_in_child(pr.program, hw);
+  CHECK(r.step_time == Approx(bytes / 0.5e9).epsilon(0.01));
+}
+
+TEST_CASE("with no shared resource the simulated step equals the idealized list schedule") {
+  Hw h;  // one GPU per node: nothing is shared
+  const auto hw = h.profile();
+  for (const char* where : {"none", "cpu"}) {
+    auto pr = plan(hw, config(where, where), 1);
+    const double ideal = core::estimate_step_time(pr.program, hw);
+    auto r = simulate_in_child(pr.program, hw);
+    INFO("params and optimizer on " << where);
+    CHECK(r.step_time == Approx(ideal).epsilon(0.01));
+  }
+}
+
+TEST_CASE("GPUs sharing host memory make the simulated step longer than the idealized one") {
+  Hw h;
+  h.gpus = 8;
+  h.host_bw = "20 GB/s";  // 8 GPUs x 16 GB/s of PCIe through 20 GB/s of host memory
+  const auto hw = h.profile();
+  auto pr = plan(hw, config("cpu", "cpu"), 8);
+  const double ideal = core::estimate_step_time(pr.program, hw);
+  auto r = simulate_in_child(pr.program, hw);
+  CHECK(r.step_time > 1.2 * ideal);
+}
+
+TEST_CASE("efficiency against host bandwidth for parameter traffic follows the paper's Fig. 3 trend") {
+  // Params, gradients and optimizer states on the host; only the PCIe bandwidth changes. The
+  // efficiency is the compute-only step time over the simulated step time.
+  auto efficiency_at = [](const std::string& pcie, int64_t micro_batch) {
+    Hw h;
+    h.pcie = pcie;
+    h.adam = "1e12";
+    h.host_bw = "10000 GB/s";
+    const auto hw = h.profile();
+    auto pr = plan(hw, config("cpu", "cpu"), 1, micro_batch);
+    double compute = 0;
+    for (const auto& t : pr.program.tasks())
+      if (core::is_compute(t.kind)) compute += core::nominal_duration(pr.program, t, 0, hw);
+    return compute / simulate_in_child(pr.program, hw).step_time;
+  };
+  std::vector<double> eff;
+  for (const char* bw : {"0.25 GB/s", "1 GB/s", "4 GB/s", "16 GB/s", "64 GB/s"}) eff.push_back(efficiency_at(bw, 2));
+  for (size_t i = 1; i < eff.size(); ++i) CHECK(eff[i] >= eff[i - 1] - 1e-9);
+  CHECK(eff.front() < 0.35);
+  CHECK(eff.back() > 0.9);
+  // More work per byte (a larger batch) needs less bandwidth for the same efficiency.
+  CHECK(efficiency_at("1 GB/s", 8) > eff[1] + 0.05);
+}
+
+TEST_CASE("folding identical nodes onto a mirror gives the full simulation's step") {
+  Hw h;
+  h.gpus = 2;
+  const auto hw = h.profile();
+  auto pr = plan(hw, config("cpu", "cpu"), 8);  // 4 nodes of 2 GPUs
+  sim::SimOptions full;
+  full.fold_symmetric_nodes = false;
+  auto a = simulate_in_child(pr.program, hw);
+  auto b = simulate_in_child(pr.program, hw, full);
+  CHECK(a.folded);
+  CHECK_FALSE(b.folded);
+  CHECK(a.step_time == Approx(b.step_time).epsilon(1e-6));
+  CHECK(a.peak_host_per_node == Approx(b.peak_host_per_node));
+}
+
+TEST_CASE("the simulated Timeline respects the Program: dependencies, serial lanes, memory budgets") {
+  Hw h;
+  h.gpus = 4;
+  h.per_switch = 2;
+  h.uplink = "16 GB/s";
+  const auto hw = h.profile();
+  auto pr = plan(hw, config("nvme", "nvme"), 4);
+  std::string out = sim::run_isolated([&] {
+    sim::SimOptions o;
+    o.timeline_all_ranks = true;
+    auto r = sim::simulate(pr.program, hw, o);
+    auto check = core::check_timeline(pr.program, r.timeline, 1e-9);
+    std::string s = std::to_string(r.timeline.events.size()) + " " + (r.within_budget ? "1" : "0") + "\n";
+    for (const auto& e : check.errors) s += e + "\n";
+    return s;
+  });
+  INFO(out);
+  CHECK(out.rfind(" 1\n") == out.find('\n') - 2);
+  CHECK(out.find('\n') == out.size() - 1);  // no checker errors
+}
