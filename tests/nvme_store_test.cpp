@@ -301,7 +301,7 @@ TEST_CASE("ENOSPC in the middle of a write reaches the caller; earlier data stay
   CHECK(read_all(store, id, 1 << 20, more.size()) == more);
 }
 
-TEST_CASE("a short read is an error naming the path, never silent") {
+TEST_CASE("a short read or write is an error naming the path, never silent") {
   TempDir tmp;
   FaultPlan plan;
   FaultEnv env(plan);
@@ -318,6 +318,16 @@ TEST_CASE("a short read is an error naming the path, never silent") {
   CHECK(st.error == EIO);
   CHECK_THAT(st.message, Catch::Contains("short") && Catch::Contains("x.zt"));
   CHECK(read_all(store, id, 0, data.size()) == data);
+  {
+    std::lock_guard lock(plan.mu);
+    plan.short_op = plan.op_count + 3;
+  }
+  auto patch = random_bytes(512 << 10, 12);
+  st = store.write(id, 0, patch.data(), patch.size()).wait();
+  CHECK(st.error == EIO);
+  CHECK_THAT(st.message, Catch::Contains("write") && Catch::Contains("short") && Catch::Contains("x.zt"));
+  write_all(store, id, 0, patch.data(), patch.size());
+  CHECK(read_all(store, id, 0, patch.size()) == patch);
 }
 
 TEST_CASE("setup failures name the path and the operation") {
