@@ -1,5 +1,6 @@
 #include "sim/isolate.hpp"
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 namespace zinf::sim {
 
@@ -25,9 +27,14 @@ bool write_all(int fd, const char* data, size_t n) {
   return true;
 }
 
-}  // namespace
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  size_t index = 0;
+  std::string out;
+};
 
-std::string run_isolated(const std::function<std::string()>& fn) {
+Child spawn(const std::function<std::string()>& fn) {
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   std::fflush(nullptr);
@@ -54,24 +61,68 @@ std::string run_isolated(const std::function<std::string()>& fn) {
     ::_exit(status);
   }
   ::close(fds[1]);
-  std::string out;
+  return {pid, fds[0], 0, {}};
+}
+
+// One read (blocking); returns false at end of file.
+bool drain(Child& c) {
   char buf[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fds[0], buf, sizeof buf);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    out.append(buf, static_cast<size_t>(r));
+  ssize_t r;
+  while ((r = ::read(c.fd, buf, sizeof buf)) < 0 && errno == EINTR) {
   }
-  ::close(fds[0]);
+  if (r <= 0) return false;
+  c.out.append(buf, static_cast<size_t>(r));
+  return true;
+}
+
+// After end of file: reaps the child; returns (ok, result or error message).
+std::pair<bool, std::string> finish(Child& c) {
+  ::close(c.fd);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!out.empty() && out[0] == 'e') throw std::runtime_error(out.substr(1));
-  if (WIFSIGNALED(status))
-    throw std::runtime_error("simulation process killed by signal " + std::to_string(WTERMSIG(status)));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || out.empty())
-    throw std::runtime_error("simulation process failed with exit status " + std::to_string(WEXITSTATUS(status)));
-  return out.substr(1);
+  if (!c.out.empty() && c.out[0] == 'e') return {false, c.out.substr(1)};
+  if (WIFSIGNALED(status)) return {false, "simulation process killed by signal " + std::to_string(WTERMSIG(status))};
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || c.out.empty())
+    return {false, "simulation process failed with exit status " + std::to_string(WEXITSTATUS(status))};
+  return {true, c.out.substr(1)};
+}
+
+}  // namespace
+
+std::string run_isolated(const std::function<std::string()>& fn) {
+  Child c = spawn(fn);
+  while (drain(c)) {
+  }
+  auto [ok, text] = finish(c);
+  if (!ok) throw std::runtime_error(text);
+  return text;
+}
+
+void run_isolated_parallel(size_t count, int workers, const std::function<std::string(size_t)>& job,
+                           const std::function<void(size_t, bool, const std::string&)>& done) {
+  std::vector<Child> running;
+  size_t next = 0;
+  while (next < count || !running.empty()) {
+    while (next < count && static_cast<int>(running.size()) < std::max(1, workers)) {
+      const size_t i = next++;
+      Child c = spawn([&job, i] { return job(i); });
+      c.index = i;
+      running.push_back(std::move(c));
+    }
+    std::vector<pollfd> fds;
+    for (const auto& c : running) fds.push_back({c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
+      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    for (size_t k = running.size(); k-- > 0;) {
+      if (fds[k].revents == 0) continue;
+      if (drain(running[k])) continue;
+      auto [ok, text] = finish(running[k]);
+      const size_t index = running[k].index;
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+      done(index, ok, text);
+    }
+  }
 }
 
 }  // namespace zinf::sim

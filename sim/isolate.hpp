@@ -12,4 +12,10 @@ namespace zinf::sim {
 // the child's message if `fn` threw, or with its exit status or signal if it died.
 std::string run_isolated(const std::function<std::string()>& fn);
 
+// Runs jobs 0 .. count-1, each in its own child process, at most `workers` at a time. In the parent,
+// `done(index, ok, text)` is called as each ends: ok with the string the job returned, or not ok
+// with the job's error message (or how its process died). Jobs finish in any order.
+void run_isolated_parallel(size_t count, int workers, const std::function<std::string(size_t)>& job,
+                           const std::function<void(size_t, bool, const std::string&)>& done);
+
 }  // namespace zinf::sim
