@@ -2,13 +2,17 @@
 // of the same shape fits under each of the paper's strategies.
 #include <fmt/format.h>
 
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/memory_model.hpp"
+#include "core/plan.hpp"
+#include "core/timeline.hpp"
 #include "core/units.hpp"
+#include "models/gpt.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -49,7 +53,43 @@ nlohmann::json tier_json(const TierBytes& t) {
   return {{"device_per_gpu", t.device}, {"host_per_node", t.host}, {"nvme_per_node", t.nvme}};
 }
 
-void run_plan(const InputOptions& opts, bool json) {
+struct ProgramOutputs {
+  std::string program;  // --program: the Program as JSON
+  std::string trace;    // --trace: a Chrome trace of the idealized schedule
+};
+
+std::ofstream open_output(const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error(fmt::format("cannot write '{}'", path));
+  return out;
+}
+
+// Plans the Program for every GPU of the cluster and writes what was asked for. Returns a line for
+// the report.
+std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutputs& outs) {
+  ModelSpec spec = in.model;
+  spec.micro_batch = in.config.micro_batch.value_or(spec.micro_batch);
+  const ModelGraph graph = models::build_gpt(spec);
+  const int ranks = nodes * in.hw.node.gpus;
+  PlanResult r = make_plan(graph, in.hw, in.config, ranks);
+  std::string line = fmt::format("program: {} tasks per rank, {} units, {} optimizer sub-groups, tiling {}",
+                                 r.program.tasks().size(), r.program.units().size(), r.program.sub_groups().size(),
+                                 r.plan.tiling_factor);
+  if (!outs.program.empty()) {
+    auto out = open_output(outs.program);
+    r.program.write_json(out);
+    line += fmt::format("; written to {}", outs.program);
+  }
+  if (!outs.trace.empty()) {
+    Timeline tl = schedule_ideal(r.program, in.hw, {0});
+    auto out = open_output(outs.trace);
+    tl.write_chrome_trace(out);
+    line += fmt::format("; idealized step {} (rank 0) traced to {}", format_seconds(tl.makespan()), outs.trace);
+  }
+  return line;
+}
+
+void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
   Inputs in = load_inputs(opts);
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
   if (in.config.tiling_factor == 0) {
@@ -58,6 +98,8 @@ void run_plan(const InputOptions& opts, bool json) {
   }
   MemoryReport rep = memory_requirement(mm);
   auto eff = efficiency_rows(in);
+  std::string program_line;
+  if (!outs.program.empty() || !outs.trace.empty()) program_line = write_program_outputs(in, opts.nodes, outs);
 
   struct StrategyRow {
     Strategy s;
@@ -93,6 +135,7 @@ void run_plan(const InputOptions& opts, bool json) {
     for (const auto& e : eff)
       j["efficiency"].push_back({{"what", e.what}, {"tier", to_string(e.tier)}, {"ait", e.ait},
                                  {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
+    if (!program_line.empty()) j["program"] = program_line;
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -137,15 +180,20 @@ void run_plan(const InputOptions& opts, bool json) {
   for (const auto& e : eff)
     fmt::print("  {:<24} from {:<6} ait {:>9.0f}  bw/GPU {:>12}  efficiency {:5.1f}%\n", e.what, to_string(e.tier), e.ait,
                format_bandwidth(e.bandwidth), 100.0 * e.efficiency);
+  if (!program_line.empty()) fmt::print("\n{}\n", program_line);
 }
 
 Registration reg(10, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Memory per tier, fit, largest model per strategy, efficiency estimate");
   auto opts = std::make_shared<InputOptions>();
   auto json = std::make_shared<bool>(false);
+  auto outs = std::make_shared<ProgramOutputs>();
   add_input_options(*cmd, *opts);
   cmd->add_flag("--json", *json, "Print the report as JSON");
-  cmd->callback([opts, json] { run_plan(*opts, *json); });
+  cmd->add_option("--program", outs->program, "Write the planned Program (one training step, every rank) as JSON");
+  cmd->add_option("--trace", outs->trace,
+                  "Write a Chrome trace (Perfetto) of the Program under the idealized list scheduler");
+  cmd->callback([opts, json, outs] { run_plan(*opts, *json, *outs); });
 });
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -20,8 +22,7 @@ using zinf::test::source;
 namespace {
 
 ModelSpec tiny_spec(int64_t layers = 2, int64_t hidden = 64, bool tied = true) {
-  ModelSpec s;
-  s.name = "t";
+  ModelSpec s = load_model_spec(source("models/gpt-tiny.yaml"));
   s.layers = layers;
   s.hidden = hidden;
   s.heads = 4;
@@ -64,5 +65,347 @@ TEST_CASE("the shipped configs plan a tiny GPT on 4 ranks", "[planner]") {
       require_valid(r, hw);
       CHECK(estimate_step_time(r.program, hw) > 0);
     }
+  }
+}
+
+namespace {
+
+Placement random_placement(std::mt19937& rng) {
+  switch (rng() % 4) {
+    case 0: return {false, Tier::Device};
+    case 1: return {false, Tier::Host};
+    case 2: return {false, Tier::Nvme};
+    default: return {true, Tier::Device};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("property: every plan holds the invariants or is refused naming the short tier", "[planner][property]") {
+  std::mt19937 rng(20261129);
+  const HwProfile base = roomy_hw();
+  int planned = 0, refused = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    ModelSpec s = tiny_spec(1 + rng() % 3, 32 << (rng() % 3), rng() % 2 == 0);
+    s.seq = 8 << (rng() % 3);
+    s.micro_batch = 1 + rng() % 2;
+    const ModelGraph g = zinf::models::build_gpt(s);
+    HwProfile hw = base;
+    // Budgets from starving to roomy, around what the model needs.
+    const double p = double(g.total_params());
+    hw.node.gpu.memory = p * (1.0 + double(rng() % 40));
+    hw.node.host_memory = p * hw.node.gpus * (2.0 + double(rng() % 40));
+    hw.node.nvme_capacity = p * hw.node.gpus * (2.0 + double(rng() % 40));
+    RunConfig c;
+    c.zero_stage = rng() % 5 == 0 ? int(rng() % 3) : 3;
+    c.partitioning = rng() % 3 == 0 ? Partitioning::OwnerBased : Partitioning::BandwidthCentric;
+    c.params = random_placement(rng);
+    c.gradients = rng() % 2 ? c.params : random_placement(rng);
+    c.optimizer = random_placement(rng);
+    c.checkpoints = random_placement(rng);
+    c.checkpoint_interval = rng() % 3;
+    c.tiling_factor = int64_t(rng() % 4 == 0 ? 0 : 1 << (rng() % 3));
+    c.nvme_prefetch_distance = rng() % 5;
+    c.h2d_prefetch_distance = rng() % 4;
+    c.allgather_prefetch_distance = rng() % 3;
+    c.max_live_bytes = p * double(rng() % 4);
+    c.reuse_distance_bytes = p * double(rng() % 3) / 2.0;
+    c.sub_group_size = 1 + int64_t(rng() % 20000);
+    c.optimizer_timing = rng() % 2 ? OptimizerTiming::OverlapBackward : OptimizerTiming::AfterBackward;
+    c.grad_clip = rng() % 2 ? 1.0 : 0.0;
+    c.gradient_accumulation = 1 + rng() % 2;
+    const int ranks = 1 + int(rng() % 9);
+    INFO("iteration " << iter << " ranks " << ranks << " stage " << c.zero_stage);
+    try {
+      PlanResult r = make_plan(g, hw, c, ranks);
+      require_valid(r, hw);
+      ++planned;
+    } catch (const PlanError& e) {
+      const std::string m = e.what();
+      INFO(m);
+      const bool names_tier = m.find("device is short by") != std::string::npos ||
+                              m.find("host is short by") != std::string::npos ||
+                              m.find("nvme is short by") != std::string::npos ||
+                              m.find("need ZeRO stage") != std::string::npos;
+      CHECK(names_tier);
+      ++refused;
+    }
+  }
+  CHECK(planned > 100);
+  CHECK(refused > 10);
+}
+
+namespace {
+
+struct Moved {
+  double param_read = 0, grad_store = 0, state_read = 0, state_write = 0, grad_read_optim = 0, param_write_optim = 0;
+  double ckpt_save = 0, ckpt_load = 0;
+};
+
+// Bytes a rank moves into and out of the NVMe and host tiers, by what they are.
+Moved moved_by(const Program& p, int rank) {
+  Moved m;
+  for (const auto& t0 : p.tasks()) {
+    const Task t = p.task_for_rank(t0.id, rank);
+    if (t.kind == TaskKind::NvmeRead && t.data == Data::Param) m.param_read += t.bytes;
+    if (t.kind == TaskKind::NvmeWrite && t.data == Data::Grad) m.grad_store += t.bytes;
+    if (t.kind == TaskKind::NvmeRead && t.data == Data::OptimizerState) m.state_read += t.bytes;
+    if (t.kind == TaskKind::NvmeWrite && t.data == Data::OptimizerState) m.state_write += t.bytes;
+    if (t.kind == TaskKind::NvmeRead && t.data == Data::Grad && t.phase == Phase::Optimizer) m.grad_read_optim += t.bytes;
+    if (t.kind == TaskKind::NvmeWrite && t.data == Data::Param && t.phase == Phase::Optimizer) m.param_write_optim += t.bytes;
+    if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) m.ckpt_save += t.bytes;
+    if (t.kind == TaskKind::CopyH2D && t.data == Data::Checkpoint) m.ckpt_load += t.bytes;
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("data moved per step matches the paper's accounting", "[planner][accounting]") {
+  // Untied embeddings so every parameter is used once per pass; no reuse, so every use is a fetch.
+  const ModelSpec s = tiny_spec(3, 64, false);
+  const ModelGraph g = zinf::models::build_gpt(s);
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.reuse_distance_bytes = 0;
+  c.sub_group_size = 5000;
+  const int R = 4;
+  for (auto part : {Partitioning::BandwidthCentric, Partitioning::OwnerBased}) {
+    c.partitioning = part;
+    PlanResult r = make_plan(g, hw, c, R);
+    require_valid(r, hw);
+    const Program& p = r.program;
+    // Elements each rank holds: padded shards, or the units it owns.
+    std::vector<double> block(R, 0), outside(R, 0), all(R, 0);
+    for (const auto& u : p.units()) {
+      const bool in_block = g.params[size_t(u.group)].name.rfind("h.", 0) == 0;
+      for (int k = 0; k < R; ++k) {
+        double n = part == Partitioning::OwnerBased ? (u.owner == k ? double(u.numel) : 0.0) : double(u.shard_numel);
+        (in_block ? block : outside)[size_t(k)] += n;
+        all[size_t(k)] += n;
+      }
+    }
+    double total_all = 0;
+    for (int k = 0; k < R; ++k) {
+      INFO("rank " << k);
+      const Moved m = moved_by(p, k);
+      // Parameters: forward, recompute and backward for blocks; forward and backward outside them.
+      CHECK(m.param_read == Approx(2.0 * (3.0 * block[size_t(k)] + 2.0 * outside[size_t(k)])));
+      // Gradients stored once, 2 bytes each.
+      CHECK(m.grad_store == Approx(2.0 * all[size_t(k)]));
+      // Optimizer: fp32 master, m, v read and written once (12 B each way); the bf16 gradient read
+      // and the bf16 parameter written: 16 bytes of model state per parameter move each way... in
+      // total 14 B in and 14 B out of NVMe, as the states are laid out here.
+      CHECK(m.state_read == Approx(12.0 * all[size_t(k)]));
+      CHECK(m.state_write == Approx(12.0 * all[size_t(k)]));
+      CHECK(m.grad_read_optim == Approx(2.0 * all[size_t(k)]));
+      CHECK(m.param_write_optim == Approx(2.0 * all[size_t(k)]));
+      // Activation checkpoints: saved once, loaded once; 2·bsz·seq·hd·nl/ci bytes.
+      const double ckpt = 2.0 * double(s.micro_batch * s.seq * s.hidden) * double(s.layers);
+      CHECK(m.ckpt_save == Approx(ckpt));
+      CHECK(m.ckpt_load == Approx(ckpt));
+      total_all += all[size_t(k)];
+    }
+    if (part == Partitioning::OwnerBased) CHECK(total_all == Approx(double(g.total_params())));
+    else CHECK(total_all >= double(g.total_params()));
+  }
+}
+
+TEST_CASE("tiling keeps FLOPs and parameter bytes and lowers the device peak by about the factor", "[planner][tiling]") {
+  // A wide, short model whose MLP weights dominate the device: tiny vocabulary and sequence.
+  ModelSpec s = tiny_spec(2, 512, false);
+  s.vocab = 64;
+  s.seq = 4;
+  s.micro_batch = 1;
+  const ModelGraph g = zinf::models::build_gpt(s);
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.max_live_bytes = 1;  // no prefetch beyond the unit in use, so the largest unit sets the peak
+  c.reuse_distance_bytes = 0;
+  double flops1 = 0, params1 = 0, peak1 = 0;
+  for (int64_t t : {1, 2, 4, 8}) {
+    c.tiling_factor = t;
+    PlanResult r = make_plan(g, hw, c, 2);
+    require_valid(r, hw);
+    double flops = 0, params = 0;
+    for (const auto& task : r.program.tasks())
+      if (is_compute(task.kind)) flops += task.flops;
+    for (const auto& u : r.program.units()) params += double(u.numel);
+    const double peak = at(r.plan.peak_bytes, Tier::Device);
+    if (t == 1) {
+      flops1 = flops;
+      params1 = params;
+      peak1 = peak;
+      continue;
+    }
+    INFO("tiling " << t << " peak " << peak << " untiled " << peak1);
+    CHECK(flops == Approx(flops1).epsilon(1e-12));
+    CHECK(params == params1);
+    CHECK(params == double(g.total_params()));
+    CHECK(peak < peak1 / double(t) * 1.6);
+    CHECK(peak > peak1 / double(t) * 0.5);
+  }
+}
+
+TEST_CASE("planning is deterministic: byte-identical JSON", "[planner][determinism]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.tiling_factor = 0;
+  c.optimizer_timing = OptimizerTiming::OverlapBackward;
+  c.gradient_accumulation = 2;
+  c.sub_group_size = 3000;
+  for (auto part : {Partitioning::BandwidthCentric, Partitioning::OwnerBased}) {
+    c.partitioning = part;
+    std::ostringstream a, b;
+    make_plan(g, hw, c, 8).program.write_json(a);
+    make_plan(g, hw, c, 8).program.write_json(b);
+    CHECK(a.str().size() > 1000);
+    CHECK(a.str() == b.str());
+    CHECK_NOTHROW(nlohmann::json::parse(a.str()));
+  }
+}
+
+TEST_CASE("a plan that cannot fit is refused naming the tier and the shortfall", "[planner][errors]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
+  HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/zero3.yaml"));
+  hw.node.gpu.memory = 1e5;  // 100 kB of device memory
+  REQUIRE_THROWS_AS(make_plan(g, hw, c, 2), PlanError);
+  REQUIRE_THROWS_WITH(make_plan(g, hw, c, 2), Contains("device is short by") && Contains("per rank"));
+  hw = roomy_hw();
+  hw.node.host_memory = 1e5;
+  c = load_run_config(source("configs/infinity-cpu.yaml"));
+  REQUIRE_THROWS_WITH(make_plan(g, hw, c, 2), Contains("host is short by"));
+  hw = roomy_hw();
+  hw.node.nvme_capacity = 1e5;
+  c = load_run_config(source("configs/infinity-nvme.yaml"));
+  REQUIRE_THROWS_WITH(make_plan(g, hw, c, 2), Contains("nvme is short by"));
+}
+
+TEST_CASE("auto placement picks the fastest tier that fits and says why", "[planner][placement]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
+  HwProfile hw = roomy_hw();
+  RunConfig c;
+  c.params = c.gradients = c.optimizer = c.checkpoints = {true, Tier::Device};
+  PlanResult roomy = make_plan(g, hw, c, 2);
+  CHECK(roomy.plan.params == Tier::Device);
+  CHECK(roomy.plan.optimizer == Tier::Device);
+  for (const auto& d : roomy.plan.placements) {
+    CHECK(d.automatic);
+    CHECK_THAT(d.reason, Contains("device: needs") && Contains("fits"));
+  }
+  // A device too small for the optimizer states: they move to the host; params stay.
+  const double p = double(g.total_params());
+  hw.node.gpu.memory = (2.0 + 2.0) * p / 2 / (1 - hw.reserve.gpu) + 3e6;
+  PlanResult tight = make_plan(g, hw, c, 2);
+  require_valid(tight, hw);
+  CHECK(tight.plan.optimizer != Tier::Device);
+  bool said = false;
+  for (const auto& d : tight.plan.placements)
+    if (d.state == "optimizer") said = d.reason.find("too small") != std::string::npos;
+  CHECK(said);
+}
+
+TEST_CASE("the optimizer overlaps backward, and waits for the global norm when clipping", "[planner][optimizer]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.sub_group_size = 2000;
+  auto last_backward = [](const Program& p) {
+    int32_t last = -1;
+    for (const auto& t : p.tasks())
+      if (t.kind == TaskKind::Backward) last = t.id;
+    return last;
+  };
+  auto first_of = [](const Program& p, TaskKind k, Data d) {
+    for (const auto& t : p.tasks())
+      if (t.kind == k && (d == Data::None || t.data == d)) return t.id;
+    return -1;
+  };
+  SECTION("after backward") {
+    PlanResult r = make_plan(g, hw, c, 4);
+    require_valid(r, hw);
+    CHECK(first_of(r.program, TaskKind::OptimizerStep, Data::None) > last_backward(r.program));
+    CHECK(first_of(r.program, TaskKind::NvmeRead, Data::OptimizerState) > last_backward(r.program));
+  }
+  SECTION("overlapping backward") {
+    c.optimizer_timing = OptimizerTiming::OverlapBackward;
+    PlanResult r = make_plan(g, hw, c, 4);
+    require_valid(r, hw);
+    CHECK(r.plan.sub_groups > 3);
+    CHECK(first_of(r.program, TaskKind::OptimizerStep, Data::None) < last_backward(r.program));
+  }
+  SECTION("overlapping backward with clipping") {
+    c.optimizer_timing = OptimizerTiming::OverlapBackward;
+    c.grad_clip = 1.0;
+    PlanResult r = make_plan(g, hw, c, 4);
+    require_valid(r, hw);  // includes: every optimizer step depends on the all-reduced norm
+    const Program& p = r.program;
+    const int32_t norm = first_of(p, TaskKind::AllReduce, Data::Scalar);
+    REQUIRE(norm > last_backward(p));
+    CHECK(first_of(p, TaskKind::GradNorm, Data::None) > last_backward(p));
+    CHECK(first_of(p, TaskKind::OptimizerStep, Data::None) > norm);
+    // ... while the reads of optimizer states still overlap backward.
+    CHECK(first_of(p, TaskKind::NvmeRead, Data::OptimizerState) < last_backward(p));
+    CHECK_THAT(r.plan.optimizer_timing_note, Contains("global gradient norm"));
+  }
+}
+
+TEST_CASE("a recorded operator order that differs from the graph's gives a valid program", "[planner][trace]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.checkpoint_interval = 2;
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 20; ++iter) {
+    std::vector<int32_t> order(g.ops.size());
+    std::iota(order.begin(), order.end(), 0);
+    // Local swaps (as a recorded trace would show) and, sometimes, a whole shuffle.
+    if (iter % 5 == 4) {
+      std::shuffle(order.begin(), order.end(), rng);
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        size_t i = rng() % (order.size() - 1);
+        std::swap(order[i], order[i + 1]);
+      }
+    }
+    c.partitioning = iter % 2 ? Partitioning::OwnerBased : Partitioning::BandwidthCentric;
+    PlanResult r = make_plan(g, hw, c, 4, order);
+    require_valid(r, hw);
+    CHECK(r.program.op_order() == order);
+    // Forward compute follows the recorded order.
+    std::vector<int32_t> seen;
+    for (const auto& t : r.program.tasks())
+      if (t.kind == TaskKind::Forward && t.micro_batch == 0 && (seen.empty() || seen.back() != t.op)) seen.push_back(t.op);
+    CHECK(seen == order);
+  }
+  std::vector<int32_t> bad(g.ops.size(), 0);
+  CHECK_THROWS_WITH(make_plan(g, hw, c, 4, bad), Contains("not a permutation"));
+}
+
+TEST_CASE("one program serves every rank", "[planner][symmetry]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  SECTION("bandwidth-centric: every rank moves the same bytes") {
+    PlanResult r = make_plan(g, hw, c, 512);
+    const auto r0 = r.program.for_rank(0), r511 = r.program.for_rank(511);
+    REQUIRE(r0.size() == r.program.tasks().size());
+    for (size_t i = 0; i < r0.size(); ++i) CHECK(r0[i].bytes == r511[i].bytes);
+    for (const auto& u : r.program.units()) CHECK(u.shard_numel * 512 >= u.numel);
+  }
+  SECTION("owner-based: each unit is read by its owner only, and collectives name the root") {
+    c.partitioning = Partitioning::OwnerBased;
+    PlanResult r = make_plan(g, hw, c, 8);
+    require_valid(r, hw);
+    double total = 0;
+    for (int k = 0; k < 8; ++k) total += moved_by(r.program, k).param_read;
+    double expected = 0;
+    for (const auto& t : r.program.tasks())
+      if (t.kind == TaskKind::NvmeRead && t.data == Data::Param) expected += 2.0 * double(r.program.units()[size_t(t.unit)].numel);
+    CHECK(total == Approx(expected));
+    for (const auto& t : r.program.tasks())
+      if (t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) CHECK(t.root == r.program.units()[size_t(t.unit)].owner);
   }
 }
