@@ -3,7 +3,7 @@
 // with status ok or does-not-fit are kept and skipped; failed points are run again.
 //
 // Spec (YAML):
-//   models: [gpt-10b, gpt-100b]          # names (models/NAME.yaml) or paths
+//   models: [gpt-10b, gpt-100b]          # names (models/NAME.yaml) or paths (relative: to the spec)
 //   hwprofiles: [dgx2-v100]              # names or paths
 //   nodes: [1, 2, 4]
 //   configs: [infinity-cpu, infinity-nvme]
@@ -87,6 +87,11 @@ Spec load_spec(const std::string& path) {
       throw core::ConfigError(path, "collective", "expected ring or hierarchical");
   }
   if (root["output"]) s.output = root["output"].as<std::string>();
+  // Paths in a spec are relative to the spec's folder; bare names are looked up as usual.
+  const auto dir = std::filesystem::path(path).parent_path();
+  for (auto* list : {&s.models, &s.hws, &s.configs})
+    for (auto& e : *list)
+      if (e.find('/') != std::string::npos && std::filesystem::path(e).is_relative()) e = (dir / e).lexically_normal().string();
   return s;
 }
 
