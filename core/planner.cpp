@@ -85,6 +85,11 @@ constexpr double kGradBytes = 2.0;    // bf16 gradient
 constexpr double kStateBytes = 12.0;  // fp32 master weight, Adam m and v
 constexpr double kAdamFlopsPerParam = 12.0;
 constexpr int kOptimizerPipelineDepth = 3;  // sub-groups in flight: NVMe read, CPU Adam, NVMe write
+// Backpressure, so that memory stays bounded however fast or slow each lane runs: a backward step
+// that starts new gradients waits until the gradient stored this many reductions ago is stored, and
+// a forward step that starts a new checkpoint waits for the save of the one this many before.
+constexpr size_t kGradStoresInFlight = 4;
+constexpr size_t kCheckpointSavesInFlight = 2;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -197,6 +202,7 @@ private:
   std::vector<int64_t> act_buf_;                      // per run
   std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
   std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
+  std::vector<int32_t> grad_stores_, ckpt_saves_;    // in emission order, for backpressure
   std::vector<std::vector<int32_t>> run_ckpt_load_trigger_;  // per step: runs whose checkpoint load is issued there
   int32_t backward_done_ = -1;
   int32_t norm_task_ = -1;
@@ -822,6 +828,7 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
     last = b_.add(fr, {reduce, last}, {}, {{Tier::Device, full_buf, whole}});
   }
   grad_store_[static_cast<size_t>(unit)] = last;
+  grad_stores_.push_back(last);
   if (mb == plan_.micro_batches - 1) {
     ++units_stored_last_mb_;
     for (int32_t sg : unit_sgs_[static_cast<size_t>(unit)]) {
@@ -848,6 +855,7 @@ void Planner::emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task
   const size_t r = static_cast<size_t>(run);
   if (plan_.checkpoints == Tier::Device) {
     ckpt_save_task_[r] = compute_task;
+    ckpt_saves_.push_back(compute_task);
     return;
   }
   const int64_t host_buf = b_.buffer();
@@ -861,6 +869,7 @@ void Planner::emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task
     ckpt_home_buf_[r] = nvme_buf;
   }
   ckpt_save_task_[r] = t;
+  ckpt_saves_.push_back(t);
 }
 
 void Planner::emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute) {
@@ -1199,6 +1208,7 @@ void Planner::emit() {
     if (st.first_recompute) deps.push_back(ckpt_load_task_[ri]);
     const bool next_is_ckpt = ri + 1 < runs_.size() && runs_[ri + 1].recompute;
     if (st.last_fwd_of_run && next_is_ckpt) {
+      if (ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ckpt_saves_[ckpt_saves_.size() - kCheckpointSavesInFlight]);
       ckpt_dev_buf_[ri + 1] = b_.buffer();
       allocs.push_back({Tier::Device, ckpt_dev_buf_[ri + 1], ckpt_bytes_});
     }
@@ -1212,6 +1222,7 @@ void Planner::emit() {
       for (uint32_t k = 0; k < st.units_count; ++k) {
         const int32_t u = step_units_[st.units_begin + k];
         if (first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
+          if (grad_stores_.size() >= kGradStoresInFlight) deps.push_back(grad_stores_[grad_stores_.size() - kGradStoresInFlight]);
           grad_buf_[static_cast<size_t>(u)] = b_.buffer();
           const auto& un = units_[static_cast<size_t>(u)];
           const double gb = owner_based() || !grads_partitioned() ? kGradBytes * double(un.numel)
@@ -1307,6 +1318,8 @@ void Planner::reset_emission() {
   fetches_.clear();
   sg_.clear();
   sg_ready_order_.clear();
+  grad_stores_.clear();
+  ckpt_saves_.clear();
   sg_cursor_ = 0;
   backward_done_ = -1;
   norm_task_ = -1;
@@ -1319,11 +1332,23 @@ PerTier Planner::schedule_peak() const {
   std::vector<int> ranks{0};
   if (owner_based())
     for (int r = 1; r < R_; ++r) ranks.push_back(r);
-  Timeline tl = schedule_ideal(prog_, hw_, ranks);
-  TimelineCheck chk = check_timeline(prog_, tl);
+  // Executors do not run at nominal rates: take the worst of the nominal schedule, one where data
+  // moves 100x faster (prefetch as eager as the dependencies allow) and one where compute does
+  // (data movement lags and buffers wait for their consumers).
+  HwProfile fast_io = hw_, fast_compute = hw_;
+  for (double* rate : {&fast_io.node.pcie_bandwidth, &fast_io.node.pcie_switch_uplink, &fast_io.node.nvme_read_bandwidth,
+                       &fast_io.node.nvme_write_bandwidth, &fast_io.node.nvlink_bandwidth, &fast_io.node.nic_bandwidth})
+    *rate *= 100;
+  for (double* rate : {&fast_compute.node.gpu.peak_flops, &fast_compute.node.gpu.memory_bandwidth,
+                       &fast_compute.node.cpu_adam_rate, &fast_compute.node.host_memory_bandwidth})
+    *rate *= 100;
   PerTier peak = prog_.static_bytes(0);
-  for (const auto& p : chk.peak_bytes)
-    for (size_t i = 0; i < 3; ++i) peak[i] = std::max(peak[i], p[i]);
+  for (const HwProfile* hw : {&hw_, static_cast<const HwProfile*>(&fast_io), static_cast<const HwProfile*>(&fast_compute)}) {
+    Timeline tl = schedule_ideal(prog_, *hw, ranks);
+    TimelineCheck chk = check_timeline(prog_, tl);
+    for (const auto& p : chk.peak_bytes)
+      for (size_t i = 0; i < 3; ++i) peak[i] = std::max(peak[i], p[i]);
+  }
   return peak;
 }
 
@@ -1349,10 +1374,11 @@ PlanResult Planner::run() {
   else
     plan_.optimizer_timing_note = "sub-groups are updated after backward";
 
-  // Peak per tier under the idealized schedule at nominal rates. Prefetch is bounded by dependencies
-  // (distances, live bytes, optimizer pipeline depth), so executors that run faster or slower
-  // shift these peaks little; they check their own Timelines against the same budget. An `auto`
-  // tiling factor whose estimate was too hopeful is doubled until the schedule fits.
+  // Peak per tier under the idealized schedule (see schedule_peak). Every buffer's lifetime is
+  // bounded by dependencies (prefetch distances and live bytes, backpressure on gradient stores and
+  // checkpoint saves, the optimizer pipeline depth), so executors at other rates stay close; they
+  // check their own Timelines against the same budget. An `auto` tiling factor whose estimate was
+  // too hopeful is doubled until the schedule fits.
   PerTier peak{};
   for (int attempt = 0;; ++attempt) {
     make_steps();

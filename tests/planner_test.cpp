@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -119,6 +120,15 @@ TEST_CASE("property: every plan holds the invariants or is refused naming the sh
     try {
       PlanResult r = make_plan(g, hw, c, ranks);
       require_valid(r, hw);
+      // The budget holds at other rates too (an executor is never exactly nominal): every rate of
+      // the machine scaled by a random factor in [1/10, 10].
+      HwProfile other = hw;
+      auto scale = [&] { return std::pow(10.0, double(int(rng() % 21) - 10) / 10.0); };
+      for (double* rate : {&other.node.pcie_bandwidth, &other.node.pcie_switch_uplink, &other.node.nvme_read_bandwidth,
+                           &other.node.nvme_write_bandwidth, &other.node.nvlink_bandwidth, &other.node.gpu.peak_flops,
+                           &other.node.gpu.memory_bandwidth, &other.node.cpu_adam_rate})
+        *rate *= scale();
+      require_valid(r, other);
       ++planned;
     } catch (const PlanError& e) {
       const std::string m = e.what();
