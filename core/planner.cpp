@@ -1344,9 +1344,7 @@ PerTier Planner::schedule_peak() const {
     *rate *= 100;
   PerTier peak = prog_.static_bytes(0);
   for (const HwProfile* hw : {&hw_, static_cast<const HwProfile*>(&fast_io), static_cast<const HwProfile*>(&fast_compute)}) {
-    Timeline tl = schedule_ideal(prog_, *hw, ranks);
-    TimelineCheck chk = check_timeline(prog_, tl);
-    for (const auto& p : chk.peak_bytes)
+    for (const auto& p : ideal_peak_bytes(prog_, *hw, ranks))
       for (size_t i = 0; i < 3; ++i) peak[i] = std::max(peak[i], p[i]);
   }
   return peak;

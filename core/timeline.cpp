@@ -78,6 +78,35 @@ void Timeline::write_chrome_trace(std::ostream& out) const {
   out << "\n]}\n";
 }
 
+namespace {
+
+// Static + live bytes per tier of `rank` at the worst moment, allocations at a task's start and
+// frees at its end (frees first at equal times).
+PerTier peak_of(const Program& p, int rank, const std::vector<double>& start, const std::vector<double>& end) {
+  struct Point {
+    double time;
+    int order;  // 0 free, 1 alloc
+    Tier tier;
+    double bytes;
+  };
+  std::vector<Point> pts;
+  for (const auto& t : p.tasks()) {
+    const size_t i = static_cast<size_t>(t.id);
+    for (const auto& a : p.allocs(t, rank)) pts.push_back({start[i], 1, a.tier, a.bytes});
+    for (const auto& f : p.frees(t, rank)) pts.push_back({end[i], 0, f.tier, -f.bytes});
+  }
+  std::stable_sort(pts.begin(), pts.end(),
+                   [](const Point& a, const Point& b) { return a.time != b.time ? a.time < b.time : a.order < b.order; });
+  PerTier live = p.static_bytes(rank), peak = live;
+  for (const auto& pt : pts) {
+    at(live, pt.tier) += pt.bytes;
+    at(peak, pt.tier) = std::max(at(peak, pt.tier), at(live, pt.tier));
+  }
+  return peak;
+}
+
+}  // namespace
+
 TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
   TimelineCheck out;
   auto error = [&](std::string msg) {
@@ -125,28 +154,13 @@ TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
           error(fmt::format("rank {}: lane {} runs tasks {} and {} at once", rank, to_string(static_cast<Lane>(l)),
                             lane[i - 1]->task, lane[i]->task));
     }
-    // Memory: allocations at start, frees at end; at equal times frees come first.
-    struct Point {
-      double time;
-      int order;  // 0 free, 1 alloc
-      Tier tier;
-      double bytes;
-    };
-    std::vector<Point> pts;
+    // Memory: allocations at start, frees at end; an absent no-op at its dependencies' end.
+    std::vector<double> starts(tasks.size());
     for (const auto& t : tasks) {
       const auto* e = of[static_cast<size_t>(t.id)];
-      double s = e ? e->start : end[static_cast<size_t>(t.id)];
-      double f = e ? e->end : end[static_cast<size_t>(t.id)];
-      for (const auto& a : p.allocs(t, rank)) pts.push_back({s, 1, a.tier, a.bytes});
-      for (const auto& fr : p.frees(t, rank)) pts.push_back({f, 0, fr.tier, -fr.bytes});
+      starts[static_cast<size_t>(t.id)] = e ? e->start : end[static_cast<size_t>(t.id)];
     }
-    std::stable_sort(pts.begin(), pts.end(),
-                     [](const Point& a, const Point& b) { return a.time != b.time ? a.time < b.time : a.order < b.order; });
-    PerTier live = p.static_bytes(rank), peak = live;
-    for (const auto& pt : pts) {
-      at(live, pt.tier) += pt.bytes;
-      at(peak, pt.tier) = std::max(at(peak, pt.tier), at(live, pt.tier));
-    }
+    const PerTier peak = peak_of(p, rank, starts, end);
     for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
       if (at(peak, t) > at(p.budget(), t) * (1 + 1e-9))
         out.errors.push_back(fmt::format("rank {}: {} peaks at {:.0f} bytes, over its budget of {:.0f}", rank, to_string(t),
@@ -252,6 +266,27 @@ Timeline schedule_ideal(const Program& p, const HwProfile& hw, const std::vector
     }
   }
   return tl;
+}
+
+std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
+  std::vector<int> sim;
+  if (p.partitioning() == Partitioning::BandwidthCentric) {
+    sim = {0};
+  } else {
+    for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
+  }
+  auto times = list_schedule(p, hw, sim);
+  std::vector<PerTier> out;
+  std::vector<double> start(p.tasks().size()), end(p.tasks().size());
+  for (int rank : ranks) {
+    const auto& row = times[sim.size() == 1 ? 0 : static_cast<size_t>(rank)];
+    for (size_t i = 0; i < row.size(); ++i) {
+      start[i] = row[i].first;
+      end[i] = row[i].second;
+    }
+    out.push_back(peak_of(p, rank, start, end));
+  }
+  return out;
 }
 
 double estimate_step_time(const Program& p, const HwProfile& hw) {

@@ -61,6 +61,10 @@ double nominal_duration(const Program& program, const Task& task, int rank, cons
 // `ranks` (default: rank 0 only) are copies of it; owner-based programs schedule every rank.
 Timeline schedule_ideal(const Program& program, const HwProfile& hw, const std::vector<int>& ranks = {0});
 
+// Static + live bytes per tier of each of `ranks` at the worst moment of `schedule_ideal`'s
+// schedule (what check_timeline reports for it, without building the Timeline).
+std::vector<PerTier> ideal_peak_bytes(const Program& program, const HwProfile& hw, const std::vector<int>& ranks = {0});
+
 // Makespan of `schedule_ideal`: the step time the simulator's tests compare against.
 double estimate_step_time(const Program& program, const HwProfile& hw);
 
