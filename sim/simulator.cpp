@@ -46,7 +46,8 @@ public:
         options_(options),
         ranks_(program.ranks()),
         nodes_((program.ranks() + hw.node.gpus - 1) / hw.node.gpus),
-        fold_(options.fold_symmetric_nodes && nodes_ > 1 && program.partitioning() == core::Partitioning::BandwidthCentric),
+        fold_(options.fold_symmetric_nodes && nodes_ > 1 && program.ranks() % hw.node.gpus == 0 &&
+              program.partitioning() == core::Partitioning::BandwidthCentric),
         sim_ranks_(fold_ ? hw.node.gpus : ranks_),
         platform_(hw, fold_ ? 2 : nodes_),
         cost_(hw) {
