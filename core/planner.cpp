@@ -1342,8 +1342,24 @@ PerTier Planner::schedule_peak() const {
   for (double* rate : {&fast_compute.node.gpu.peak_flops, &fast_compute.node.gpu.memory_bandwidth,
                        &fast_compute.node.cpu_adam_rate, &fast_compute.node.host_memory_bandwidth})
     *rate *= 100;
+  // Owner-based programs are scheduled for every rank; at hundreds of ranks and 10^5 tasks only the
+  // nominal schedule is affordable, and the peak is taken on the ranks most likely to hold it:
+  // rank 0, the most loaded rank and the owners of the largest units.
+  std::vector<const HwProfile*> scenarios{&hw_, &fast_io, &fast_compute};
+  if (owner_based() && double(R_) * double(prog_.tasks().size()) > 2e7) {
+    scenarios.resize(1);
+    std::vector<int32_t> by_size(units_.size());
+    std::iota(by_size.begin(), by_size.end(), 0);
+    std::stable_sort(by_size.begin(), by_size.end(), [&](int32_t a, int32_t b) {
+      return units_[static_cast<size_t>(a)].numel > units_[static_cast<size_t>(b)].numel;
+    });
+    ranks = {0, static_cast<int>(std::max_element(owned_elems_.begin(), owned_elems_.end()) - owned_elems_.begin())};
+    for (size_t i = 0; i < std::min<size_t>(8, by_size.size()); ++i) ranks.push_back(units_[static_cast<size_t>(by_size[i])].owner);
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  }
   PerTier peak = prog_.static_bytes(0);
-  for (const HwProfile* hw : {&hw_, static_cast<const HwProfile*>(&fast_io), static_cast<const HwProfile*>(&fast_compute)}) {
+  for (const HwProfile* hw : scenarios) {
     for (const auto& p : ideal_peak_bytes(prog_, *hw, ranks))
       for (size_t i = 0; i < 3; ++i) peak[i] = std::max(peak[i], p[i]);
   }

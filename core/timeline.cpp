@@ -217,32 +217,46 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
 namespace {
 
 // Schedules the ranks in `sim` together: per-rank lanes, collectives synchronized over them.
-std::vector<std::vector<std::pair<double, double>>> list_schedule(const Program& p, const HwProfile& hw,
-                                                                  const std::vector<int>& sim) {
+// Start and end of every task on each simulated rank, stored task-major so that a task's ranks
+// sit together (owner-based programs schedule hundreds of ranks).
+struct Schedule {
+  size_t ranks = 1;
+  std::vector<double> start, end;  // [task * ranks + row]
+  double s(size_t task, size_t row) const { return start[task * ranks + row]; }
+  double e(size_t task, size_t row) const { return end[task * ranks + row]; }
+};
+
+Schedule list_schedule(const Program& p, const HwProfile& hw, const std::vector<int>& sim) {
   const auto& tasks = p.tasks();
-  std::vector<std::vector<std::pair<double, double>>> times(sim.size(),
-                                                            std::vector<std::pair<double, double>>(tasks.size()));
-  std::vector<std::array<double, kLaneCount>> lane_free(sim.size());
-  for (auto& l : lane_free) l.fill(0.0);
-  std::vector<double> ready(sim.size());
+  const size_t S = sim.size();
+  Schedule out;
+  out.ranks = S;
+  out.start.assign(tasks.size() * S, 0.0);
+  out.end.assign(tasks.size() * S, 0.0);
+  std::vector<double> lane_free(S * kLaneCount, 0.0);
+  std::vector<double> ready(S);
   for (const auto& t : tasks) {
     const auto li = static_cast<size_t>(t.lane);
+    const size_t base = static_cast<size_t>(t.id) * S;
     double start_all = 0;
-    for (size_t r = 0; r < sim.size(); ++r) {
-      double rd = lane_free[r][li];
-      for (int32_t d : p.deps(t)) rd = std::max(rd, times[r][static_cast<size_t>(d)].second);
-      ready[r] = rd;
-      start_all = std::max(start_all, rd);
+    for (size_t r = 0; r < S; ++r) ready[r] = lane_free[r * kLaneCount + li];
+    for (int32_t d : p.deps(t)) {
+      const double* de = &out.end[static_cast<size_t>(d) * S];
+      for (size_t r = 0; r < S; ++r) ready[r] = std::max(ready[r], de[r]);
     }
+    for (size_t r = 0; r < S; ++r) start_all = std::max(start_all, ready[r]);
     const bool sync = is_collective(t.kind);
-    for (size_t r = 0; r < sim.size(); ++r) {
-      double s = sync ? start_all : ready[r];
-      double e = s + nominal_duration(p, t, sim[r], hw);
-      times[r][static_cast<size_t>(t.id)] = {s, e};
-      lane_free[r][li] = e;
+    // Every rank that does the task takes the same time; the others pass through it.
+    const double d = nominal_duration(p, t, t.owner >= 0 ? t.owner : sim[0], hw);
+    for (size_t r = 0; r < S; ++r) {
+      const double st = sync ? start_all : ready[r];
+      const double en = st + (p.active(t, sim[r]) ? d : 0.0);
+      out.start[base + r] = st;
+      out.end[base + r] = en;
+      lane_free[r * kLaneCount + li] = en;
     }
   }
-  return times;
+  return out;
 }
 
 }  // namespace
@@ -254,15 +268,15 @@ Timeline schedule_ideal(const Program& p, const HwProfile& hw, const std::vector
   } else {
     for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
   }
-  auto times = list_schedule(p, hw, sim);
+  const Schedule sch = list_schedule(p, hw, sim);
   Timeline tl;
   for (int rank : ranks) {
     const size_t row = sim.size() == 1 ? 0 : static_cast<size_t>(rank);
     for (const auto& t : p.tasks()) {
       if (!p.active(t, rank)) continue;
       if (t.kind == TaskKind::Alloc || t.kind == TaskKind::Free) continue;
-      const auto [s, e] = times[row][static_cast<size_t>(t.id)];
-      tl.events.push_back({rank, t.lane, t.id, t.kind, p.label(t), s, e, t.bytes, t.flops});
+      const size_t i = static_cast<size_t>(t.id);
+      tl.events.push_back({rank, t.lane, t.id, t.kind, p.label(t), sch.s(i, row), sch.e(i, row), t.bytes, t.flops});
     }
   }
   return tl;
@@ -275,14 +289,14 @@ std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, con
   } else {
     for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
   }
-  auto times = list_schedule(p, hw, sim);
+  const Schedule sch = list_schedule(p, hw, sim);
   std::vector<PerTier> out;
   std::vector<double> start(p.tasks().size()), end(p.tasks().size());
   for (int rank : ranks) {
-    const auto& row = times[sim.size() == 1 ? 0 : static_cast<size_t>(rank)];
-    for (size_t i = 0; i < row.size(); ++i) {
-      start[i] = row[i].first;
-      end[i] = row[i].second;
+    const size_t row = sim.size() == 1 ? 0 : static_cast<size_t>(rank);
+    for (size_t i = 0; i < start.size(); ++i) {
+      start[i] = sch.s(i, row);
+      end[i] = sch.e(i, row);
     }
     out.push_back(peak_of(p, rank, start, end));
   }
@@ -296,10 +310,9 @@ double estimate_step_time(const Program& p, const HwProfile& hw) {
   } else {
     for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
   }
-  auto times = list_schedule(p, hw, sim);
+  const Schedule sch = list_schedule(p, hw, sim);
   double m = 0;
-  for (const auto& row : times)
-    for (const auto& [s, e] : row) m = std::max(m, e);
+  for (double e : sch.end) m = std::max(m, e);
   return m;
 }
 
