@@ -1,0 +1,413 @@
+// `zinf profile-hw`: measures this machine through the engine's own code paths and writes a
+// hwprofile the simulator reads. What the CPU backend calls the "device" is an arena in host
+// memory, so the figures are those of the engine's parts as they run here: GEMM and elementwise
+// kernels (engine/cpu), the host<->device copy as the GPT backend does it (a fresh buffer filled by
+// a copy), the NVMe store (io_uring, O_DIRECT, the run config's block size and queue depth), CPU
+// Adam, MPI collectives between two local ranks (mpirun on this binary), and the Executor's cost
+// per task (lane threads waking on dependencies). Each figure is the median of several repetitions;
+// latencies and bandwidths are least-squares fits of t = latency + bytes / bandwidth.
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "cli/command.hpp"
+#include "core/plan.hpp"
+#include "core/units.hpp"
+#include "engine/comm/collectives.hpp"
+#include "engine/cpu/kernels.hpp"
+#include "engine/exec/executor.hpp"
+#include "engine/io/nvme_store.hpp"
+#include "engine/optim/cpu_adam.hpp"
+#include "models/gpt.hpp"
+
+namespace zinf::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct ProfileArgs {
+  std::string out = "hwprofiles/local.yaml";
+  std::string nvme_dir = ".";
+  std::string name = "local";
+  std::string device_memory = "2 GiB";
+  bool quick = false;
+  bool no_mpi = false;
+  std::string comm_worker;  // internal: run as one rank of the collective measurement
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median wall time of `fn` over `reps` runs after one warm-up run.
+double time_median(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(seconds_since(t0));
+  }
+  return median(t);
+}
+
+struct LinearFit {
+  double latency = 0;    // seconds
+  double bandwidth = 0;  // bytes/s
+};
+
+// Least squares of t = latency + bytes / bandwidth in relative terms (each point weighted by 1/t^2,
+// so a small request's latency is not drowned by a large one's noise); a negative intercept (noise)
+// is clamped to 0.
+LinearFit fit(const std::vector<std::pair<double, double>>& points) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : points) {
+    const double w = 1.0 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double icept = (sy - slope * sx) / sw;
+  LinearFit f;
+  f.bandwidth = slope > 0 ? 1.0 / slope : points.back().first / points.back().second;
+  f.latency = std::max(0.0, icept);
+  return f;
+}
+
+std::vector<float> touched(size_t n, float value = 0.5f) { return std::vector<float>(n, value); }
+
+// ---- the measurements ---------------------------------------------------------------------------
+
+struct GemmPoint {
+  int64_t min_dim;
+  double flops_per_s;
+};
+
+// Linear layers forward + backward (what a compute task of a linear runs) with smallest dimension x.
+std::vector<GemmPoint> measure_gemm(bool quick) {
+  std::vector<int64_t> dims = {8, 16, 32, 64, 128, 256, 512, 1024};
+  if (quick) dims = {16, 64, 256};
+  std::vector<GemmPoint> out;
+  for (int64_t x : dims) {
+    const int64_t T = std::max<int64_t>(x, 512), in = x, outd = x;
+    auto X = touched(size_t(T * in)), W = touched(size_t(outd * in)), B = touched(size_t(outd));
+    auto Y = touched(size_t(T * outd)), dY = touched(size_t(T * outd)), dX = touched(size_t(T * in));
+    auto dW = touched(size_t(outd * in)), dB = touched(size_t(outd));
+    const double flops = 6.0 * double(T) * double(in) * double(outd);
+    const int reps = std::clamp(int(2e8 / flops), 3, quick ? 5 : 30);
+    const double t = time_median(reps, [&] {
+      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, in, outd);
+      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, in, outd);
+    });
+    out.push_back({x, flops / t});
+  }
+  return out;
+}
+
+// Elementwise kernels as the Program counts their traffic: bf16 activations (2 bytes) per element
+// of each tensor read or written (models/gpt.cpp), although the CPU backend keeps them in fp32.
+double measure_elementwise(bool quick) {
+  const int64_t T = 2048, C = quick ? 512 : 1024, n = T * C;
+  auto x = touched(size_t(n)), y = touched(size_t(n)), z = touched(size_t(n));
+  auto g = touched(size_t(C), 1.0f), b = touched(size_t(C), 0.0f), mean = touched(size_t(T)), rstd = touched(size_t(T));
+  std::vector<double> rates;
+  rates.push_back(2.0 * 2 * double(n) /
+                  time_median(5, [&] { engine::cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), T, C); }));
+  rates.push_back(2.0 * 2 * double(n) / time_median(5, [&] { engine::cpu::gelu_forward(y.data(), x.data(), n); }));
+  rates.push_back(2.0 * 3 * double(n) / time_median(5, [&] { engine::cpu::residual_forward(z.data(), x.data(), y.data(), n); }));
+  return median(rates);
+}
+
+// STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand.
+double measure_memory_bandwidth(bool quick) {
+  const size_t n = quick ? (16u << 20) : (64u << 20);  // floats
+  auto a = touched(n), b = touched(n);
+  const double t = time_median(5, [&] { std::memcpy(b.data(), a.data(), n * sizeof(float)); });
+  return 2.0 * double(n * sizeof(float)) / t;
+}
+
+// The GPT backend's host-to-device copy: a fresh bf16 buffer filled from the shard's home. Sizes up
+// to 16 MiB, which malloc serves from memory it reuses (larger ones are fresh mappings that fault
+// in page by page, which a step's shard-sized copies do not see).
+LinearFit measure_copy(bool quick) {
+  std::vector<uint16_t> src(size_t(8) << 20, 1);
+  std::vector<std::pair<double, double>> pts;
+  for (size_t bytes : {size_t(16) << 10, size_t(256) << 10, size_t(4) << 20, size_t(quick ? 4 : 16) << 20}) {
+    const size_t n = bytes / 2;
+    const double t = time_median(7, [&] {
+      std::vector<uint16_t> dst(src.begin(), src.begin() + std::ptrdiff_t(std::min(n, src.size())));
+      if (dst.empty()) std::abort();
+    });
+    pts.push_back({double(std::min(n, src.size()) * 2), t});
+  }
+  return fit(pts);
+}
+
+struct DiskFit {
+  LinearFit read, write;
+};
+
+// The NVMe store with the default aio settings, into and out of ordinary (unaligned) buffers as
+// the GPT backend's tasks use it; the file is written before it is read (recently written data
+// reads at the speed an engine's own swap files see).
+DiskFit measure_nvme(const std::string& dir_root, bool quick) {
+  const fs::path dir = fs::path(dir_root) / fmt::format("zinf-profile-{}", ::getpid());
+  engine::NvmeStoreOptions o;
+  o.dir = dir.string();
+  DiskFit f;
+  {
+    engine::NvmeStore store(o);
+    const uint64_t file = uint64_t(quick ? 32 : 128) << 20;
+    auto id = store.create("bench", file);
+    std::vector<char> buf(file, 7);
+    store.write(id, 0, buf.data(), file).wait_or_throw();
+    std::vector<std::pair<double, double>> rd, wr;
+    for (uint64_t bytes : {uint64_t(64) << 10, uint64_t(1) << 20, uint64_t(8) << 20, file}) {
+      const int reps = bytes >= (uint64_t(64) << 20) ? 3 : 7;
+      uint64_t off = 0;
+      auto next = [&] {
+        const uint64_t o2 = off;
+        off = (off + bytes) % file;
+        if (off + bytes > file) off = 0;
+        return o2;
+      };
+      wr.push_back({double(bytes), time_median(reps, [&] { store.write(id, next(), buf.data() + 1, bytes).wait_or_throw(); })});
+      rd.push_back({double(bytes), time_median(reps, [&] { store.read(id, next(), buf.data() + 1, bytes).wait_or_throw(); })});
+    }
+    f.read = fit(rd);
+    f.write = fit(wr);
+    store.remove(id);
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return f;
+}
+
+double measure_adam(bool quick) {
+  const size_t n = quick ? (1u << 20) : (4u << 20);
+  auto master = touched(n), m = touched(n, 0.0f), v = touched(n, 0.0f);
+  std::vector<engine::bf16> g(n, engine::to_bf16(0.01f)), p(n);
+  engine::CpuAdam adam(engine::AdamOptions{}, 1);
+  int64_t step = 0;
+  const double t = time_median(5, [&] { adam.step(++step, n, master.data(), m.data(), v.data(), g.data(), p.data()); });
+  return double(n) / t;
+}
+
+// The Executor's own cost per task: a real Program (gpt-tiny, states on the host) run with a
+// backend that does nothing, so the time is lane threads waking on their dependencies.
+double measure_task_overhead(const core::HwProfile& hw) {
+  struct Noop : engine::TaskBackend {
+    void run(const core::Task&) override {}
+  } noop;
+  auto spec = models::find_model("gpt-tiny", source_dir());
+  auto graph = models::build_gpt(spec);
+  core::RunConfig cfg;
+  cfg.params = {false, core::Tier::Host};
+  cfg.optimizer = {false, core::Tier::Host};
+  auto planned = core::make_plan(graph, hw, cfg, 1);
+  engine::Executor ex(planned.program, 0, noop);
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i) {
+    const auto tl = ex.run_step();
+    t.push_back(tl.makespan());
+  }
+  size_t active = 0;
+  for (const auto& task : planned.program.tasks())
+    if (task.kind != core::TaskKind::Alloc && task.kind != core::TaskKind::Free) ++active;
+  return median(t) / double(std::max<size_t>(1, active));
+}
+
+// One rank of the collective measurement (under mpirun): all-gathers of small and large buffers.
+void comm_worker(const std::string& out_path) {
+  auto comm = engine::make_collectives();
+  const int p = comm->size();
+  std::vector<std::pair<double, double>> pts;
+  for (size_t shard : {size_t(4) << 10, size_t(256) << 10, size_t(2) << 20, size_t(8) << 20}) {
+    std::vector<char> mine(shard, 1), full(shard * size_t(p));
+    comm->barrier("profile");
+    const double t = time_median(9, [&] { comm->all_gather(mine.data(), shard, full.data(), "profile"); });
+    pts.push_back({double(shard) * (p - 1), t});  // ring: (p-1)/p of the gathered bytes cross each link
+  }
+  std::vector<double> tt;
+  for (auto& pt : pts) tt.push_back(pt.second);
+  comm->all_reduce(tt.data(), tt.size(), "profile");
+  for (size_t i = 0; i < pts.size(); ++i) pts[i].second = tt[i] / p;
+  if (comm->rank() == 0) {
+    auto f = fit(pts);
+    std::ofstream(out_path) << f.latency / (p - 1) << " " << f.bandwidth << "\n";
+  }
+}
+
+std::optional<LinearFit> measure_collectives() {
+  char self[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return std::nullopt;
+  self[len] = 0;
+  const std::string out = fmt::format("/tmp/zinf-profile-comm-{}.txt", ::getpid());
+  const std::string cmd = fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '{}' profile-hw "
+      "--comm-worker '{}' >/dev/null 2>&1",
+      self, out);
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  LinearFit f;
+  if (rc != 0 || !(in >> f.latency >> f.bandwidth)) return std::nullopt;
+  std::remove(out.c_str());
+  return f;
+}
+
+// ---- the profile --------------------------------------------------------------------------------
+
+std::string num(double v) { return fmt::format("{:.4g}", v); }
+
+void run_profile(const ProfileArgs& a) {
+  if (!a.comm_worker.empty()) return comm_worker(a.comm_worker);
+  const auto t_start = Clock::now();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  struct statvfs sv {};
+  double nvme_capacity = 0;
+  if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
+  const auto device_memory = core::parse_quantity(a.device_memory, core::UnitKind::Bytes);
+  if (!device_memory) throw CLI::ValidationError("--device-memory", "expected a size such as '2 GiB'");
+  const char* blas_threads = std::getenv("OPENBLAS_NUM_THREADS");
+
+  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}\n", cores, core::format_bytes(host_memory),
+             blas_threads ? blas_threads : "(unset)");
+  std::fflush(stdout);
+  auto gemm = measure_gemm(a.quick);
+  double peak = 0;
+  for (const auto& g : gemm) peak = std::max(peak, g.flops_per_s);
+  fmt::print("  GEMM (linear fwd+bwd)  peak {}  at min dim {}..{}\n", core::format_flops(peak), gemm.front().min_dim,
+             gemm.back().min_dim);
+  const double membw = measure_memory_bandwidth(a.quick);
+  const double elem = measure_elementwise(a.quick);
+  fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it)\n", core::format_bandwidth(membw),
+             core::format_bandwidth(elem), elem / membw);
+  const auto copy = measure_copy(a.quick);
+  fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(copy.bandwidth), core::format_seconds(copy.latency));
+  std::fflush(stdout);
+  const auto disk = measure_nvme(a.nvme_dir, a.quick);
+  fmt::print("  NVMe store read        {} + {} per request\n", core::format_bandwidth(disk.read.bandwidth),
+             core::format_seconds(disk.read.latency));
+  fmt::print("  NVMe store write       {} + {} per request\n", core::format_bandwidth(disk.write.bandwidth),
+             core::format_seconds(disk.write.latency));
+  const double adam = measure_adam(a.quick);
+  fmt::print("  CPU Adam (1 thread)    {:.3g} params/s\n", adam);
+  std::optional<LinearFit> coll;
+  if (!a.no_mpi && engine::mpi_available()) coll = measure_collectives();
+  if (coll)
+    fmt::print("  all-gather, 2 ranks    {} + {} per hop\n", core::format_bandwidth(coll->bandwidth), core::format_seconds(coll->latency));
+  else
+    fmt::print("  all-gather             not measured (no MPI or --no-mpi): the memory copy rate stands in\n");
+  const LinearFit link = coll ? *coll : LinearFit{copy.latency, copy.bandwidth};
+
+  // Plan a small Program against what is known so far to time the Executor itself.
+  core::HwProfile hw;
+  hw.name = a.name;
+  hw.node.gpus = 1;
+  hw.node.gpu.memory = *device_memory;
+  hw.node.gpu.peak_flops = peak;
+  hw.node.gpu.memory_bandwidth = membw;
+  hw.node.host_memory = host_memory;
+  hw.node.host_memory_bandwidth = membw;
+  hw.node.cpu_cores = int(cores);
+  hw.node.cpu_adam_rate = adam;
+  hw.node.nvme_capacity = nvme_capacity;
+  hw.node.nvme_read_bandwidth = disk.read.bandwidth;
+  hw.node.nvme_write_bandwidth = disk.write.bandwidth;
+  hw.node.pcie_bandwidth = copy.bandwidth;
+  hw.reserve.host = 0.25;
+  hw.reserve.nvme = 0.05;
+  const double per_task = measure_task_overhead(hw);
+  fmt::print("  Executor, per task     {}\n", core::format_seconds(per_task));
+
+  std::string curve;
+  for (const auto& g : gemm) {
+    if (!curve.empty()) curve += ", ";
+    curve += fmt::format("[{}, {:.3f}]", g.min_dim, std::clamp(g.flops_per_s / peak, 0.001, 1.0));
+  }
+  const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
+  std::string y;
+  y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
+  y += "# code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe\n";
+  y += "# is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between\n";
+  y += "# local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw.\n";
+  y += fmt::format("name: {}\n", a.name);
+  y += fmt::format("description: measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}\n", cores,
+                   blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
+  y += "sources:\n  - zinf profile-hw\n";
+  y += "node:\n  gpus: 1\n  gpu:\n    name: cpu-arena\n";
+  y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
+  y += fmt::format("    peak_flops: {}            # best linear fwd+bwd rate over the shapes below\n", num(peak));
+  y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
+  y += fmt::format("    kernel_launch: {}         # the Executor's cost per task (no-op backend)\n", num(per_task));
+  y += fmt::format("    gemm_efficiency: [{}]\n", curve);
+  y += fmt::format("    elementwise_efficiency: {:.3f}  # layernorm / gelu / residual, bf16-counted bytes, of memory_bandwidth\n",
+                   std::clamp(elem / membw, 0.001, 1.0));
+  y += "  host:\n";
+  y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
+  y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
+  y += "  nvme:\n";
+  y += fmt::format("    capacity: {}\n    drives: 1\n", num(nvme_capacity));
+  y += fmt::format("    read_bandwidth: {}\n    write_bandwidth: {}\n", num(disk.read.bandwidth), num(disk.write.bandwidth));
+  y += fmt::format("    latency: {}               # per request (read {}, write {})\n", num(nvme_latency + per_task),
+                   num(disk.read.latency), num(disk.write.latency));
+  y += "  pcie:\n";
+  y += fmt::format("    bandwidth_per_gpu: {}     # fresh buffer filled by a copy, as the GPT backend stages shards\n",
+                   num(copy.bandwidth));
+  y += fmt::format("    latency: {}\n", num(copy.latency + per_task));
+  y += "  nvlink:                      # ranks on this machine exchange through MPI shared memory\n";
+  y += fmt::format("    bandwidth_per_gpu: {}\n    latency: {}\n", num(link.bandwidth), num(link.latency + per_task));
+  y += "  nic:\n    count: 1\n";
+  y += fmt::format("    bandwidth: {}             # no network: the local MPI rate\n", num(link.bandwidth));
+  y += fmt::format("fabric:\n  topology: full\n  latency: {}\n", num(link.latency + per_task));
+  y += "reserve:\n  gpu: 0.0\n  host: 0.25\n  nvme: 0.05\n";
+
+  // What we write must load.
+  core::parse_hwprofile(y, a.out);
+  const fs::path out(a.out);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  std::ofstream f(a.out);
+  if (!f) throw std::runtime_error("cannot write " + a.out);
+  f << y;
+  if (!f) throw std::runtime_error("error writing " + a.out);
+  fmt::print("wrote {} in {}\n", a.out, core::format_seconds(seconds_since(t_start)));
+}
+
+Registration reg(60, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand("profile-hw", "Measure this machine through the engine's code paths and write a hwprofile");
+  auto a = std::make_shared<ProfileArgs>();
+  cmd->add_option("--out,-o", a->out, "Where to write the profile")->capture_default_str();
+  cmd->add_option("--nvme-dir", a->nvme_dir, "Directory on the disk to measure (a scratch file is written and removed)")
+      ->capture_default_str();
+  cmd->add_option("--name", a->name, "Profile name")->capture_default_str();
+  cmd->add_option("--device-memory", a->device_memory, "The CPU backend's device budget to record")->capture_default_str();
+  cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (seconds; for tests)");
+  cmd->add_flag("--no-mpi", a->no_mpi, "Skip the collective measurement under mpirun");
+  cmd->add_option("--comm-worker", a->comm_worker, "(internal) one rank of the collective measurement")->group("");
+  cmd->callback([a] { run_profile(*a); });
+});
+
+}  // namespace
+}  // namespace zinf::cli

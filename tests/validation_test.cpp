@@ -1,0 +1,107 @@
+// zinf validate's comparison arithmetic on synthetic Timelines, the colocated profile of N ranks on
+// one machine, and `zinf profile-hw --quick` writing a profile that loads with every field set.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/hwprofile.hpp"
+#include "core/validation.hpp"
+#include "test_paths.hpp"
+
+using namespace zinf::core;
+
+TEST_CASE("summarize_steps skips the warm-up step and gives median and spread") {
+  auto s = summarize_steps({9.0, 1.0, 3.0, 2.0, 4.0});
+  CHECK(s.steps == 4);
+  CHECK(s.median == Approx(2.5));
+  CHECK(s.min == 1.0);
+  CHECK(s.max == 4.0);
+  CHECK(summarize_steps({5.0, 1.0, 2.0, 3.0}).median == 2.0);
+  CHECK(summarize_steps({7.0}).median == 7.0);  // nothing left after the skip: all of them
+  CHECK_THROWS(summarize_steps({}));
+}
+
+TEST_CASE("lane_busy sums each lane's durations and averages over ranks") {
+  Timeline t;
+  t.events.push_back({0, Lane::Compute, 1, TaskKind::Forward, "a", 0.0, 1.0, 0, 0});
+  t.events.push_back({0, Lane::Compute, 2, TaskKind::Backward, "b", 1.5, 2.0, 0, 0});
+  t.events.push_back({1, Lane::Compute, 1, TaskKind::Forward, "a", 0.0, 0.5, 0, 0});
+  t.events.push_back({1, Lane::NvmeRead, 3, TaskKind::NvmeRead, "c", 0.0, 0.4, 0, 0});
+  auto b = lane_busy(t);
+  CHECK(b[size_t(Lane::Compute)] == Approx((1.5 + 0.5) / 2));
+  CHECK(b[size_t(Lane::NvmeRead)] == Approx(0.2));
+  CHECK(b[size_t(Lane::Comm)] == 0.0);
+  CHECK(lane_busy(Timeline{})[0] == 0.0);
+
+  LaneSeconds x{}, y{}, z{};
+  x[0] = 1;
+  y[0] = 3;
+  z[0] = 2;
+  CHECK(median_lane_busy({x, y, z})[0] == 2.0);
+}
+
+TEST_CASE("relative error and the suite's error summary") {
+  CHECK(relative_error(1.1, 1.0) == Approx(0.1));
+  CHECK(relative_error(0.8, 1.0) == Approx(-0.2));
+  CHECK(relative_error(0.0, 0.0) == 0.0);
+  CHECK(relative_error(1.0, 0.0) == std::numeric_limits<double>::infinity());
+  auto s = summarize_errors({0.1, -0.3, 0.02, -0.05});
+  CHECK(s.median_abs == Approx(0.075));
+  CHECK(s.max_abs == Approx(0.3));
+}
+
+TEST_CASE("colocate: N ranks share one profiled machine") {
+  auto hw = load_hwprofile(zinf::test::source("hwprofiles/cpu-dev.yaml"));
+  REQUIRE(hw.node.cpu_cores == 2);
+  auto one = colocate(hw, 1);
+  CHECK(one.node.gpus == 1);
+  CHECK(one.node.gpu.peak_flops == hw.node.gpu.peak_flops);
+  auto two = colocate(hw, 2);
+  CHECK(two.node.gpus == 2);
+  CHECK(two.node.gpu.peak_flops == hw.node.gpu.peak_flops);  // a core each
+  CHECK(two.node.cpu_adam_rate == 2 * hw.node.cpu_adam_rate);
+  auto four = colocate(hw, 4);
+  CHECK(four.node.gpus == 4);
+  CHECK(four.node.gpu.peak_flops == Approx(hw.node.gpu.peak_flops / 2));  // two ranks per core
+  CHECK(four.node.cpu_adam_rate == 2 * hw.node.cpu_adam_rate);
+  CHECK(four.node.nvme_read_bandwidth == hw.node.nvme_read_bandwidth);  // one disk, shared in the simulation
+  CHECK_THROWS(colocate(hw, 0));
+}
+
+TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measured field") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("zinf-profile-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "local.yaml").string();
+  const std::string cmd = "OPENBLAS_NUM_THREADS=1 " + std::string(ZINF_BINARY_DIR) + "/zinf profile-hw --quick --no-mpi --out " +
+                          out + " --nvme-dir " + dir.string() + " > " + (dir / "log.txt").string() + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  auto hw = load_hwprofile(out);
+  CHECK(hw.name == "local");
+  CHECK(hw.node.gpus == 1);
+  CHECK(hw.node.gpu.peak_flops > 0);
+  CHECK(hw.node.gpu.memory_bandwidth > 0);
+  CHECK(hw.node.gpu.kernel_launch > 0);
+  CHECK(hw.node.gpu.gemm_efficiency.points.size() >= 3);
+  for (const auto& [x, y] : hw.node.gpu.gemm_efficiency.points) CHECK((y > 0 && y <= 1));
+  CHECK(hw.node.gpu.elementwise_efficiency > 0);
+  CHECK(hw.node.host_memory > 0);
+  CHECK(hw.node.cpu_cores >= 1);
+  CHECK(hw.node.cpu_adam_rate > 0);
+  CHECK(hw.node.nvme_capacity > 0);
+  CHECK(hw.node.nvme_read_bandwidth > 0);
+  CHECK(hw.node.nvme_write_bandwidth > 0);
+  CHECK(hw.node.nvme_latency > 0);
+  CHECK(hw.node.pcie_bandwidth > 0);
+  CHECK(hw.node.nvlink_bandwidth > 0);
+  CHECK(hw.node.nic_bandwidth > 0);
+  // Nothing left behind on the measured disk but the profile and the log.
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_directory() ? 100 : 1;
+  CHECK(files == 2);
+  fs::remove_all(dir);
+}
