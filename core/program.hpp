@@ -110,8 +110,10 @@ struct Task {
   Phase phase = Phase::Forward;
   Tier from = Tier::Device;    // where the bytes are read (copies, disk, optimizer: state tier)
   Tier to = Tier::Device;      // where they are written
-  double bytes = 0;            // copies/disk: bytes moved by this rank; collectives: total bytes of
-                               // the full (gathered / reduced) buffer; compute: memory traffic
+  double bytes = 0;            // copies/disk: bytes moved by this rank; compute: memory traffic;
+                               // collectives: the whole buffer, i.e. all-gather / reduce-scatter:
+                               // padded shard bytes x participants; all-reduce, broadcast, reduce:
+                               // the whole unit (the gradient-norm all-reduce: 8 bytes)
   double flops = 0;
   int64_t gemm_min_dim = 0;    // smallest of m, n, k of a GEMM (efficiency curve argument); 0 otherwise
   int32_t op = -1;             // OpInfo id
