@@ -727,14 +727,16 @@ void GptCpuBackend::begin_step(int64_t step, std::vector<Batch> batches) {
   I.sumsq = 0;
   I.clip_scale = 1.0;
   I.global_norm = 0;
-  I.acts.clear();
+  // Activations are reused from step to step (their tensors keep their sizes); only what a step
+  // dropped is allocated again.
+  if (I.acts.size() != batches.size()) {
+    I.acts.clear();
+    for (size_t i = 0; i < batches.size(); ++i) I.acts.push_back(I.model.make_activations());
+  }
   I.losses.assign(batches.size(), 0.0);
   std::fill(I.ckpt_saved.begin(), I.ckpt_saved.end(), 0);
   I.ckpt_restored.clear();
-  for (const auto& b : batches) {
-    I.acts.push_back(I.model.make_activations());
-    I.model.set_batch(I.acts.back(), b.inputs, b.targets);
-  }
+  for (size_t i = 0; i < batches.size(); ++i) I.model.set_batch(I.acts[i], batches[i].inputs, batches[i].targets);
 }
 
 void GptCpuBackend::run(const Task& t) {

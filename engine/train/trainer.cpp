@@ -1,6 +1,7 @@
 #include "engine/train/trainer.hpp"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -65,6 +66,11 @@ struct Trainer::Impl {
   Impl(TrainerOptions o, Collectives& c)
       : opt(std::move(o)), comm(c), graph(build_graph(opt)), planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
         model(graph) {
+    // Every step frees and reallocates the same activation, staging and gradient buffers. Keeping
+    // freed memory in the heap (no mmap for large blocks, no trimming) lets the next step reuse
+    // pages that are already faulted in: first touch of fresh pages runs at ~0.3 GB/s here.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, INT32_MAX);
     corpus = TokenCorpus::load(opt.data);
     if (corpus.vocab > opt.model.vocab)
       throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
