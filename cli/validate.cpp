@@ -133,7 +133,7 @@ void run_validate(const ValidateArgs& a) {
     fmt::print("measuring: {}\n", cmd);
     std::fflush(stdout);
   }
-  if (int rc = std::system((cmd + " > " + shell_quote((fs::path(a.out_dir) / "measure.log").string()) + " 2>&1").c_str()); rc != 0)
+  if (int rc = std::system((cmd + " < /dev/null > " + shell_quote((fs::path(a.out_dir) / "measure.log").string()) + " 2>&1").c_str()); rc != 0)
     throw std::runtime_error(fmt::format("the measured run failed (exit status {}); see {}/measure.log (the command was: {})", rc,
                                          a.out_dir, cmd));
 
