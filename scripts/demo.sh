@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, builds, and runs zinf's main job on built-in defaults: a small GPT trained
 # for real with its parameters, gradients and optimizer states on NVMe (the directory below), on
-# the fortunes corpus; then the paper-scale memory plan of a 1T model on one DGX-2.
+# the fortunes corpus; then the same kind of run predicted at paper scale: a 100B model with its
+# states on NVMe on one simulated DGX-2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh build
@@ -11,4 +12,4 @@ rm -rf "$OUT" && mkdir -p "$OUT/nvme"
 ./build/zinf train --model gpt-mini --config train-nvme --nvme-dir "$OUT/nvme" --steps ${ZINF_DEMO_STEPS:-150} \
   --checkpoint-dir "$OUT/checkpoints" --timeline "$OUT/timeline" --export "$OUT/gpt-mini.safetensors"
 echo
-./build/zinf plan --model gpt-500b --hw dgx2-v100 --config infinity-nvme
+./build/zinf sim --model gpt-100b --hw dgx2-v100 --config experiments/sim/paper-node-nvme.yaml
