@@ -104,7 +104,7 @@ TEST_CASE("executor: the planned, partitioned step matches the plain reference t
 }
 
 TEST_CASE("executor: offloaded and tiled configurations match the device-resident losses", "[executor][equivalence]") {
-  const int steps = 5;
+  const int steps = 20;
   auto ref = train(kBase, steps);
   const char* variants[] = {
       "zero_stage: 3\noffload: {optimizer: cpu}\nactivation_checkpoint: {interval: 1, tier: device}\n",
