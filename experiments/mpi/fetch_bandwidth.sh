@@ -15,7 +15,7 @@ trap 'rm -rf "$DIR"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 echo "store, one process (zinf io-bench, 1 MiB blocks, qd 32):"
-"$ZINF" io-bench --dir "$DIR" --size "512 MiB" --block-sizes "1 MiB" --queue-depths 32 2>/dev/null | grep -Ei "GB/s|read|write" | head -4
+"$ZINF" io-bench --dir "$DIR" --size "512 MiB" --block-sizes "1 MiB" --queue-depths 32 2>/dev/null | tr '\r' '\n' | grep "^best:"
 
 for N in 1 2 4; do
   rm -rf "$DIR/nvme" && mkdir -p "$DIR/nvme"
