@@ -44,7 +44,24 @@ struct Home {
     else std::copy_n(src, n, mem.data() + off);
   }
   T* resident(int64_t off) { return tier == Tier::Nvme ? nullptr : mem.data() + off; }
+  // Asynchronous forms: an NVMe transfer is submitted and its handle returned (memory tiers copy
+  // at once and return an empty handle), so several states of one sub-group move together.
+  IoHandle read_async(int64_t off, int64_t n, T* dst) const {
+    if (tier == Tier::Nvme) return store->read(id, uint64_t(off) * sizeof(T), dst, uint64_t(n) * sizeof(T));
+    std::copy_n(mem.data() + off, n, dst);
+    return {};
+  }
+  IoHandle write_async(int64_t off, int64_t n, const T* src) {
+    if (tier == Tier::Nvme) return store->write(id, uint64_t(off) * sizeof(T), src, uint64_t(n) * sizeof(T));
+    std::copy_n(src, n, mem.data() + off);
+    return {};
+  }
 };
+
+void wait_all(std::initializer_list<IoHandle> handles) {
+  for (const auto& h : handles)
+    if (h.valid()) h.wait_or_throw();
+}
 
 }  // namespace
 
@@ -532,9 +549,7 @@ struct GptCpuBackend::Impl {
     const int64_t off = t.sg_offset, n = t.sg_count;
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) {
       std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
-      master.read(off, n, a.data());
-      m.read(off, n, b.data());
-      v.read(off, n, c.data());
+      wait_all({master.read_async(off, n, a.data()), m.read_async(off, n, b.data()), v.read_async(off, n, c.data())});
       std::lock_guard<std::mutex> lock(mu);
       sg_master[sg] = std::move(a);
       sg_m[sg] = std::move(b);
@@ -552,9 +567,7 @@ struct GptCpuBackend::Impl {
         sg_m.erase(sg);
         sg_v.erase(sg);
       }
-      master.write(off, n, a.data());
-      m.write(off, n, b.data());
-      v.write(off, n, c.data());
+      wait_all({master.write_async(off, n, a.data()), m.write_async(off, n, b.data()), v.write_async(off, n, c.data())});
       return;
     }
     if (t.data == Data::Grad) {  // gradients to where the optimizer runs
