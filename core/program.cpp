@@ -1,4 +1,5 @@
 #include "core/program.hpp"
+#include "core/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -144,15 +145,6 @@ std::string per_tier_json(const PerTier& p) {
   return fmt::format("{{\"device\":{},\"host\":{},\"nvme\":{}}}", num(p[0]), num(p[1]), num(p[2]));
 }
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 void Program::write_json(std::ostream& out) const {
@@ -173,7 +165,7 @@ void Program::write_json(std::ostream& out) const {
   for (size_t i = 0; i < ops_.size(); ++i) {
     const auto& o = ops_[i];
     out << fmt::format("{{\"id\":{},\"name\":{},\"kind\":\"{}\",\"block\":{},\"m\":{},\"n\":{},\"k\":{}}}{}\n", o.id,
-                       quoted(o.name), o.kind, o.block, o.m, o.n, o.k, i + 1 < ops_.size() ? "," : "");
+                       json_quoted(o.name), o.kind, o.block, o.m, o.n, o.k, i + 1 < ops_.size() ? "," : "");
   }
   out << "],\n\"units\":[\n";
   for (size_t i = 0; i < units_.size(); ++i) {
@@ -181,7 +173,7 @@ void Program::write_json(std::ostream& out) const {
     out << fmt::format(
         "{{\"id\":{},\"name\":{},\"group\":{},\"tile\":{},\"tiles\":{},\"rows\":[{},{}],\"numel\":{},"
         "\"shard_numel\":{},\"shard_offset\":{},\"owner\":{},\"owner_offset\":{}}}{}\n",
-        u.id, quoted(u.name), u.group, u.tile, u.tiles, u.row_begin, u.row_end, u.numel, u.shard_numel, u.shard_offset,
+        u.id, json_quoted(u.name), u.group, u.tile, u.tiles, u.row_begin, u.row_end, u.numel, u.shard_numel, u.shard_offset,
         u.owner, u.owner_offset, i + 1 < units_.size() ? "," : "");
   }
   out << "],\n\"sub_groups\":[\n";

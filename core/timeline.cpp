@@ -1,4 +1,5 @@
 #include "core/timeline.hpp"
+#include "core/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -20,15 +21,6 @@ std::string csv_quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string json_quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
     out += c;
   }
   return out + "\"";
