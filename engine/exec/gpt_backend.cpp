@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -16,6 +17,27 @@ using core::TaskKind;
 using core::Tier;
 
 namespace {
+
+// Staging buffers that NVMe transfers land in or leave from are page-aligned, so the store moves
+// them by DMA without a bounce copy (O_DIRECT needs 4 KiB-aligned memory, offsets and lengths).
+template <typename T>
+struct PageAligned {
+  using value_type = T;
+  PageAligned() = default;
+  template <typename U>
+  PageAligned(const PageAligned<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(4096, std::max<size_t>(bytes, 4096));
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const PageAligned<U>&) const { return true; }
+};
+template <typename T>
+using Staging = std::vector<T, PageAligned<T>>;
 
 // A home that survives between steps: a flat array of a rank's shard space, in memory (device or
 // host tier) or in a tensor of the NVMe store.
@@ -95,16 +117,16 @@ struct GptCpuBackend::Impl {
   // touched only by the task that the Program orders after their producer.
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int32_t, std::vector<bf16>> host_param, dev_param;    // by unit (fetch staging)
+  std::map<int32_t, Staging<bf16>> host_param, dev_param;    // by unit (fetch staging)
   std::map<int64_t, std::vector<float>> gathered;                // by buffer id of the gathered unit
   std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
   std::map<std::pair<int32_t, int32_t>, std::vector<float>> grad_full;     // (unit, mb)
   std::map<std::pair<int32_t, int32_t>, std::vector<float>> grad_shard;    // (unit, mb): reduced, on its way
-  std::map<std::pair<int32_t, int32_t>, std::vector<bf16>> grad_partial;   // (unit, mb): earlier mbs' sum from NVMe
+  std::map<std::pair<int32_t, int32_t>, Staging<bf16>> grad_partial;   // (unit, mb): earlier mbs' sum from NVMe
   std::map<std::pair<int32_t, int32_t>, std::vector<float>> ckpt_host;     // (checkpoint, mb)
   std::map<std::pair<int32_t, int32_t>, NvmeStore::TensorId> ckpt_nvme;
-  std::map<int32_t, std::vector<float>> sg_master, sg_m, sg_v;             // by sub-group
-  std::map<int32_t, std::vector<bf16>> sg_grad, sg_param;
+  std::map<int32_t, Staging<float>> sg_master, sg_m, sg_v;             // by sub-group
+  std::map<int32_t, Staging<bf16>> sg_grad, sg_param;
   std::vector<int> ckpt_saved;                                             // per mb, CopyD2H done
   std::set<std::pair<int32_t, int32_t>> ckpt_restored;                      // (checkpoint, mb) back on the device
 
@@ -220,7 +242,7 @@ struct GptCpuBackend::Impl {
 
   // ---- parameters ---------------------------------------------------------------------------
 
-  std::vector<bf16> take(std::map<int32_t, std::vector<bf16>>& from, int32_t key, const char* what) {
+  Staging<bf16> take(std::map<int32_t, Staging<bf16>>& from, int32_t key, const char* what) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = from.find(key);
     if (it == from.end()) throw std::logic_error(fmt::format("{} of unit {} is not staged", what, unit(key).name));
@@ -234,14 +256,14 @@ struct GptCpuBackend::Impl {
     const int64_t off = mine_offset(u), n = mine_count(u);
     switch (t.kind) {
       case TaskKind::NvmeRead: {
-        std::vector<bf16> buf(static_cast<size_t>(n));
+        Staging<bf16> buf(static_cast<size_t>(n));
         params.read(off, n, buf.data());
         std::lock_guard<std::mutex> lock(mu);
         host_param[t.unit] = std::move(buf);
         return;
       }
       case TaskKind::CopyH2D: {
-        std::vector<bf16> buf;
+        Staging<bf16> buf;
         if (plan.params == Tier::Nvme) buf = take(host_param, t.unit, "the NVMe read");
         else buf.assign(params.mem.begin() + off, params.mem.begin() + off + n);
         std::lock_guard<std::mutex> lock(mu);
@@ -249,7 +271,7 @@ struct GptCpuBackend::Impl {
         return;
       }
       case TaskKind::AllGather: {
-        std::vector<bf16> shard;
+        Staging<bf16> shard;
         if (plan.params == Tier::Device) shard.assign(params.mem.begin() + off, params.mem.begin() + off + n);
         else shard = take(dev_param, t.unit, "the host-to-device copy");
         std::vector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()));
@@ -258,7 +280,7 @@ struct GptCpuBackend::Impl {
         return;
       }
       case TaskKind::Broadcast: {
-        std::vector<bf16> whole(size_t(u.numel));
+        Staging<bf16> whole(size_t(u.numel));
         if (u.owner == rank) {
           if (plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
           else whole = take(dev_param, t.unit, "the host-to-device copy");
@@ -507,7 +529,7 @@ struct GptCpuBackend::Impl {
         return;  // on the way to NVMe: the shard stays staged for the write
       }
       case TaskKind::NvmeRead: {
-        std::vector<bf16> partial(static_cast<size_t>(n));
+        Staging<bf16> partial(static_cast<size_t>(n));
         grads.read(off, n, partial.data());
         std::lock_guard<std::mutex> lock(mu);
         grad_partial[key] = std::move(partial);
@@ -515,7 +537,7 @@ struct GptCpuBackend::Impl {
       }
       case TaskKind::NvmeWrite: {
         std::vector<float> shard;
-        std::vector<bf16> partial;
+        Staging<bf16> partial;
         {
           std::lock_guard<std::mutex> lock(mu);
           shard = std::move(grad_shard.at(key));
@@ -525,7 +547,7 @@ struct GptCpuBackend::Impl {
             grad_partial.erase(key);
           }
         }
-        std::vector<bf16> out(static_cast<size_t>(n));
+        Staging<bf16> out(static_cast<size_t>(n));
         accumulate(out.data(), partial.data(), shard.data(), n, first, last);
         grads.write(off, n, out.data());
         return;
@@ -548,7 +570,7 @@ struct GptCpuBackend::Impl {
     const int32_t sg = t.sub_group;
     const int64_t off = t.sg_offset, n = t.sg_count;
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) {
-      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+      Staging<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
       wait_all({master.read_async(off, n, a.data()), m.read_async(off, n, b.data()), v.read_async(off, n, c.data())});
       std::lock_guard<std::mutex> lock(mu);
       sg_master[sg] = std::move(a);
@@ -557,7 +579,7 @@ struct GptCpuBackend::Impl {
       return;
     }
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeWrite) {
-      std::vector<float> a, b, c;
+      Staging<float> a, b, c;
       {
         std::lock_guard<std::mutex> lock(mu);
         a = std::move(sg_master.at(sg));
@@ -572,7 +594,7 @@ struct GptCpuBackend::Impl {
     }
     if (t.data == Data::Grad) {  // gradients to where the optimizer runs
       if (t.kind != TaskKind::NvmeRead && plan.gradients == Tier::Nvme) return;  // staged by the NVMe read
-      std::vector<bf16> g(static_cast<size_t>(n));
+      Staging<bf16> g(static_cast<size_t>(n));
       if (t.kind == TaskKind::NvmeRead) grads.read(off, n, g.data());
       else std::copy_n(grads.mem.data() + off, n, g.data());
       std::lock_guard<std::mutex> lock(mu);
@@ -584,7 +606,7 @@ struct GptCpuBackend::Impl {
       return;
     }
     if (t.data == Data::Param) {  // updated parameters back to their tier
-      std::vector<bf16> p;
+      Staging<bf16> p;
       {
         std::lock_guard<std::mutex> lock(mu);
         auto it = sg_param.find(sg);
@@ -603,7 +625,7 @@ struct GptCpuBackend::Impl {
     const int32_t sg = t.sub_group;
     const int64_t off = t.sg_offset, n = t.sg_count;
     float *pm, *pmm, *pv;
-    std::vector<float>* staged_master = nullptr;
+    Staging<float>* staged_master = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (plan.optimizer == Tier::Nvme) {
@@ -617,7 +639,7 @@ struct GptCpuBackend::Impl {
         pv = v.resident(off);
       }
     }
-    std::vector<bf16> gstage;
+    Staging<bf16> gstage;
     const bf16* g;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -642,7 +664,7 @@ struct GptCpuBackend::Impl {
     if (params_here) {
       adam.step(step, size_t(n), pm, pmm, pv, g, params.resident(off));
     } else {
-      std::vector<bf16> out(static_cast<size_t>(n));
+      Staging<bf16> out(static_cast<size_t>(n));
       adam.step(step, size_t(n), pm, pmm, pv, g, out.data());
       std::lock_guard<std::mutex> lock(mu);
       sg_param[sg] = std::move(out);
