@@ -251,15 +251,19 @@ Schedule list_schedule(const Program& p, const HwProfile& hw, const std::vector<
   return out;
 }
 
+// Bandwidth-centric programs are symmetric: rank 0 stands for every rank. Owner-based ones differ
+// per rank and are scheduled whole.
+std::vector<int> scheduled_ranks(const Program& p) {
+  if (p.partitioning() == Partitioning::BandwidthCentric) return {0};
+  std::vector<int> all(static_cast<size_t>(p.ranks()));
+  for (int r = 0; r < p.ranks(); ++r) all[static_cast<size_t>(r)] = r;
+  return all;
+}
+
 }  // namespace
 
 Timeline schedule_ideal(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
-  std::vector<int> sim;
-  if (p.partitioning() == Partitioning::BandwidthCentric) {
-    sim = {0};
-  } else {
-    for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
-  }
+  const std::vector<int> sim = scheduled_ranks(p);
   const Schedule sch = list_schedule(p, hw, sim);
   Timeline tl;
   for (int rank : ranks) {
@@ -275,12 +279,7 @@ Timeline schedule_ideal(const Program& p, const HwProfile& hw, const std::vector
 }
 
 std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
-  std::vector<int> sim;
-  if (p.partitioning() == Partitioning::BandwidthCentric) {
-    sim = {0};
-  } else {
-    for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
-  }
+  const std::vector<int> sim = scheduled_ranks(p);
   const Schedule sch = list_schedule(p, hw, sim);
   std::vector<PerTier> out;
   std::vector<double> start(p.tasks().size()), end(p.tasks().size());
@@ -296,12 +295,7 @@ std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, con
 }
 
 double estimate_step_time(const Program& p, const HwProfile& hw) {
-  std::vector<int> sim;
-  if (p.partitioning() == Partitioning::BandwidthCentric) {
-    sim = {0};
-  } else {
-    for (int r = 0; r < p.ranks(); ++r) sim.push_back(r);
-  }
+  const std::vector<int> sim = scheduled_ranks(p);
   const Schedule sch = list_schedule(p, hw, sim);
   double m = 0;
   for (double e : sch.end) m = std::max(m, e);

@@ -377,9 +377,11 @@ struct GptCpuBackend::Impl {
 
   std::vector<float>& grad_buffer(int32_t u, int32_t mb) {
     std::lock_guard<std::mutex> lock(mu);
+    // Owner-based: the whole unit, reduced to its owner. Bandwidth-centric: padded to `ranks` equal
+    // shards, as the reduce-scatter takes it.
     auto& g = grad_full[{u, mb}];
-    if (g.empty()) g.assign(size_t(unit(u).shard_numel) * size_t(owner_based ? 1 : P.ranks()), 0.0f);
-    if (owner_based) g.resize(size_t(unit(u).numel), 0.0f);
+    const auto& un = unit(u);
+    if (g.empty()) g.assign(owner_based ? size_t(un.numel) : size_t(un.shard_numel) * size_t(P.ranks()), 0.0f);
     return g;
   }
 
