@@ -1,0 +1,26 @@
+// Which backend runs the Program's tasks: `cpu` (always built) or `cuda` (built where nvcc was
+// found, run where a GPU is present). These functions are plain C++ so that any translation unit
+// can ask, whether or not this build has CUDA; without CUDA they report "not built". Stateless and
+// thread-safe.
+#pragma once
+#include <string>
+
+namespace zinf::engine {
+
+enum class BackendKind { Cpu, Cuda };
+const char* to_string(BackendKind k);
+
+// Whether this build compiled the CUDA backend (nvcc was found at configure time).
+bool cuda_built();
+
+// Whether a CUDA device can be used now. Never throws: false without CUDA in the build, without a
+// driver or without a device, with `why` (when given) saying which, e.g.
+// "cudaGetDeviceCount: no CUDA-capable device is detected".
+bool cuda_device_available(std::string* why = nullptr);
+
+// "cpu", "cuda" or "auto" (cuda when the build has it and a device is present, else cpu).
+// Throws std::invalid_argument with a message a user can act on: an unknown name, or `cuda`
+// asked for without CUDA in the build or without a device.
+BackendKind select_backend(const std::string& name);
+
+}  // namespace zinf::engine

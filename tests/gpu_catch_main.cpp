@@ -1,0 +1,23 @@
+// main() of the GPU tests (tests/cuda_*_test.cpp). Without a usable CUDA device it runs no test:
+// it prints why and exits with 77, which CTest reports as "Skipped" (SKIP_RETURN_CODE), so a GPU
+// test is never counted as passed on a machine that could not run it. Listing the tests (CTest's
+// discovery at build time) works everywhere.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "engine/exec/backend_select.hpp"
+
+int main(int argc, char* argv[]) {
+  bool listing = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind("--list", 0) == 0) listing = true;
+  std::string why;
+  if (!listing && !zinf::engine::cuda_device_available(&why)) {
+    std::printf("SKIPPED: no CUDA device (%s)\n", why.c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
