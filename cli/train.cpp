@@ -27,6 +27,8 @@ struct TrainArgs {
   std::string init_from, export_path, timeline;
   uint64_t seed = 1234;
   unsigned adam_threads = 1;
+  std::string backend = "auto";
+  double device_memory_gib = 0;
 };
 
 void run_train(const TrainArgs& a) {
@@ -42,6 +44,8 @@ void run_train(const TrainArgs& a) {
   o.init_from = a.init_from;
   o.checkpoint_dir = a.checkpoint_dir;
   o.adam_threads = a.adam_threads;
+  o.backend = a.backend;
+  o.device_memory = uint64_t(a.device_memory_gib * double(1ull << 30));
 
   auto comm = engine::make_collectives();
   const bool lead = comm->rank() == 0;
@@ -51,9 +55,9 @@ void run_train(const TrainArgs& a) {
   if (a.resume) trainer.resume();
   const auto& plan = trainer.plan();
   if (lead) {
-    fmt::print("zinf train: {} ({} params) on {} rank(s), {} | params {}, gradients {}, optimizer {}, checkpoints {}, "
-               "tiling {}, {} tasks per step\n",
-               o.model.name, core::format_count(double(plan.total_params)), comm->size(), o.hw.name,
+    fmt::print("zinf train: {} ({} params) on {} rank(s), {}, {} backend | params {}, gradients {}, optimizer {}, "
+               "checkpoints {}, tiling {}, {} tasks per step\n",
+               o.model.name, core::format_count(double(plan.total_params)), comm->size(), o.hw.name, trainer.backend(),
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
     if (trainer.step_count() > 0) fmt::print("resumed at step {}\n", trainer.step_count());
@@ -100,7 +104,7 @@ void run_train(const TrainArgs& a) {
 }
 
 Registration reg(20, [](CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a GPT for real through the planned Program (CPU backend; mpirun for ranks)");
+  auto* cmd = app.add_subcommand("train", "Train a GPT for real through the planned Program (CPU or CUDA backend; mpirun for ranks)");
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("--model,-m", a->model, "Model name or path")->capture_default_str();
   cmd->add_option("--hw", a->hw, "Hardware profile of this machine (device budget, rates)")->capture_default_str();
@@ -116,6 +120,10 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline to PREFIX.csv and PREFIX.trace.json");
   cmd->add_option("--seed", a->seed, "Data order seed")->capture_default_str();
   cmd->add_option("--adam-threads", a->adam_threads, "CPU Adam worker threads")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "cpu, cuda, or auto (cuda when built with it and a GPU is present)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  cmd->add_option("--device-memory", a->device_memory_gib, "cuda: GiB of device memory for the arena (0: free memory less a reserve)");
   cmd->callback([a] { run_train(*a); });
 });
 

@@ -1,5 +1,6 @@
 #include "engine/exec/backend_select.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #ifdef ZINF_HAVE_CUDA
@@ -49,6 +50,21 @@ BackendKind select_backend(const std::string& name) {
     return BackendKind::Cuda;
   }
   throw std::invalid_argument("--backend '" + name + "': expected cpu, cuda or auto");
+}
+
+int cuda_device_for_rank(int rank) {
+  int local = rank;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+#ifdef ZINF_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return local % count;
+  cudaGetLastError();
+#endif
+  return 0;
 }
 
 }  // namespace zinf::engine

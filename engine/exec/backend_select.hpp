@@ -23,4 +23,8 @@ bool cuda_device_available(std::string* why = nullptr);
 // asked for without CUDA in the build or without a device.
 BackendKind select_backend(const std::string& name);
 
+// The CUDA device a rank uses: its local rank on the node (from the MPI launcher's environment, or
+// `rank`) modulo the devices present.
+int cuda_device_for_rank(int rank);
+
 }  // namespace zinf::engine

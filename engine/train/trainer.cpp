@@ -11,8 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/data/token_data.hpp"
+#include "engine/exec/backend_select.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
+#ifdef ZINF_HAVE_CUDA
+#include "engine/cuda/gpt_cuda_backend.hpp"
+#include "engine/cuda/nccl_collectives.hpp"
+#endif
 #include "engine/model/safetensors.hpp"
 #include "models/gpt.hpp"
 
@@ -60,6 +65,10 @@ struct Trainer::Impl {
   TokenCorpus corpus;
   std::unique_ptr<BatchLoader> loader;
   std::unique_ptr<GptCpuBackend> backend;
+#ifdef ZINF_HAVE_CUDA
+  std::unique_ptr<Collectives> device_comm;  // NCCL (or device copies for one rank), bootstrapped over `comm`
+  std::unique_ptr<cuda::GptCudaBackend> cuda_backend;
+#endif
   std::unique_ptr<Executor> executor;
   int64_t steps_done = 0;
 
@@ -89,10 +98,30 @@ struct Trainer::Impl {
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
-    backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
-    backend->initialize(opt.init_from.empty() ? model.init_params(opt.init_seed)
-                                              : load_gpt2_safetensors(opt.init_from, graph));
-    executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
+    auto init = opt.init_from.empty() ? model.init_params(opt.init_seed) : load_gpt2_safetensors(opt.init_from, graph);
+    if (select_backend(opt.backend) == BackendKind::Cuda) {
+#ifdef ZINF_HAVE_CUDA
+      const int device = cuda_device_for_rank(comm.rank());
+      device_comm = cuda::make_device_collectives(comm, device);
+      cuda_backend = std::make_unique<cuda::GptCudaBackend>(planned.program, planned.plan, model, comm.rank(),
+                                                            *device_comm, cuda::GptCudaBackendOptions{bo, device, opt.device_memory});
+      cuda_backend->initialize(init);
+      executor = std::make_unique<Executor>(planned.program, comm.rank(), *cuda_backend);
+#endif
+    } else {
+      backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
+      backend->initialize(init);
+      executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
+    }
+  }
+
+  // The backend running the steps; both have the same step and state interface.
+  template <class F>
+  decltype(auto) with_backend(F&& f) {
+#ifdef ZINF_HAVE_CUDA
+    if (cuda_backend) return f(*cuda_backend);
+#endif
+    return f(*backend);
   }
 
   static core::ModelGraph build_graph(TrainerOptions& o) {
@@ -103,26 +132,26 @@ struct Trainer::Impl {
   StepStats step() {
     std::vector<Batch> batches;
     for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
-    backend->begin_step(steps_done + 1, std::move(batches));
+    with_backend([&](auto& b) { b.begin_step(steps_done + 1, std::move(batches)); });
     const auto t0 = std::chrono::steady_clock::now();
     StepStats s;
     s.timeline = executor->run_step();
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++steps_done;
     s.step = steps_done;
-    double loss[2] = {backend->loss(), s.seconds};
+    double loss[2] = {with_backend([](auto& b) { return b.loss(); }), s.seconds};
     comm.all_reduce(loss, 2, "step loss");
     s.loss = loss[0] / comm.size();
     const double slowest = loss[1] / comm.size();
     s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * comm.size() / std::max(slowest, 1e-9);
-    s.grad_norm = backend->grad_norm();
+    s.grad_norm = with_backend([](auto& b) { return b.grad_norm(); });
     s.peak = executor->peak_bytes();
     return s;
   }
 
   std::string save_checkpoint() {
     if (opt.checkpoint_dir.empty()) throw std::runtime_error("no checkpoint directory was given (--checkpoint-dir)");
-    auto state = backend->gather_state();
+    auto state = with_backend([](auto& b) { return b.gather_state(); });
     const fs::path root = opt.checkpoint_dir;
     const std::string name = fmt::format("step-{:08d}", steps_done);
     if (comm.rank() == 0) {
@@ -186,7 +215,7 @@ struct Trainer::Impl {
       state.m.push_back(reader.read_f32(pg.name + ".adam_m"));
       state.v.push_back(reader.read_f32(pg.name + ".adam_v"));
     }
-    backend->load_state(state);
+    with_backend([&](auto& b) { b.load_state(state); });
     steps_done = meta.at("step").get<int64_t>();
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
@@ -203,12 +232,13 @@ Trainer::~Trainer() = default;
 const core::Plan& Trainer::plan() const { return impl_->planned.plan; }
 const core::Program& Trainer::program() const { return impl_->planned.program; }
 int64_t Trainer::step_count() const { return impl_->steps_done; }
+const char* Trainer::backend() const { return impl_->backend ? "cpu" : "cuda"; }
 StepStats Trainer::step() { return impl_->step(); }
 std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
 void Trainer::resume() { impl_->resume(); }
 
 void Trainer::export_safetensors(const std::string& path) {
-  auto state = impl_->backend->gather_state();
+  auto state = impl_->with_backend([](auto& b) { return b.gather_state(); });
   if (impl_->comm.rank() == 0) save_gpt2_safetensors(path, impl_->graph, state.master, TensorDtype::F32);
   impl_->comm.barrier("export");
 }

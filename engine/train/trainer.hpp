@@ -28,6 +28,8 @@ struct TrainerOptions {
   std::string init_from;         // safetensors with Hugging Face GPT-2 names; empty: GPT-2 init
   std::string checkpoint_dir;    // where save_checkpoint writes and resume reads
   unsigned adam_threads = 1;
+  std::string backend = "cpu";   // cpu, cuda or auto (engine/exec/backend_select.hpp)
+  uint64_t device_memory = 0;    // cuda: device arena bytes; 0: the free memory less a reserve
 };
 
 struct StepStats {
@@ -50,6 +52,7 @@ public:
   const core::Plan& plan() const;
   const core::Program& program() const;
   int64_t step_count() const;  // steps done so far (including those before a resume)
+  const char* backend() const;  // "cpu" or "cuda": the backend running the steps
 
   StepStats step();
 
