@@ -183,7 +183,8 @@ private:
 
   std::vector<ParamUnit> units_;
   std::vector<std::vector<int32_t>> group_units_;  // param group -> its units
-  std::vector<int64_t> owned_elems_;               // owner-based: elements each rank owns
+  std::vector<int64_t> owned_elems_;               // owner-based: each rank's shard space (aligned)
+  int64_t shard_space_ = 0;                        // bandwidth-centric: every rank's shard space (aligned)
   std::vector<Run> runs_;
   std::vector<int32_t> op_run_;
   std::vector<Step> steps_;
@@ -243,7 +244,7 @@ void Planner::basics() {
   plan_.allgather_prefetch_distance = c_.allgather_prefetch_distance;
   plan_.max_live_bytes = c_.max_live_bytes;
   plan_.reuse_distance_bytes = c_.reuse_distance_bytes;
-  plan_.sub_group_size = c_.sub_group_size;
+  plan_.sub_group_size = shard_aligned(std::max<int64_t>(1, c_.sub_group_size));
   plan_.optimizer_timing = c_.optimizer_timing;
   plan_.grad_clip = c_.grad_clip > 0;
   plan_.total_params = g_.total_params();
@@ -287,8 +288,9 @@ void Planner::make_units(int64_t tiles) {
   for (auto& u : units_) {
     u.shard_numel = ceil_div(u.numel, parts);
     u.shard_offset = offset;
-    offset += u.shard_numel;
+    offset = shard_aligned(offset + u.shard_numel);
   }
+  shard_space_ = offset;
   owned_elems_.assign(static_cast<size_t>(R_), 0);
   if (owner_based()) {
     using Load = std::pair<int64_t, int32_t>;
@@ -299,20 +301,18 @@ void Planner::make_units(int64_t tiles) {
       heap.pop();
       u.owner = r;
       u.owner_offset = load;
-      heap.push({load + u.numel, r});
-      owned_elems_[static_cast<size_t>(r)] = load + u.numel;
+      const int64_t end = shard_aligned(load + u.numel);
+      heap.push({end, r});
+      owned_elems_[static_cast<size_t>(r)] = end;
     }
   }
 }
 
 // Bytes one rank keeps for the whole step, per tier.
 PerTier Planner::static_bytes_for(int rank) const {
-  int64_t all = 0, shard = 0;
-  for (const auto& u : units_) {
-    all += u.numel;
-    shard += u.shard_numel;
-  }
-  const int64_t mine = owner_based() ? owned_elems_[static_cast<size_t>(rank)] : shard;
+  int64_t all = 0;
+  for (const auto& u : units_) all += u.numel;
+  const int64_t mine = owner_based() ? owned_elems_[static_cast<size_t>(rank)] : shard_space_;
   const double params = double(params_partitioned() ? mine : all);
   const double grads = double(grads_partitioned() ? mine : all);
   const double optim = double(c_.zero_stage >= 1 ? mine : all);
@@ -903,13 +903,12 @@ void Planner::emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute
 
 void Planner::make_sub_groups() {
   // A rank's shard space is its shards (bandwidth-centric) or the units it owns (owner-based), in
-  // unit order; sub-groups are consecutive ranges of at most sub_group_size elements.
-  const int64_t S = std::max<int64_t>(1, c_.sub_group_size);
+  // unit order; sub-groups are consecutive ranges of at most sub_group_size elements (aligned).
+  const int64_t S = shard_aligned(std::max<int64_t>(1, c_.sub_group_size));
   std::vector<SubGroup> sgs;
   unit_sgs_.assign(units_.size(), {});
   if (!owner_based()) {
-    int64_t space = 0;
-    for (const auto& u : units_) space += u.shard_numel;
+    const int64_t space = shard_space_;
     b_.shard_space() = {space};
     for (int64_t off = 0; off < space; off += S) {
       SubGroup g;

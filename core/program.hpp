@@ -61,6 +61,15 @@ const char* to_string(Phase p);
 enum class Data : uint8_t { None, Param, Grad, OptimizerState, Checkpoint, Activation, Scalar };
 const char* to_string(Data d);
 
+// Shard offsets in a rank's shard space and sub-group boundaries are multiples of this many
+// elements (4 KiB of bf16, 8 KiB of fp32), and the space after each shard up to the next multiple
+// is padding that belongs to nobody: so every shard and sub-group of every state can move to and
+// from NVMe with O_DIRECT, whole pages at aligned offsets, without a bounce copy.
+inline constexpr int64_t kShardAlignment = 2048;
+inline int64_t shard_aligned(int64_t elements) {
+  return (elements + kShardAlignment - 1) / kShardAlignment * kShardAlignment;
+}
+
 // A parameter group, or one tile of a tiled linear: the unit that is sharded, fetched, used and
 // released. Bandwidth-centric: every rank holds shard r = elements [r·shard_numel, (r+1)·shard_numel)
 // of the unit's flattened, zero-padded tensor. Owner-based: rank `owner` holds all `numel`.
@@ -73,9 +82,9 @@ struct ParamUnit {
   int64_t row_end = 0;
   int64_t numel = 0;          // elements of this unit
   int64_t shard_numel = 0;    // per-rank shard, padded: ceil(numel / ranks) (bandwidth-centric)
-  int64_t shard_offset = 0;   // where the shard starts in a rank's shard space (bandwidth-centric)
+  int64_t shard_offset = 0;   // where the shard starts in a rank's shard space (bandwidth-centric; aligned)
   int32_t owner = -1;         // owner-based: the rank that owns it; -1 for bandwidth-centric
-  int64_t owner_offset = 0;   // owner-based: where it starts in the owner's shard space
+  int64_t owner_offset = 0;   // owner-based: where it starts in the owner's shard space (aligned)
   std::string name;           // "h.3.mlp.c_fc" or "h.3.mlp.c_fc[t2/4]"
 };
 

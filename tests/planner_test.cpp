@@ -205,10 +205,16 @@ TEST_CASE("data moved per step matches the paper's accounting", "[planner][accou
       CHECK(m.grad_store == Approx(2.0 * all[size_t(k)]));
       // Optimizer: each of the 16 bytes of model state per parameter moves once: fp32 master, m and
       // v (12 B) read and written, the bf16 gradient (2 B) read, the bf16 parameter (2 B) written.
-      CHECK(m.state_read == Approx(12.0 * all[size_t(k)]));
-      CHECK(m.state_write == Approx(12.0 * all[size_t(k)]));
-      CHECK(m.grad_read_optim == Approx(2.0 * all[size_t(k)]));
-      CHECK(m.param_write_optim == Approx(2.0 * all[size_t(k)]));
+      // Sub-groups sweep the whole shard space, whose shards start at aligned offsets: the padding
+      // after each shard (less than kShardAlignment elements) moves with it.
+      const double space = double(p.shard_space(k));
+      CHECK(space >= all[size_t(k)]);
+      CHECK(space < all[size_t(k)] + double(p.units().size() * zinf::core::kShardAlignment));
+      CHECK(int64_t(space) % zinf::core::kShardAlignment == 0);
+      CHECK(m.state_read == Approx(12.0 * space));
+      CHECK(m.state_write == Approx(12.0 * space));
+      CHECK(m.grad_read_optim == Approx(2.0 * space));
+      CHECK(m.param_write_optim == Approx(2.0 * space));
       // Activation checkpoints: saved once, loaded once; 2·bsz·seq·hd·nl/ci bytes.
       const double ckpt = 2.0 * double(s.micro_batch * s.seq * s.hidden) * double(s.layers);
       CHECK(m.ckpt_save == Approx(ckpt));
@@ -423,5 +429,34 @@ TEST_CASE("one program serves every rank", "[planner][symmetry]") {
     CHECK(total == Approx(expected));
     for (const auto& t : r.program.tasks())
       if (t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) CHECK(t.root == r.program.units()[size_t(t.unit)].owner);
+  }
+}
+
+TEST_CASE("shards and sub-groups start at aligned offsets and never overlap", "[planner][alignment]") {
+  const ModelSpec s = tiny_spec(2, 64, true);
+  const ModelGraph g = zinf::models::build_gpt(s);
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.sub_group_size = 3000;  // not a multiple of the alignment: rounded up
+  for (auto part : {Partitioning::BandwidthCentric, Partitioning::OwnerBased}) {
+    c.partitioning = part;
+    PlanResult r = make_plan(g, hw, c, 3);
+    require_valid(r, hw);
+    const Program& p = r.program;
+    std::map<int32_t, int64_t> end;  // per owner: where the previous shard ended
+    for (const auto& u : p.units()) {
+      const bool owned = part == Partitioning::OwnerBased;
+      const int64_t off = owned ? u.owner_offset : u.shard_offset;
+      const int64_t n = owned ? u.numel : u.shard_numel;
+      CHECK(off % zinf::core::kShardAlignment == 0);
+      CHECK(off >= end[owned ? u.owner : -1]);
+      end[owned ? u.owner : -1] = off + n;
+      CHECK(off + n <= p.shard_space(owned ? u.owner : 0));
+    }
+    for (const auto& sg : p.sub_groups()) {
+      CHECK(sg.offset % zinf::core::kShardAlignment == 0);
+      CHECK(sg.count % zinf::core::kShardAlignment == 0);
+      CHECK(sg.count <= zinf::core::shard_aligned(3000));
+    }
   }
 }

@@ -1,5 +1,7 @@
 #include "engine/exec/gpt_backend.hpp"
 
+#include "engine/memory/staging_cache.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,38 +20,23 @@ using core::Tier;
 
 namespace {
 
-// Staging buffers that NVMe transfers land in or leave from are page-aligned, so the store moves
-// them by DMA without a bounce copy (O_DIRECT needs 4 KiB-aligned memory, offsets and lengths).
-template <typename T>
-struct PageAligned {
-  using value_type = T;
-  PageAligned() = default;
-  template <typename U>
-  PageAligned(const PageAligned<U>&) {}
-  T* allocate(size_t n) {
-    const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
-    void* p = std::aligned_alloc(4096, std::max<size_t>(bytes, 4096));
-    if (!p) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, size_t) { std::free(p); }
-  template <typename U>
-  bool operator==(const PageAligned<U>&) const { return true; }
-};
-template <typename T>
-using Staging = std::vector<T, PageAligned<T>>;
 
 // A home that survives between steps: a flat array of a rank's shard space, in memory (device or
-// host tier) or in a tensor of the NVMe store.
+// host tier) or in a tensor of the NVMe store. A transfer of n elements at an aligned offset moves
+// the whole padded span (core::shard_aligned(n), the padding after a shard belongs to nobody), so
+// it goes to the disk without a bounce copy; the caller's buffer holds at least that many elements
+// (a Staging vector of core::shard_aligned(n)).
 template <typename T>
 struct Home {
   Tier tier = Tier::Device;
   std::vector<T> mem;
   NvmeStore* store = nullptr;
   NvmeStore::TensorId id = 0;
+  int64_t size = 0;
 
   void init(Tier t, int64_t n, NvmeStore* s, const std::string& name) {
     tier = t;
+    size = n;
     if (t == Tier::Nvme) {
       store = s;
       id = s->create(name, uint64_t(n) * sizeof(T));
@@ -57,28 +44,40 @@ struct Home {
       mem.assign(size_t(n), T{});
     }
   }
+  // Elements an NVMe transfer of [off, off + n) moves.
+  int64_t span(int64_t off, int64_t n) const {
+    if (off % core::kShardAlignment != 0) return n;
+    return std::min(core::shard_aligned(n), size - off);
+  }
   void read(int64_t off, int64_t n, T* dst) const {
-    if (tier == Tier::Nvme) store->read(id, uint64_t(off) * sizeof(T), dst, uint64_t(n) * sizeof(T)).wait_or_throw();
-    else std::copy_n(mem.data() + off, n, dst);
+    if (IoHandle h = read_async(off, n, dst); h.valid()) h.wait_or_throw();
   }
   void write(int64_t off, int64_t n, const T* src) {
-    if (tier == Tier::Nvme) store->write(id, uint64_t(off) * sizeof(T), src, uint64_t(n) * sizeof(T)).wait_or_throw();
-    else std::copy_n(src, n, mem.data() + off);
+    if (IoHandle h = write_async(off, n, src); h.valid()) h.wait_or_throw();
   }
   T* resident(int64_t off) { return tier == Tier::Nvme ? nullptr : mem.data() + off; }
   // Asynchronous forms: an NVMe transfer is submitted and its handle returned (memory tiers copy
   // at once and return an empty handle), so several states of one sub-group move together.
   IoHandle read_async(int64_t off, int64_t n, T* dst) const {
-    if (tier == Tier::Nvme) return store->read(id, uint64_t(off) * sizeof(T), dst, uint64_t(n) * sizeof(T));
+    if (tier == Tier::Nvme)
+      return store->read(id, uint64_t(off) * sizeof(T), dst, uint64_t(span(off, n)) * sizeof(T));
     std::copy_n(mem.data() + off, n, dst);
     return {};
   }
   IoHandle write_async(int64_t off, int64_t n, const T* src) {
-    if (tier == Tier::Nvme) return store->write(id, uint64_t(off) * sizeof(T), src, uint64_t(n) * sizeof(T));
+    if (tier == Tier::Nvme)
+      return store->write(id, uint64_t(off) * sizeof(T), src, uint64_t(span(off, n)) * sizeof(T));
     std::copy_n(src, n, mem.data() + off);
     return {};
   }
 };
+
+// A staging buffer for n elements of a shard or sub-group: room for the padded span a Home moves.
+// Its first n elements are the data; the padding stays zero.
+template <typename T>
+Staging<T> staging(int64_t n) {
+  return Staging<T>(size_t(core::shard_aligned(n)));
+}
 
 void wait_all(std::initializer_list<IoHandle> handles) {
   for (const auto& h : handles)
@@ -118,12 +117,12 @@ struct GptCpuBackend::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::map<int32_t, Staging<bf16>> host_param, dev_param;    // by unit (fetch staging)
-  std::map<int64_t, std::vector<float>> gathered;                // by buffer id of the gathered unit
+  std::map<int64_t, Staging<float>> gathered;                // by buffer id of the gathered unit
   std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
-  std::map<std::pair<int32_t, int32_t>, std::vector<float>> grad_full;     // (unit, mb)
-  std::map<std::pair<int32_t, int32_t>, std::vector<float>> grad_shard;    // (unit, mb): reduced, on its way
+  std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_full;     // (unit, mb)
+  std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_shard;    // (unit, mb): reduced, on its way
   std::map<std::pair<int32_t, int32_t>, Staging<bf16>> grad_partial;   // (unit, mb): earlier mbs' sum from NVMe
-  std::map<std::pair<int32_t, int32_t>, std::vector<float>> ckpt_host;     // (checkpoint, mb)
+  std::map<std::pair<int32_t, int32_t>, Staging<float>> ckpt_host;     // (checkpoint, mb)
   std::map<std::pair<int32_t, int32_t>, NvmeStore::TensorId> ckpt_nvme;
   std::map<int32_t, Staging<float>> sg_master, sg_m, sg_v;             // by sub-group
   std::map<int32_t, Staging<bf16>> sg_grad, sg_param;
@@ -256,7 +255,7 @@ struct GptCpuBackend::Impl {
     const int64_t off = mine_offset(u), n = mine_count(u);
     switch (t.kind) {
       case TaskKind::NvmeRead: {
-        Staging<bf16> buf(static_cast<size_t>(n));
+        Staging<bf16> buf = staging<bf16>(n);
         params.read(off, n, buf.data());
         std::lock_guard<std::mutex> lock(mu);
         host_param[t.unit] = std::move(buf);
@@ -274,8 +273,8 @@ struct GptCpuBackend::Impl {
         Staging<bf16> shard;
         if (plan.params == Tier::Device) shard.assign(params.mem.begin() + off, params.mem.begin() + off + n);
         else shard = take(dev_param, t.unit, "the host-to-device copy");
-        std::vector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()));
-        comm.all_gather(shard.data(), shard.size() * sizeof(bf16), full.data(), u.name.c_str());
+        Staging<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()));
+        comm.all_gather(shard.data(), size_t(u.shard_numel) * sizeof(bf16), full.data(), u.name.c_str());
         publish_gathered(t, full.data(), u.numel);
         return;
       }
@@ -285,7 +284,7 @@ struct GptCpuBackend::Impl {
           if (plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
           else whole = take(dev_param, t.unit, "the host-to-device copy");
         }
-        comm.broadcast(whole.data(), whole.size() * sizeof(bf16), u.owner, u.name.c_str());
+        comm.broadcast(whole.data(), size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
         publish_gathered(t, whole.data(), u.numel);
         return;
       }
@@ -297,7 +296,7 @@ struct GptCpuBackend::Impl {
   }
 
   void publish_gathered(const Task& t, const bf16* src, int64_t n) {
-    std::vector<float> f(static_cast<size_t>(n));
+    Staging<float> f(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) f[size_t(i)] = to_float(src[i]);
     const int64_t buf = gathered_buffer_of_task[size_t(t.id)];
     std::lock_guard<std::mutex> lock(mu);
@@ -305,7 +304,7 @@ struct GptCpuBackend::Impl {
   }
 
   // The gathered fp32 copy of unit u that compute task t depends on.
-  const std::vector<float>& gathered_for(const Task& t, int32_t u) {
+  const Staging<float>& gathered_for(const Task& t, int32_t u) {
     std::lock_guard<std::mutex> lock(mu);
     for (int32_t d : P.deps(t)) {
       const Task& dt = P.task(d);
@@ -344,7 +343,7 @@ struct GptCpuBackend::Impl {
         units.push_back(us[0]);
       }
     }
-    std::vector<const std::vector<float>*> data;
+    std::vector<const Staging<float>*> data;
     for (int32_t u : units) data.push_back(&gathered_for(t, u));
     for (size_t i = 0; i < units.size(); ++i) pbufs.push_back({data[i]->data(), int64_t(data[i]->size())});
 
@@ -375,7 +374,7 @@ struct GptCpuBackend::Impl {
     release(t);
   }
 
-  std::vector<float>& grad_buffer(int32_t u, int32_t mb) {
+  Staging<float>& grad_buffer(int32_t u, int32_t mb) {
     std::lock_guard<std::mutex> lock(mu);
     // Owner-based: the whole unit, reduced to its owner. Bandwidth-centric: padded to `ranks` equal
     // shards, as the reduce-scatter takes it.
@@ -419,7 +418,7 @@ struct GptCpuBackend::Impl {
     auto& x = a.x[size_t(ckpt_first_block[size_t(t.checkpoint)])];
     switch (t.kind) {
       case TaskKind::CopyD2H: {
-        std::vector<float> copy = x;
+        Staging<float> copy(x.begin(), x.end());
         std::lock_guard<std::mutex> lock(mu);
         ckpt_host[key] = std::move(copy);
         ++ckpt_saved[size_t(t.micro_batch)];
@@ -427,7 +426,7 @@ struct GptCpuBackend::Impl {
         return;
       }
       case TaskKind::NvmeWrite: {
-        std::vector<float> host;
+        Staging<float> host;
         {
           std::lock_guard<std::mutex> lock(mu);
           host = std::move(ckpt_host.at(key));
@@ -446,7 +445,7 @@ struct GptCpuBackend::Impl {
         return;
       }
       case TaskKind::NvmeRead: {
-        std::vector<float> host(size_t(graph.tokens * graph.spec.hidden));
+        Staging<float> host(size_t(graph.tokens * graph.spec.hidden));
         NvmeStore::TensorId id;
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -459,7 +458,8 @@ struct GptCpuBackend::Impl {
       }
       case TaskKind::CopyH2D: {
         std::lock_guard<std::mutex> lock(mu);
-        x = std::move(ckpt_host.at(key));
+        const auto& h = ckpt_host.at(key);
+        x.assign(h.begin(), h.end());
         ckpt_host.erase(key);
         ckpt_restored.insert(key);
         return;
@@ -499,13 +499,13 @@ struct GptCpuBackend::Impl {
     switch (t.kind) {
       case TaskKind::ReduceScatter:
       case TaskKind::Reduce: {
-        std::vector<float> full;
+        Staging<float> full;
         {
           std::lock_guard<std::mutex> lock(mu);
           full = std::move(grad_full.at(key));
           grad_full.erase(key);
         }
-        std::vector<float> shard(static_cast<size_t>(n));
+        Staging<float> shard(static_cast<size_t>(n));
         if (t.kind == TaskKind::ReduceScatter) comm.reduce_scatter(full.data(), shard.data(), size_t(n), u.name.c_str());
         else comm.reduce(full.data(), shard.data(), size_t(n), u.owner, u.name.c_str());
         if (!holds(u)) return;
@@ -520,7 +520,7 @@ struct GptCpuBackend::Impl {
       }
       case TaskKind::CopyD2H: {
         if (plan.gradients == Tier::Host) {
-          std::vector<float> shard;
+          Staging<float> shard;
           {
             std::lock_guard<std::mutex> lock(mu);
             shard = std::move(grad_shard.at(key));
@@ -531,14 +531,14 @@ struct GptCpuBackend::Impl {
         return;  // on the way to NVMe: the shard stays staged for the write
       }
       case TaskKind::NvmeRead: {
-        Staging<bf16> partial(static_cast<size_t>(n));
+        Staging<bf16> partial = staging<bf16>(n);
         grads.read(off, n, partial.data());
         std::lock_guard<std::mutex> lock(mu);
         grad_partial[key] = std::move(partial);
         return;
       }
       case TaskKind::NvmeWrite: {
-        std::vector<float> shard;
+        Staging<float> shard;
         Staging<bf16> partial;
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -549,7 +549,7 @@ struct GptCpuBackend::Impl {
             grad_partial.erase(key);
           }
         }
-        Staging<bf16> out(static_cast<size_t>(n));
+        Staging<bf16> out = staging<bf16>(n);
         accumulate(out.data(), partial.data(), shard.data(), n, first, last);
         grads.write(off, n, out.data());
         return;
@@ -572,7 +572,7 @@ struct GptCpuBackend::Impl {
     const int32_t sg = t.sub_group;
     const int64_t off = t.sg_offset, n = t.sg_count;
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) {
-      Staging<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+      Staging<float> a = staging<float>(n), b = staging<float>(n), c = staging<float>(n);
       wait_all({master.read_async(off, n, a.data()), m.read_async(off, n, b.data()), v.read_async(off, n, c.data())});
       std::lock_guard<std::mutex> lock(mu);
       sg_master[sg] = std::move(a);
@@ -596,7 +596,7 @@ struct GptCpuBackend::Impl {
     }
     if (t.data == Data::Grad) {  // gradients to where the optimizer runs
       if (t.kind != TaskKind::NvmeRead && plan.gradients == Tier::Nvme) return;  // staged by the NVMe read
-      Staging<bf16> g(static_cast<size_t>(n));
+      Staging<bf16> g = staging<bf16>(n);
       if (t.kind == TaskKind::NvmeRead) grads.read(off, n, g.data());
       else std::copy_n(grads.mem.data() + off, n, g.data());
       std::lock_guard<std::mutex> lock(mu);
@@ -666,7 +666,7 @@ struct GptCpuBackend::Impl {
     if (params_here) {
       adam.step(step, size_t(n), pm, pmm, pv, g, params.resident(off));
     } else {
-      Staging<bf16> out(static_cast<size_t>(n));
+      Staging<bf16> out = staging<bf16>(n);
       adam.step(step, size_t(n), pm, pmm, pv, g, out.data());
       std::lock_guard<std::mutex> lock(mu);
       sg_param[sg] = std::move(out);
