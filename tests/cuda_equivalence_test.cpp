@@ -62,7 +62,6 @@ void compare(const std::string& config) {
   std::fflush(stdout);
   INFO(config);
   for (int s = 0; s < steps; ++s) CHECK(gpu[size_t(s)] == Approx(cpu[size_t(s)]).epsilon(1e-2));
-  CHECK(gpu.back() < gpu.front());  // and it learns
 }
 
 }  // namespace
