@@ -27,10 +27,12 @@ core::Timeline Executor::run_step() {
   std::vector<std::vector<int32_t>> lanes(core::kLaneCount);
   for (const auto& t : tasks) lanes[static_cast<size_t>(t.lane)].push_back(t.id);
 
-  // Completion is signalled through one mutex and condition variable: tasks are coarse (an operator,
-  // a shard transfer), so a broadcast per completion costs far less than the work itself.
+  // One mutex guards the step's state; each lane sleeps on its own condition variable and is woken
+  // only when the task it waits for becomes ready (or the step fails): waking every lane on every
+  // completion cost a context switch per lane per task, on cores the lanes share with compute.
   std::mutex mu;
-  std::condition_variable cv;
+  std::vector<std::condition_variable> lane_cv(core::kLaneCount);
+  std::vector<int32_t> waiting_for(core::kLaneCount, -1);
   std::vector<uint8_t> done(n, 0);
   bool failed = false;
   std::string failure;
@@ -45,6 +47,14 @@ core::Timeline Executor::run_step() {
   const auto t0 = Clock::now();
   auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
 
+  auto ready = [&](const Task& task) {
+    for (int32_t d : program_.deps(task))
+      if (!done[static_cast<size_t>(d)]) return false;
+    return true;
+  };
+  auto wake_all = [&] {
+    for (auto& c : lane_cv) c.notify_all();
+  };
   auto fail = [&](int32_t id, const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
     if (!failed) {
@@ -52,20 +62,18 @@ core::Timeline Executor::run_step() {
       failed_task = id;
       failure = what;
     }
-    cv.notify_all();
+    wake_all();
   };
 
   auto worker = [&](const std::vector<int32_t>& ids) {
     for (int32_t id : ids) {
       const Task task = program_.task_for_rank(id, rank_);
+      const size_t lane = static_cast<size_t>(task.lane);
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] {
-          if (failed) return true;
-          for (int32_t d : program_.deps(task))
-            if (!done[static_cast<size_t>(d)]) return false;
-          return true;
-        });
+        waiting_for[lane] = id;
+        lane_cv[lane].wait(lock, [&] { return failed || ready(task); });
+        waiting_for[lane] = -1;
         if (failed) return;
         for (const auto& e : program_.allocs(task, rank_)) {
           double& tier_live = core::at(live, e.tier);
@@ -75,7 +83,7 @@ core::Timeline Executor::run_step() {
             failed_task = id;
             failure = fmt::format("{} memory over budget: {:.0f} bytes live, budget {:.0f}", core::to_string(e.tier),
                                   tier_live, core::at(budget, e.tier));
-            cv.notify_all();
+            wake_all();
             return;
           }
           core::at(peak_, e.tier) = std::max(core::at(peak_, e.tier), tier_live);
@@ -98,8 +106,9 @@ core::Timeline Executor::run_step() {
         if (program_.active(task, rank_))
           events.push_back({rank_, task.lane, id, task.kind, program_.label(task), seconds(start), seconds(end),
                             task.bytes, task.flops});
+        for (size_t l = 0; l < lane_cv.size(); ++l)
+          if (waiting_for[l] >= 0 && ready(program_.task(waiting_for[l]))) lane_cv[l].notify_one();
       }
-      cv.notify_all();
     }
   };
 

@@ -73,10 +73,13 @@ struct Home {
 };
 
 // A staging buffer for n elements of a shard or sub-group: room for the padded span a Home moves.
-// Its first n elements are the data; the padding stays zero.
+// Its first n elements are for the data (left uninitialized: the transfer fills them); the padding
+// is zero, so what lands in a home's padding is always the same.
 template <typename T>
 Staging<T> staging(int64_t n) {
-  return Staging<T>(size_t(core::shard_aligned(n)));
+  Staging<T> s(size_t(core::shard_aligned(n)));
+  std::fill(s.begin() + n, s.end(), T{});
+  return s;
 }
 
 void wait_all(std::initializer_list<IoHandle> handles) {

@@ -16,6 +16,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace zinf::engine {
@@ -69,6 +72,17 @@ struct StagingAllocator {
   template <typename U>
   StagingAllocator(const StagingAllocator<U>&) {}
   T* allocate(size_t n) { return static_cast<T*>(StagingCache::instance().allocate(std::max<size_t>(n, 1) * sizeof(T))); }
+  // Elements are default-initialized (left as they are for arithmetic types): a staging buffer is
+  // filled by the transfer or kernel it is made for, and zeroing it first would be one more pass
+  // over memory on a hot path. Fill it explicitly where zeros are meant.
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   void deallocate(T* p, size_t n) { StagingCache::instance().release(p, std::max<size_t>(n, 1) * sizeof(T)); }
   template <typename U>
   bool operator==(const StagingAllocator<U>&) const { return true; }
