@@ -61,10 +61,14 @@ int cuda_device_for_rank(int rank) {
     }
 #ifdef ZINF_HAVE_CUDA
   int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return local % count;
-  cudaGetLastError();
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+#else
+  const int count = 0;
 #endif
-  return 0;
+  return count > 0 ? local % count : 0;
 }
 
 }  // namespace zinf::engine
