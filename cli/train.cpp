@@ -71,9 +71,11 @@ void run_train(const TrainArgs& a) {
       const int width = 24;
       const int filled = int(width * s.step / std::max<int64_t>(1, a.steps));
       std::string bar = std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.');
-      std::string line = fmt::format("[{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | {:.3f} s | device {} host {} nvme {}",
+      const std::string arena =
+          s.device_arena_peak >= 0 ? fmt::format(" (arena {})", core::format_bytes(double(s.device_arena_peak))) : "";
+      std::string line = fmt::format("[{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | {:.3f} s | device {}{} host {} nvme {}",
                                      bar, s.step, a.steps, s.loss, s.tokens_per_s, s.seconds,
-                                     core::format_bytes(core::at(s.peak, core::Tier::Device)),
+                                     core::format_bytes(core::at(s.peak, core::Tier::Device)), arena,
                                      core::format_bytes(core::at(s.peak, core::Tier::Host)),
                                      core::format_bytes(core::at(s.peak, core::Tier::Nvme)));
       if (tty) fmt::print("\r{}", line);

@@ -1,5 +1,6 @@
 #include "engine/exec/gpt_backend.hpp"
 
+#include "engine/memory/device_arena.hpp"
 #include "engine/memory/staging_cache.hpp"
 
 #include <fmt/format.h>
@@ -33,16 +34,28 @@ struct Home {
   NvmeStore* store = nullptr;
   NvmeStore::TensorId id = 0;
   int64_t size = 0;
+  DeviceArena* arena = nullptr;  // a home on the device is charged to the device arena
 
-  void init(Tier t, int64_t n, NvmeStore* s, const std::string& name) {
+  Home() = default;
+  Home(const Home&) = delete;
+  Home& operator=(const Home&) = delete;
+  ~Home() {
+    if (arena) arena->uncharge(mem.size() * sizeof(T));
+  }
+
+  void init(Tier t, int64_t n, NvmeStore* s, DeviceArena& device, const std::string& name) {
     tier = t;
     size = n;
     if (t == Tier::Nvme) {
       store = s;
       id = s->create(name, uint64_t(n) * sizeof(T));
-    } else {
-      mem.assign(size_t(n), T{});
+      return;
     }
+    if (t == Tier::Device) {
+      device.charge(size_t(n) * sizeof(T), name.c_str());
+      arena = &device;
+    }
+    mem.assign(size_t(n), T{});
   }
   // Elements an NVMe transfer of [off, off + n) moves.
   int64_t span(int64_t off, int64_t n) const {
@@ -102,6 +115,14 @@ struct GptCpuBackend::Impl {
   bool owner_based;
   int64_t space = 0;   // elements of this rank's shard space
 
+  // Every device buffer below is drawn from (or, for homes, charged to) this rank's device arena,
+  // whose budget is the Program's: it is declared first so that it outlives them.
+  DeviceArena arena;
+  template <typename T>
+  DeviceAllocator<T> device() {
+    return DeviceAllocator<T>(&arena);
+  }
+
   Home<bf16> params, grads;
   Home<float> master, m, v;
 
@@ -119,11 +140,13 @@ struct GptCpuBackend::Impl {
   // touched only by the task that the Program orders after their producer.
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int32_t, Staging<bf16>> host_param, dev_param;    // by unit (fetch staging)
-  std::map<int64_t, Staging<float>> gathered;                // by buffer id of the gathered unit
+  std::map<int32_t, Staging<bf16>> host_param;               // by unit: read from NVMe, on the host
+  std::map<int32_t, DeviceVector<bf16>> dev_param;           // by unit: this rank's shard on the device
+  std::map<int64_t, DeviceVector<float>> gathered;           // by buffer id of the gathered unit
   std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
-  std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_full;     // (unit, mb)
-  std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_shard;    // (unit, mb): reduced, on its way
+  std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_full;   // (unit, mb)
+  std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_shard;  // (unit, mb): reduced, on the device
+  std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_host;        // (unit, mb): copied to the host for NVMe
   std::map<std::pair<int32_t, int32_t>, Staging<bf16>> grad_partial;   // (unit, mb): earlier mbs' sum from NVMe
   std::map<std::pair<int32_t, int32_t>, Staging<float>> ckpt_host;     // (checkpoint, mb)
   std::map<std::pair<int32_t, int32_t>, NvmeStore::TensorId> ckpt_nvme;
@@ -142,7 +165,8 @@ struct GptCpuBackend::Impl {
   Impl(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c, GptBackendOptions o)
       : P(p), plan(pl), model(mdl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)),
         adam(AdamOptions::from_run_config(opt.config), opt.adam_threads),
-        owner_based(p.partitioning() == core::Partitioning::OwnerBased) {
+        owner_based(p.partitioning() == core::Partitioning::OwnerBased),
+        arena(core::at(p.budget(), Tier::Device)) {
     if (plan.zero_stage != 3)
       throw std::invalid_argument(fmt::format(
           "the CPU training backend runs ZeRO stage 3 only (the run config asks for stage {}); use zero_stage: 3",
@@ -158,11 +182,11 @@ struct GptCpuBackend::Impl {
         throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
       store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
     }
-    params.init(plan.params, space, store.get(), "params");
-    grads.init(plan.gradients, space, store.get(), "grads");
-    master.init(plan.optimizer, space, store.get(), "master");
-    m.init(plan.optimizer, space, store.get(), "adam_m");
-    v.init(plan.optimizer, space, store.get(), "adam_v");
+    params.init(plan.params, space, store.get(), arena, "params");
+    grads.init(plan.gradients, space, store.get(), arena, "grads");
+    master.init(plan.optimizer, space, store.get(), arena, "master");
+    m.init(plan.optimizer, space, store.get(), arena, "adam_m");
+    v.init(plan.optimizer, space, store.get(), arena, "adam_v");
 
     group_units.assign(graph.params.size(), {});
     for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
@@ -244,7 +268,8 @@ struct GptCpuBackend::Impl {
 
   // ---- parameters ---------------------------------------------------------------------------
 
-  Staging<bf16> take(std::map<int32_t, Staging<bf16>>& from, int32_t key, const char* what) {
+  template <typename Buffer>
+  Buffer take(std::map<int32_t, Buffer>& from, int32_t key, const char* what) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = from.find(key);
     if (it == from.end()) throw std::logic_error(fmt::format("{} of unit {} is not staged", what, unit(key).name));
@@ -265,28 +290,34 @@ struct GptCpuBackend::Impl {
         return;
       }
       case TaskKind::CopyH2D: {
-        Staging<bf16> buf;
-        if (plan.params == Tier::Nvme) buf = take(host_param, t.unit, "the NVMe read");
-        else buf.assign(params.mem.begin() + off, params.mem.begin() + off + n);
+        DeviceVector<bf16> buf(size_t(n), device<bf16>());
+        if (plan.params == Tier::Nvme) {
+          const Staging<bf16> host = take(host_param, t.unit, "the NVMe read");
+          std::copy_n(host.data(), n, buf.data());
+        } else {
+          std::copy_n(params.mem.data() + off, n, buf.data());
+        }
         std::lock_guard<std::mutex> lock(mu);
-        dev_param[t.unit] = std::move(buf);
+        dev_param.insert_or_assign(t.unit, std::move(buf));
         return;
       }
       case TaskKind::AllGather: {
-        Staging<bf16> shard;
-        if (plan.params == Tier::Device) shard.assign(params.mem.begin() + off, params.mem.begin() + off + n);
-        else shard = take(dev_param, t.unit, "the host-to-device copy");
-        Staging<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()));
-        comm.all_gather(shard.data(), size_t(u.shard_numel) * sizeof(bf16), full.data(), u.name.c_str());
+        DeviceVector<bf16> held;
+        const bf16* shard = params.mem.data() + off;
+        if (plan.params != Tier::Device) {
+          held = take(dev_param, t.unit, "the host-to-device copy");
+          shard = held.data();
+        }
+        DeviceVector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()), device<bf16>());
+        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), full.data(), u.name.c_str());
         publish_gathered(t, full.data(), u.numel);
         return;
       }
       case TaskKind::Broadcast: {
-        Staging<bf16> whole(size_t(u.numel));
-        if (u.owner == rank) {
-          if (plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
-          else whole = take(dev_param, t.unit, "the host-to-device copy");
-        }
+        const bool staged = u.owner == rank && plan.params != Tier::Device;
+        DeviceVector<bf16> whole = staged ? take(dev_param, t.unit, "the host-to-device copy")
+                                          : DeviceVector<bf16>(size_t(u.numel), device<bf16>());
+        if (u.owner == rank && plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
         comm.broadcast(whole.data(), size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
         publish_gathered(t, whole.data(), u.numel);
         return;
@@ -299,15 +330,15 @@ struct GptCpuBackend::Impl {
   }
 
   void publish_gathered(const Task& t, const bf16* src, int64_t n) {
-    Staging<float> f(static_cast<size_t>(n));
+    DeviceVector<float> f(static_cast<size_t>(n), device<float>());
     for (int64_t i = 0; i < n; ++i) f[size_t(i)] = to_float(src[i]);
     const int64_t buf = gathered_buffer_of_task[size_t(t.id)];
     std::lock_guard<std::mutex> lock(mu);
-    gathered[buf] = std::move(f);
+    gathered.insert_or_assign(buf, std::move(f));
   }
 
   // The gathered fp32 copy of unit u that compute task t depends on.
-  const Staging<float>& gathered_for(const Task& t, int32_t u) {
+  const DeviceVector<float>& gathered_for(const Task& t, int32_t u) {
     std::lock_guard<std::mutex> lock(mu);
     for (int32_t d : P.deps(t)) {
       const Task& dt = P.task(d);
@@ -346,7 +377,7 @@ struct GptCpuBackend::Impl {
         units.push_back(us[0]);
       }
     }
-    std::vector<const Staging<float>*> data;
+    std::vector<const DeviceVector<float>*> data;
     for (int32_t u : units) data.push_back(&gathered_for(t, u));
     for (size_t i = 0; i < units.size(); ++i) pbufs.push_back({data[i]->data(), int64_t(data[i]->size())});
 
@@ -377,11 +408,11 @@ struct GptCpuBackend::Impl {
     release(t);
   }
 
-  Staging<float>& grad_buffer(int32_t u, int32_t mb) {
+  DeviceVector<float>& grad_buffer(int32_t u, int32_t mb) {
     std::lock_guard<std::mutex> lock(mu);
     // Owner-based: the whole unit, reduced to its owner. Bandwidth-centric: padded to `ranks` equal
     // shards, as the reduce-scatter takes it.
-    auto& g = grad_full[{u, mb}];
+    auto& g = grad_full.try_emplace({u, mb}, device<float>()).first->second;
     const auto& un = unit(u);
     if (g.empty()) g.assign(owner_based ? size_t(un.numel) : size_t(un.shard_numel) * size_t(P.ranks()), 0.0f);
     return g;
@@ -394,7 +425,7 @@ struct GptCpuBackend::Impl {
     const int first = ckpt_first_block[size_t(c)];
     for (int b : blocks) {
       a.drop_block(b);
-      if (b != first) std::vector<float>().swap(a.x[size_t(b)]);
+      if (b != first) Gpt2Activations::release(a.x[size_t(b)]);
     }
   }
 
@@ -408,7 +439,7 @@ struct GptCpuBackend::Impl {
       cv.wait(lock, [&] { return ckpt_saved[size_t(mb)] >= ckpt_saves_per_mb[size_t(mb)]; });
       // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
       for (size_t c = 0; c < ckpt_first_block.size(); ++c)
-        if (!ckpt_restored.count({int32_t(c), mb})) std::vector<float>().swap(a.x[size_t(ckpt_first_block[c])]);
+        if (!ckpt_restored.count({int32_t(c), mb})) Gpt2Activations::release(a.x[size_t(ckpt_first_block[c])]);
     }
     a.zero_grads();
   }
@@ -502,13 +533,13 @@ struct GptCpuBackend::Impl {
     switch (t.kind) {
       case TaskKind::ReduceScatter:
       case TaskKind::Reduce: {
-        Staging<float> full;
+        DeviceVector<float> full;
         {
           std::lock_guard<std::mutex> lock(mu);
           full = std::move(grad_full.at(key));
           grad_full.erase(key);
         }
-        Staging<float> shard(static_cast<size_t>(n));
+        DeviceVector<float> shard(static_cast<size_t>(n), device<float>());
         if (t.kind == TaskKind::ReduceScatter) comm.reduce_scatter(full.data(), shard.data(), size_t(n), u.name.c_str());
         else comm.reduce(full.data(), shard.data(), size_t(n), u.owner, u.name.c_str());
         if (!holds(u)) return;
@@ -517,21 +548,25 @@ struct GptCpuBackend::Impl {
           accumulate(grads.mem.data() + off, grads.mem.data() + off, shard.data(), n, first, last);
         } else {
           std::lock_guard<std::mutex> lock(mu);
-          grad_shard[key] = std::move(shard);
+          grad_shard.insert_or_assign(key, std::move(shard));
         }
         return;
       }
       case TaskKind::CopyD2H: {
-        if (plan.gradients == Tier::Host) {
-          Staging<float> shard;
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            shard = std::move(grad_shard.at(key));
-            grad_shard.erase(key);
-          }
-          accumulate(grads.mem.data() + off, grads.mem.data() + off, shard.data(), n, first, last);
+        DeviceVector<float> shard;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          shard = std::move(grad_shard.at(key));
+          grad_shard.erase(key);
         }
-        return;  // on the way to NVMe: the shard stays staged for the write
+        if (plan.gradients == Tier::Host) {
+          accumulate(grads.mem.data() + off, grads.mem.data() + off, shard.data(), n, first, last);
+          return;
+        }
+        Staging<float> host(shard.begin(), shard.end());  // on its way to NVMe, staged on the host
+        std::lock_guard<std::mutex> lock(mu);
+        grad_host.insert_or_assign(key, std::move(host));
+        return;
       }
       case TaskKind::NvmeRead: {
         Staging<bf16> partial = staging<bf16>(n);
@@ -545,8 +580,8 @@ struct GptCpuBackend::Impl {
         Staging<bf16> partial;
         {
           std::lock_guard<std::mutex> lock(mu);
-          shard = std::move(grad_shard.at(key));
-          grad_shard.erase(key);
+          shard = std::move(grad_host.at(key));
+          grad_host.erase(key);
           if (!first) {
             partial = std::move(grad_partial.at(key));
             grad_partial.erase(key);
@@ -758,6 +793,10 @@ GptCpuBackend::FullState GptCpuBackend::gather_state() {
   return out;
 }
 
+int64_t GptCpuBackend::device_peak_bytes() const { return impl_->arena.peak(); }
+
+void GptCpuBackend::reset_device_peak() { impl_->arena.reset_peak(); }
+
 void GptCpuBackend::begin_step(int64_t step, std::vector<Batch> batches) {
   Impl& I = *impl_;
   if (int(batches.size()) != I.P.micro_batches())
@@ -771,7 +810,7 @@ void GptCpuBackend::begin_step(int64_t step, std::vector<Batch> batches) {
   // dropped is allocated again.
   if (I.acts.size() != batches.size()) {
     I.acts.clear();
-    for (size_t i = 0; i < batches.size(); ++i) I.acts.push_back(I.model.make_activations());
+    for (size_t i = 0; i < batches.size(); ++i) I.acts.push_back(I.model.make_activations(&I.arena));
   }
   I.losses.assign(batches.size(), 0.0);
   std::fill(I.ckpt_saved.begin(), I.ckpt_saved.end(), 0);

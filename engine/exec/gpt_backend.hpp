@@ -53,6 +53,10 @@ public:
   double loss() const;
   // Global gradient norm before clipping, when the Program computed one (grad_clip > 0).
   double grad_norm() const { return grad_norm_; }
+  // Bytes of the device arena (homes on the device, fetched and gathered parameters, gradients,
+  // activations) at their peak since the last reset; the budget is the Program's device budget.
+  int64_t device_peak_bytes() const;
+  void reset_device_peak();
 
   // The optimizer state of the whole model, one fp32 tensor per parameter group (the layout of
   // Gpt2Params): master weights and Adam moments. The bf16 parameters are the master weights

@@ -14,12 +14,11 @@ namespace cpu = engine::cpu;
 namespace {
 
 // Allocates a tensor of n elements, zero-filled, unless it already has that size.
-float* ensure(std::vector<float>& v, int64_t n) {
+float* ensure(Activation& v, int64_t n) {
   if (int64_t(v.size()) != n) v.assign(size_t(n), 0.0f);
   return v.data();
 }
 
-void release(std::vector<float>& v) { std::vector<float>().swap(v); }
 
 struct Rng {  // splitmix64 + Box-Muller: the same numbers on every platform and library
   uint64_t s;
@@ -46,11 +45,11 @@ void Gpt2Activations::drop_block(int l) {
   for (auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.atty, &b.att, &b.attproj, &b.res1, &b.ln2,
                   &b.ln2_mean, &b.ln2_rstd, &b.fch, &b.fch_gelu, &b.mlpproj, &b.d_ln1, &b.d_qkv, &b.d_atty,
                   &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu, &b.d_mlpproj})
-    release(*v);
+    Gpt2Activations::release(*v);
 }
 
 void Gpt2Activations::zero_grads() {
-  auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  auto zero = [](Activation& v) { std::fill(v.begin(), v.end(), 0.0f); };
   for (auto& v : dx) zero(v);
   for (auto& b : blocks)
     for (auto* v : {&b.d_ln1, &b.d_qkv, &b.d_atty, &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu,
@@ -62,7 +61,7 @@ void Gpt2Activations::zero_grads() {
 
 int64_t Gpt2Activations::bytes() const {
   int64_t n = 0;
-  auto add = [&n](const std::vector<float>& v) { n += int64_t(v.size()); };
+  auto add = [&n](const Activation& v) { n += int64_t(v.size()); };
   for (auto& v : x) add(v);
   for (auto& v : dx) add(v);
   for (auto& b : blocks)
@@ -104,11 +103,19 @@ Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl) : graph_(std::move(graph)), 
   }
 }
 
-Gpt2Activations Gpt2::make_activations() const {
+Gpt2Activations Gpt2::make_activations(DeviceArena* arena) const {
+  const DeviceAllocator<float> alloc(arena);
   Gpt2Activations a;
-  a.x.resize(size_t(spec().layers + 1));
-  a.dx.resize(size_t(spec().layers + 1));
+  a.x.assign(size_t(spec().layers + 1), Activation(alloc));
+  a.dx.assign(size_t(spec().layers + 1), Activation(alloc));
   a.blocks.resize(size_t(spec().layers));
+  for (auto& b : a.blocks)
+    for (auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.atty, &b.att, &b.attproj, &b.res1, &b.ln2,
+                    &b.ln2_mean, &b.ln2_rstd, &b.fch, &b.fch_gelu, &b.mlpproj, &b.d_ln1, &b.d_qkv, &b.d_atty,
+                    &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu, &b.d_mlpproj})
+      *v = Activation(alloc);
+  for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.probs, &a.losses, &a.d_lnf, &a.d_logits})
+    *v = Activation(alloc);
   return a;
 }
 
@@ -136,7 +143,7 @@ const Gpt2::OpRole& Gpt2::role(int op) const {
 }
 
 namespace {
-const float* need(const std::vector<float>& v, int64_t n, const std::string& op, const char* what) {
+const float* need(const Activation& v, int64_t n, const std::string& op, const char* what) {
   if (int64_t(v.size()) != n)
     throw std::invalid_argument("gpt2: operator " + op + ": " + what +
                                 " is not resident (not computed yet, or dropped and not recomputed)");
@@ -193,8 +200,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
   const std::string& name = graph_.ops[size_t(op)].name;
   const bool fast = impl_ == KernelImpl::Fast;
   const int64_t TC = T_ * C_;
-  auto layernorm = [&](const std::vector<float>& x, std::vector<float>& out, std::vector<float>& mean,
-                       std::vector<float>& rstd) {
+  auto layernorm = [&](const Activation& x, Activation& out, Activation& mean, Activation& rstd) {
     const float* xin = need(x, TC, name, "the input");
     const float* g = p[0].data;
     (fast ? cpu::layernorm_forward : cpu::ref::layernorm_forward<float>)(
@@ -284,8 +290,8 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
                                   std::to_string(g[i].numel) + " elements, expected " + std::to_string(p[i].numel));
   const bool fast = impl_ == KernelImpl::Fast;
   const int64_t TC = T_ * C_;
-  auto layernorm = [&](std::vector<float>& dx, const std::vector<float>& dout, const std::vector<float>& x,
-                       const std::vector<float>& mean, const std::vector<float>& rstd) {
+  auto layernorm = [&](Activation& dx, const Activation& dout, const Activation& x, const Activation& mean,
+                       const Activation& rstd) {
     const float* gamma = p[0].data;
     (fast ? cpu::layernorm_backward : cpu::ref::layernorm_backward<float>)(
         ensure(dx, TC), g[0].data, g[0].data + C_, need(dout, TC, name, "the output gradient"),

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/graph.hpp"
+#include "engine/memory/device_arena.hpp"
 
 namespace zinf::engine {
 
@@ -40,23 +41,28 @@ using Gpt2Params = std::vector<std::vector<float>>;
 // operators from x[l]. Tensors are allocated on first write; gradients start at zero. They are
 // fp32, twice the bf16 bytes core's memory model counts; convert a checkpoint with
 // cpu::fp32_to_bf16 to store or offload it at the modelled size.
+// An activation tensor: device memory, from the arena make_activations() was given (or the heap).
+using Activation = DeviceVector<float>;
+
 struct BlockActivations {
-  std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+  Activation ln1, ln1_mean, ln1_rstd, qkv, atty, att, attproj, res1, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       mlpproj;
-  std::vector<float> d_ln1, d_qkv, d_atty, d_attproj, d_res1, d_ln2, d_fch, d_fch_gelu, d_mlpproj;
+  Activation d_ln1, d_qkv, d_atty, d_attproj, d_res1, d_ln2, d_fch, d_fch_gelu, d_mlpproj;
 };
 
 struct Gpt2Activations {
   std::vector<int32_t> inputs, targets;  // micro_batch x seq tokens each
-  std::vector<std::vector<float>> x, dx;  // residual stream: x[l] enters block l, x[layers] enters ln_f
+  std::vector<Activation> x, dx;  // residual stream: x[l] enters block l, x[layers] enters ln_f
   std::vector<BlockActivations> blocks;
-  std::vector<float> lnf, lnf_mean, lnf_rstd, logits, probs, losses;
-  std::vector<float> d_lnf, d_logits;
+  Activation lnf, lnf_mean, lnf_rstd, logits, probs, losses;
+  Activation d_lnf, d_logits;
   double loss = 0;  // mean cross-entropy of the last loss forward
   // d(objective)/d(loss) that the loss backward starts from: 1/n when gradients of n micro-batches
   // are summed into one step's mean, or a loss-scaling factor.
   double loss_scale = 1.0;
 
+  // Frees a tensor (its memory goes back to the arena it came from).
+  static void release(Activation& v) { v = Activation(v.get_allocator()); }
   // Frees block l's intermediates and their gradients; keeps x[l], x[l+1] and their gradients.
   void drop_block(int l);
   // Zeroes every allocated gradient (call before the backward of each micro-batch).
@@ -72,7 +78,8 @@ class Gpt2 {
   const core::ModelGraph& graph() const { return graph_; }
   const core::ModelSpec& spec() const { return graph_.spec; }
 
-  Gpt2Activations make_activations() const;
+  // Activations of one micro-batch whose tensors are allocated from `arena` (the heap when null).
+  Gpt2Activations make_activations(DeviceArena* arena = nullptr) const;
   // Sets the micro-batch's input and target tokens (micro_batch * seq each, values < vocab).
   void set_batch(Gpt2Activations& a, std::span<const int32_t> inputs, std::span<const int32_t> targets) const;
 
@@ -106,10 +113,10 @@ class Gpt2 {
     int block;
   };
   struct LinearIo {  // a linear operator's input, output and their gradients
-    const std::vector<float>* x;
-    std::vector<float>* y;
-    std::vector<float>* dx;
-    std::vector<float>* dy;
+    const Activation* x;
+    Activation* y;
+    Activation* dx;
+    Activation* dy;
     int64_t in, out;
     bool bias;
   };

@@ -133,6 +133,9 @@ struct Trainer::Impl {
     std::vector<Batch> batches;
     for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
     with_backend([&](auto& b) { b.begin_step(steps_done + 1, std::move(batches)); });
+    with_backend([](auto& b) {
+      if constexpr (requires { b.reset_device_peak(); }) b.reset_device_peak();
+    });
     const auto t0 = std::chrono::steady_clock::now();
     StepStats s;
     s.timeline = executor->run_step();
@@ -146,6 +149,10 @@ struct Trainer::Impl {
     s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * comm.size() / std::max(slowest, 1e-9);
     s.grad_norm = with_backend([](auto& b) { return b.grad_norm(); });
     s.peak = executor->peak_bytes();
+    s.device_arena_peak = with_backend([](auto& b) -> int64_t {
+      if constexpr (requires { b.device_peak_bytes(); }) return b.device_peak_bytes();
+      else return -1;
+    });
     return s;
   }
 

@@ -39,6 +39,7 @@ struct StepStats {
   double seconds = 0;            // wall time of the step on this rank
   double tokens_per_s = 0;       // all ranks together
   core::PerTier peak{};          // this rank's peak bytes per tier as the Program accounts them
+  int64_t device_arena_peak = -1;  // bytes the backend's device arena held at most (-1: no arena)
   core::Timeline timeline;       // this rank's measured step
 };
 
