@@ -8,6 +8,7 @@
 // latencies and bandwidths are least-squares fits of t = latency + bytes / bandwidth.
 #include <fmt/format.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -241,6 +242,29 @@ double measure_task_overhead(const core::HwProfile& hw) {
   return median(t) / double(std::max<size_t>(1, active));
 }
 
+// Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
+// and each reads its own CPU time; with b other threads competing, each gets cores / (cores + b)
+// of a core (the scheduler is fair per thread), so b = cores / share - cores. Zero on an idle
+// machine. The simulator puts that load beside the ranks' threads on the shared core pool.
+double measure_background_threads(unsigned cores, double seconds) {
+  std::vector<double> share(cores, 1.0);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < cores; ++i)
+    threads.emplace_back([&share, i, seconds] {
+      timespec c0{}, c1{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+      const auto t0 = Clock::now();
+      volatile uint64_t spin = 0;
+      while (seconds_since(t0) < seconds)
+        for (int k = 0; k < 1000; ++k) spin = spin + 1;
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+      const double cpu = double(c1.tv_sec - c0.tv_sec) + 1e-9 * double(c1.tv_nsec - c0.tv_nsec);
+      share[i] = std::clamp(cpu / seconds_since(t0), 1e-3, 1.0);
+    });
+  for (auto& t : threads) t.join();
+  return std::max(0.0, double(cores) / median(share) - double(cores));
+}
+
 // One rank of the collective measurement (under mpirun): all-gathers of small and large buffers.
 void comm_worker(const std::string& out_path) {
   auto comm = engine::make_collectives();
@@ -299,6 +323,7 @@ void run_profile(const ProfileArgs& a) {
   fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}\n", cores, core::format_bytes(host_memory),
              blas_threads ? blas_threads : "(unset)");
   std::fflush(stdout);
+  const double load_before = measure_background_threads(cores, a.quick ? 0.05 : 0.25);
   auto gemm = measure_gemm(a.quick);
   double peak = 0;
   for (const auto& g : gemm) peak = std::max(peak, g.flops_per_s);
@@ -318,6 +343,9 @@ void run_profile(const ProfileArgs& a) {
              core::format_seconds(disk.write.latency));
   const double adam = measure_adam(a.quick);
   fmt::print("  CPU Adam (1 thread)    {:.3g} params/s\n", adam);
+  // The rates above were measured under this load: its mean over the measurements.
+  const double background = 0.5 * (load_before + measure_background_threads(cores, a.quick ? 0.05 : 0.25));
+  fmt::print("  other processes        {:.2f} runnable threads on {} cores\n", background, cores);
   std::optional<LinearFit> coll;
   if (!a.no_mpi && engine::mpi_available()) coll = measure_collectives();
   if (coll)
@@ -337,6 +365,8 @@ void run_profile(const ProfileArgs& a) {
   hw.node.host_memory_bandwidth = membw;
   hw.node.cpu_cores = int(cores);
   hw.node.cpu_adam_rate = adam;
+  hw.node.device_shares_host_cores = true;
+  hw.node.background_threads = background;
   hw.node.nvme_capacity = nvme_capacity;
   hw.node.nvme_read_bandwidth = disk.read.bandwidth;
   hw.node.nvme_write_bandwidth = disk.write.bandwidth;
@@ -372,6 +402,9 @@ void run_profile(const ProfileArgs& a) {
   y += "  host:\n";
   y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
   y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
+  y += "    device_shares_cores: true        # the CPU backend: compute, Adam and copies share these cores\n";
+  y += fmt::format("    background_threads: {:.2f}       # other processes' runnable threads while measuring (spinning threads' CPU share)\n",
+                   background);
   y += "  nvme:\n";
   y += fmt::format("    capacity: {}\n    drives: 1\n", num(nvme_capacity));
   y += fmt::format("    read_bandwidth: {}\n    write_bandwidth: {}\n", num(disk.read.bandwidth), num(disk.write.bandwidth));

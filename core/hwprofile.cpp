@@ -23,6 +23,11 @@ double NodeSpec::pcie_bandwidth_all_active() const {
   return std::min(pcie_bandwidth, share);
 }
 
+double NodeSpec::profiled_core_share() const {
+  if (!device_shares_host_cores) return 1.0;
+  return std::min(1.0, double(std::max(1, cpu_cores)) / (1.0 + background_threads));
+}
+
 namespace {
 
 HwProfile read(ConfigReader& r) {
@@ -54,6 +59,8 @@ HwProfile read(ConfigReader& r) {
   hw.node.cpu_sockets = static_cast<int>(h.positive_int("sockets", 1));
   hw.node.cpu_cores = static_cast<int>(h.positive_int("cores"));
   hw.node.cpu_adam_rate = h.positive_number("adam_params_per_s", U::Count);
+  hw.node.device_shares_host_cores = h.boolean("device_shares_cores", false);
+  hw.node.background_threads = h.non_negative_number("background_threads", U::Count, 0);
 
   auto d = n.child("nvme");
   hw.node.nvme_capacity = d.positive_number("capacity", U::Bytes);

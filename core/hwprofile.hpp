@@ -36,6 +36,16 @@ struct NodeSpec {
   int cpu_sockets = 1;
   int cpu_cores = 1;
   double cpu_adam_rate = 0;          // parameters/s of CPU Adam for the whole node
+  // The "GPU" is the host's own cores (the CPU backend): compute, CPU Adam and host copies all run
+  // as threads on one pool of cpu_cores cores, which the simulator shares among them. Off for real
+  // GPUs, whose kernels do not take a host core.
+  bool device_shares_host_cores = false;
+  // Runnable threads of other processes on those cores, on average, when the profile was measured
+  // (a shared machine). Only read when device_shares_host_cores.
+  double background_threads = 0;
+  // The share of one core a single thread got while the profile measured its rates (with
+  // background_threads competing): every rate above is that of one thread at this share.
+  double profiled_core_share() const;
   double nvme_capacity = 0;          // bytes, whole node
   int nvme_drives = 1;
   double nvme_read_bandwidth = 0;    // bytes/s, whole node

@@ -75,8 +75,12 @@ HwProfile colocate(const HwProfile& hw, int ranks) {
   HwProfile out = hw;
   const int cores = std::max(1, hw.node.cpu_cores);
   out.node.gpus = hw.node.gpus * ranks;
-  out.node.gpu.peak_flops = hw.node.gpu.peak_flops * std::min(1.0, double(cores) / ranks);
-  out.node.cpu_adam_rate = hw.node.cpu_adam_rate * std::min(ranks, cores);
+  // With the cores modelled as one shared pool, the simulator time-shares them among every rank's
+  // threads as they run: the rates stay those of one thread.
+  if (!hw.node.device_shares_host_cores) {
+    out.node.gpu.peak_flops = hw.node.gpu.peak_flops * std::min(1.0, double(cores) / ranks);
+    out.node.cpu_adam_rate = hw.node.cpu_adam_rate * std::min(ranks, cores);
+  }
   out.node.gpus_per_pcie_switch = 1;
   out.node.pcie_switch_uplink = 0;
   return out;

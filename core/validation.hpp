@@ -46,7 +46,9 @@ ErrorSummary summarize_errors(const std::vector<double>& errors);
 // arena): one node with a GPU per rank. Each rank's compute gets min(1, cores / ranks) of the
 // profiled rate (one core per rank when there are enough, time-shared when there are not); CPU
 // Adam runs on min(ranks, cores) cores of the node; the disk, host memory and copy paths stay the
-// node's and are shared in the simulation. `ranks == 1` returns `hw` unchanged.
+// node's and are shared in the simulation. A profile whose device shares the host's cores keeps
+// its one-thread rates: the simulator shares the core pool among the ranks' threads itself.
+// `ranks == 1` returns `hw` unchanged.
 HwProfile colocate(const HwProfile& hw, int ranks);
 
 }  // namespace zinf::core

@@ -10,6 +10,11 @@
 // The fabric is full-bisection (a fat-tree without oversubscription, or a full crossbar): each node
 // has one port link of the bandwidth of all its NICs into a non-blocking core.
 //
+// A profile whose device shares the host's cores (the CPU backend) also gets, per node, one host
+// `cores` with the node's cpu_cores cores at speed 1 (an exec's amount is the seconds one core
+// needs): compute, CPU Adam and host copies of every rank on the node run there, and SimGrid gives
+// each exec at most one core and time-shares the cores among the execs that want them.
+//
 // Every link has zero latency and the engine runs SimGrid's CM02 model without cross-traffic and
 // without the TCP window bound, so that bandwidth sharing is exact max-min fairness; per-transfer
 // latencies from the profile are charged by the simulator outside the links (latency()).
@@ -53,6 +58,8 @@ public:
   sg4::Host* cpu_of(int rank) const;
   sg4::Host* cpu(int node, int socket) const { return cpus_[node * hw_.node.cpu_sockets + socket]; }
   sg4::Disk* nvme(int node) const { return disks_[node]; }
+  // The node's shared core pool, or nullptr when the profile's device has cores of its own.
+  sg4::Host* cores(int node) const { return cores_.empty() ? nullptr : cores_[node]; }
   sg4::Engine& engine() { return *engine_; }
 
   // Latency charged per transfer along a path (from the profile).
@@ -74,6 +81,7 @@ private:
   std::vector<sg4::Host*> gpus_;
   std::vector<sg4::Host*> cpus_;
   std::vector<sg4::Disk*> disks_;
+  std::vector<sg4::Host*> cores_;
 };
 
 }  // namespace zinf::sim

@@ -1,6 +1,7 @@
 #include "sim/simulator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
@@ -50,7 +51,8 @@ public:
               program.partitioning() == core::Partitioning::BandwidthCentric),
         sim_ranks_(fold_ ? hw.node.gpus : ranks_),
         platform_(hw, fold_ ? 2 : nodes_),
-        cost_(hw) {
+        cost_(hw),
+        core_share_(hw.node.profiled_core_share()) {
     if (program.ranks() < 1) throw std::invalid_argument("the Program has no ranks");
     if (program.gpus_per_node() != hw.node.gpus && program.ranks() > std::min(program.gpus_per_node(), hw.node.gpus))
       throw std::invalid_argument("the Program was planned for " + std::to_string(program.gpus_per_node()) +
@@ -97,8 +99,13 @@ public:
         if (lane_tasks_[static_cast<size_t>(l)].empty()) continue;
         auto* host = static_cast<Lane>(l) == Lane::CpuOptim ? platform_.cpu_of(r) : platform_.gpu(r);
         ranks_state_[static_cast<size_t>(r)].wake[static_cast<size_t>(l)] = sg4::Semaphore::create(0);
-        sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] { run_lane(r, static_cast<Lane>(l)); });
+        ++lanes_running_;
+        sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] {
+          run_lane(r, static_cast<Lane>(l));
+          --lanes_running_;
+        });
       }
+    start_background();
     platform_.engine().run();
     return report();
   }
@@ -119,6 +126,7 @@ private:
       const double end = sg4::Engine::get_clock();
       memory(rank, program_.frees(t, rank), -1);
       rs.busy[li] += end - start;
+      last_end_ = std::max(last_end_, end);
       ++tasks_run_;
       if (core::is_compute(t.kind) && program_.active(t, rank)) rs.flops += t.flops;
       if (rs.record && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free && program_.active(t, rank))
@@ -157,6 +165,40 @@ private:
     }
   }
 
+  // Other processes' threads on a shared core pool (the profile's background_threads, measured):
+  // ceil(b) actors that keep an exec running, each weighing b / ceil(b) of a thread in SimGrid's
+  // max-min share of the cores, until the last lane ends: the ranks' threads get what a fair
+  // scheduler gives them beside b other threads, as while the profile was measured.
+  void start_background() {
+    const double b = platform_.hw().node.background_threads;
+    if (b <= 0 || !platform_.cores(0)) return;
+    background_ = true;
+    const int actors = static_cast<int>(std::ceil(b));
+    for (int n = 0; n < platform_.nodes(); ++n) {
+      auto* pool = platform_.cores(n);
+      if (!pool) continue;
+      for (int i = 0; i < actors; ++i)
+        sg4::Actor::create("background", pool, [this, pool, weight = b / actors] {
+          // Short execs back to back: the share is continuous, and the last one ends at most a
+          // millisecond after the step (whose time is the last task's end).
+          while (lanes_running_ > 0) sg4::Exec::init()->set_host(pool)->set_flops_amount(1e-3)->set_priority(weight)->start()->wait();
+        });
+    }
+  }
+
+  // Work a thread of the rank does on its node's shared core pool: `seconds` as the profile
+  // measured it (one thread at the profiled core share), run as an exec SimGrid time-shares with
+  // every other thread on those cores. Without a shared pool, on `fallback` for `seconds`.
+  void host_work(int rank, sg4::Host* fallback, double seconds) {
+    if (auto* pool = platform_.cores(platform_.node_of(rank))) {
+      if (seconds <= 0) return;
+      ++activities_;
+      sg4::Exec::init()->set_host(pool)->set_flops_amount(seconds * core_share_)->start()->wait();
+      return;
+    }
+    wait_exec(fallback, seconds);
+  }
+
   void wait_exec(sg4::Host* host, double seconds) {
     if (seconds <= 0) return;
     ++activities_;
@@ -180,9 +222,18 @@ private:
     switch (t.kind) {
       case TaskKind::Forward:
       case TaskKind::Recompute:
-      case TaskKind::Backward: wait_exec(platform_.gpu(rank), cost_.kernel_seconds(t.flops, t.bytes, t.gemm_min_dim)); break;
-      case TaskKind::CopyH2D: flow(platform_.cpu_of(rank), platform_.gpu(rank), t.bytes, cost_.pcie_latency()); break;
-      case TaskKind::CopyD2H: flow(platform_.gpu(rank), platform_.cpu_of(rank), t.bytes, cost_.pcie_latency()); break;
+      case TaskKind::Backward: host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(t.flops, t.bytes, t.gemm_min_dim)); break;
+      case TaskKind::CopyH2D:
+      case TaskKind::CopyD2H:
+        // A host<->device copy on the CPU backend is a memcpy by the lane's thread, not a DMA.
+        if (platform_.cores(platform_.node_of(rank))) {
+          if (t.bytes > 0) host_work(rank, nullptr, cost_.pcie_latency() + t.bytes / platform_.pcie_bandwidth());
+        } else if (t.kind == TaskKind::CopyH2D) {
+          flow(platform_.cpu_of(rank), platform_.gpu(rank), t.bytes, cost_.pcie_latency());
+        } else {
+          flow(platform_.gpu(rank), platform_.cpu_of(rank), t.bytes, cost_.pcie_latency());
+        }
+        break;
       case TaskKind::NvmeRead:
       case TaskKind::NvmeWrite: {
         if (t.bytes <= 0) break;
@@ -200,15 +251,15 @@ private:
       case TaskKind::Reduce: collective(t, rank); break;
       case TaskKind::GradNorm:
         if (t.lane == Lane::CpuOptim)
-          wait_exec(platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));
+          host_work(rank, platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));
         else
-          wait_exec(platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
+          host_work(rank, platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
         break;
       case TaskKind::OptimizerStep:
         if (t.lane == Lane::CpuOptim)
-          wait_exec(platform_.cpu_of(rank), cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)));
+          host_work(rank, platform_.cpu_of(rank), cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)));
         else
-          wait_exec(platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
+          host_work(rank, platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
         break;
       case TaskKind::Alloc:
       case TaskKind::Free: break;
@@ -266,7 +317,8 @@ private:
     r.ranks = ranks_;
     r.nodes = nodes_;
     r.folded = fold_;
-    r.step_time = sg4::Engine::get_clock();
+    // The step ends with the last task, not with the background's last exec.
+    r.step_time = background_ ? last_end_ : sg4::Engine::get_clock();
     r.activities = activities_;
     r.tasks_run = tasks_run_;
     const auto& hw = platform_.hw();
@@ -312,6 +364,10 @@ private:
   int sim_ranks_;  // ranks with actors: all, or node 0's when folded
   Platform platform_;
   CostModel cost_;
+  bool background_ = false;
+  int lanes_running_ = 0;
+  double last_end_ = 0;
+  double core_share_;  // of one core, per thread, when the profile was measured (1: no shared pool)
   std::vector<int32_t> dependents_begin_, dependents_;
   std::array<std::vector<int32_t>, kLanes> lane_tasks_;
   std::vector<RankState> ranks_state_;

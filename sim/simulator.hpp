@@ -6,7 +6,9 @@
 // when its dependencies have ended (an actor whose next task is not ready suspends and is resumed
 // by the task that completes its last dependency, so only ready activities are ever submitted).
 // Compute is an Exec on the rank's GPU host, CPU Adam an Exec on its CPU socket, copies are flows
-// over PCIe, NVMe tasks are disk I/O, and a collective waits for every participant and then runs
+// over PCIe (when the profile's device is the host's own cores, compute, optimizer work and copies
+// are instead Execs on the node's shared core pool, beside other processes' measured load; see
+// platform.hpp), NVMe tasks are disk I/O, and a collective waits for every participant and then runs
 // the per-rank flows of its algorithm (collectives.hpp). Nothing here decides anything: the order,
 // placement and overlap all come from the Program.
 //

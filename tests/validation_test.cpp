@@ -70,6 +70,13 @@ TEST_CASE("colocate: N ranks share one profiled machine") {
   CHECK(four.node.cpu_adam_rate == 2 * hw.node.cpu_adam_rate);
   CHECK(four.node.nvme_read_bandwidth == hw.node.nvme_read_bandwidth);  // one disk, shared in the simulation
   CHECK_THROWS(colocate(hw, 0));
+  // A profile whose device shares the host's cores keeps one thread's rates: the simulator's
+  // core pool shares them.
+  hw.node.device_shares_host_cores = true;
+  auto shared = colocate(hw, 4);
+  CHECK(shared.node.gpus == 4);
+  CHECK(shared.node.gpu.peak_flops == hw.node.gpu.peak_flops);
+  CHECK(shared.node.cpu_adam_rate == hw.node.cpu_adam_rate);
 }
 
 TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measured field") {
@@ -92,6 +99,8 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(hw.node.host_memory > 0);
   CHECK(hw.node.cpu_cores >= 1);
   CHECK(hw.node.cpu_adam_rate > 0);
+  CHECK(hw.node.device_shares_host_cores);  // the CPU backend's compute runs on these cores
+  CHECK(hw.node.background_threads >= 0);
   CHECK(hw.node.nvme_capacity > 0);
   CHECK(hw.node.nvme_read_bandwidth > 0);
   CHECK(hw.node.nvme_write_bandwidth > 0);

@@ -1,0 +1,80 @@
+// The shared core pool of a profile whose device is the host's own cores (the CPU backend):
+// compute of every rank on the node draws on `cores` cores, so two compute-bound ranks on one core
+// take twice as long as one rank, and on two cores as long; other processes' measured load
+// (background_threads) slows N ranks by the ratio of the shares a thread gets, and leaves one rank
+// at the rate the profile measured; a GPU profile is untouched by both fields. Each simulation
+// runs in a child process (one SimGrid engine per process).
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "core/plan.hpp"
+#include "core/validation.hpp"
+#include "models/gpt.hpp"
+#include "sim/isolate.hpp"
+#include "sim/simulator.hpp"
+
+using namespace zinf;
+
+namespace {
+
+// Compute-bound by construction: every transfer path is far faster than the kernels.
+core::HwProfile profile(bool shared, int cores, double background) {
+  const std::string yaml =
+      "name: shared-test\nnode:\n  gpus: 1\n  gpu: {name: cpu-arena, memory: 32 GB, peak_flops: 100 GFLOP/s, memory_bandwidth: "
+      "1000 TB/s, kernel_launch: 0 us, elementwise_efficiency: 1.0}\n  host: {memory: 1 TB, memory_bandwidth: 1000 TB/s, "
+      "cores: " + std::to_string(cores) + ", adam_params_per_s: 1e15, device_shares_cores: " + (shared ? "true" : "false") +
+      ", background_threads: " + std::to_string(background) +
+      "}\n  nvme: {capacity: 10 TB, read_bandwidth: 1000 TB/s, write_bandwidth: 1000 TB/s, latency: 0 us}\n"
+      "  pcie: {bandwidth_per_gpu: 1000 TB/s, latency: 0 us}\n  nvlink: {bandwidth_per_gpu: 1000 TB/s, latency: 0 us}\n"
+      "  nic: {count: 1, bandwidth: 1000 TB/s}\nfabric: {topology: full, latency: 0 us}\n";
+  return core::parse_hwprofile(yaml, "shared-test.yaml");
+}
+
+double step(const core::HwProfile& one_rank_hw, int ranks) {
+  const auto hw = core::colocate(one_rank_hw, ranks);
+  const auto spec = core::parse_model_spec("name: t\nlayers: 2\nhidden: 256\nheads: 4\nseq: 128\nvocab: 256\nmicro_batch: 2\n",
+                                           "t.yaml");
+  const auto cfg = core::parse_run_config("zero_stage: 3\noffload: {params: none, optimizer: none}\n"
+                                          "activation_checkpoint: {interval: 1, tier: device}\n",
+                                          "c.yaml");
+  const auto pr = core::make_plan(models::build_gpt(spec), hw, cfg, ranks);
+  sim::SimOptions o;
+  o.fold_symmetric_nodes = false;
+  return sim::report_from_json(sim::run_isolated([&] { return sim::report_to_json(sim::simulate(pr.program, hw, o)); }))
+      .step_time;
+}
+
+}  // namespace
+
+TEST_CASE("the profile field says whether the device shares the host's cores; GPU profiles do not") {
+  CHECK(profile(true, 2, 0.5).node.device_shares_host_cores);
+  CHECK(profile(true, 2, 0.5).node.profiled_core_share() == 1.0);  // a core each: 1 + 0.5 threads on 2 cores
+  CHECK(profile(true, 1, 1.0).node.profiled_core_share() == Approx(0.5));
+  CHECK(profile(false, 1, 1.0).node.profiled_core_share() == 1.0);
+  for (const char* name : {"dgx2-v100", "dgx-a100", "h200-node"}) {
+    auto hw = core::load_hwprofile(std::string(ZINF_SOURCE_DIR) + "/hwprofiles/" + name + ".yaml");
+    CHECK_FALSE(hw.node.device_shares_host_cores);
+    CHECK(hw.node.background_threads == 0);
+  }
+}
+
+TEST_CASE("two compute-bound ranks on one shared core take twice as long as one; on two cores as long") {
+  const double one = step(profile(true, 1, 0), 1);
+  REQUIRE(one > 0);
+  CHECK(step(profile(true, 1, 0), 2) == Approx(2 * one).epsilon(0.02));
+  CHECK(step(profile(true, 2, 0), 2) == Approx(one).epsilon(0.02));
+  // Without the shared pool the same one-core profile runs each rank on a device of its own
+  // (colocate scales each rank's rate by cores / ranks instead).
+  CHECK(step(profile(false, 2, 0), 2) == Approx(one).epsilon(0.02));
+}
+
+TEST_CASE("other processes' load: one rank runs at the profiled rate, N ranks at the ratio of shares") {
+  const double idle = step(profile(true, 1, 0), 1);
+  // The profile's rates were measured while one other thread held half the core: one rank sees
+  // the same competition, so the step is the profiled one.
+  CHECK(step(profile(true, 1, 1.0), 1) == Approx(idle).epsilon(0.02));
+  // Two ranks and the other thread: a third of the core each, against the half measured.
+  CHECK(step(profile(true, 1, 1.0), 2) == Approx(idle * 1.5).epsilon(0.03));
+  // Flag off: background_threads is not read into the model at all.
+  CHECK(step(profile(false, 1, 3.0), 1) == Approx(idle).epsilon(1e-6));
+}
