@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -77,6 +78,16 @@ struct DeviceAllocator {
   void deallocate(T* p, size_t n) {
     if (!arena) return std::allocator<T>().deallocate(p, n);
     arena->release(p, std::max<size_t>(n, 1) * sizeof(T));
+  }
+  // Elements are default-initialized (arithmetic types left as they are): a device buffer is filled
+  // by the copy, collective or kernel it is made for; where zeros are meant, the caller fills them.
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
   template <typename U>
   bool operator==(const DeviceAllocator<U>& o) const { return arena == o.arena; }
