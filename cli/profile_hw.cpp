@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -30,6 +31,8 @@
 #include "engine/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/io/nvme_store.hpp"
+#include "engine/memory/device_arena.hpp"
+#include "engine/memory/staging_cache.hpp"
 #include "engine/optim/cpu_adam.hpp"
 #include "models/gpt.hpp"
 
@@ -125,20 +128,42 @@ std::vector<GemmPoint> measure_gemm(bool quick) {
   return out;
 }
 
-// Elementwise kernels as the Program counts their traffic: bf16 activations (2 bytes) per element
-// of each tensor read or written (models/gpt.cpp), although the CPU backend keeps them in fp32.
-// Tensors of 1 MiB: the size of the CPU backend's activations for the models it trains here, which
-// stay in cache (eight times larger ones ran at a third of this rate).
-double measure_elementwise(bool quick) {
+// Elementwise kernels as the Program counts them (models/gpt.cpp): bf16 activations (2 bytes) per
+// element of each tensor read or written, although the CPU backend keeps them in fp32, and 8 / 10 / 1
+// FLOPs per element for layernorm / GELU / residual. The residual add is pure memory traffic: its
+// rate is the elementwise bandwidth. Layernorm and GELU are bound by arithmetic (GELU's tanh above
+// all): the geometric mean of their FLOP rates is the vector rate. Tensors of 1 MiB: the size of the
+// CPU backend's activations for the models it trains here, which stay in cache.
+struct Elementwise {
+  double bandwidth = 0;     // bytes/s, as counted
+  double vector_flops = 0;  // FLOP/s, as counted
+};
+Elementwise measure_elementwise(bool quick) {
   const int64_t T = 512, C = quick ? 256 : 512, n = T * C;
   auto x = touched(size_t(n)), y = touched(size_t(n)), z = touched(size_t(n));
   auto g = touched(size_t(C), 1.0f), b = touched(size_t(C), 0.0f), mean = touched(size_t(T)), rstd = touched(size_t(T));
-  std::vector<double> rates;
-  rates.push_back(2.0 * 2 * double(n) /
-                  time_median(21, [&] { engine::cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), T, C); }));
-  rates.push_back(2.0 * 2 * double(n) / time_median(21, [&] { engine::cpu::gelu_forward(y.data(), x.data(), n); }));
-  rates.push_back(2.0 * 3 * double(n) / time_median(21, [&] { engine::cpu::residual_forward(z.data(), x.data(), y.data(), n); }));
-  return median(rates);
+  const double ln = time_median(21, [&] {
+    engine::cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), T, C);
+  });
+  const double gelu = time_median(21, [&] { engine::cpu::gelu_forward(y.data(), x.data(), n); });
+  const double res = time_median(21, [&] { engine::cpu::residual_forward(z.data(), x.data(), y.data(), n); });
+  Elementwise e;
+  e.bandwidth = 2.0 * 3 * double(n) / res;
+  e.vector_flops = std::sqrt(8.0 * double(n) / ln * 10.0 * double(n) / gelu);
+  return e;
+}
+
+// The attention core forward and backward (what an attention task runs) at a GPT-2 head size of 64
+// and sequence 128, against the FLOPs the graph counts for it: 4·T·S·h forward, twice that backward.
+double measure_attention_flops(bool quick) {
+  const int64_t B = 1, S = 128, NH = quick ? 4 : 6, C = 64 * NH, T = B * S;
+  auto qkv = touched(size_t(T * 3 * C)), out = touched(size_t(T * C)), dout = touched(size_t(T * C));
+  auto att = touched(size_t(B * NH * S * S)), dqkv = touched(size_t(T * 3 * C));
+  const double t = time_median(quick ? 5 : 15, [&] {
+    engine::cpu::attention_forward(out.data(), att.data(), qkv.data(), B, S, C, NH);
+    engine::cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, S, C, NH);
+  });
+  return 12.0 * double(T) * double(S) * double(C) / t;
 }
 
 // STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand, of
@@ -150,19 +175,20 @@ double measure_memory_bandwidth(bool) {
   return 2.0 * double(n * sizeof(float)) / t;
 }
 
-// The GPT backend's host-to-device copy: a fresh bf16 buffer filled from the shard's home. Sizes up
-// to 16 MiB, which malloc serves from memory it reuses (larger ones are fresh mappings that fault
-// in page by page, which a step's shard-sized copies do not see).
+// The GPT backend's host-to-device copy: a staged shard copied into a buffer of the device arena
+// (both from the engine's reused huge-page cache, as in a training step).
 LinearFit measure_copy(bool quick) {
-  std::vector<uint16_t> src(size_t(8) << 20, 1);
+  engine::DeviceArena arena(1e12);
+  engine::Staging<uint16_t> src(size_t(8) << 20, 1);
   std::vector<std::pair<double, double>> pts;
   for (size_t bytes : {size_t(16) << 10, size_t(256) << 10, size_t(4) << 20, size_t(quick ? 4 : 16) << 20}) {
-    const size_t n = bytes / 2;
+    const size_t n = std::min(bytes / 2, src.size());
     const double t = time_median(7, [&] {
-      std::vector<uint16_t> dst(src.begin(), src.begin() + std::ptrdiff_t(std::min(n, src.size())));
+      engine::DeviceVector<uint16_t> dst(n, engine::DeviceAllocator<uint16_t>(&arena));
+      std::copy_n(src.data(), n, dst.data());
       if (dst.empty()) std::abort();
     });
-    pts.push_back({double(std::min(n, src.size()) * 2), t});
+    pts.push_back({double(n * 2), t});
   }
   return fit(pts);
 }
@@ -171,8 +197,9 @@ struct DiskFit {
   LinearFit read, write;
 };
 
-// The NVMe store with the default aio settings, into and out of ordinary (unaligned) buffers as
-// the GPT backend's tasks use it; the file is written before it is read (recently written data
+// The NVMe store with the default aio settings, as the GPT backend's tasks use it: page-aligned
+// spans (shards and sub-groups start at aligned offsets, core::kShardAlignment) in staging buffers
+// from the engine's huge-page cache; the file is written before it is read (recently written data
 // reads at the speed an engine's own swap files see).
 DiskFit measure_nvme(const std::string& dir_root, bool quick) {
   const fs::path dir = fs::path(dir_root) / fmt::format("zinf-profile-{}", ::getpid());
@@ -183,21 +210,19 @@ DiskFit measure_nvme(const std::string& dir_root, bool quick) {
     engine::NvmeStore store(o);
     const uint64_t file = uint64_t(quick ? 32 : 128) << 20;
     auto id = store.create("bench", file);
-    std::vector<char> buf(file, 7);
+    engine::Staging<char> buf(file, 7);
     store.write(id, 0, buf.data(), file).wait_or_throw();
     std::vector<std::pair<double, double>> rd, wr;
-    // Shards and sub-groups start at element offsets, not at 4 KiB: a range that starts and ends
-    // inside pages goes through the store's bounce buffer, and a write reads its edge pages first.
     for (uint64_t bytes : {uint64_t(64) << 10, uint64_t(1) << 20, uint64_t(8) << 20, file / 2}) {
       const int reps = bytes >= (uint64_t(16) << 20) ? 3 : 7;
       uint64_t off = 0;
       auto next = [&] {
-        const uint64_t o2 = off + 2;
+        const uint64_t at = off;
         off = off + 2 * bytes + 4096 > file ? 0 : off + bytes + 4096;
-        return o2;
+        return at;
       };
-      wr.push_back({double(bytes), time_median(reps, [&] { store.write(id, next(), buf.data() + 1, bytes).wait_or_throw(); })});
-      rd.push_back({double(bytes), time_median(reps, [&] { store.read(id, next(), buf.data() + 1, bytes).wait_or_throw(); })});
+      wr.push_back({double(bytes), time_median(reps, [&] { store.write(id, next(), buf.data(), bytes).wait_or_throw(); })});
+      rd.push_back({double(bytes), time_median(reps, [&] { store.read(id, next(), buf.data(), bytes).wait_or_throw(); })});
     }
     f.read = fit(rd);
     f.write = fit(wr);
@@ -330,9 +355,13 @@ void run_profile(const ProfileArgs& a) {
   fmt::print("  GEMM (linear fwd+bwd)  peak {}  at min dim {}..{}\n", core::format_flops(peak), gemm.front().min_dim,
              gemm.back().min_dim);
   const double membw = measure_memory_bandwidth(a.quick);
-  const double elem = measure_elementwise(a.quick);
-  fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it)\n", core::format_bandwidth(membw),
-             core::format_bandwidth(elem), elem / membw);
+  const auto elementwise = measure_elementwise(a.quick);
+  const double elem = elementwise.bandwidth;
+  fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it), {} of arithmetic\n",
+             core::format_bandwidth(membw), core::format_bandwidth(elem), elem / membw,
+             core::format_flops(elementwise.vector_flops));
+  const double attention = std::clamp(measure_attention_flops(a.quick) / peak, 0.001, 1.0);
+  fmt::print("  attention core         {:.2f} of the GEMM peak\n", attention);
   const auto copy = measure_copy(a.quick);
   fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(copy.bandwidth), core::format_seconds(copy.latency));
   std::fflush(stdout);
@@ -397,8 +426,12 @@ void run_profile(const ProfileArgs& a) {
   y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
   y += fmt::format("    kernel_launch: {}         # the Executor's cost per task (no-op backend)\n", num(per_task));
   y += fmt::format("    gemm_efficiency: [{}]\n", curve);
-  y += fmt::format("    elementwise_efficiency: {:.3f}  # layernorm / gelu / residual, bf16-counted bytes, of memory_bandwidth\n",
+  y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
                    std::clamp(elem / membw, 0.001, 1.0));
+  y += fmt::format("    vector_flops: {}          # layernorm and GELU, graph-counted FLOPs (geometric mean)\n",
+                   num(elementwise.vector_flops));
+  y += fmt::format("    attention_efficiency: {:.3f}    # attention core fwd+bwd, graph-counted FLOPs, of peak_flops\n",
+                   attention);
   y += "  host:\n";
   y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
   y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));

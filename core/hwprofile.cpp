@@ -52,6 +52,9 @@ HwProfile read(ConfigReader& r) {
     g.ignore("gemm_efficiency");
   }
   hw.node.gpu.elementwise_efficiency = g.fraction("elementwise_efficiency", 0.8);
+  hw.node.gpu.vector_flops = g.non_negative_number("vector_flops", U::FlopsPerSecond, 0.0);
+  hw.node.gpu.attention_efficiency = g.fraction("attention_efficiency", 1.0);
+  if (hw.node.gpu.attention_efficiency <= 0) g.fail("attention_efficiency", "must be in (0, 1]");
 
   auto h = n.child("host");
   hw.node.host_memory = h.positive_number("memory", U::Bytes);
@@ -106,6 +109,15 @@ HwProfile load_hwprofile(const std::string& path) {
 HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name) {
   auto r = ConfigReader::from_string(yaml_text, name);
   return read(r);
+}
+
+double kernel_seconds(const GpuSpec& g, double flops, double bytes, int64_t gemm_min_dim, bool attention) {
+  double rate = g.vector_flops > 0 ? g.vector_flops : g.peak_flops;
+  if (gemm_min_dim > 0) rate = g.peak_flops * std::max(1e-3, g.gemm_efficiency.at(double(gemm_min_dim)));
+  else if (attention) rate = g.peak_flops * g.attention_efficiency;
+  const double compute = flops / rate;
+  const double memory = bytes / (g.memory_bandwidth * g.elementwise_efficiency);
+  return g.kernel_launch + std::max(compute, memory);
 }
 
 }  // namespace zinf::core

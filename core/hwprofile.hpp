@@ -26,7 +26,17 @@ struct GpuSpec {
   // x = the GEMM's smallest dimension (m, n or k), y = fraction of peak_flops.
   Curve gemm_efficiency;
   double elementwise_efficiency = 0.8;  // fraction of memory_bandwidth for non-GEMM kernels
+  // Arithmetic rate of non-GEMM kernels (layernorm, GELU, Adam), FLOP/s; 0: peak_flops. A CPU's
+  // vector units reach a small fraction of its GEMM peak on transcendental-heavy elementwise code.
+  double vector_flops = 0;
+  double attention_efficiency = 1.0;  // fraction of peak_flops the attention core reaches
 };
+
+// Seconds of one device kernel: launch latency plus the larger of its arithmetic time (GEMM: at the
+// efficiency its smallest dimension gives; attention: at attention_efficiency; anything else at
+// vector_flops) and its memory time at elementwise_efficiency of the bandwidth. The one kernel
+// cost the simulator and the idealized scheduler share.
+double kernel_seconds(const GpuSpec& g, double flops, double bytes, int64_t gemm_min_dim, bool attention = false);
 
 struct NodeSpec {
   int gpus = 1;

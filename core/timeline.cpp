@@ -162,6 +162,10 @@ TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
   return out;
 }
 
+static bool is_attention(const Program& p, const Task& t) {
+  return t.op >= 0 && p.ops()[static_cast<size_t>(t.op)].kind == "attention";
+}
+
 double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {
   if (!p.active(t, rank)) return 0;
   const auto& n = hw.node;
@@ -169,12 +173,8 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
   switch (t.kind) {
     case TaskKind::Forward:
     case TaskKind::Recompute:
-    case TaskKind::Backward: {
-      double memory = t.bytes / (n.gpu.memory_bandwidth * n.gpu.elementwise_efficiency);
-      double compute = t.flops / n.gpu.peak_flops;
-      if (t.gemm_min_dim > 0) compute = t.flops / (n.gpu.peak_flops * std::max(1e-3, n.gpu.gemm_efficiency.at(double(t.gemm_min_dim))));
-      return n.gpu.kernel_launch + std::max(memory, compute);
-    }
+    case TaskKind::Backward:
+      return kernel_seconds(n.gpu, t.flops, t.bytes, t.gemm_min_dim, is_attention(p, t));
     case TaskKind::CopyH2D:
     case TaskKind::CopyD2H: return n.pcie_latency + t.bytes / n.pcie_bandwidth_all_active();
     case TaskKind::NvmeRead: return n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / G);
@@ -199,7 +199,7 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
                                       : n.gpu.kernel_launch + t.bytes / n.gpu.memory_bandwidth;
     case TaskKind::OptimizerStep:
       if (t.lane == Lane::CpuOptim) return double(t.sg_count) / (n.cpu_adam_rate / G);
-      return n.gpu.kernel_launch + t.bytes / (n.gpu.memory_bandwidth * n.gpu.elementwise_efficiency);
+      return kernel_seconds(n.gpu, t.flops, t.bytes, 0);
     case TaskKind::Alloc:
     case TaskKind::Free: return 0;
   }

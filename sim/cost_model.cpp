@@ -9,12 +9,8 @@ double CostModel::gemm_efficiency(double min_dim) const {
   return hw_.node.gpu.gemm_efficiency.at(min_dim);
 }
 
-double CostModel::kernel_seconds(double flops, double bytes, int64_t gemm_min_dim) const {
-  const auto& g = hw_.node.gpu;
-  const double eff = gemm_min_dim > 0 ? gemm_efficiency(static_cast<double>(gemm_min_dim)) : 1.0;
-  const double compute = flops / (g.peak_flops * eff);
-  const double memory = bytes / (g.memory_bandwidth * g.elementwise_efficiency);
-  return g.kernel_launch + std::max(compute, memory);
+double CostModel::kernel_seconds(double flops, double bytes, int64_t gemm_min_dim, bool attention) const {
+  return core::kernel_seconds(hw_.node.gpu, flops, bytes, gemm_min_dim, attention);
 }
 
 double CostModel::cpu_adam_seconds(double params) const {

@@ -1,7 +1,6 @@
-// How long a task occupies the resource it runs on, from the hwprofile alone: kernels from their
-// FLOPs (at the GPU's peak times the GEMM efficiency curve at the GEMM's smallest dimension) and
-// memory traffic (at HBM bandwidth times the elementwise efficiency), whichever is longer, plus
-// one kernel launch; CPU Adam from the node's Adam rate; per-transfer latencies by path. Transfer
+// How long a task occupies the resource it runs on, from the hwprofile alone: kernels by
+// core::kernel_seconds (FLOPs at the GEMM efficiency curve, the attention efficiency or the vector
+// rate; memory traffic at the elementwise efficiency; whichever is longer, plus one launch); CPU Adam from the node's Adam rate; per-transfer latencies by path. Transfer
 // and disk times are not here: the platform's links and disks produce them under contention.
 // Every number comes from the profile. Plain value type; thread-safe.
 #pragma once
@@ -17,8 +16,9 @@ public:
 
   // Fraction of peak a GEMM whose smallest dimension is `min_dim` reaches.
   double gemm_efficiency(double min_dim) const;
-  // One GPU kernel: `flops` of GEMM work (gemm_min_dim > 0) or none, and `bytes` of HBM traffic.
-  double kernel_seconds(double flops, double bytes, int64_t gemm_min_dim) const;
+  // One GPU kernel: `flops` (of a GEMM when gemm_min_dim > 0, of attention, or elementwise) and
+  // `bytes` of HBM traffic.
+  double kernel_seconds(double flops, double bytes, int64_t gemm_min_dim, bool attention = false) const;
   // Adam over `params` parameters on one CPU socket when it runs alone (sockets time-share).
   double cpu_adam_seconds(double params) const;
   // A pass over `bytes` of host memory on one socket (gradient norm of host-resident shards).
