@@ -267,6 +267,37 @@ double measure_task_overhead(const core::HwProfile& hw) {
   return median(t) / double(std::max<size_t>(1, active));
 }
 
+// How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
+// a mid-sized GEMM (min dim 256) on buffers of its own: the sum of their rates over the rate of the
+// same loop run alone just before. `cores` on a machine whose cores are independent; less when
+// virtual cores share a physical one (SMT) or the host throttles. OpenBLAS must run one thread per
+// caller (OPENBLAS_NUM_THREADS=1) for this to mean anything.
+double measure_parallel_throughput(unsigned cores, bool quick) {
+  const int64_t T = 512, x = 256;
+  const double flops = 6.0 * double(T) * double(x) * double(x);
+  auto rate_of = [&](double seconds) {
+    auto X = touched(size_t(T * x)), W = touched(size_t(x * x)), B = touched(size_t(x));
+    auto Y = touched(size_t(T * x)), dY = touched(size_t(T * x)), dX = touched(size_t(T * x));
+    auto dW = touched(size_t(x * x)), dB = touched(size_t(x));
+    const auto t0 = Clock::now();
+    int64_t n = 0;
+    while (seconds_since(t0) < seconds) {
+      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, x, x);
+      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, x, x);
+      ++n;
+    }
+    return double(n) * flops / seconds_since(t0);
+  };
+  const double seconds = quick ? 0.1 : 0.4;
+  const double alone = rate_of(seconds);
+  std::vector<double> rates(cores, 0.0);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < cores; ++i) threads.emplace_back([&rates, &rate_of, i, seconds] { rates[i] = rate_of(seconds); });
+  for (auto& t : threads) t.join();
+  const double together = std::accumulate(rates.begin(), rates.end(), 0.0);
+  return std::clamp(together / alone, 1.0, double(cores));
+}
+
 // Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
 // and each reads its own CPU time; with b other threads competing, each gets cores / (cores + b)
 // of a core (the scheduler is fair per thread), so b = cores / share - cores. Zero on an idle
@@ -370,6 +401,8 @@ void run_profile(const ProfileArgs& a) {
              core::format_seconds(disk.read.latency));
   fmt::print("  NVMe store write       {} + {} per request\n", core::format_bandwidth(disk.write.bandwidth),
              core::format_seconds(disk.write.latency));
+  const double throughput = measure_parallel_throughput(cores, a.quick);
+  fmt::print("  {} compute threads      {:.2f} one-thread rates together\n", cores, throughput);
   const double adam = measure_adam(a.quick);
   fmt::print("  CPU Adam (1 thread)    {:.3g} params/s\n", adam);
   // The rates above were measured under this load: its mean over the measurements.
@@ -396,6 +429,7 @@ void run_profile(const ProfileArgs& a) {
   hw.node.cpu_adam_rate = adam;
   hw.node.device_shares_host_cores = true;
   hw.node.background_threads = background;
+  hw.node.parallel_throughput = throughput;
   hw.node.nvme_capacity = nvme_capacity;
   hw.node.nvme_read_bandwidth = disk.read.bandwidth;
   hw.node.nvme_write_bandwidth = disk.write.bandwidth;
@@ -436,6 +470,8 @@ void run_profile(const ProfileArgs& a) {
   y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
   y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
   y += "    device_shares_cores: true        # the CPU backend: compute, Adam and copies share these cores\n";
+  y += fmt::format("    parallel_throughput: {:.2f}      # one-thread GEMM rates that {} busy threads deliver together\n",
+                   throughput, cores);
   y += fmt::format("    background_threads: {:.2f}       # other processes' runnable threads while measuring (spinning threads' CPU share)\n",
                    background);
   y += "  nvme:\n";

@@ -25,7 +25,7 @@ double NodeSpec::pcie_bandwidth_all_active() const {
 
 double NodeSpec::profiled_core_share() const {
   if (!device_shares_host_cores) return 1.0;
-  return std::min(1.0, double(std::max(1, cpu_cores)) / (1.0 + background_threads));
+  return std::min(1.0, core_capacity() / (1.0 + background_threads));
 }
 
 namespace {
@@ -64,6 +64,7 @@ HwProfile read(ConfigReader& r) {
   hw.node.cpu_adam_rate = h.positive_number("adam_params_per_s", U::Count);
   hw.node.device_shares_host_cores = h.boolean("device_shares_cores", false);
   hw.node.background_threads = h.non_negative_number("background_threads", U::Count, 0);
+  hw.node.parallel_throughput = h.non_negative_number("parallel_throughput", U::Count, 0);
 
   auto d = n.child("nvme");
   hw.node.nvme_capacity = d.positive_number("capacity", U::Bytes);

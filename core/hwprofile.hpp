@@ -53,6 +53,11 @@ struct NodeSpec {
   // Runnable threads of other processes on those cores, on average, when the profile was measured
   // (a shared machine). Only read when device_shares_host_cores.
   double background_threads = 0;
+  // With device_shares_host_cores: how many one-thread rates the cores deliver together when each
+  // runs a compute thread (measured; 0: cpu_cores). Below cpu_cores where virtual cores share a
+  // physical one (SMT siblings) or the host throttles: then N busy threads each run slower.
+  double parallel_throughput = 0;
+  double core_capacity() const { return parallel_throughput > 0 ? parallel_throughput : double(std::max(1, cpu_cores)); }
   // The share of one core a single thread got while the profile measured its rates (with
   // background_threads competing): every rate above is that of one thread at this share.
   double profiled_core_share() const;

@@ -55,8 +55,11 @@ void Platform::build_node(sg4::NetZone* fabric, int n) {
   for (int g = 0; g < node.gpus; ++g) gpus.push_back(zone->create_host(name(n, "gpu", g), node.gpu.peak_flops)->seal());
   const double socket_rate = node.cpu_adam_rate / node.cpu_sockets;
   for (int s = 0; s < node.cpu_sockets; ++s) cpus.push_back(zone->create_host(name(n, "cpu", s), socket_rate)->seal());
+  // The pool delivers core_capacity() one-thread rates in all; each exec on it is one thread and is
+  // bounded at one thread's rate (the simulator sets the bound), so k busy threads each get
+  // min(1, capacity / k): with capacity = cores this is a cores-core host.
   if (node.device_shares_host_cores)
-    cores_.push_back(zone->create_host(name(n, "cores"), 1.0)->set_core_count(std::max(1, node.cpu_cores))->seal());
+    cores_.push_back(zone->create_host(name(n, "cores"), node.core_capacity())->seal());
   auto* gateway = zone->create_router(name(n, "gw"));
 
   std::vector<sg4::Link*> memory;

@@ -181,7 +181,8 @@ private:
         sg4::Actor::create("background", pool, [this, pool, weight = b / actors] {
           // Short execs back to back: the share is continuous, and the last one ends at most a
           // millisecond after the step (whose time is the last task's end).
-          while (lanes_running_ > 0) sg4::Exec::init()->set_host(pool)->set_flops_amount(1e-3)->set_priority(weight)->start()->wait();
+          while (lanes_running_ > 0)
+            sg4::Exec::init()->set_host(pool)->set_flops_amount(1e-3)->set_priority(weight)->set_bound(weight)->start()->wait();
         });
     }
   }
@@ -193,7 +194,7 @@ private:
     if (auto* pool = platform_.cores(platform_.node_of(rank))) {
       if (seconds <= 0) return;
       ++activities_;
-      sg4::Exec::init()->set_host(pool)->set_flops_amount(seconds * core_share_)->start()->wait();
+      sg4::Exec::init()->set_host(pool)->set_flops_amount(seconds * core_share_)->set_bound(1.0)->start()->wait();
       return;
     }
     wait_exec(fallback, seconds);

@@ -18,12 +18,12 @@ using namespace zinf;
 namespace {
 
 // Compute-bound by construction: every transfer path is far faster than the kernels.
-core::HwProfile profile(bool shared, int cores, double background) {
+core::HwProfile profile(bool shared, int cores, double background, double throughput = 0) {
   const std::string yaml =
       "name: shared-test\nnode:\n  gpus: 1\n  gpu: {name: cpu-arena, memory: 32 GB, peak_flops: 100 GFLOP/s, memory_bandwidth: "
       "1000 TB/s, kernel_launch: 0 us, elementwise_efficiency: 1.0}\n  host: {memory: 1 TB, memory_bandwidth: 1000 TB/s, "
       "cores: " + std::to_string(cores) + ", adam_params_per_s: 1e15, device_shares_cores: " + (shared ? "true" : "false") +
-      ", background_threads: " + std::to_string(background) +
+      ", background_threads: " + std::to_string(background) + ", parallel_throughput: " + std::to_string(throughput) +
       "}\n  nvme: {capacity: 10 TB, read_bandwidth: 1000 TB/s, write_bandwidth: 1000 TB/s, latency: 0 us}\n"
       "  pcie: {bandwidth_per_gpu: 1000 TB/s, latency: 0 us}\n  nvlink: {bandwidth_per_gpu: 1000 TB/s, latency: 0 us}\n"
       "  nic: {count: 1, bandwidth: 1000 TB/s}\nfabric: {topology: full, latency: 0 us}\n";
@@ -77,4 +77,15 @@ TEST_CASE("other processes' load: one rank runs at the profiled rate, N ranks at
   CHECK(step(profile(true, 1, 1.0), 2) == Approx(idle * 1.5).epsilon(0.03));
   // Flag off: background_threads is not read into the model at all.
   CHECK(step(profile(false, 1, 3.0), 1) == Approx(idle).epsilon(1e-6));
+}
+
+TEST_CASE("cores that deliver less together than apart slow every busy rank by the measured ratio") {
+  const double one = step(profile(true, 2, 0), 1);
+  REQUIRE(one > 0);
+  // Two virtual cores that give 1.2 one-thread rates together (SMT siblings): one rank alone still
+  // runs at the profiled rate, two ranks at 0.6 of it each.
+  CHECK(step(profile(true, 2, 0, 1.2), 1) == Approx(one).epsilon(0.02));
+  CHECK(step(profile(true, 2, 0, 1.2), 2) == Approx(one / 0.6).epsilon(0.03));
+  // The full throughput is the same as leaving the field out.
+  CHECK(step(profile(true, 2, 0, 2.0), 2) == Approx(one).epsilon(0.02));
 }

@@ -96,11 +96,14 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(hw.node.gpu.gemm_efficiency.points.size() >= 3);
   for (const auto& [x, y] : hw.node.gpu.gemm_efficiency.points) CHECK((y > 0 && y <= 1));
   CHECK(hw.node.gpu.elementwise_efficiency > 0);
+  CHECK(hw.node.gpu.vector_flops > 0);
+  CHECK((hw.node.gpu.attention_efficiency > 0 && hw.node.gpu.attention_efficiency <= 1));
   CHECK(hw.node.host_memory > 0);
   CHECK(hw.node.cpu_cores >= 1);
   CHECK(hw.node.cpu_adam_rate > 0);
   CHECK(hw.node.device_shares_host_cores);  // the CPU backend's compute runs on these cores
   CHECK(hw.node.background_threads >= 0);
+  CHECK((hw.node.parallel_throughput >= 1 && hw.node.parallel_throughput <= hw.node.cpu_cores));
   CHECK(hw.node.nvme_capacity > 0);
   CHECK(hw.node.nvme_read_bandwidth > 0);
   CHECK(hw.node.nvme_write_bandwidth > 0);
