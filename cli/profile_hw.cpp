@@ -104,10 +104,13 @@ std::vector<float> touched(size_t n, float value = 0.5f) { return std::vector<fl
 
 struct GemmPoint {
   int64_t min_dim;
-  double flops_per_s;
+  double forward;   // FLOP/s of the forward alone
+  double backward;  // FLOP/s of the backward alone
 };
 
-// Linear layers forward + backward (what a compute task of a linear runs) with smallest dimension x.
+// Linear layers (what a compute task of a linear runs) with smallest dimension x, forward and
+// backward timed apart (a forward is one GEMM plus the bias, a backward two GEMMs plus the bias
+// gradient; they reach different rates at the same shape).
 std::vector<GemmPoint> measure_gemm(bool quick) {
   std::vector<int64_t> dims = {8, 16, 32, 64, 128, 256, 512, 1024};
   if (quick) dims = {16, 64, 256};
@@ -117,13 +120,15 @@ std::vector<GemmPoint> measure_gemm(bool quick) {
     auto X = touched(size_t(T * in)), W = touched(size_t(outd * in)), B = touched(size_t(outd));
     auto Y = touched(size_t(T * outd)), dY = touched(size_t(T * outd)), dX = touched(size_t(T * in));
     auto dW = touched(size_t(outd * in)), dB = touched(size_t(outd));
-    const double flops = 6.0 * double(T) * double(in) * double(outd);
-    const int reps = std::clamp(int(1e9 / flops), 5, quick ? 5 : 60);
-    const double t = time_median(reps, [&] {
+    const double flops = 2.0 * double(T) * double(in) * double(outd);
+    const int reps = std::clamp(int(3e8 / flops), 5, quick ? 5 : 60);
+    const double fwd = time_median(reps, [&] {
       engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, in, outd);
+    });
+    const double bwd = time_median(reps, [&] {
       engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, in, outd);
     });
-    out.push_back({x, flops / t});
+    out.push_back({x, flops / fwd, 2.0 * flops / bwd});
   }
   return out;
 }
@@ -153,17 +158,28 @@ Elementwise measure_elementwise(bool quick) {
   return e;
 }
 
-// The attention core forward and backward (what an attention task runs) at a GPT-2 head size of 64
-// and sequence 128, against the FLOPs the graph counts for it: 4·T·S·h forward, twice that backward.
-double measure_attention_flops(bool quick) {
-  const int64_t B = 1, S = 128, NH = quick ? 4 : 6, C = 64 * NH, T = B * S;
-  auto qkv = touched(size_t(T * 3 * C)), out = touched(size_t(T * C)), dout = touched(size_t(T * C));
-  auto att = touched(size_t(B * NH * S * S)), dqkv = touched(size_t(T * 3 * C));
-  const double t = time_median(quick ? 5 : 15, [&] {
-    engine::cpu::attention_forward(out.data(), att.data(), qkv.data(), B, S, C, NH);
-    engine::cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, S, C, NH);
-  });
-  return 12.0 * double(T) * double(S) * double(C) / t;
+// The attention core (what an attention task runs), forward and backward timed apart, per head
+// size, against the FLOPs the graph counts for it: 4·T·S·h forward, twice that backward. Sequence
+// 128, two sequences, four heads.
+struct AttentionPoint {
+  int64_t head;
+  double forward, backward;  // FLOP/s
+};
+std::vector<AttentionPoint> measure_attention(bool quick) {
+  std::vector<AttentionPoint> out;
+  for (int64_t hd : quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{16, 32, 64, 128}) {
+    const int64_t B = 2, S = 128, NH = 4, C = hd * NH, T = B * S;
+    auto qkv = touched(size_t(T * 3 * C)), o = touched(size_t(T * C)), dout = touched(size_t(T * C));
+    auto att = touched(size_t(B * NH * S * S)), dqkv = touched(size_t(T * 3 * C));
+    const int reps = quick ? 5 : 15;
+    const double fwd = time_median(reps, [&] { engine::cpu::attention_forward(o.data(), att.data(), qkv.data(), B, S, C, NH); });
+    const double bwd = time_median(reps, [&] {
+      engine::cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, S, C, NH);
+    });
+    const double flops = 4.0 * double(T) * double(S) * double(C);
+    out.push_back({hd, flops / fwd, 2.0 * flops / bwd});
+  }
+  return out;
 }
 
 // STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand, of
@@ -213,7 +229,8 @@ DiskFit measure_nvme(const std::string& dir_root, bool quick) {
     engine::Staging<char> buf(file, 7);
     store.write(id, 0, buf.data(), file).wait_or_throw();
     std::vector<std::pair<double, double>> rd, wr;
-    for (uint64_t bytes : {uint64_t(64) << 10, uint64_t(1) << 20, uint64_t(8) << 20, file / 2}) {
+    // From one page (a small model's shard) to half the file: the fit's latency comes from the small ones.
+    for (uint64_t bytes : {uint64_t(4) << 10, uint64_t(16) << 10, uint64_t(64) << 10, uint64_t(1) << 20, uint64_t(8) << 20, file / 2}) {
       const int reps = bytes >= (uint64_t(16) << 20) ? 3 : 7;
       uint64_t off = 0;
       auto next = [&] {
@@ -382,8 +399,8 @@ void run_profile(const ProfileArgs& a) {
   const double load_before = measure_background_threads(cores, a.quick ? 0.05 : 0.25);
   auto gemm = measure_gemm(a.quick);
   double peak = 0;
-  for (const auto& g : gemm) peak = std::max(peak, g.flops_per_s);
-  fmt::print("  GEMM (linear fwd+bwd)  peak {}  at min dim {}..{}\n", core::format_flops(peak), gemm.front().min_dim,
+  for (const auto& g : gemm) peak = std::max({peak, g.forward, g.backward});
+  fmt::print("  GEMM (linear fwd, bwd) peak {}  at min dim {}..{}\n", core::format_flops(peak), gemm.front().min_dim,
              gemm.back().min_dim);
   const double membw = measure_memory_bandwidth(a.quick);
   const auto elementwise = measure_elementwise(a.quick);
@@ -391,8 +408,9 @@ void run_profile(const ProfileArgs& a) {
   fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it), {} of arithmetic\n",
              core::format_bandwidth(membw), core::format_bandwidth(elem), elem / membw,
              core::format_flops(elementwise.vector_flops));
-  const double attention = std::clamp(measure_attention_flops(a.quick) / peak, 0.001, 1.0);
-  fmt::print("  attention core         {:.2f} of the GEMM peak\n", attention);
+  const auto attention = measure_attention(a.quick);
+  fmt::print("  attention core         {:.2f} / {:.2f} of the GEMM peak forward / backward at head size {}\n",
+             attention.back().forward / peak, attention.back().backward / peak, attention.back().head);
   const auto copy = measure_copy(a.quick);
   fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(copy.bandwidth), core::format_seconds(copy.latency));
   std::fflush(stdout);
@@ -439,11 +457,13 @@ void run_profile(const ProfileArgs& a) {
   const double per_task = measure_task_overhead(hw);
   fmt::print("  Executor, per task     {}\n", core::format_seconds(per_task));
 
-  std::string curve;
-  for (const auto& g : gemm) {
-    if (!curve.empty()) curve += ", ";
-    curve += fmt::format("[{}, {:.3f}]", g.min_dim, std::clamp(g.flops_per_s / peak, 0.001, 1.0));
-  }
+  auto curve = [peak](const auto& points, auto x, auto rate) {
+    std::string c;
+    for (const auto& p : points) c += fmt::format("{}[{}, {:.3f}]", c.empty() ? "" : ", ", x(p), std::clamp(rate(p) / peak, 0.001, 1.0));
+    return c;
+  };
+  auto dim = [](const GemmPoint& g) { return g.min_dim; };
+  auto head = [](const AttentionPoint& p) { return p.head; };
   const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
   std::string y;
   y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
@@ -456,16 +476,20 @@ void run_profile(const ProfileArgs& a) {
   y += "sources:\n  - zinf profile-hw\n";
   y += "node:\n  gpus: 1\n  gpu:\n    name: cpu-arena\n";
   y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
-  y += fmt::format("    peak_flops: {}            # best linear fwd+bwd rate over the shapes below\n", num(peak));
+  y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
   y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
   y += fmt::format("    kernel_launch: {}         # the Executor's cost per task (no-op backend)\n", num(per_task));
-  y += fmt::format("    gemm_efficiency: [{}]\n", curve);
+  y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gemm, dim, [](const GemmPoint& g) { return g.backward; }));
+  y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gemm, dim, [](const GemmPoint& g) { return g.forward; }));
   y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
                    std::clamp(elem / membw, 0.001, 1.0));
   y += fmt::format("    vector_flops: {}          # layernorm and GELU, graph-counted FLOPs (geometric mean)\n",
                    num(elementwise.vector_flops));
-  y += fmt::format("    attention_efficiency: {:.3f}    # attention core fwd+bwd, graph-counted FLOPs, of peak_flops\n",
-                   attention);
+  y += "    # attention core by head size, graph-counted FLOPs, of peak_flops\n";
+  y += fmt::format("    attention_forward_efficiency: [{}]\n",
+                   curve(attention, head, [](const AttentionPoint& p) { return p.forward; }));
+  y += fmt::format("    attention_backward_efficiency: [{}]\n",
+                   curve(attention, head, [](const AttentionPoint& p) { return p.backward; }));
   y += "  host:\n";
   y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
   y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));

@@ -29,7 +29,8 @@ struct Operator {
   OpKind kind = OpKind::Linear;
   int block = -1;              // transformer block index, -1 outside the blocks
   std::vector<int> param_groups;  // parameter groups the operator reads (empty: none)
-  int64_t m = 0, n = 0, k = 0; // GEMM shape of a linear (tokens x out x in); 0 otherwise
+  int64_t m = 0, n = 0, k = 0; // GEMM shape of a linear (tokens x out x in), or of one head's GEMMs in
+                               // attention (seq x seq x head size); 0 otherwise
   double fwd_flops = 0;
   double bwd_flops = 0;
   double fwd_bytes = 0;        // memory traffic of the forward kernel(s)

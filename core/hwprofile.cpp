@@ -44,17 +44,18 @@ HwProfile read(ConfigReader& r) {
   hw.node.gpu.peak_flops = g.positive_number("peak_flops", U::FlopsPerSecond);
   hw.node.gpu.memory_bandwidth = g.positive_number("memory_bandwidth", U::BytesPerSecond);
   hw.node.gpu.kernel_launch = g.non_negative_number("kernel_launch", U::Seconds, 5e-6);
-  if (g.has("gemm_efficiency")) {
-    hw.node.gpu.gemm_efficiency.points = g.curve("gemm_efficiency");
-    for (const auto& [x, y] : hw.node.gpu.gemm_efficiency.points)
-      if (y <= 0 || y > 1) g.fail("gemm_efficiency", "every efficiency must be in (0, 1]");
-  } else {
-    g.ignore("gemm_efficiency");
-  }
+  auto efficiency_curve = [&g](const char* key, Curve& into) {
+    if (!g.has(key)) return;
+    into.points = g.curve(key);
+    for (const auto& [x, y] : into.points)
+      if (y <= 0 || y > 1) g.fail(key, "every efficiency must be in (0, 1]");
+  };
+  efficiency_curve("gemm_efficiency", hw.node.gpu.gemm_efficiency);
   hw.node.gpu.elementwise_efficiency = g.fraction("elementwise_efficiency", 0.8);
   hw.node.gpu.vector_flops = g.non_negative_number("vector_flops", U::FlopsPerSecond, 0.0);
-  hw.node.gpu.attention_efficiency = g.fraction("attention_efficiency", 1.0);
-  if (hw.node.gpu.attention_efficiency <= 0) g.fail("attention_efficiency", "must be in (0, 1]");
+  efficiency_curve("gemm_forward_efficiency", hw.node.gpu.gemm_forward_efficiency);
+  efficiency_curve("attention_forward_efficiency", hw.node.gpu.attention_forward_efficiency);
+  efficiency_curve("attention_backward_efficiency", hw.node.gpu.attention_backward_efficiency);
 
   auto h = n.child("host");
   hw.node.host_memory = h.positive_number("memory", U::Bytes);
@@ -112,11 +113,19 @@ HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name)
   return read(r);
 }
 
-double kernel_seconds(const GpuSpec& g, double flops, double bytes, int64_t gemm_min_dim, bool attention) {
-  double rate = g.vector_flops > 0 ? g.vector_flops : g.peak_flops;
-  if (gemm_min_dim > 0) rate = g.peak_flops * std::max(1e-3, g.gemm_efficiency.at(double(gemm_min_dim)));
-  else if (attention) rate = g.peak_flops * g.attention_efficiency;
-  const double compute = flops / rate;
+double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim) {
+  const double x = double(min_dim);
+  double efficiency = 1.0;
+  switch (kernel) {
+    case Kernel::Elementwise: efficiency = g.vector_flops > 0 ? g.vector_flops / g.peak_flops : 1.0; break;
+    case Kernel::GemmForward:
+      efficiency = (g.gemm_forward_efficiency.points.empty() ? g.gemm_efficiency : g.gemm_forward_efficiency).at(x);
+      break;
+    case Kernel::GemmBackward: efficiency = g.gemm_efficiency.at(x); break;
+    case Kernel::AttentionForward: efficiency = g.attention_forward_efficiency.at(x); break;
+    case Kernel::AttentionBackward: efficiency = g.attention_backward_efficiency.at(x); break;
+  }
+  const double compute = flops / (g.peak_flops * std::max(1e-3, efficiency));
   const double memory = bytes / (g.memory_bandwidth * g.elementwise_efficiency);
   return g.kernel_launch + std::max(compute, memory);
 }

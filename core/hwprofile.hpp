@@ -24,19 +24,27 @@ struct GpuSpec {
   double kernel_launch = 0;    // seconds per kernel
   // Fraction of peak a GEMM reaches as a function of its work per output element... see README:
   // x = the GEMM's smallest dimension (m, n or k), y = fraction of peak_flops.
+  // This curve is for backward GEMMs, and for forward ones too unless gemm_forward_efficiency is given.
   Curve gemm_efficiency;
+  Curve gemm_forward_efficiency;
   double elementwise_efficiency = 0.8;  // fraction of memory_bandwidth for non-GEMM kernels
   // Arithmetic rate of non-GEMM kernels (layernorm, GELU, Adam), FLOP/s; 0: peak_flops. A CPU's
   // vector units reach a small fraction of its GEMM peak on transcendental-heavy elementwise code.
   double vector_flops = 0;
-  double attention_efficiency = 1.0;  // fraction of peak_flops the attention core reaches
+  // Fraction of peak_flops the attention core reaches, forward and backward, as a function of the
+  // head size (the smallest dimension of its per-head GEMMs). No curve: 1.
+  Curve attention_forward_efficiency;
+  Curve attention_backward_efficiency;
 };
 
-// Seconds of one device kernel: launch latency plus the larger of its arithmetic time (GEMM: at the
-// efficiency its smallest dimension gives; attention: at attention_efficiency; anything else at
-// vector_flops) and its memory time at elementwise_efficiency of the bandwidth. The one kernel
-// cost the simulator and the idealized scheduler share.
-double kernel_seconds(const GpuSpec& g, double flops, double bytes, int64_t gemm_min_dim, bool attention = false);
+// What a device kernel is, for its cost.
+enum class Kernel { Elementwise, GemmForward, GemmBackward, AttentionForward, AttentionBackward };
+
+// Seconds of one device kernel: launch latency plus the larger of its arithmetic time (GEMMs and
+// attention at their efficiency curves' value for `min_dim`, the smallest dimension of their GEMMs;
+// anything else at vector_flops) and its memory time at elementwise_efficiency of the bandwidth.
+// The one kernel cost the simulator and the idealized scheduler share.
+double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim);
 
 struct NodeSpec {
   int gpus = 1;

@@ -162,8 +162,14 @@ TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
   return out;
 }
 
-static bool is_attention(const Program& p, const Task& t) {
-  return t.op >= 0 && p.ops()[static_cast<size_t>(t.op)].kind == "attention";
+double task_kernel_seconds(const GpuSpec& gpu, const Program& p, const Task& t) {
+  const bool backward = t.kind == TaskKind::Backward;
+  Kernel k = Kernel::Elementwise;
+  if (t.op >= 0 && p.ops()[static_cast<size_t>(t.op)].kind == "attention")
+    k = backward ? Kernel::AttentionBackward : Kernel::AttentionForward;
+  else if (t.gemm_min_dim > 0)
+    k = backward ? Kernel::GemmBackward : Kernel::GemmForward;
+  return kernel_seconds(gpu, k, t.flops, t.bytes, t.gemm_min_dim);
 }
 
 double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {
@@ -174,7 +180,7 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
     case TaskKind::Forward:
     case TaskKind::Recompute:
     case TaskKind::Backward:
-      return kernel_seconds(n.gpu, t.flops, t.bytes, t.gemm_min_dim, is_attention(p, t));
+      return task_kernel_seconds(n.gpu, p, t);
     case TaskKind::CopyH2D:
     case TaskKind::CopyD2H: return n.pcie_latency + t.bytes / n.pcie_bandwidth_all_active();
     case TaskKind::NvmeRead: return n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / G);
@@ -199,7 +205,7 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
                                       : n.gpu.kernel_launch + t.bytes / n.gpu.memory_bandwidth;
     case TaskKind::OptimizerStep:
       if (t.lane == Lane::CpuOptim) return double(t.sg_count) / (n.cpu_adam_rate / G);
-      return kernel_seconds(n.gpu, t.flops, t.bytes, 0);
+      return task_kernel_seconds(n.gpu, p, t);
     case TaskKind::Alloc:
     case TaskKind::Free: return 0;
   }

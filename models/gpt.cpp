@@ -93,6 +93,10 @@ ModelGraph build_gpt(const core::ModelSpec& s) {
     {
       // softmax(Q K^T / sqrt(d)) V over all heads: 2·T·seq·h for the scores, 2·T·seq·h for the mix.
       auto& o = b.add_op(p + "attn.core", OpKind::Attention, l, -1);
+      // One head's GEMMs: scores seq x seq over the head size, then seq x head size over seq.
+      o.m = s.seq;
+      o.n = s.seq;
+      o.k = h / s.heads;
       o.fwd_flops = 4.0 * T * double(s.seq) * double(h);
       o.bwd_flops = 2.0 * o.fwd_flops;
       o.fwd_bytes = kAct * (4.0 * T * double(h) + 2.0 * double(s.micro_batch * s.heads) * double(s.seq * s.seq));

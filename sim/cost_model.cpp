@@ -9,8 +9,8 @@ double CostModel::gemm_efficiency(double min_dim) const {
   return hw_.node.gpu.gemm_efficiency.at(min_dim);
 }
 
-double CostModel::kernel_seconds(double flops, double bytes, int64_t gemm_min_dim, bool attention) const {
-  return core::kernel_seconds(hw_.node.gpu, flops, bytes, gemm_min_dim, attention);
+double CostModel::kernel_seconds(const core::Program& program, const core::Task& task) const {
+  return core::task_kernel_seconds(hw_.node.gpu, program, task);
 }
 
 double CostModel::cpu_adam_seconds(double params) const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/hwprofile.hpp"
+#include "core/timeline.hpp"
 
 namespace zinf::sim {
 
@@ -16,15 +17,16 @@ public:
 
   // Fraction of peak a GEMM whose smallest dimension is `min_dim` reaches.
   double gemm_efficiency(double min_dim) const;
-  // One GPU kernel: `flops` (of a GEMM when gemm_min_dim > 0, of attention, or elementwise) and
-  // `bytes` of HBM traffic.
-  double kernel_seconds(double flops, double bytes, int64_t gemm_min_dim, bool attention = false) const;
+  // A compute task, or an optimizer step on the device, as one GPU kernel (core::task_kernel_seconds).
+  double kernel_seconds(const core::Program& program, const core::Task& task) const;
   // Adam over `params` parameters on one CPU socket when it runs alone (sockets time-share).
   double cpu_adam_seconds(double params) const;
   // A pass over `bytes` of host memory on one socket (gradient norm of host-resident shards).
   double cpu_stream_seconds(double bytes) const;
   // A GPU kernel that streams `bytes` (optimizer step or norm on device-resident shards).
-  double device_stream_seconds(double bytes) const { return kernel_seconds(0, bytes, 0); }
+  double device_stream_seconds(double bytes) const {
+    return core::kernel_seconds(hw_.node.gpu, core::Kernel::Elementwise, 0, bytes, 0);
+  }
 
   double pcie_latency() const { return hw_.node.pcie_latency; }
   double nvme_latency() const { return hw_.node.nvme_latency; }

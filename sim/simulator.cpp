@@ -223,11 +223,7 @@ private:
     switch (t.kind) {
       case TaskKind::Forward:
       case TaskKind::Recompute:
-      case TaskKind::Backward: {
-        const bool attention = t.op >= 0 && program_.ops()[static_cast<size_t>(t.op)].kind == "attention";
-        host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(t.flops, t.bytes, t.gemm_min_dim, attention));
-        break;
-      }
+      case TaskKind::Backward: host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(program_, t)); break;
       case TaskKind::CopyH2D:
       case TaskKind::CopyD2H:
         // A host<->device copy on the CPU backend is a memcpy by the lane's thread, not a DMA.
@@ -264,7 +260,7 @@ private:
         if (t.lane == Lane::CpuOptim)
           host_work(rank, platform_.cpu_of(rank), cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)));
         else
-          host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(t.flops, t.bytes, 0));
+          host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(program_, t));
         break;
       case TaskKind::Alloc:
       case TaskKind::Free: break;

@@ -1,46 +1,94 @@
 // core::kernel_seconds: the one device-kernel cost that the simulator and the idealized scheduler share.
 #include <catch2/catch.hpp>
 
-#include "core/errors.hpp"
 #include "core/hwprofile.hpp"
+#include "core/plan.hpp"
+#include "core/timeline.hpp"
+#include "models/gpt.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf;
+using core::Kernel;
 
-TEST_CASE("a kernel costs its launch plus the larger of its arithmetic and its memory time", "[cost]") {
+namespace {
+core::GpuSpec gpu() {
   core::GpuSpec g;
   g.peak_flops = 100e9;
   g.memory_bandwidth = 10e9;
   g.kernel_launch = 1e-6;
   g.elementwise_efficiency = 0.5;
   g.gemm_efficiency.points = {{16, 0.25}, {256, 1.0}};
-  // GEMM: at the curve's efficiency for its smallest dimension.
-  CHECK(core::kernel_seconds(g, 100e9, 0, 256) == Approx(1.0 + 1e-6));
-  CHECK(core::kernel_seconds(g, 100e9, 0, 16) == Approx(4.0 + 1e-6));
+  return g;
+}
+}  // namespace
+
+TEST_CASE("a kernel costs its launch plus the larger of its arithmetic and its memory time", "[cost]") {
+  core::GpuSpec g = gpu();
+  // GEMMs: at the curve's efficiency for the smallest dimension; forward like backward without a
+  // forward curve.
+  CHECK(core::kernel_seconds(g, Kernel::GemmBackward, 100e9, 0, 256) == Approx(1.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::GemmBackward, 100e9, 0, 16) == Approx(4.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::GemmForward, 100e9, 0, 16) == Approx(4.0 + 1e-6));
+  g.gemm_forward_efficiency.points = {{16, 0.5}, {256, 0.5}};
+  CHECK(core::kernel_seconds(g, Kernel::GemmForward, 100e9, 0, 16) == Approx(2.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::GemmBackward, 100e9, 0, 16) == Approx(4.0 + 1e-6));
   // Elementwise with no vector rate given: the peak; memory at half the bandwidth.
-  CHECK(core::kernel_seconds(g, 1e9, 10e9, 0) == Approx(2.0 + 1e-6));
-  CHECK(core::kernel_seconds(g, 1e9, 0, 0) == Approx(0.01 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::Elementwise, 1e9, 10e9, 0) == Approx(2.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::Elementwise, 1e9, 0, 0) == Approx(0.01 + 1e-6));
   g.vector_flops = 1e9;
-  CHECK(core::kernel_seconds(g, 1e9, 0, 0) == Approx(1.0 + 1e-6));
-  CHECK(core::kernel_seconds(g, 1e9, 30e9, 0) == Approx(6.0 + 1e-6));  // memory-bound still
-  // Attention: at attention_efficiency of the peak, not at the vector rate.
-  g.attention_efficiency = 0.5;
-  CHECK(core::kernel_seconds(g, 100e9, 0, 0, true) == Approx(2.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::Elementwise, 1e9, 0, 0) == Approx(1.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::Elementwise, 1e9, 30e9, 0) == Approx(6.0 + 1e-6));  // memory-bound still
+  // Attention: its own curves by head size, not the vector rate; no curve means the peak.
+  CHECK(core::kernel_seconds(g, Kernel::AttentionForward, 100e9, 0, 64) == Approx(1.0 + 1e-6));
+  g.attention_forward_efficiency.points = {{32, 0.25}, {64, 0.5}};
+  g.attention_backward_efficiency.points = {{32, 0.5}, {64, 1.0}};
+  CHECK(core::kernel_seconds(g, Kernel::AttentionForward, 100e9, 0, 64) == Approx(2.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::AttentionForward, 100e9, 0, 32) == Approx(4.0 + 1e-6));
+  CHECK(core::kernel_seconds(g, Kernel::AttentionBackward, 100e9, 0, 32) == Approx(2.0 + 1e-6));
+}
+
+TEST_CASE("a Program's tasks pick their kernel class: attention by head size, GEMMs by pass", "[cost]") {
+  core::GpuSpec g = gpu();
+  g.gemm_forward_efficiency.points = {{1, 0.5}, {4096, 0.5}};
+  g.attention_forward_efficiency.points = {{32, 0.2}, {64, 0.4}};
+  g.attention_backward_efficiency.points = {{32, 0.3}, {64, 0.6}};
+  const auto spec = core::parse_model_spec("name: t\nlayers: 1\nhidden: 128\nheads: 4\nseq: 64\nvocab: 256\nmicro_batch: 1\n",
+                                           "t.yaml");
+  const auto hw = core::load_hwprofile(test::source("hwprofiles/cpu-dev.yaml"));
+  const auto pr = core::make_plan(models::build_gpt(spec), hw, core::parse_run_config("zero_stage: 3\n", "c"), 1);
+  int seen = 0;
+  for (const auto& t : pr.program.tasks()) {
+    if (!core::is_compute(t.kind) || t.op < 0) continue;
+    const auto& op = pr.program.ops()[size_t(t.op)];
+    const bool bwd = t.kind == core::TaskKind::Backward;
+    const double got = core::task_kernel_seconds(g, pr.program, t);
+    if (op.kind == "attention") {
+      CHECK(t.gemm_min_dim == 32);  // head size 128 / 4
+      CHECK(got == Approx(core::kernel_seconds(g, bwd ? Kernel::AttentionBackward : Kernel::AttentionForward, t.flops, t.bytes, 32)));
+      ++seen;
+    } else if (op.kind == "linear") {
+      CHECK(got == Approx(core::kernel_seconds(g, bwd ? Kernel::GemmBackward : Kernel::GemmForward, t.flops, t.bytes, t.gemm_min_dim)));
+      ++seen;
+    }
+  }
+  CHECK(seen > 4);
 }
 
 TEST_CASE("GPU profiles without the CPU-backend fields keep elementwise and attention at the peak", "[cost]") {
   for (const char* name : {"dgx2-v100", "dgx-a100", "h200-node"}) {
     const auto hw = core::load_hwprofile(test::source(std::string("hwprofiles/") + name + ".yaml"));
-    CHECK(hw.node.gpu.vector_flops == 0);
-    CHECK(hw.node.gpu.attention_efficiency == 1.0);
     const auto& g = hw.node.gpu;
-    CHECK(core::kernel_seconds(g, 1e12, 0, 0, true) == Approx(g.kernel_launch + 1e12 / g.peak_flops));
+    CHECK(g.vector_flops == 0);
+    CHECK(g.attention_forward_efficiency.points.empty());
+    CHECK(g.gemm_forward_efficiency.points.empty());
+    CHECK(core::kernel_seconds(g, Kernel::AttentionForward, 1e12, 0, 128) == Approx(g.kernel_launch + 1e12 / g.peak_flops));
   }
 }
 
-TEST_CASE("an attention efficiency of zero is refused, naming the key", "[cost]") {
+TEST_CASE("an efficiency curve with a point outside (0, 1] is refused, naming the key", "[cost]") {
   const std::string yaml =
-      "name: t\nnode:\n  gpus: 1\n  gpu: {name: g, memory: 1 GiB, peak_flops: 1e12, memory_bandwidth: 1e11, attention_efficiency: 0}\n"
+      "name: t\nnode:\n  gpus: 1\n  gpu: {name: g, memory: 1 GiB, peak_flops: 1e12, memory_bandwidth: 1e11, "
+      "attention_forward_efficiency: [[32, 0.5], [64, 0]]}\n"
       "  host: {memory: 8 GiB, memory_bandwidth: 1e10, cores: 2, adam_params_per_s: 1e8}\n"
       "  nvme: {capacity: 1 TB, read_bandwidth: 1e9, write_bandwidth: 1e9}\n"
       "  pcie: {bandwidth_per_gpu: 1e10}\n";
@@ -48,6 +96,6 @@ TEST_CASE("an attention efficiency of zero is refused, naming the key", "[cost]"
     core::parse_hwprofile(yaml, "t.yaml");
     FAIL("accepted");
   } catch (const std::exception& e) {
-    CHECK(std::string(e.what()).find("attention_efficiency") != std::string::npos);
+    CHECK(std::string(e.what()).find("attention_forward_efficiency") != std::string::npos);
   }
 }

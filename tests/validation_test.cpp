@@ -97,7 +97,9 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   for (const auto& [x, y] : hw.node.gpu.gemm_efficiency.points) CHECK((y > 0 && y <= 1));
   CHECK(hw.node.gpu.elementwise_efficiency > 0);
   CHECK(hw.node.gpu.vector_flops > 0);
-  CHECK((hw.node.gpu.attention_efficiency > 0 && hw.node.gpu.attention_efficiency <= 1));
+  CHECK(hw.node.gpu.gemm_forward_efficiency.points.size() == hw.node.gpu.gemm_efficiency.points.size());
+  CHECK(hw.node.gpu.attention_forward_efficiency.points.size() >= 2);
+  CHECK(hw.node.gpu.attention_backward_efficiency.points.size() >= 2);
   CHECK(hw.node.host_memory > 0);
   CHECK(hw.node.cpu_cores >= 1);
   CHECK(hw.node.cpu_adam_rate > 0);
