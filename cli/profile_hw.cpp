@@ -484,13 +484,14 @@ void run_profile(const ProfileArgs& a) {
   hw.reserve.nvme = 0.05;
   const double executor_task = measure_task_overhead(hw);
   hw.node.gpu.kernel_launch = executor_task;
-  hw.node.gpu.gemm_efficiency.points.clear();
-  for (const auto& g : gemm) hw.node.gpu.gemm_efficiency.points.push_back({double(g.min_dim), std::clamp(g.backward / peak, 0.001, 1.0)});
-  for (const auto& g : gemm)
-    hw.node.gpu.gemm_forward_efficiency.points.push_back({double(g.min_dim), std::clamp(g.forward / peak, 0.001, 1.0)});
+  auto of_peak = [peak](double x, double rate) { return std::pair{x, std::clamp(rate / peak, 0.001, 1.0)}; };
+  for (const auto& g : gemm) {
+    hw.node.gpu.gemm_efficiency.points.push_back(of_peak(double(g.min_dim), g.backward));
+    hw.node.gpu.gemm_forward_efficiency.points.push_back(of_peak(double(g.min_dim), g.forward));
+  }
   for (const auto& p : attention) {
-    hw.node.gpu.attention_forward_efficiency.points.push_back({double(p.head), std::clamp(p.forward / peak, 0.001, 1.0)});
-    hw.node.gpu.attention_backward_efficiency.points.push_back({double(p.head), std::clamp(p.backward / peak, 0.001, 1.0)});
+    hw.node.gpu.attention_forward_efficiency.points.push_back(of_peak(double(p.head), p.forward));
+    hw.node.gpu.attention_backward_efficiency.points.push_back(of_peak(double(p.head), p.backward));
   }
   hw.node.gpu.elementwise_efficiency = std::clamp(elem / membw, 0.001, 1.0);
   hw.node.gpu.vector_flops = elementwise.vector_flops;
@@ -499,13 +500,13 @@ void run_profile(const ProfileArgs& a) {
   fmt::print("  Executor, per task     {} (no-op backend) + {} (the GPT backend's own, beyond its kernels)\n",
              core::format_seconds(executor_task), core::format_seconds(backend_task));
 
-  auto curve = [peak](const auto& points, auto x, auto rate) {
-    std::string c;
-    for (const auto& p : points) c += fmt::format("{}[{}, {:.3f}]", c.empty() ? "" : ", ", x(p), std::clamp(rate(p) / peak, 0.001, 1.0));
-    return c;
+  // The curves as the profile holds them (filled above for the backend measurement).
+  auto curve = [](const core::Curve& c) {
+    std::string s;
+    for (const auto& [x, y] : c.points) s += fmt::format("{}[{}, {:.3f}]", s.empty() ? "" : ", ", x, y);
+    return s;
   };
-  auto dim = [](const GemmPoint& g) { return g.min_dim; };
-  auto head = [](const AttentionPoint& p) { return p.head; };
+  const auto& gpu = hw.node.gpu;
   const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
   std::string y;
   y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
@@ -522,17 +523,15 @@ void run_profile(const ProfileArgs& a) {
   y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
   y += fmt::format("    kernel_launch: {}         # cost per task: the Executor's ({}) and the GPT backend's beyond its kernels ({})\n",
                    num(per_task), num(executor_task), num(backend_task));
-  y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gemm, dim, [](const GemmPoint& g) { return g.backward; }));
-  y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gemm, dim, [](const GemmPoint& g) { return g.forward; }));
+  y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
+  y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
   y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
-                   std::clamp(elem / membw, 0.001, 1.0));
+                   gpu.elementwise_efficiency);
   y += fmt::format("    vector_flops: {}          # layernorm and GELU, graph-counted FLOPs (geometric mean)\n",
                    num(elementwise.vector_flops));
   y += "    # attention core by head size, graph-counted FLOPs, of peak_flops\n";
-  y += fmt::format("    attention_forward_efficiency: [{}]\n",
-                   curve(attention, head, [](const AttentionPoint& p) { return p.forward; }));
-  y += fmt::format("    attention_backward_efficiency: [{}]\n",
-                   curve(attention, head, [](const AttentionPoint& p) { return p.backward; }));
+  y += fmt::format("    attention_forward_efficiency: [{}]\n", curve(gpu.attention_forward_efficiency));
+  y += fmt::format("    attention_backward_efficiency: [{}]\n", curve(gpu.attention_backward_efficiency));
   y += "  host:\n";
   y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
   y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));

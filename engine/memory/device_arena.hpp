@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/memory/staging_cache.hpp"
+
 namespace zinf::engine {
 
 class DeviceMemoryError : public std::runtime_error {
@@ -58,7 +60,7 @@ private:
 // paths that run outside any Program). The arena travels with the vector on copy, move and swap,
 // so a buffer is always given back to the arena it came from.
 template <typename T>
-struct DeviceAllocator {
+struct DeviceAllocator : DefaultInitialize {  // elements default-initialized, as staging buffers
   using value_type = T;
   using propagate_on_container_copy_assignment = std::true_type;
   using propagate_on_container_move_assignment = std::true_type;
@@ -78,16 +80,6 @@ struct DeviceAllocator {
   void deallocate(T* p, size_t n) {
     if (!arena) return std::allocator<T>().deallocate(p, n);
     arena->release(p, std::max<size_t>(n, 1) * sizeof(T));
-  }
-  // Elements are default-initialized (arithmetic types left as they are): a device buffer is filled
-  // by the copy, collective or kernel it is made for; where zeros are meant, the caller fills them.
-  template <typename U>
-  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
   template <typename U>
   bool operator==(const DeviceAllocator<U>& o) const { return arena == o.arena; }

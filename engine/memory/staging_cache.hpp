@@ -64,17 +64,11 @@ private:
   Stats stats_;
 };
 
-// An allocator for std::vector that draws on StagingCache::instance().
-template <typename T>
-struct StagingAllocator {
-  using value_type = T;
-  StagingAllocator() = default;
-  template <typename U>
-  StagingAllocator(const StagingAllocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(StagingCache::instance().allocate(std::max<size_t>(n, 1) * sizeof(T))); }
-  // Elements are default-initialized (left as they are for arithmetic types): a staging buffer is
-  // filled by the transfer or kernel it is made for, and zeroing it first would be one more pass
-  // over memory on a hot path. Fill it explicitly where zeros are meant.
+// The construct() of an allocator whose vectors leave new elements default-initialized (arithmetic
+// types as they are): a staging or device buffer is filled by the transfer, collective or kernel it
+// is made for, and zeroing it first would be one more pass over memory on a hot path. Where zeros
+// are meant, the caller fills them.
+struct DefaultInitialize {
   template <typename U>
   void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
     ::new (static_cast<void*>(p)) U;
@@ -83,6 +77,16 @@ struct StagingAllocator {
   void construct(U* p, Args&&... args) {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
+};
+
+// An allocator for std::vector that draws on StagingCache::instance().
+template <typename T>
+struct StagingAllocator : DefaultInitialize {
+  using value_type = T;
+  StagingAllocator() = default;
+  template <typename U>
+  StagingAllocator(const StagingAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(StagingCache::instance().allocate(std::max<size_t>(n, 1) * sizeof(T))); }
   void deallocate(T* p, size_t n) { StagingCache::instance().release(p, std::max<size_t>(n, 1) * sizeof(T)); }
   template <typename U>
   bool operator==(const StagingAllocator<U>&) const { return true; }
