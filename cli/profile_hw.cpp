@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -214,6 +215,7 @@ LinearFit measure_copy(bool quick) {
 
 struct DiskFit {
   LinearFit read, write;
+  double overlap = 0;  // small requests moved by a reader and a writer together over a reader alone
 };
 
 // The NVMe store with the default aio settings, as the GPT backend's tasks use it: page-aligned
@@ -246,6 +248,27 @@ DiskFit measure_nvme(const std::string& dir_root, bool quick) {
     }
     f.read = fit(rd);
     f.write = fit(wr);
+    // Do a read and a write in flight together overlap their latencies (a drive with deep queues)
+    // or queue behind each other (a single-queue virtual disk)? 16 KiB requests, latency-bound: a
+    // reader alone, then a reader and a writer on the two halves of the file.
+    const uint64_t req = uint64_t(16) << 10;
+    const double window = quick ? 0.1 : 0.3;
+    auto stream = [&](bool write, uint64_t base) {
+      uint64_t n = 0;
+      const auto t0 = Clock::now();
+      while (seconds_since(t0) < window) {
+        const uint64_t at = base + (n * req) % (file / 2 - req);
+        (write ? store.write(id, at, buf.data() + base, req) : store.read(id, at, buf.data() + base, req)).wait_or_throw();
+        ++n;
+      }
+      return double(n) / seconds_since(t0);
+    };
+    const double alone = stream(false, 0);
+    double reads = 0, writes = 0;
+    std::thread writer([&] { writes = stream(true, file / 2); });
+    reads = stream(false, 0);
+    writer.join();
+    f.overlap = (reads + writes) / alone;
     store.remove(id);
   }
   std::error_code ec;
@@ -318,29 +341,54 @@ double measure_parallel_throughput(unsigned cores, bool quick) {
   return std::clamp(together / alone, 1.0, double(cores));
 }
 
-// What a real task costs beyond its kernel and the Executor's own hand-off: gpt-tiny (a model the
-// validation suite does not train with this config) with every state on the device, so its step is
-// compute-bound, trained for 24 steps through the GPT backend; the median step's excess over the
-// simulated step on the profile measured so far, per compute task. The backend's bookkeeping, its
-// arena and staging allocations, kernels on cold caches: what the no-op Executor run does not see.
-double measure_backend_task_cost(const core::HwProfile& hw) {
-  engine::TrainerOptions o;
-  o.model = models::find_model("gpt-tiny", source_dir());
-  o.hw = hw;
-  o.config = core::parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", "profile-hw");
-  engine::LocalCollectives comm;
-  engine::Trainer trainer(o, comm);
-  std::vector<double> steps;
-  for (int i = 0; i < 24; ++i) steps.push_back(trainer.step().seconds);
-  steps.erase(steps.begin());  // warm-up
-  const double measured = median(steps);
-  const core::Program& program = trainer.program();
-  sim::SimOptions so;
-  const double predicted =
-      sim::report_from_json(sim::run_isolated([&] { return sim::report_to_json(sim::simulate(program, hw, so)); })).step_time;
-  size_t compute = 0;
-  for (const auto& t : program.tasks()) compute += core::is_compute(t.kind) ? 1 : 0;
-  return std::max(0.0, (measured - predicted) / double(std::max<size_t>(1, compute)));
+// Kernels as they run inside a training step, against the same kernels alone (the curves above):
+// two models trained with every state on the device, so their steps are compute-bound, through
+// the GPT backend: gpt-overlap (hidden 384, large GEMMs) and a small GPT built here (hidden 96,
+// short tasks); neither is a model the validation suite trains. For each kind of kernel
+// (core::in_step_key: an op kind and direction, or the optimizer) the slowdown is the sum of its
+// tasks' median durations over the measured steps divided by the sum of their times alone. It
+// takes in what a kernel pays for sharing the caches with the rest of the step and the backend's
+// own work per task (bookkeeping, arena and staging allocations); the Executor's hand-off between
+// tasks is the no-op run's figure.
+struct InStep {
+  std::map<std::string, double> slowdown;
+  std::map<std::string, size_t> tasks;  // tasks behind each figure
+};
+InStep measure_in_step(const core::HwProfile& hw, bool quick) {
+  core::HwProfile alone = hw;
+  alone.node.gpu.kernel_launch = 0;
+  alone.node.gpu.in_step_slowdown.clear();
+  core::ModelSpec small{.name = "profile-small", .layers = 3, .hidden = 96, .heads = 3, .seq = 96, .vocab = 256, .micro_batch = 2};
+  std::map<std::string, std::pair<double, double>> sums;  // key -> (measured, alone)
+  InStep r;
+  for (const auto& model : {models::find_model("gpt-overlap", source_dir()), small}) {
+    engine::TrainerOptions o;
+    o.model = model;
+    o.hw = hw;
+    o.config = core::parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", "profile-hw");
+    engine::LocalCollectives comm;
+    engine::Trainer trainer(o, comm);
+    const core::Program& program = trainer.program();
+    std::vector<std::vector<double>> durations(program.tasks().size());
+    const int warmup = 3, steps = quick ? 3 : 10;
+    for (int i = 0; i < warmup + steps; ++i) {
+      auto st = trainer.step();
+      if (i < warmup) continue;
+      for (const auto& e : st.timeline.events)
+        if (e.lane == core::Lane::Compute) durations[size_t(e.task)].push_back(e.end - e.start);
+    }
+    for (const auto& t : program.tasks()) {
+      if (durations[size_t(t.id)].empty()) continue;
+      if (!core::is_compute(t.kind) && t.kind != core::TaskKind::OptimizerStep) continue;
+      const std::string key = core::in_step_key(program, t);
+      sums[key].first += median(durations[size_t(t.id)]);
+      sums[key].second += core::task_kernel_seconds(alone.node.gpu, program, t);
+      ++r.tasks[key];
+    }
+  }
+  for (const auto& [key, s] : sums)
+    if (s.second > 0) r.slowdown[key] = std::clamp(s.first / s.second, 0.1, 20.0);
+  return r;
 }
 
 // Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
@@ -447,6 +495,10 @@ void run_profile(const ProfileArgs& a) {
              core::format_seconds(disk.read.latency));
   fmt::print("  NVMe store write       {} + {} per request\n", core::format_bandwidth(disk.write.bandwidth),
              core::format_seconds(disk.write.latency));
+  // Below 1.5 the second stream mostly waited: requests are served one at a time.
+  const bool serial_requests = disk.overlap < 1.5;
+  fmt::print("  NVMe, read + write     {:.2f} x one stream's requests per second: {}\n", disk.overlap,
+             serial_requests ? "served one at a time" : "served in parallel");
   const double throughput = measure_parallel_throughput(cores, a.quick);
   fmt::print("  {} compute threads      {:.2f} one-thread rates together\n", cores, throughput);
   const double adam = measure_adam(a.quick);
@@ -479,6 +531,7 @@ void run_profile(const ProfileArgs& a) {
   hw.node.nvme_capacity = nvme_capacity;
   hw.node.nvme_read_bandwidth = disk.read.bandwidth;
   hw.node.nvme_write_bandwidth = disk.write.bandwidth;
+  hw.node.nvme_serial_requests = serial_requests;
   hw.node.pcie_bandwidth = copy.bandwidth;
   hw.reserve.host = 0.25;
   hw.reserve.nvme = 0.05;
@@ -495,10 +548,16 @@ void run_profile(const ProfileArgs& a) {
   }
   hw.node.gpu.elementwise_efficiency = std::clamp(elem / membw, 0.001, 1.0);
   hw.node.gpu.vector_flops = elementwise.vector_flops;
-  const double backend_task = measure_backend_task_cost(hw);
-  const double per_task = executor_task + backend_task;
-  fmt::print("  Executor, per task     {} (no-op backend) + {} (the GPT backend's own, beyond its kernels)\n",
-             core::format_seconds(executor_task), core::format_seconds(backend_task));
+  fmt::print("  Executor, per task     {} (no-op backend)\n", core::format_seconds(executor_task));
+  std::fflush(stdout);
+  const InStep in_step = measure_in_step(hw, a.quick);
+  hw.node.gpu.in_step_slowdown = in_step.slowdown;
+  const double per_task = executor_task;
+  {
+    std::string line;
+    for (const auto& [key, f] : in_step.slowdown) line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", key, f);
+    fmt::print("  kernels in a step      x their time alone: {}\n", line);
+  }
 
   // The curves as the profile holds them (filled above for the backend measurement).
   auto curve = [](const core::Curve& c) {
@@ -521,8 +580,7 @@ void run_profile(const ProfileArgs& a) {
   y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
   y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
   y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
-  y += fmt::format("    kernel_launch: {}         # cost per task: the Executor's ({}) and the GPT backend's beyond its kernels ({})\n",
-                   num(per_task), num(executor_task), num(backend_task));
+  y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task (no-op backend)\n", num(per_task));
   y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
   y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
   y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
@@ -532,6 +590,11 @@ void run_profile(const ProfileArgs& a) {
   y += "    # attention core by head size, graph-counted FLOPs, of peak_flops\n";
   y += fmt::format("    attention_forward_efficiency: [{}]\n", curve(gpu.attention_forward_efficiency));
   y += fmt::format("    attention_backward_efficiency: [{}]\n", curve(gpu.attention_backward_efficiency));
+  y += "    # each kind of kernel inside a training step over the same kernel alone (gpt-overlap and a small GPT,\n";
+  y += "    # every state on the device; the backend's own work per task included)\n";
+  y += "    in_step_slowdown:\n";
+  for (const auto& [key, f] : gpu.in_step_slowdown)
+    y += fmt::format("      {}: {:.3f}{}# {} tasks\n", key, f, std::string(std::max<size_t>(1, 20 - key.size()), ' '), in_step.tasks.at(key));
   y += "  host:\n";
   y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
   y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
@@ -545,6 +608,8 @@ void run_profile(const ProfileArgs& a) {
   y += fmt::format("    read_bandwidth: {}\n    write_bandwidth: {}\n", num(disk.read.bandwidth), num(disk.write.bandwidth));
   y += fmt::format("    latency: {}               # per request (read {}, write {})\n", num(nvme_latency + per_task),
                    num(disk.read.latency), num(disk.write.latency));
+  y += fmt::format("    serial_requests: {}          # a reader and a writer of 16 KiB requests together: {:.2f} x one alone\n",
+                   serial_requests ? "true" : "false", disk.overlap);
   y += "  pcie:\n";
   y += fmt::format("    bandwidth_per_gpu: {}     # fresh buffer filled by a copy, as the GPT backend stages shards\n",
                    num(copy.bandwidth));

@@ -33,7 +33,8 @@ struct ValidateArgs {
   std::string hw = "local";
   std::string config = "train-nvme";
   int ranks = 1;
-  int steps = 6;
+  int steps = 8;
+  int warmup = 3;  // steps not summarized: staging caches, arena and page faults settle
   std::string out_dir = "validate-out";
   std::string nvme_dir;
   std::string label;
@@ -107,6 +108,8 @@ std::string shell_quote(const std::string& s) {
 void run_validate(const ValidateArgs& a) {
   if (a.worker) return run_worker(a);
   if (a.ranks < 1) throw CLI::ValidationError("--ranks", "at least 1");
+  if (a.warmup >= a.steps)
+    throw CLI::ValidationError("--warmup", fmt::format("{} warm-up steps leave none of the {} steps to measure", a.warmup, a.steps));
   Loaded l = load(a);
   fs::create_directories(a.out_dir);
   for (const auto& e : fs::directory_iterator(a.out_dir))
@@ -128,8 +131,8 @@ void run_validate(const ValidateArgs& a) {
   if (a.ranks > 1)
     cmd = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np {} {}", a.ranks, cmd);
   if (!a.json) {
-    fmt::print("zinf validate: {} on {} rank(s), config {}, profile {}; {} steps measured, the first skipped\n", a.model,
-               a.ranks, a.config, a.hw, a.steps);
+    fmt::print("zinf validate: {} on {} rank(s), config {}, profile {}; {} steps, the first {} not counted (warm-up)\n",
+               a.model, a.ranks, a.config, a.hw, a.steps, a.warmup);
     fmt::print("measuring: {}\n", cmd);
     std::fflush(stdout);
   }
@@ -165,8 +168,8 @@ void run_validate(const ValidateArgs& a) {
       measured.events.push_back(std::move(ev));
     }
   }
-  const auto meas = core::summarize_steps(step_seconds, 1);
-  std::vector<core::LaneSeconds> kept(lane_steps.begin() + std::min(1, a.steps - 1), lane_steps.end());
+  const auto meas = core::summarize_steps(step_seconds, a.warmup);
+  std::vector<core::LaneSeconds> kept(lane_steps.begin() + a.warmup, lane_steps.end());
   const auto meas_lanes = core::median_lane_busy(kept);
 
   // Predict.
@@ -191,6 +194,7 @@ void run_validate(const ValidateArgs& a) {
   j["config"] = a.config;
   j["ranks"] = a.ranks;
   j["steps"] = a.steps;
+  j["warmup"] = a.warmup;
   j["hwprofile"] = a.hw;
   j["measured"] = {{"median", meas.median}, {"min", meas.min}, {"max", meas.max}, {"steps", meas.steps},
                    {"all", step_seconds}};
@@ -228,7 +232,8 @@ Registration reg(50, [](CLI::App& app) {
   cmd->add_option("--hw", a->hw, "This machine's measured profile (zinf profile-hw)")->capture_default_str();
   cmd->add_option("--config,-c", a->config, "Run config")->capture_default_str();
   cmd->add_option("--ranks,-n", a->ranks, "Data-parallel ranks (mpirun -np N on this machine)")->capture_default_str();
-  cmd->add_option("--steps,-s", a->steps, "Steps to measure (the first is warm-up)")->capture_default_str()->check(CLI::Range(2, 1000));
+  cmd->add_option("--steps,-s", a->steps, "Steps to run, warm-up included")->capture_default_str()->check(CLI::Range(2, 1000));
+  cmd->add_option("--warmup", a->warmup, "Steps at the start not counted in the summary")->capture_default_str()->check(CLI::Range(0, 999));
   cmd->add_option("--out-dir,-o", a->out_dir, "Where the Timelines and the summary go")->capture_default_str();
   cmd->add_option("--nvme-dir", a->nvme_dir, "Directory for NVMe tiers (default: <out-dir>/nvme)");
   cmd->add_option("--label", a->label, "Name of this configuration in the summary");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/config_reader.hpp"
+#include "core/graph.hpp"
 
 namespace zinf::core {
 
@@ -56,6 +57,15 @@ HwProfile read(ConfigReader& r) {
   efficiency_curve("gemm_forward_efficiency", hw.node.gpu.gemm_forward_efficiency);
   efficiency_curve("attention_forward_efficiency", hw.node.gpu.attention_forward_efficiency);
   efficiency_curve("attention_backward_efficiency", hw.node.gpu.attention_backward_efficiency);
+  if (auto s = g.maybe_child("in_step_slowdown")) {
+    for (const auto& key : in_step_keys()) {
+      if (!s->has(key)) continue;
+      const double f = s->positive_number(key, U::Count);
+      if (f < 0.1 || f > 20) s->fail(key, "must be between 0.1 and 20 (a factor on the kernel's time alone)");
+      hw.node.gpu.in_step_slowdown[key] = f;
+    }
+    s->reject_unread();
+  }
 
   auto h = n.child("host");
   hw.node.host_memory = h.positive_number("memory", U::Bytes);
@@ -73,6 +83,7 @@ HwProfile read(ConfigReader& r) {
   hw.node.nvme_read_bandwidth = d.positive_number("read_bandwidth", U::BytesPerSecond);
   hw.node.nvme_write_bandwidth = d.positive_number("write_bandwidth", U::BytesPerSecond);
   hw.node.nvme_latency = d.non_negative_number("latency", U::Seconds, 20e-6);
+  hw.node.nvme_serial_requests = d.boolean("serial_requests", false);
 
   auto p = n.child("pcie");
   hw.node.pcie_bandwidth = p.positive_number("bandwidth_per_gpu", U::BytesPerSecond);
@@ -113,7 +124,24 @@ HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name)
   return read(r);
 }
 
-double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim) {
+double GpuSpec::in_step(const std::string& key) const {
+  auto it = in_step_slowdown.find(key);
+  return it == in_step_slowdown.end() ? 1.0 : it->second;
+}
+
+const std::vector<std::string>& in_step_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    for (OpKind op : {OpKind::Embedding, OpKind::LayerNorm, OpKind::Linear, OpKind::Attention, OpKind::Gelu,
+                      OpKind::Residual, OpKind::LmHead, OpKind::Loss})
+      for (const char* dir : {"_forward", "_backward"}) k.push_back(std::string(to_string(op)) + dir);
+    k.push_back("optimizer");
+    return k;
+  }();
+  return keys;
+}
+
+double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim, double slowdown) {
   const double x = double(min_dim);
   double efficiency = 1.0;
   switch (kernel) {
@@ -127,7 +155,7 @@ double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double byte
   }
   const double compute = flops / (g.peak_flops * std::max(1e-3, efficiency));
   const double memory = bytes / (g.memory_bandwidth * g.elementwise_efficiency);
-  return g.kernel_launch + std::max(compute, memory);
+  return g.kernel_launch + slowdown * std::max(compute, memory);
 }
 
 }  // namespace zinf::core

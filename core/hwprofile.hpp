@@ -4,6 +4,7 @@
 // it. Plain value type.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,16 +36,27 @@ struct GpuSpec {
   // head size (the smallest dimension of its per-head GEMMs). No curve: 1.
   Curve attention_forward_efficiency;
   Curve attention_backward_efficiency;
+  // How many times longer each kind of kernel runs inside a training step than alone in a loop
+  // (caches shared with the step's other work, operands evicted between uses, the backend's own
+  // work around the kernel), keyed "<op kind>_forward" or "<op kind>_backward" (the op kinds of
+  // core/graph.hpp; a recompute is a forward) and "optimizer". Measured by profile-hw on the CPU
+  // backend; a kernel not listed: 1 (the curves above describe it as it runs in a step).
+  std::map<std::string, double> in_step_slowdown;
+  double in_step(const std::string& key) const;
 };
+
+// The keys in_step_slowdown may hold.
+const std::vector<std::string>& in_step_keys();
 
 // What a device kernel is, for its cost.
 enum class Kernel { Elementwise, GemmForward, GemmBackward, AttentionForward, AttentionBackward };
 
 // Seconds of one device kernel: launch latency plus the larger of its arithmetic time (GEMMs and
 // attention at their efficiency curves' value for `min_dim`, the smallest dimension of their GEMMs;
-// anything else at vector_flops) and its memory time at elementwise_efficiency of the bandwidth.
+// anything else at vector_flops) and its memory time at elementwise_efficiency of the bandwidth,
+// the latter times `slowdown` (the kernel's in_step_slowdown, when it runs in a training step).
 // The one kernel cost the simulator and the idealized scheduler share.
-double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim);
+double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim, double slowdown = 1.0);
 
 struct NodeSpec {
   int gpus = 1;
@@ -82,6 +94,10 @@ struct NodeSpec {
   int nics = 1;
   double nic_bandwidth = 0;          // bytes/s per NIC, one direction
   double nvme_latency = 0;
+  // The drive serves one request at a time (a virtual disk, a single queue): a request's latency
+  // occupies the drive, so concurrent reads and writes queue behind each other instead of
+  // overlapping their latencies. Measured by profile-hw; false for NVMe with deep queues.
+  bool nvme_serial_requests = false;
 
   // Host↔device bandwidth per GPU when every GPU of the node moves data at once.
   double pcie_bandwidth_all_active() const;

@@ -169,7 +169,13 @@ double task_kernel_seconds(const GpuSpec& gpu, const Program& p, const Task& t) 
     k = backward ? Kernel::AttentionBackward : Kernel::AttentionForward;
   else if (t.gemm_min_dim > 0)
     k = backward ? Kernel::GemmBackward : Kernel::GemmForward;
-  return kernel_seconds(gpu, k, t.flops, t.bytes, t.gemm_min_dim);
+  return kernel_seconds(gpu, k, t.flops, t.bytes, t.gemm_min_dim, gpu.in_step(in_step_key(p, t)));
+}
+
+std::string in_step_key(const Program& p, const Task& t) {
+  if (t.kind == TaskKind::OptimizerStep) return "optimizer";
+  const std::string op = t.op >= 0 ? p.ops()[static_cast<size_t>(t.op)].kind : std::string("other");
+  return op + (t.kind == TaskKind::Backward ? "_backward" : "_forward");
 }
 
 double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {

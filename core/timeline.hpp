@@ -55,8 +55,11 @@ TimelineCheck check_timeline(const Program& program, const Timeline& timeline, d
 // NICs across nodes; CPU Adam from the node's Adam rate shared by its GPUs.
 double nominal_duration(const Program& program, const Task& task, int rank, const HwProfile& hw);
 // A compute task (or a device-side optimizer step) as one kernel of `gpu`: core::kernel_seconds with
-// the kernel class its kind and operator give (forward or backward GEMM or attention, elementwise).
+// the kernel class its kind and operator give (forward or backward GEMM or attention, elementwise),
+// at the kernel's in_step_slowdown.
 double task_kernel_seconds(const GpuSpec& gpu, const Program& program, const Task& task);
+// The GpuSpec::in_step_slowdown key of a compute or optimizer task ("linear_backward", "optimizer").
+std::string in_step_key(const Program& program, const Task& task);
 
 // The idealized list scheduler: each lane of each rank a serial resource running its tasks in
 // program order at nominal rates, a task starting when its dependencies (for collectives: on all

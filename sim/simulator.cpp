@@ -238,10 +238,14 @@ private:
       case TaskKind::NvmeRead:
       case TaskKind::NvmeWrite: {
         if (t.bytes <= 0) break;
-        latency(cost_.nvme_latency());
-        ++activities_;
         auto* disk = platform_.nvme(platform_.node_of(rank));
-        auto bytes = static_cast<sg_size_t>(t.bytes);
+        double amount = t.bytes;
+        if (cost_.nvme_serial_requests())  // the latency occupies the drive: as many bytes as it could move meanwhile
+          amount += cost_.nvme_latency() * (t.kind == TaskKind::NvmeRead ? disk->get_read_bandwidth() : disk->get_write_bandwidth());
+        else
+          latency(cost_.nvme_latency());
+        ++activities_;
+        auto bytes = static_cast<sg_size_t>(amount);
         (t.kind == TaskKind::NvmeRead ? disk->read_async(bytes) : disk->write_async(bytes))->wait();
         break;
       }

@@ -74,6 +74,51 @@ TEST_CASE("a Program's tasks pick their kernel class: attention by head size, GE
   CHECK(seen > 4);
 }
 
+TEST_CASE("a kernel's in-step slowdown scales its time but not its launch, by op kind and pass", "[cost]") {
+  const auto spec = core::parse_model_spec("name: t\nlayers: 1\nhidden: 128\nheads: 4\nseq: 64\nvocab: 256\nmicro_batch: 1\n",
+                                           "t.yaml");
+  const auto hw = core::load_hwprofile(test::source("hwprofiles/cpu-dev.yaml"));
+  const auto pr = core::make_plan(models::build_gpt(spec), hw, core::parse_run_config("zero_stage: 3\n", "c"), 1);
+  core::GpuSpec plain = gpu(), slowed = gpu();
+  slowed.in_step_slowdown = {{"linear_backward", 3.0}, {"gelu_forward", 0.5}};
+  int linear_bwd = 0, gelu_fwd = 0;
+  for (const auto& t : pr.program.tasks()) {
+    if (!core::is_compute(t.kind)) continue;
+    const std::string key = core::in_step_key(pr.program, t);
+    const double a = core::task_kernel_seconds(plain, pr.program, t), b = core::task_kernel_seconds(slowed, pr.program, t);
+    const double f = key == "linear_backward" ? 3.0 : key == "gelu_forward" ? 0.5 : 1.0;
+    CHECK(b - slowed.kernel_launch == Approx(f * (a - plain.kernel_launch)));
+    linear_bwd += key == "linear_backward";
+    gelu_fwd += key == "gelu_forward";
+    if (t.kind == core::TaskKind::Recompute) CHECK(key.ends_with("_forward"));
+  }
+  CHECK(linear_bwd == 4);  // c_attn, attn.c_proj, c_fc, mlp.c_proj
+  CHECK(gelu_fwd >= 1);
+}
+
+TEST_CASE("in_step_slowdown in a profile: known keys only, each a factor in [0.1, 20]", "[cost]") {
+  auto yaml = [](const std::string& in_step) {
+    return "name: t\nnode:\n  gpus: 1\n  gpu: {name: g, memory: 1 GiB, peak_flops: 1e12, memory_bandwidth: 1e11, "
+           "in_step_slowdown: " + in_step + "}\n"
+           "  host: {memory: 8 GiB, memory_bandwidth: 1e10, cores: 2, adam_params_per_s: 1e8}\n"
+           "  nvme: {capacity: 1 TB, read_bandwidth: 1e9, write_bandwidth: 1e9}\n"
+           "  pcie: {bandwidth_per_gpu: 1e10}\n  nvlink: {bandwidth_per_gpu: 1e10}\n  nic: {count: 1, bandwidth: 1e10}\n";
+  };
+  const auto hw = core::parse_hwprofile(yaml("{linear_forward: 1.25, optimizer: 0.6}"), "t.yaml");
+  CHECK(hw.node.gpu.in_step("linear_forward") == 1.25);
+  CHECK(hw.node.gpu.in_step("optimizer") == 0.6);
+  CHECK(hw.node.gpu.in_step("gelu_backward") == 1.0);
+  for (const std::string bad : {"{linear_sideways: 1.2}", "{gelu_forward: 40}"}) {
+    try {
+      core::parse_hwprofile(yaml(bad), "t.yaml");
+      FAIL("accepted " << bad);
+    } catch (const std::exception& e) {
+      CHECK(std::string(e.what()).find("in_step_slowdown") != std::string::npos);
+      CHECK(std::string(e.what()).find("t.yaml") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("GPU profiles without the CPU-backend fields keep elementwise and attention at the peak", "[cost]") {
   for (const char* name : {"dgx2-v100", "dgx-a100", "h200-node"}) {
     const auto hw = core::load_hwprofile(test::source(std::string("hwprofiles/") + name + ".yaml"));

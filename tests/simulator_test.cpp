@@ -5,6 +5,7 @@
 // child process (one SimGrid engine per process).
 #include <catch2/catch.hpp>
 #include <string>
+#include <tuple>
 
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
@@ -26,6 +27,7 @@ struct Hw {
   std::string host_bw = "400 GB/s";
   std::string adam = "4e9";
   std::string nvme_read = "20 GB/s", nvme_write = "20 GB/s", nvme_latency = "20 us";
+  bool nvme_serial = false;
   std::string pcie = "16 GB/s", pcie_latency = "2 us";
   int per_switch = 1;
   std::string uplink = "0";
@@ -34,7 +36,7 @@ struct Hw {
            ", memory_bandwidth: " + hbm + ", kernel_launch: " + launch + ", gemm_efficiency: " + gemm +
            ", elementwise_efficiency: 1.0}\n  host: {memory: 1 TB, memory_bandwidth: " + host_bw +
            ", cores: 32, adam_params_per_s: " + adam + "}\n  nvme: {capacity: 10 TB, read_bandwidth: " + nvme_read +
-           ", write_bandwidth: " + nvme_write + ", latency: " + nvme_latency + "}\n  pcie: {bandwidth_per_gpu: " + pcie +
+           ", write_bandwidth: " + nvme_write + ", latency: " + nvme_latency + ", serial_requests: " + (nvme_serial ? "true" : "false") + "}\n  pcie: {bandwidth_per_gpu: " + pcie +
            ", latency: " + pcie_latency + ", gpus_per_switch: " + std::to_string(per_switch) + ", switch_uplink: " + uplink +
            "}\n  nvlink: {bandwidth_per_gpu: 100 GB/s}\n  nic: {count: 1, bandwidth: 25 GB/s}\n";
   }
@@ -98,6 +100,35 @@ TEST_CASE("an NVMe-bound step takes the bytes read and written at the drives' ba
   REQUIRE(bytes > 0);
   auto r = simulate_in_child(pr.program, hw);
   CHECK(r.step_time == Approx(bytes / 0.5e9).epsilon(0.01));
+}
+
+TEST_CASE("a drive that serves one request at a time holds each request's latency against all others") {
+  // Latency-bound NVMe traffic (a tiny bandwidth share per request, 5 ms each): with serial
+  // requests every read and write waits for the one before it, so the step takes at least the
+  // sum of their latencies; with queued requests the read and write lanes overlap theirs where they
+  // run together.
+  Hw h;
+  h.nvme_latency = "5 ms";
+  h.pcie = "1000 GB/s";
+  h.adam = "1e13";
+  auto run = [&](bool serial) {
+    h.nvme_serial = serial;
+    const auto hw = h.profile();
+    auto pr = plan(hw, config("nvme", "nvme"), 1);
+    double latency = 0, bytes = 0;
+    for (const auto& t : pr.program.tasks())
+      if ((t.kind == TaskKind::NvmeRead || t.kind == TaskKind::NvmeWrite) && t.bytes > 0) {
+        latency += 5e-3;
+        bytes += t.bytes;
+      }
+    REQUIRE(latency > 0.1);
+    return std::tuple{simulate_in_child(pr.program, hw).step_time, latency, bytes / 20e9};
+  };
+  const auto [serial, latency, transfer] = run(true);
+  const auto [queued, latency2, transfer2] = run(false);
+  CHECK(serial >= latency + transfer - 1e-6);
+  CHECK(serial == Approx(latency + transfer).epsilon(0.05));
+  CHECK(queued < 0.97 * serial);
 }
 
 TEST_CASE("with no shared resource the simulated step equals the idealized list schedule") {

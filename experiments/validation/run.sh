@@ -4,7 +4,7 @@
 # scatter plot and the Gantt charts to analysis/validation/ and prints the median and largest error.
 #
 #   bash experiments/validation/run.sh            # profiles the machine, then runs the suite
-#   ZINF_BUILD=build-val STEPS=20 bash experiments/validation/run.sh
+#   ZINF_BUILD=build-val STEPS=30 WARMUP=5 bash experiments/validation/run.sh
 #   REUSE_PROFILE=1 ...                            # keep hwprofiles/local.yaml as it is
 #
 # The machine is profiled again right before the suite (8 s): on a shared 2-core host the rates move
@@ -20,7 +20,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${ZINF_BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 ZINF="$BUILD/zinf"
-STEPS=${STEPS:-20}
+STEPS=${STEPS:-30}
+WARMUP=${WARMUP:-5}
 PROFILE=${PROFILE:-local}
 OUT="$ROOT/analysis/validation"
 RUNS="$OUT/runs"
@@ -54,7 +55,7 @@ echo "$SUITE" | while read -r name model config ranks; do
   [ -n "$name" ] || continue
   mkdir -p "$SCRATCH/$name"
   printf '%-16s ' "$name"
-  "$ZINF" validate --model "$model" --config "$config" --ranks "$ranks" --steps "$STEPS" --hw "$PROFILE" \
+  "$ZINF" validate --model "$model" --config "$config" --ranks "$ranks" --steps "$STEPS" --warmup "$WARMUP" --hw "$PROFILE" \
     --label "$name" --out-dir "$RUNS/$name" --nvme-dir "$SCRATCH/$name" --json >/dev/null </dev/null
   /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('measured %.3f s  predicted %.3f s  error %+.1f%%' % (j['measured']['median'], j['predicted'], 100*j['error']))" "$RUNS/$name/validate.json"
 done
