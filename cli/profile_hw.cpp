@@ -25,6 +25,8 @@
 #include <optional>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
@@ -354,14 +356,31 @@ struct InStep {
   std::map<std::string, double> slowdown;
   std::map<std::string, size_t> tasks;  // tasks behind each figure
 };
+
+// Median duration of each task on `lane` (or on the compute lane) over `steps` steps after
+// `warmup` ones of a Trainer.
+std::vector<std::vector<double>> task_durations(engine::Trainer& trainer, int warmup, int steps,
+                                                const std::vector<core::Lane>& lanes) {
+  std::vector<std::vector<double>> durations(trainer.program().tasks().size());
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto st = trainer.step();
+    if (i < warmup) continue;
+    for (const auto& e : st.timeline.events)
+      if (std::find(lanes.begin(), lanes.end(), e.lane) != lanes.end()) durations[size_t(e.task)].push_back(e.end - e.start);
+  }
+  return durations;
+}
+
+core::ModelSpec profile_small_model() {
+  return core::ModelSpec{.name = "profile-small", .layers = 3, .hidden = 96, .heads = 3, .seq = 96, .vocab = 256, .micro_batch = 2};
+}
 InStep measure_in_step(const core::HwProfile& hw, bool quick) {
   core::HwProfile alone = hw;
   alone.node.gpu.kernel_launch = 0;
   alone.node.gpu.in_step_slowdown.clear();
-  core::ModelSpec small{.name = "profile-small", .layers = 3, .hidden = 96, .heads = 3, .seq = 96, .vocab = 256, .micro_batch = 2};
   std::map<std::string, std::pair<double, double>> sums;  // key -> (measured, alone)
   InStep r;
-  for (const auto& model : {models::find_model("gpt-overlap", source_dir()), small}) {
+  for (const auto& model : {models::find_model("gpt-overlap", source_dir()), profile_small_model()}) {
     engine::TrainerOptions o;
     o.model = model;
     o.hw = hw;
@@ -369,14 +388,7 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
     engine::LocalCollectives comm;
     engine::Trainer trainer(o, comm);
     const core::Program& program = trainer.program();
-    std::vector<std::vector<double>> durations(program.tasks().size());
-    const int warmup = 3, steps = quick ? 3 : 10;
-    for (int i = 0; i < warmup + steps; ++i) {
-      auto st = trainer.step();
-      if (i < warmup) continue;
-      for (const auto& e : st.timeline.events)
-        if (e.lane == core::Lane::Compute) durations[size_t(e.task)].push_back(e.end - e.start);
-    }
+    const auto durations = task_durations(trainer, 3, quick ? 3 : 10, {core::Lane::Compute});
     for (const auto& t : program.tasks()) {
       if (durations[size_t(t.id)].empty()) continue;
       if (!core::is_compute(t.kind) && t.kind != core::TaskKind::OptimizerStep) continue;
@@ -389,6 +401,51 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
   for (const auto& [key, s] : sums)
     if (s.second > 0) r.slowdown[key] = std::clamp(s.first / s.second, 0.1, 20.0);
   return r;
+}
+
+// NVMe requests as they run inside a training step, against what the simulator gives them from
+// the store's fits (latency + bytes / bandwidth, queued behind the other lane's requests when the
+// drive serves one at a time): the small GPT above with its parameters and optimizer states on
+// NVMe, 13 steps; per direction, the sum of the requests' median durations over the sum of their
+// simulated ones. The lane threads wait for wake-ups on cores the compute thread keeps busy, and
+// a virtual disk has its own jitter; neither shows when the store is timed alone.
+std::pair<double, double> measure_nvme_in_step(const core::HwProfile& hw, const std::string& nvme_root, bool quick) {
+  const fs::path dir = fs::path(nvme_root) / fmt::format("zinf-profile-step-{}", ::getpid());
+  fs::create_directories(dir);
+  std::vector<std::vector<double>> durations;
+  core::Program program;
+  {
+    engine::TrainerOptions o;
+    o.model = profile_small_model();
+    o.hw = hw;
+    o.nvme_dir = dir.string();
+    o.config = core::parse_run_config(
+        "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: device}\n", "profile-hw");
+    engine::LocalCollectives comm;
+    engine::Trainer trainer(o, comm);
+    program = trainer.program();
+    durations = task_durations(trainer, 3, quick ? 3 : 10, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  const auto predicted = nlohmann::json::parse(sim::run_isolated([&] {
+    const auto report = sim::simulate(program, hw, sim::SimOptions{});
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& e : report.timeline.events)
+      if (e.rank == 0 && (e.lane == core::Lane::NvmeRead || e.lane == core::Lane::NvmeWrite))
+        j[std::to_string(e.task)] = e.end - e.start;
+    return j.dump();
+  }));
+  double measured[2] = {0, 0}, simulated[2] = {0, 0};  // read, write
+  for (const auto& t : program.tasks()) {
+    const auto key = std::to_string(t.id);
+    if (durations[size_t(t.id)].empty() || !predicted.contains(key)) continue;
+    const int w = t.kind == core::TaskKind::NvmeWrite ? 1 : 0;
+    measured[w] += median(durations[size_t(t.id)]);
+    simulated[w] += predicted[key].get<double>();
+  }
+  auto ratio = [](double m, double p) { return p > 0 && m > 0 ? std::clamp(m / p, 0.1, 20.0) : 1.0; };
+  return {ratio(measured[0], simulated[0]), ratio(measured[1], simulated[1])};
 }
 
 // Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
@@ -552,12 +609,16 @@ void run_profile(const ProfileArgs& a) {
   std::fflush(stdout);
   const InStep in_step = measure_in_step(hw, a.quick);
   hw.node.gpu.in_step_slowdown = in_step.slowdown;
+  hw.node.nvme_latency = std::max(disk.read.latency, disk.write.latency) + executor_task;
+  hw.node.pcie_latency = copy.latency + executor_task;
+  const auto [nvme_read_in_step, nvme_write_in_step] = measure_nvme_in_step(hw, a.nvme_dir, a.quick);
   const double per_task = executor_task;
   {
     std::string line;
     for (const auto& [key, f] : in_step.slowdown) line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", key, f);
     fmt::print("  kernels in a step      x their time alone: {}\n", line);
   }
+  fmt::print("  NVMe in a step         x the store's time: read {:.2f}, write {:.2f}\n", nvme_read_in_step, nvme_write_in_step);
 
   // The curves as the profile holds them (filled above for the backend measurement).
   auto curve = [](const core::Curve& c) {
@@ -610,6 +671,8 @@ void run_profile(const ProfileArgs& a) {
                    num(disk.read.latency), num(disk.write.latency));
   y += fmt::format("    serial_requests: {}          # a reader and a writer of 16 KiB requests together: {:.2f} x one alone\n",
                    serial_requests ? "true" : "false", disk.overlap);
+  y += "    # requests inside a training step (a small GPT, parameters and optimizer on NVMe) over the simulated ones\n";
+  y += fmt::format("    in_step_slowdown: {{read: {:.3f}, write: {:.3f}}}\n", nvme_read_in_step, nvme_write_in_step);
   y += "  pcie:\n";
   y += fmt::format("    bandwidth_per_gpu: {}     # fresh buffer filled by a copy, as the GPT backend stages shards\n",
                    num(copy.bandwidth));

@@ -84,6 +84,13 @@ HwProfile read(ConfigReader& r) {
   hw.node.nvme_write_bandwidth = d.positive_number("write_bandwidth", U::BytesPerSecond);
   hw.node.nvme_latency = d.non_negative_number("latency", U::Seconds, 20e-6);
   hw.node.nvme_serial_requests = d.boolean("serial_requests", false);
+  if (auto s = d.maybe_child("in_step_slowdown")) {
+    for (auto [key, into] : {std::pair{"read", &hw.node.nvme_read_in_step}, {"write", &hw.node.nvme_write_in_step}}) {
+      *into = s->positive_number(key, U::Count, 1.0);
+      if (*into < 0.1 || *into > 20) s->fail(key, "must be between 0.1 and 20 (a factor on the request's time alone)");
+    }
+    s->reject_unread();
+  }
 
   auto p = n.child("pcie");
   hw.node.pcie_bandwidth = p.positive_number("bandwidth_per_gpu", U::BytesPerSecond);

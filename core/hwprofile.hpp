@@ -98,6 +98,11 @@ struct NodeSpec {
   // occupies the drive, so concurrent reads and writes queue behind each other instead of
   // overlapping their latencies. Measured by profile-hw; false for NVMe with deep queues.
   bool nvme_serial_requests = false;
+  // How many times longer a read or write request takes inside a training step than the store
+  // alone gives it (latency + bytes / bandwidth, queued as above): the lane threads' wake-ups on
+  // busy cores, the drive's own jitter. Measured by profile-hw on the CPU backend; default 1.
+  double nvme_read_in_step = 1.0;
+  double nvme_write_in_step = 1.0;
 
   // Host↔device bandwidth per GPU when every GPU of the node moves data at once.
   double pcie_bandwidth_all_active() const;

@@ -189,8 +189,8 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
       return task_kernel_seconds(n.gpu, p, t);
     case TaskKind::CopyH2D:
     case TaskKind::CopyD2H: return n.pcie_latency + t.bytes / n.pcie_bandwidth_all_active();
-    case TaskKind::NvmeRead: return n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / G);
-    case TaskKind::NvmeWrite: return n.nvme_latency + t.bytes / (n.nvme_write_bandwidth / G);
+    case TaskKind::NvmeRead: return n.nvme_read_in_step * (n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / G));
+    case TaskKind::NvmeWrite: return n.nvme_write_in_step * (n.nvme_latency + t.bytes / (n.nvme_write_bandwidth / G));
     case TaskKind::AllGather:
     case TaskKind::ReduceScatter:
     case TaskKind::AllReduce:

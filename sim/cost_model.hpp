@@ -31,6 +31,7 @@ public:
   double pcie_latency() const { return hw_.node.pcie_latency; }
   double nvme_latency() const { return hw_.node.nvme_latency; }
   bool nvme_serial_requests() const { return hw_.node.nvme_serial_requests; }
+  double nvme_in_step(bool read) const { return read ? hw_.node.nvme_read_in_step : hw_.node.nvme_write_in_step; }
   double nvlink_latency() const { return hw_.node.nvlink_latency; }
   double fabric_latency() const { return hw_.fabric.latency; }
 

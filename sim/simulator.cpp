@@ -239,11 +239,13 @@ private:
       case TaskKind::NvmeWrite: {
         if (t.bytes <= 0) break;
         auto* disk = platform_.nvme(platform_.node_of(rank));
-        double amount = t.bytes;
+        const bool read = t.kind == TaskKind::NvmeRead;
+        const double slowdown = cost_.nvme_in_step(read);
+        double amount = t.bytes * slowdown;
         if (cost_.nvme_serial_requests())  // the latency occupies the drive: as many bytes as it could move meanwhile
-          amount += cost_.nvme_latency() * (t.kind == TaskKind::NvmeRead ? disk->get_read_bandwidth() : disk->get_write_bandwidth());
+          amount += slowdown * cost_.nvme_latency() * (read ? disk->get_read_bandwidth() : disk->get_write_bandwidth());
         else
-          latency(cost_.nvme_latency());
+          latency(slowdown * cost_.nvme_latency());
         ++activities_;
         auto bytes = static_cast<sg_size_t>(amount);
         (t.kind == TaskKind::NvmeRead ? disk->read_async(bytes) : disk->write_async(bytes))->wait();

@@ -28,6 +28,7 @@ struct Hw {
   std::string adam = "4e9";
   std::string nvme_read = "20 GB/s", nvme_write = "20 GB/s", nvme_latency = "20 us";
   bool nvme_serial = false;
+  std::string nvme_in_step = "{read: 1, write: 1}";
   std::string pcie = "16 GB/s", pcie_latency = "2 us";
   int per_switch = 1;
   std::string uplink = "0";
@@ -36,7 +37,7 @@ struct Hw {
            ", memory_bandwidth: " + hbm + ", kernel_launch: " + launch + ", gemm_efficiency: " + gemm +
            ", elementwise_efficiency: 1.0}\n  host: {memory: 1 TB, memory_bandwidth: " + host_bw +
            ", cores: 32, adam_params_per_s: " + adam + "}\n  nvme: {capacity: 10 TB, read_bandwidth: " + nvme_read +
-           ", write_bandwidth: " + nvme_write + ", latency: " + nvme_latency + ", serial_requests: " + (nvme_serial ? "true" : "false") + "}\n  pcie: {bandwidth_per_gpu: " + pcie +
+           ", write_bandwidth: " + nvme_write + ", latency: " + nvme_latency + ", serial_requests: " + (nvme_serial ? "true" : "false") + ", in_step_slowdown: " + nvme_in_step + "}\n  pcie: {bandwidth_per_gpu: " + pcie +
            ", latency: " + pcie_latency + ", gpus_per_switch: " + std::to_string(per_switch) + ", switch_uplink: " + uplink +
            "}\n  nvlink: {bandwidth_per_gpu: 100 GB/s}\n  nic: {count: 1, bandwidth: 25 GB/s}\n";
   }
@@ -100,6 +101,14 @@ TEST_CASE("an NVMe-bound step takes the bytes read and written at the drives' ba
   REQUIRE(bytes > 0);
   auto r = simulate_in_child(pr.program, hw);
   CHECK(r.step_time == Approx(bytes / 0.5e9).epsilon(0.01));
+
+  // Requests measured 3x slower inside a step than the store alone: the NVMe-bound step with them.
+  h.nvme_in_step = "{read: 3, write: 3}";
+  const auto slowed = h.profile();
+  CHECK(slowed.node.nvme_read_in_step == 3.0);
+  CHECK(simulate_in_child(pr.program, slowed).step_time == Approx(3 * bytes / 0.5e9).epsilon(0.01));
+  h.nvme_in_step = "{read: 3, sideways: 2}";
+  CHECK_THROWS_WITH(h.profile(), Catch::Contains("in_step_slowdown.sideways"));
 }
 
 TEST_CASE("a drive that serves one request at a time holds each request's latency against all others") {

@@ -100,6 +100,15 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(hw.node.gpu.gemm_forward_efficiency.points.size() == hw.node.gpu.gemm_efficiency.points.size());
   CHECK(hw.node.gpu.attention_forward_efficiency.points.size() >= 2);
   CHECK(hw.node.gpu.attention_backward_efficiency.points.size() >= 2);
+  // Kernels inside a step, per kind, from the two calibration models: every kind a GPT runs.
+  for (const char* key : {"linear_forward", "linear_backward", "attention_forward", "attention_backward", "layernorm_forward",
+                          "gelu_backward", "residual_forward", "loss_forward", "optimizer"}) {
+    INFO(key);
+    CHECK(hw.node.gpu.in_step_slowdown.count(key) == 1);
+    CHECK((hw.node.gpu.in_step(key) >= 0.1 && hw.node.gpu.in_step(key) <= 20));
+  }
+  CHECK(hw.node.nvme_read_in_step > 0);
+  CHECK(hw.node.nvme_write_in_step > 0);
   CHECK(hw.node.host_memory > 0);
   CHECK(hw.node.cpu_cores >= 1);
   CHECK(hw.node.cpu_adam_rate > 0);
