@@ -357,8 +357,8 @@ struct InStep {
   std::map<std::string, size_t> tasks;  // tasks behind each figure
 };
 
-// Median duration of each task on `lane` (or on the compute lane) over `steps` steps after
-// `warmup` ones of a Trainer.
+// Durations of each task that ran on one of `lanes`, by task id, over `steps` steps of a Trainer
+// after `warmup` ones.
 std::vector<std::vector<double>> task_durations(engine::Trainer& trainer, int warmup, int steps,
                                                 const std::vector<core::Lane>& lanes) {
   std::vector<std::vector<double>> durations(trainer.program().tasks().size());
