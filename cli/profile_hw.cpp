@@ -510,6 +510,49 @@ std::optional<LinearFit> measure_collectives() {
   return f;
 }
 
+// How far ranks sharing these cores drift apart: the small GPT with parameters and optimizer in
+// host memory, trained by `zinf validate` under mpirun at 2 and 4 ranks against its simulation on
+// `profile_yaml` (this profile without the drift). The comm lane's measured busy time beyond the
+// simulated one is time its collectives waited for a late rank; per second of simulated compute,
+// it is the curve's value at that rank count (the simulator adds it to each collective, in
+// proportion to the compute done since the previous one).
+core::Curve measure_rank_skew(const std::string& profile_yaml, const std::string& scratch_root, bool quick) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("zinf-profile-skew-{}", ::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir / "profile.yaml") << profile_yaml;
+  const auto m = profile_small_model();
+  std::ofstream(dir / "model.yaml") << fmt::format("name: {}\nlayers: {}\nhidden: {}\nheads: {}\nseq: {}\nvocab: {}\nmicro_batch: {}\n",
+                                                  m.name, m.layers, m.hidden, m.heads, m.seq, m.vocab, m.micro_batch);
+  std::ofstream(dir / "config.yaml")
+      << "zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\nactivation_checkpoint: {interval: 1, tier: host}\n";
+  char self[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  core::Curve skew;
+  if (len <= 0) return skew;
+  self[len] = 0;
+  for (int ranks : quick ? std::vector<int>{2} : std::vector<int>{2, 4}) {
+    const fs::path out = dir / fmt::format("ranks{}", ranks);
+    const std::string cmd = fmt::format(
+        "'{}' validate --model '{}' --hw '{}' --config '{}' --ranks {} --steps {} --warmup 3 --out-dir '{}' --nvme-dir '{}' --json "
+        "> '{}' 2>&1 < /dev/null",
+        self, (dir / "model.yaml").string(), (dir / "profile.yaml").string(), (dir / "config.yaml").string(), ranks,
+        quick ? 6 : 13, out.string(), (fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid())).string(),
+        (dir / fmt::format("ranks{}.log", ranks)).string());
+    if (std::system(cmd.c_str()) != 0) break;
+    std::ifstream in(out / "validate.json");
+    if (!in) break;
+    const auto j = nlohmann::json::parse(in);
+    const double comm_measured = j["lanes"]["comm"]["measured"], comm_predicted = j["lanes"]["comm"]["predicted"];
+    const double compute = j["lanes"]["compute"]["predicted"];
+    if (compute <= 0) break;
+    skew.points.push_back({double(ranks), std::clamp((comm_measured - comm_predicted) / compute, 0.0, 10.0)});
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::remove_all(fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid()), ec);
+  return skew;
+}
+
 // ---- the profile --------------------------------------------------------------------------------
 
 std::string num(double v) { return fmt::format("{:.4g}", v); }
@@ -628,61 +671,77 @@ void run_profile(const ProfileArgs& a) {
   };
   const auto& gpu = hw.node.gpu;
   const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
-  std::string y;
-  y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
-  y += "# code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe\n";
-  y += "# is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between\n";
-  y += "# local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw.\n";
-  y += fmt::format("name: {}\n", a.name);
-  y += fmt::format("description: measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}\n", cores,
-                   blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
-  y += "sources:\n  - zinf profile-hw\n";
-  y += "node:\n  gpus: 1\n  gpu:\n    name: cpu-arena\n";
-  y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
-  y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
-  y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
-  y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task (no-op backend)\n", num(per_task));
-  y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
-  y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
-  y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
-                   gpu.elementwise_efficiency);
-  y += fmt::format("    vector_flops: {}          # layernorm and GELU, graph-counted FLOPs (geometric mean)\n",
-                   num(elementwise.vector_flops));
-  y += "    # attention core by head size, graph-counted FLOPs, of peak_flops\n";
-  y += fmt::format("    attention_forward_efficiency: [{}]\n", curve(gpu.attention_forward_efficiency));
-  y += fmt::format("    attention_backward_efficiency: [{}]\n", curve(gpu.attention_backward_efficiency));
-  y += "    # each kind of kernel inside a training step over the same kernel alone (gpt-overlap and a small GPT,\n";
-  y += "    # every state on the device; the backend's own work per task included)\n";
-  y += "    in_step_slowdown:\n";
-  for (const auto& [key, f] : gpu.in_step_slowdown)
-    y += fmt::format("      {}: {:.3f}{}# {} tasks\n", key, f, std::string(std::max<size_t>(1, 20 - key.size()), ' '), in_step.tasks.at(key));
-  y += "  host:\n";
-  y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
-  y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
-  y += "    device_shares_cores: true        # the CPU backend: compute, Adam and copies share these cores\n";
-  y += fmt::format("    parallel_throughput: {:.2f}      # one-thread GEMM rates that {} busy threads deliver together\n",
-                   throughput, cores);
-  y += fmt::format("    background_threads: {:.2f}       # other processes' runnable threads while measuring (spinning threads' CPU share)\n",
-                   background);
-  y += "  nvme:\n";
-  y += fmt::format("    capacity: {}\n    drives: 1\n", num(nvme_capacity));
-  y += fmt::format("    read_bandwidth: {}\n    write_bandwidth: {}\n", num(disk.read.bandwidth), num(disk.write.bandwidth));
-  y += fmt::format("    latency: {}               # per request (read {}, write {})\n", num(nvme_latency + per_task),
-                   num(disk.read.latency), num(disk.write.latency));
-  y += fmt::format("    serial_requests: {}          # a reader and a writer of 16 KiB requests together: {:.2f} x one alone\n",
-                   serial_requests ? "true" : "false", disk.overlap);
-  y += "    # requests inside a training step (a small GPT, parameters and optimizer on NVMe) over the simulated ones\n";
-  y += fmt::format("    in_step_slowdown: {{read: {:.3f}, write: {:.3f}}}\n", nvme_read_in_step, nvme_write_in_step);
-  y += "  pcie:\n";
-  y += fmt::format("    bandwidth_per_gpu: {}     # fresh buffer filled by a copy, as the GPT backend stages shards\n",
-                   num(copy.bandwidth));
-  y += fmt::format("    latency: {}\n", num(copy.latency + per_task));
-  y += "  nvlink:                      # ranks on this machine exchange through MPI shared memory\n";
-  y += fmt::format("    bandwidth_per_gpu: {}\n    latency: {}\n", num(link.bandwidth), num(link.latency + per_task));
-  y += "  nic:\n    count: 1\n";
-  y += fmt::format("    bandwidth: {}             # no network: the local MPI rate\n", num(link.bandwidth));
-  y += fmt::format("fabric:\n  topology: full\n  latency: {}\n", num(link.latency + per_task));
-  y += "reserve:\n  gpu: 0.0\n  host: 0.25\n  nvme: 0.05\n";
+  auto render = [&](const core::Curve& skew) {
+    std::string y;
+    y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
+    y += "# code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe\n";
+    y += "# is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between\n";
+    y += "# local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw.\n";
+    y += fmt::format("name: {}\n", a.name);
+    y += fmt::format("description: measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}\n", cores,
+                     blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
+    y += "sources:\n  - zinf profile-hw\n";
+    y += "node:\n  gpus: 1\n  gpu:\n    name: cpu-arena\n";
+    y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
+    y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
+    y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
+    y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task (no-op backend)\n", num(per_task));
+    y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
+    y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
+    y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
+                     gpu.elementwise_efficiency);
+    y += fmt::format("    vector_flops: {}          # layernorm and GELU, graph-counted FLOPs (geometric mean)\n",
+                     num(elementwise.vector_flops));
+    y += "    # attention core by head size, graph-counted FLOPs, of peak_flops\n";
+    y += fmt::format("    attention_forward_efficiency: [{}]\n", curve(gpu.attention_forward_efficiency));
+    y += fmt::format("    attention_backward_efficiency: [{}]\n", curve(gpu.attention_backward_efficiency));
+    y += "    # each kind of kernel inside a training step over the same kernel alone (gpt-overlap and a small GPT,\n";
+    y += "    # every state on the device; the backend's own work per task included)\n";
+    y += "    in_step_slowdown:\n";
+    for (const auto& [key, f] : gpu.in_step_slowdown)
+      y += fmt::format("      {}: {:.3f}{}# {} tasks\n", key, f, std::string(std::max<size_t>(1, 20 - key.size()), ' '), in_step.tasks.at(key));
+    y += "  host:\n";
+    y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
+    y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
+    y += "    device_shares_cores: true        # the CPU backend: compute, Adam and copies share these cores\n";
+    y += fmt::format("    parallel_throughput: {:.2f}      # one-thread GEMM rates that {} busy threads deliver together\n",
+                     throughput, cores);
+    y += fmt::format("    background_threads: {:.2f}       # other processes' runnable threads while measuring (spinning threads' CPU share)\n",
+                     background);
+    if (!skew.points.empty())
+      y += fmt::format("    rank_skew: [{}]   # [ranks, s a collective waits per s of compute since the last one] (a small GPT under mpirun)\n",
+                       curve(skew));
+    y += "  nvme:\n";
+    y += fmt::format("    capacity: {}\n    drives: 1\n", num(nvme_capacity));
+    y += fmt::format("    read_bandwidth: {}\n    write_bandwidth: {}\n", num(disk.read.bandwidth), num(disk.write.bandwidth));
+    y += fmt::format("    latency: {}               # per request (read {}, write {})\n", num(nvme_latency + per_task),
+                     num(disk.read.latency), num(disk.write.latency));
+    y += fmt::format("    serial_requests: {}          # a reader and a writer of 16 KiB requests together: {:.2f} x one alone\n",
+                     serial_requests ? "true" : "false", disk.overlap);
+    y += "    # requests inside a training step (a small GPT, parameters and optimizer on NVMe) over the simulated ones\n";
+    y += fmt::format("    in_step_slowdown: {{read: {:.3f}, write: {:.3f}}}\n", nvme_read_in_step, nvme_write_in_step);
+    y += "  pcie:\n";
+    y += fmt::format("    bandwidth_per_gpu: {}     # fresh buffer filled by a copy, as the GPT backend stages shards\n",
+                     num(copy.bandwidth));
+    y += fmt::format("    latency: {}\n", num(copy.latency + per_task));
+    y += "  nvlink:                      # ranks on this machine exchange through MPI shared memory\n";
+    y += fmt::format("    bandwidth_per_gpu: {}\n    latency: {}\n", num(link.bandwidth), num(link.latency + per_task));
+    y += "  nic:\n    count: 1\n";
+    y += fmt::format("    bandwidth: {}             # no network: the local MPI rate\n", num(link.bandwidth));
+    y += fmt::format("fabric:\n  topology: full\n  latency: {}\n", num(link.latency + per_task));
+    y += "reserve:\n  gpu: 0.0\n  host: 0.25\n  nvme: 0.05\n";
+    return y;
+  };
+
+  // Ranks drifting apart: measured against a simulation on the profile so far (without it).
+  core::Curve skew;
+  if (coll) {
+    skew = measure_rank_skew(render(skew), a.nvme_dir, a.quick);
+    std::string line;
+    for (const auto& [n, k] : skew.points) line += fmt::format("{}{} ranks {:.2f}", line.empty() ? "" : ", ", n, k);
+    fmt::print("  ranks drifting apart   s waited per s of compute between collectives: {}\n", line.empty() ? "not measured" : line);
+  }
+  const std::string y = render(skew);
 
   // What we write must load.
   core::parse_hwprofile(y, a.out);

@@ -76,6 +76,12 @@ HwProfile read(ConfigReader& r) {
   hw.node.device_shares_host_cores = h.boolean("device_shares_cores", false);
   hw.node.background_threads = h.non_negative_number("background_threads", U::Count, 0);
   hw.node.parallel_throughput = h.non_negative_number("parallel_throughput", U::Count, 0);
+  if (h.has("rank_skew")) {
+    hw.node.rank_skew.points = h.curve("rank_skew");
+    for (const auto& [ranks, wait] : hw.node.rank_skew.points)
+      if (ranks < 1 || wait < 0 || wait > 10)
+        h.fail("rank_skew", "expected [[ranks >= 1, seconds waited per second of compute in [0, 10]], ...]");
+  }
 
   auto d = n.child("nvme");
   hw.node.nvme_capacity = d.positive_number("capacity", U::Bytes);

@@ -77,6 +77,11 @@ struct NodeSpec {
   // runs a compute thread (measured; 0: cpu_cores). Below cpu_cores where virtual cores share a
   // physical one (SMT siblings) or the host throttles: then N busy threads each run slower.
   double parallel_throughput = 0;
+  // With device_shares_host_cores: how long a collective waits for its slowest rank, per second of
+  // compute each rank did since its previous collective, as a curve over the ranks on the node.
+  // Ranks sharing cores drift apart (the scheduler runs some while others wait) and every
+  // collective waits for the last one. Measured by profile-hw under mpirun; empty: no drift.
+  Curve rank_skew;
   double core_capacity() const { return parallel_throughput > 0 ? parallel_throughput : double(std::max(1, cpu_cores)); }
   // The share of one core a single thread got while the profile measured its rates (with
   // background_threads competing): every rate above is that of one thread at this share.

@@ -30,6 +30,12 @@ public:
 
   double pcie_latency() const { return hw_.node.pcie_latency; }
   double nvme_latency() const { return hw_.node.nvme_latency; }
+  // Seconds a collective over `ranks` ranks of one node waits per second of compute since the
+  // previous one (CPU backend profiles only).
+  double rank_skew(int ranks) const {
+    const auto& c = hw_.node.rank_skew;
+    return hw_.node.device_shares_host_cores && ranks > 1 && !c.points.empty() ? c.at(double(ranks)) : 0.0;
+  }
   bool nvme_serial_requests() const { return hw_.node.nvme_serial_requests; }
   double nvme_in_step(bool read) const { return read ? hw_.node.nvme_read_in_step : hw_.node.nvme_write_in_step; }
   double nvlink_latency() const { return hw_.node.nvlink_latency; }

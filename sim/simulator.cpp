@@ -37,6 +37,7 @@ struct RankState {
   std::array<double, kTiers> live{};
   std::array<double, kTiers> peak{};
   double flops = 0;
+  double compute_since_sync = 0;                // kernel seconds since the rank's last collective
   bool record = false;
 };
 
@@ -223,7 +224,12 @@ private:
     switch (t.kind) {
       case TaskKind::Forward:
       case TaskKind::Recompute:
-      case TaskKind::Backward: host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(program_, t)); break;
+      case TaskKind::Backward: {
+        const double seconds = cost_.kernel_seconds(program_, t);
+        ranks_state_[static_cast<size_t>(rank)].compute_since_sync += seconds;
+        host_work(rank, platform_.gpu(rank), seconds);
+        break;
+      }
       case TaskKind::CopyH2D:
       case TaskKind::CopyD2H:
         // A host<->device copy on the CPU backend is a memcpy by the lane's thread, not a DMA.
@@ -288,6 +294,16 @@ private:
       return;
     }
     const int G = std::min(platform_.gpus_per_node(), ranks_);
+    // Ranks that share cores drift apart between collectives: the last one arrives late by the
+    // profile's share of the compute they did since the previous one.
+    if (const double skew = cost_.rank_skew(G); skew > 0) {
+      double since = 0;
+      for (auto& rs : ranks_state_) {
+        since += rs.compute_since_sync / double(ranks_state_.size());
+        rs.compute_since_sync = 0;
+      }
+      latency(skew * since);
+    }
     auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root)}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
     if (fold_) phases = fold(phases, G);

@@ -5,6 +5,7 @@
 // at the rate the profile measured; a GPU profile is untouched by both fields. Each simulation
 // runs in a child process (one SimGrid engine per process).
 #include <catch2/catch.hpp>
+#include <sstream>
 #include <string>
 
 #include "core/plan.hpp"
@@ -18,19 +19,24 @@ using namespace zinf;
 namespace {
 
 // Compute-bound by construction: every transfer path is far faster than the kernels.
-core::HwProfile profile(bool shared, int cores, double background, double throughput = 0) {
+core::HwProfile profile(bool shared, int cores, double background, double throughput = 0, const std::string& skew = "") {
   const std::string yaml =
       "name: shared-test\nnode:\n  gpus: 1\n  gpu: {name: cpu-arena, memory: 32 GB, peak_flops: 100 GFLOP/s, memory_bandwidth: "
       "1000 TB/s, kernel_launch: 0 us, elementwise_efficiency: 1.0}\n  host: {memory: 1 TB, memory_bandwidth: 1000 TB/s, "
       "cores: " + std::to_string(cores) + ", adam_params_per_s: 1e15, device_shares_cores: " + (shared ? "true" : "false") +
       ", background_threads: " + std::to_string(background) + ", parallel_throughput: " + std::to_string(throughput) +
-      "}\n  nvme: {capacity: 10 TB, read_bandwidth: 1000 TB/s, write_bandwidth: 1000 TB/s, latency: 0 us}\n"
+      (skew.empty() ? std::string() : ", rank_skew: " + skew) + "}\n  nvme: {capacity: 10 TB, read_bandwidth: 1000 TB/s, write_bandwidth: 1000 TB/s, latency: 0 us}\n"
       "  pcie: {bandwidth_per_gpu: 1000 TB/s, latency: 0 us}\n  nvlink: {bandwidth_per_gpu: 1000 TB/s, latency: 0 us}\n"
       "  nic: {count: 1, bandwidth: 1000 TB/s}\nfabric: {topology: full, latency: 0 us}\n";
   return core::parse_hwprofile(yaml, "shared-test.yaml");
 }
 
-double step(const core::HwProfile& one_rank_hw, int ranks) {
+struct Step {
+  double seconds = 0;
+  core::LaneSeconds lanes{};  // rank 0's busy time per lane
+};
+
+Step run(const core::HwProfile& one_rank_hw, int ranks) {
   const auto hw = core::colocate(one_rank_hw, ranks);
   const auto spec = core::parse_model_spec("name: t\nlayers: 2\nhidden: 256\nheads: 4\nseq: 128\nvocab: 256\nmicro_batch: 2\n",
                                            "t.yaml");
@@ -40,9 +46,20 @@ double step(const core::HwProfile& one_rank_hw, int ranks) {
   const auto pr = core::make_plan(models::build_gpt(spec), hw, cfg, ranks);
   sim::SimOptions o;
   o.fold_symmetric_nodes = false;
-  return sim::report_from_json(sim::run_isolated([&] { return sim::report_to_json(sim::simulate(pr.program, hw, o)); }))
-      .step_time;
+  const auto text = sim::run_isolated([&] {
+    const auto r = sim::simulate(pr.program, hw, o);
+    std::string out = std::to_string(r.step_time);
+    for (double b : core::lane_busy(r.timeline)) out += " " + std::to_string(b);
+    return out;
+  });
+  Step s;
+  std::istringstream in(text);
+  in >> s.seconds;
+  for (auto& b : s.lanes) in >> b;
+  return s;
 }
+
+double step(const core::HwProfile& one_rank_hw, int ranks) { return run(one_rank_hw, ranks).seconds; }
 
 }  // namespace
 
@@ -88,4 +105,20 @@ TEST_CASE("cores that deliver less together than apart slow every busy rank by t
   CHECK(step(profile(true, 2, 0, 1.2), 2) == Approx(one / 0.6).epsilon(0.03));
   // The full throughput is the same as leaving the field out.
   CHECK(step(profile(true, 2, 0, 2.0), 2) == Approx(one).epsilon(0.02));
+}
+
+TEST_CASE("ranks on shared cores drift apart: each collective waits the profile's share of the compute before it") {
+  // rank_skew 0.5 at 2 ranks: the comm lane gains half the compute seconds of the step, and the
+  // step grows; one rank, and a GPU profile, are untouched.
+  const auto plain = run(profile(true, 2, 0.0), 2);
+  const auto skewed = run(profile(true, 2, 0.0, 0, "[[2, 0.5], [4, 1.0]]"), 2);
+  const auto compute = static_cast<size_t>(core::Lane::Compute), comm = static_cast<size_t>(core::Lane::Comm);
+  REQUIRE(plain.lanes[compute] > 0);
+  CHECK(skewed.lanes[compute] == Approx(plain.lanes[compute]).epsilon(1e-6));
+  CHECK(skewed.lanes[comm] - plain.lanes[comm] == Approx(0.5 * plain.lanes[compute]).epsilon(0.05));
+  CHECK(skewed.seconds > plain.seconds * 1.05);
+  CHECK(run(profile(true, 2, 0.0, 0, "[[2, 0.5]]"), 1).seconds == Approx(run(profile(true, 2, 0.0), 1).seconds));
+  CHECK(step(profile(false, 2, 0.0, 0, "[[2, 0.5]]"), 2) == Approx(step(profile(false, 2, 0.0), 2)));
+  CHECK(profile(true, 2, 0.0, 0, "[[2, 0.5], [4, 1.0]]").node.rank_skew.at(3) == Approx(0.75));
+  CHECK_THROWS_WITH(profile(true, 2, 0.0, 0, "[[2, -0.5]]"), Catch::Contains("rank_skew"));
 }
