@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -357,18 +358,39 @@ struct InStep {
   std::map<std::string, size_t> tasks;  // tasks behind each figure
 };
 
-// Durations of each task that ran on one of `lanes`, by task id, over `steps` steps of a Trainer
-// after `warmup` ones.
-std::vector<std::vector<double>> task_durations(engine::Trainer& trainer, int warmup, int steps,
-                                                const std::vector<core::Lane>& lanes) {
-  std::vector<std::vector<double>> durations(trainer.program().tasks().size());
+// What a Trainer's steps show, over `steps` steps after `warmup` ones: each task's durations on
+// the chosen lanes (by task id), and per step the mean dispatch delay of its tasks: from the
+// moment a task could start (its dependencies and the task before it on its lane ended) to its
+// start. Alone, that delay is the Executor's hand-off; in a step it includes waiting for a core.
+struct StepTasks {
+  std::vector<std::vector<double>> durations;
+  std::vector<double> dispatch;  // seconds, mean per task, one per step
+};
+StepTasks step_tasks(engine::Trainer& trainer, int warmup, int steps, const std::vector<core::Lane>& lanes) {
+  const core::Program& program = trainer.program();
+  StepTasks r;
+  r.durations.resize(program.tasks().size());
   for (int i = 0; i < warmup + steps; ++i) {
     auto st = trainer.step();
     if (i < warmup) continue;
-    for (const auto& e : st.timeline.events)
-      if (std::find(lanes.begin(), lanes.end(), e.lane) != lanes.end()) durations[size_t(e.task)].push_back(e.end - e.start);
+    std::vector<double> end(program.tasks().size(), -1.0);
+    for (const auto& e : st.timeline.events) {
+      end[size_t(e.task)] = e.end;
+      if (std::find(lanes.begin(), lanes.end(), e.lane) != lanes.end()) r.durations[size_t(e.task)].push_back(e.end - e.start);
+    }
+    auto events = st.timeline.events;
+    std::sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.start < y.start; });
+    std::array<double, core::kLaneCount> lane_free{};
+    double delay = 0;
+    for (const auto& e : events) {
+      double ready = lane_free[size_t(e.lane)];
+      for (int32_t d : program.deps(program.task(e.task))) ready = std::max(ready, end[size_t(d)]);
+      delay += std::max(0.0, e.start - ready);
+      lane_free[size_t(e.lane)] = e.end;
+    }
+    if (!events.empty()) r.dispatch.push_back(delay / double(events.size()));
   }
-  return durations;
+  return r;
 }
 
 core::ModelSpec profile_small_model() {
@@ -388,7 +410,7 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
     engine::LocalCollectives comm;
     engine::Trainer trainer(o, comm);
     const core::Program& program = trainer.program();
-    const auto durations = task_durations(trainer, 3, quick ? 3 : 10, {core::Lane::Compute});
+    const auto durations = step_tasks(trainer, 3, quick ? 3 : 10, {core::Lane::Compute}).durations;
     for (const auto& t : program.tasks()) {
       if (durations[size_t(t.id)].empty()) continue;
       if (!core::is_compute(t.kind) && t.kind != core::TaskKind::OptimizerStep) continue;
@@ -403,16 +425,24 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
   return r;
 }
 
-// NVMe requests as they run inside a training step, against what the simulator gives them from
-// the store's fits (latency + bytes / bandwidth, queued behind the other lane's requests when the
-// drive serves one at a time): the small GPT above with its parameters and optimizer states on
-// NVMe, 13 steps; per direction, the sum of the requests' median durations over the sum of their
-// simulated ones. The lane threads wait for wake-ups on cores the compute thread keeps busy, and
-// a virtual disk has its own jitter; neither shows when the store is timed alone.
-std::pair<double, double> measure_nvme_in_step(const core::HwProfile& hw, const std::string& nvme_root, bool quick) {
+// NVMe requests and the Executor's hand-off as they run inside a training step: the small GPT
+// above with its parameters and optimizer on NVMe, 13 steps.
+// - The hand-off: the mean dispatch delay of its tasks (StepTasks), median over the steps. Alone
+//   (the no-op backend) it is a few microseconds; in a step the woken lane thread often waits for
+//   one of the cores the compute thread and the other lanes keep busy.
+// - The requests: per direction, the sum of their median durations over the sum of those the
+//   simulator gives the same Program on `hw` with that hand-off (latency + bytes / bandwidth,
+//   queued behind the other lane's requests when the drive serves one at a time). A virtual disk
+//   has its own jitter, which the store alone does not show.
+struct NvmeInStep {
+  double read = 1, write = 1;
+  double dispatch = 0;  // seconds per task
+};
+NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double copy_latency, const std::string& nvme_root,
+                                bool quick) {
   const fs::path dir = fs::path(nvme_root) / fmt::format("zinf-profile-step-{}", ::getpid());
   fs::create_directories(dir);
-  std::vector<std::vector<double>> durations;
+  StepTasks seen;
   core::Program program;
   {
     engine::TrainerOptions o;
@@ -424,10 +454,15 @@ std::pair<double, double> measure_nvme_in_step(const core::HwProfile& hw, const 
     engine::LocalCollectives comm;
     engine::Trainer trainer(o, comm);
     program = trainer.program();
-    durations = task_durations(trainer, 3, quick ? 3 : 10, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
+    seen = step_tasks(trainer, 3, quick ? 3 : 10, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
+  NvmeInStep r;
+  r.dispatch = seen.dispatch.empty() ? hw.node.gpu.kernel_launch : median(seen.dispatch);
+  hw.node.gpu.kernel_launch = r.dispatch;
+  hw.node.nvme_latency = disk_latency + r.dispatch;
+  hw.node.pcie_latency = copy_latency + r.dispatch;
   const auto predicted = nlohmann::json::parse(sim::run_isolated([&] {
     const auto report = sim::simulate(program, hw, sim::SimOptions{});
     nlohmann::json j = nlohmann::json::object();
@@ -439,13 +474,15 @@ std::pair<double, double> measure_nvme_in_step(const core::HwProfile& hw, const 
   double measured[2] = {0, 0}, simulated[2] = {0, 0};  // read, write
   for (const auto& t : program.tasks()) {
     const auto key = std::to_string(t.id);
-    if (durations[size_t(t.id)].empty() || !predicted.contains(key)) continue;
+    if (seen.durations[size_t(t.id)].empty() || !predicted.contains(key)) continue;
     const int w = t.kind == core::TaskKind::NvmeWrite ? 1 : 0;
-    measured[w] += median(durations[size_t(t.id)]);
+    measured[w] += median(seen.durations[size_t(t.id)]);
     simulated[w] += predicted[key].get<double>();
   }
   auto ratio = [](double m, double p) { return p > 0 && m > 0 ? std::clamp(m / p, 0.1, 20.0) : 1.0; };
-  return {ratio(measured[0], simulated[0]), ratio(measured[1], simulated[1])};
+  r.read = ratio(measured[0], simulated[0]);
+  r.write = ratio(measured[1], simulated[1]);
+  return r;
 }
 
 // Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
@@ -651,14 +688,15 @@ void run_profile(const ProfileArgs& a) {
   }
   hw.node.gpu.elementwise_efficiency = std::clamp(elem / membw, 0.001, 1.0);
   hw.node.gpu.vector_flops = elementwise.vector_flops;
-  fmt::print("  Executor, per task     {} (no-op backend)\n", core::format_seconds(executor_task));
   std::fflush(stdout);
   const InStep in_step = measure_in_step(hw, a.quick);
   hw.node.gpu.in_step_slowdown = in_step.slowdown;
-  hw.node.nvme_latency = std::max(disk.read.latency, disk.write.latency) + executor_task;
-  hw.node.pcie_latency = copy.latency + executor_task;
-  const auto [nvme_read_in_step, nvme_write_in_step] = measure_nvme_in_step(hw, a.nvme_dir, a.quick);
-  const double per_task = executor_task;
+  const NvmeInStep nvme_step =
+      measure_nvme_in_step(hw, std::max(disk.read.latency, disk.write.latency), copy.latency, a.nvme_dir, a.quick);
+  const double nvme_read_in_step = nvme_step.read, nvme_write_in_step = nvme_step.write;
+  const double per_task = nvme_step.dispatch;
+  fmt::print("  Executor, per task     {} alone (no-op backend), {} in a step (a small GPT with states on NVMe)\n",
+             core::format_seconds(executor_task), core::format_seconds(per_task));
   {
     std::string line;
     for (const auto& [key, f] : in_step.slowdown) line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", key, f);
@@ -688,7 +726,8 @@ void run_profile(const ProfileArgs& a) {
     y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
     y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
     y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
-    y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task (no-op backend)\n", num(per_task));
+    y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task in a step ({} alone, with a no-op backend)\n",
+                   num(per_task), num(executor_task));
     y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
     y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
     y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",

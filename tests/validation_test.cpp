@@ -107,6 +107,9 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
     CHECK(hw.node.gpu.in_step_slowdown.count(key) == 1);
     CHECK((hw.node.gpu.in_step(key) >= 0.1 && hw.node.gpu.in_step(key) <= 20));
   }
+  // The hand-off per task measured in a step is part of every transfer's latency.
+  CHECK(hw.node.nvme_latency > hw.node.gpu.kernel_launch);
+  CHECK(hw.node.pcie_latency >= hw.node.gpu.kernel_launch);
   CHECK(hw.node.nvme_read_in_step > 0);
   CHECK(hw.node.nvme_write_in_step > 0);
   CHECK(hw.node.host_memory > 0);
