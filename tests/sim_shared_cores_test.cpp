@@ -48,9 +48,11 @@ Step run(const core::HwProfile& one_rank_hw, int ranks) {
   o.fold_symmetric_nodes = false;
   const auto text = sim::run_isolated([&] {
     const auto r = sim::simulate(pr.program, hw, o);
-    std::string out = std::to_string(r.step_time);
-    for (double b : core::lane_busy(r.timeline)) out += " " + std::to_string(b);
-    return out;
+    std::ostringstream out;
+    out.precision(17);
+    out << r.step_time;
+    for (double b : core::lane_busy(r.timeline)) out << ' ' << b;
+    return out.str();
   });
   Step s;
   std::istringstream in(text);
