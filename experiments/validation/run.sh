@@ -4,7 +4,7 @@
 # scatter plot and the Gantt charts to analysis/validation/ and prints the median and largest error.
 #
 #   bash experiments/validation/run.sh            # profiles the machine, then runs the suite
-#   ZINF_BUILD=build-val STEPS=30 WARMUP=5 bash experiments/validation/run.sh
+#   ZINF_BUILD=build-val STEPS=60 WARMUP=5 bash experiments/validation/run.sh
 #   REUSE_PROFILE=1 ...                            # keep hwprofiles/local.yaml as it is
 #
 # The machine is profiled again right before the suite (8 s): on a shared 2-core host the rates move
@@ -20,7 +20,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${ZINF_BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 ZINF="$BUILD/zinf"
-STEPS=${STEPS:-30}
+STEPS=${STEPS:-60}
 WARMUP=${WARMUP:-5}
 PROFILE=${PROFILE:-local}
 OUT="$ROOT/analysis/validation"
