@@ -344,20 +344,6 @@ double measure_parallel_throughput(unsigned cores, bool quick) {
   return std::clamp(together / alone, 1.0, double(cores));
 }
 
-// Kernels as they run inside a training step, against the same kernels alone (the curves above):
-// two models trained with every state on the device, so their steps are compute-bound, through
-// the GPT backend: gpt-overlap (hidden 384, large GEMMs) and a small GPT built here (hidden 96,
-// short tasks); neither is a model the validation suite trains. For each kind of kernel
-// (core::in_step_key: an op kind and direction, or the optimizer) the slowdown is the sum of its
-// tasks' median durations over the measured steps divided by the sum of their times alone. It
-// takes in what a kernel pays for sharing the caches with the rest of the step and the backend's
-// own work per task (bookkeeping, arena and staging allocations); the Executor's hand-off between
-// tasks is the no-op run's figure.
-struct InStep {
-  std::map<std::string, double> slowdown;
-  std::map<std::string, size_t> tasks;  // tasks behind each figure
-};
-
 // What a Trainer's steps show, over `steps` steps after `warmup` ones: each task's durations on
 // the chosen lanes (by task id), and per step the mean dispatch delay of its tasks: from the
 // moment a task could start (its dependencies and the task before it on its lane ended) to its
@@ -396,6 +382,42 @@ StepTasks step_tasks(engine::Trainer& trainer, int warmup, int steps, const std:
 core::ModelSpec profile_small_model() {
   return core::ModelSpec{.name = "profile-small", .layers = 3, .hidden = 96, .heads = 3, .seq = 96, .vocab = 256, .micro_batch = 2};
 }
+
+// A calibration run: `model` trained on this machine with `config` (zinf YAML) for `warmup` and
+// then `steps` steps; its Program and what those steps show on `lanes`.
+struct Calibration {
+  core::Program program;
+  StepTasks seen;
+};
+Calibration calibrate(const core::ModelSpec& model, const std::string& config, const core::HwProfile& hw,
+                      const std::string& nvme_dir, int warmup, int steps, const std::vector<core::Lane>& lanes) {
+  engine::TrainerOptions o;
+  o.model = model;
+  o.hw = hw;
+  o.nvme_dir = nvme_dir;
+  o.config = core::parse_run_config(config, "profile-hw");
+  engine::LocalCollectives comm;
+  engine::Trainer trainer(o, comm);
+  Calibration c;
+  c.program = trainer.program();
+  c.seen = step_tasks(trainer, warmup, steps, lanes);
+  return c;
+}
+
+// Kernels as they run inside a training step, against the same kernels alone (the curves above):
+// two models trained with every state on the device, so their steps are compute-bound, through
+// the GPT backend: gpt-overlap (hidden 384, large GEMMs) and a small GPT built here (hidden 96,
+// short tasks); neither is a model the validation suite trains. For each kind of kernel
+// (core::in_step_key: an op kind and direction, or the optimizer) the slowdown is the sum of its
+// tasks' median durations over the measured steps divided by the sum of their times alone. It
+// takes in what a kernel pays for sharing the caches with the rest of the step and the backend's
+// own work per task (bookkeeping, arena and staging allocations); the Executor's hand-off between
+// tasks is the no-op run's figure.
+struct InStep {
+  std::map<std::string, double> slowdown;
+  std::map<std::string, size_t> tasks;  // tasks behind each figure
+};
+
 InStep measure_in_step(const core::HwProfile& hw, bool quick) {
   core::HwProfile alone = hw;
   alone.node.gpu.kernel_launch = 0;
@@ -403,14 +425,10 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
   std::map<std::string, std::pair<double, double>> sums;  // key -> (measured, alone)
   InStep r;
   for (const auto& model : {models::find_model("gpt-overlap", source_dir()), profile_small_model()}) {
-    engine::TrainerOptions o;
-    o.model = model;
-    o.hw = hw;
-    o.config = core::parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", "profile-hw");
-    engine::LocalCollectives comm;
-    engine::Trainer trainer(o, comm);
-    const core::Program& program = trainer.program();
-    const auto durations = step_tasks(trainer, 3, quick ? 3 : 10, {core::Lane::Compute}).durations;
+    const auto run = calibrate(model, "zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", hw, "", 3,
+                               quick ? 3 : 10, {core::Lane::Compute});
+    const core::Program& program = run.program;
+    const auto& durations = run.seen.durations;
     for (const auto& t : program.tasks()) {
       if (durations[size_t(t.id)].empty()) continue;
       if (!core::is_compute(t.kind) && t.kind != core::TaskKind::OptimizerStep) continue;
@@ -426,7 +444,7 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
 }
 
 // NVMe requests and the Executor's hand-off as they run inside a training step: the small GPT
-// above with its parameters and optimizer on NVMe, 33 steps (30 measured: the per-step figures below scatter by 2x).
+// above with its parameters and optimizer on NVMe, 3 + 30 steps (the per-step figures scatter by 2x).
 // - The hand-off: the mean dispatch delay of its tasks (StepTasks), median over the steps. Alone
 //   (the no-op backend) it is a few microseconds; in a step the woken lane thread often waits for
 //   one of the cores the compute thread and the other lanes keep busy.
@@ -442,20 +460,10 @@ NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double 
                                 bool quick) {
   const fs::path dir = fs::path(nvme_root) / fmt::format("zinf-profile-step-{}", ::getpid());
   fs::create_directories(dir);
-  StepTasks seen;
-  core::Program program;
-  {
-    engine::TrainerOptions o;
-    o.model = profile_small_model();
-    o.hw = hw;
-    o.nvme_dir = dir.string();
-    o.config = core::parse_run_config(
-        "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: device}\n", "profile-hw");
-    engine::LocalCollectives comm;
-    engine::Trainer trainer(o, comm);
-    program = trainer.program();
-    seen = step_tasks(trainer, 3, quick ? 3 : 30, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
-  }
+  const auto [program, seen] =
+      calibrate(profile_small_model(),
+                "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: device}\n", hw,
+                dir.string(), 3, quick ? 3 : 30, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
   std::error_code ec;
   fs::remove_all(dir, ec);
   NvmeInStep r;
@@ -734,7 +742,7 @@ void run_profile(const ProfileArgs& a) {
     y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
     y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
     y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task in a step ({} alone, with a no-op backend)\n",
-                   num(per_task), num(executor_task));
+                     num(per_task), num(executor_task));
     y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
     y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
     y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
