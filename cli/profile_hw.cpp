@@ -110,13 +110,14 @@ std::vector<float> touched(size_t n, float value = 0.5f) { return std::vector<fl
 // ---- the measurements ---------------------------------------------------------------------------
 
 struct GemmPoint {
-  int64_t min_dim;
+  int64_t dim;      // core::gemm_intensity_dim of the shape measured
   double forward;   // FLOP/s of the forward alone
   double backward;  // FLOP/s of the backward alone
 };
 
-// Linear layers (what a compute task of a linear runs) with smallest dimension x, forward and
-// backward timed apart (a forward is one GEMM plus the bias, a backward two GEMMs plus the bias
+// Linear layers (what a compute task of a linear runs) of x inputs and outputs over max(x, 512)
+// tokens, keyed by their intensity dimension (the curves' argument, core::gemm_intensity_dim), forward
+// and backward timed apart (a forward is one GEMM plus the bias, a backward two GEMMs plus the bias
 // gradient; they reach different rates at the same shape).
 std::vector<GemmPoint> measure_gemm(bool quick) {
   std::vector<int64_t> dims = {8, 16, 32, 64, 128, 256, 512, 1024};
@@ -135,7 +136,7 @@ std::vector<GemmPoint> measure_gemm(bool quick) {
     const double bwd = time_median(reps, [&] {
       engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, in, outd);
     });
-    out.push_back({x, flops / fwd, 2.0 * flops / bwd});
+    out.push_back({std::lround(core::gemm_intensity_dim(double(T), double(outd), double(in))), flops / fwd, 2.0 * flops / bwd});
   }
   return out;
 }
@@ -314,7 +315,7 @@ double measure_task_overhead(const core::HwProfile& hw) {
 }
 
 // How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
-// a mid-sized GEMM (min dim 256) on buffers of its own: the sum of their rates over the rate of the
+// a mid-sized GEMM (512 x 256 x 256) on buffers of its own: the sum of their rates over the rate of the
 // same loop run alone just before. `cores` on a machine whose cores are independent; less when
 // virtual cores share a physical one (SMT) or the host throttles. OpenBLAS must run one thread per
 // caller (OPENBLAS_NUM_THREADS=1) for this to mean anything.
@@ -626,8 +627,8 @@ void run_profile(const ProfileArgs& a) {
   auto gemm = measure_gemm(a.quick);
   double peak = 0;
   for (const auto& g : gemm) peak = std::max({peak, g.forward, g.backward});
-  fmt::print("  GEMM (linear fwd, bwd) peak {}  at min dim {}..{}\n", core::format_flops(peak), gemm.front().min_dim,
-             gemm.back().min_dim);
+  fmt::print("  GEMM (linear fwd, bwd) peak {}  at intensity dim {}..{}\n", core::format_flops(peak), gemm.front().dim,
+             gemm.back().dim);
   const double membw = measure_memory_bandwidth(a.quick);
   const auto elementwise = measure_elementwise(a.quick);
   const double elem = elementwise.bandwidth;
@@ -689,8 +690,8 @@ void run_profile(const ProfileArgs& a) {
   hw.node.gpu.kernel_launch = executor_task;
   auto of_peak = [peak](double x, double rate) { return std::pair{x, std::clamp(rate / peak, 0.001, 1.0)}; };
   for (const auto& g : gemm) {
-    hw.node.gpu.gemm_efficiency.points.push_back(of_peak(double(g.min_dim), g.backward));
-    hw.node.gpu.gemm_forward_efficiency.points.push_back(of_peak(double(g.min_dim), g.forward));
+    hw.node.gpu.gemm_efficiency.points.push_back(of_peak(double(g.dim), g.backward));
+    hw.node.gpu.gemm_forward_efficiency.points.push_back(of_peak(double(g.dim), g.forward));
   }
   for (const auto& p : attention) {
     hw.node.gpu.attention_forward_efficiency.points.push_back(of_peak(double(p.head), p.forward));
@@ -743,6 +744,7 @@ void run_profile(const ProfileArgs& a) {
     y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
     y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task in a step ({} alone, with a no-op backend)\n",
                      num(per_task), num(executor_task));
+    y += "    # GEMMs by the side of the square GEMM of the same FLOPs per element moved (3 / (1/m + 1/n + 1/k))\n";
     y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
     y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
     y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",

@@ -154,8 +154,10 @@ const std::vector<std::string>& in_step_keys() {
   return keys;
 }
 
-double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim, double slowdown) {
-  const double x = double(min_dim);
+double gemm_intensity_dim(double m, double n, double k) { return 3.0 / (1.0 / m + 1.0 / n + 1.0 / k); }
+
+double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t curve_dim, double slowdown) {
+  const double x = double(curve_dim);
   double efficiency = 1.0;
   switch (kernel) {
     case Kernel::Elementwise: efficiency = g.vector_flops > 0 ? g.vector_flops / g.peak_flops : 1.0; break;

@@ -23,8 +23,9 @@ struct GpuSpec {
   double peak_flops = 0;       // dense bf16/fp16 tensor-core FLOP/s
   double memory_bandwidth = 0; // HBM bytes/s
   double kernel_launch = 0;    // seconds per kernel
-  // Fraction of peak a GEMM reaches as a function of its work per output element... see README:
-  // x = the GEMM's smallest dimension (m, n or k), y = fraction of peak_flops.
+  // Fraction of peak a GEMM reaches as a function of its shape: x = gemm_intensity_dim(m, n, k),
+  // the side of the square GEMM that does as many FLOPs per element it moves; y = fraction of
+  // peak_flops. A curve measured on square GEMMs (x = their side) is read as it is.
   // This curve is for backward GEMMs, and for forward ones too unless gemm_forward_efficiency is given.
   Curve gemm_efficiency;
   Curve gemm_forward_efficiency;
@@ -45,6 +46,13 @@ struct GpuSpec {
   double in_step(const std::string& key) const;
 };
 
+// 3 / (1/m + 1/n + 1/k): the side of the square GEMM with the arithmetic intensity of an m x n x k
+// one (2mnk FLOPs over mk + kn + mn elements). Packing the operands and writing the result cost in
+// proportion to those elements, so two GEMMs of equal intensity reach about the same fraction of
+// peak: a tile of a linear (n cut by the tiling factor, m and k whole) keeps most of the layer's
+// rate, where its smallest dimension alone would place it among much smaller GEMMs.
+double gemm_intensity_dim(double m, double n, double k);
+
 // The keys in_step_slowdown may hold.
 const std::vector<std::string>& in_step_keys();
 
@@ -52,11 +60,12 @@ const std::vector<std::string>& in_step_keys();
 enum class Kernel { Elementwise, GemmForward, GemmBackward, AttentionForward, AttentionBackward };
 
 // Seconds of one device kernel: launch latency plus the larger of its arithmetic time (GEMMs and
-// attention at their efficiency curves' value for `min_dim`, the smallest dimension of their GEMMs;
+// attention at their efficiency curves' value for `curve_dim`: gemm_intensity_dim for a GEMM, the
+// head size for attention;
 // anything else at vector_flops) and its memory time at elementwise_efficiency of the bandwidth,
 // the latter times `slowdown` (the kernel's in_step_slowdown, when it runs in a training step).
 // The one kernel cost the simulator and the idealized scheduler share.
-double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t min_dim, double slowdown = 1.0);
+double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t curve_dim, double slowdown = 1.0);
 
 struct NodeSpec {
   int gpus = 1;

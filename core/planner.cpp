@@ -1182,7 +1182,10 @@ void Planner::emit() {
                                      : 1.0;
     t.flops = (st.kind == TaskKind::Backward ? op.bwd_flops : op.fwd_flops) * frac;
     t.bytes = op.fwd_bytes * frac * (st.kind == TaskKind::Backward ? 2.0 : 1.0);
-    if (op.m > 0) t.gemm_min_dim = std::min({op.m, std::max<int64_t>(1, int64_t(double(op.n) * frac)), op.k});
+    if (op.m > 0)  // the efficiency curves' argument: an attention's head size, a linear's (tile's) intensity
+      t.gemm_dim = op.kind == OpKind::Attention
+                       ? std::min({op.m, op.n, op.k})
+                       : std::lround(gemm_intensity_dim(double(op.m), std::max(1.0, double(op.n) * frac), double(op.k)));
     if (st.units_count > 0) t.unit = step_units_[st.units_begin];
     if (run.recompute) t.checkpoint = run.checkpoint;
 

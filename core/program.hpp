@@ -124,7 +124,8 @@ struct Task {
                                // padded shard bytes x participants; all-reduce, broadcast, reduce:
                                // the whole unit (the gradient-norm all-reduce: 8 bytes)
   double flops = 0;
-  int64_t gemm_min_dim = 0;    // smallest of m, n, k of a GEMM (efficiency curve argument); 0 otherwise
+  int64_t gemm_dim = 0;        // efficiency curve argument: gemm_intensity_dim of a linear's GEMM, an
+                               // attention's head size; 0 for anything else
   int32_t op = -1;             // OpInfo id
   int32_t unit = -1;           // ParamUnit id
   int32_t micro_batch = -1;

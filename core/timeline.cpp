@@ -167,9 +167,9 @@ double task_kernel_seconds(const GpuSpec& gpu, const Program& p, const Task& t) 
   Kernel k = Kernel::Elementwise;
   if (t.op >= 0 && p.ops()[static_cast<size_t>(t.op)].kind == "attention")
     k = backward ? Kernel::AttentionBackward : Kernel::AttentionForward;
-  else if (t.gemm_min_dim > 0)
+  else if (t.gemm_dim > 0)
     k = backward ? Kernel::GemmBackward : Kernel::GemmForward;
-  return kernel_seconds(gpu, k, t.flops, t.bytes, t.gemm_min_dim, gpu.in_step(in_step_key(p, t)));
+  return kernel_seconds(gpu, k, t.flops, t.bytes, t.gemm_dim, gpu.in_step(in_step_key(p, t)));
 }
 
 std::string in_step_key(const Program& p, const Task& t) {

@@ -4,9 +4,9 @@
 
 namespace zinf::sim {
 
-double CostModel::gemm_efficiency(double min_dim) const {
+double CostModel::gemm_efficiency(double dim) const {
   // A profile without a curve claims nothing about GEMM shape: the curve's `at` answers 1.
-  return hw_.node.gpu.gemm_efficiency.at(min_dim);
+  return hw_.node.gpu.gemm_efficiency.at(dim);
 }
 
 double CostModel::kernel_seconds(const core::Program& program, const core::Task& task) const {

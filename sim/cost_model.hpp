@@ -15,8 +15,8 @@ class CostModel {
 public:
   explicit CostModel(const core::HwProfile& hw) : hw_(hw) {}
 
-  // Fraction of peak a GEMM whose smallest dimension is `min_dim` reaches.
-  double gemm_efficiency(double min_dim) const;
+  // Fraction of peak a GEMM reaches at `dim` (core::gemm_intensity_dim of its shape).
+  double gemm_efficiency(double dim) const;
   // A compute task, or an optimizer step on the device, as one GPU kernel (core::task_kernel_seconds).
   double kernel_seconds(const core::Program& program, const core::Task& task) const;
   // Adam over `params` parameters on one CPU socket when it runs alone (sockets time-share).

@@ -24,7 +24,7 @@ core::GpuSpec gpu() {
 
 TEST_CASE("a kernel costs its launch plus the larger of its arithmetic and its memory time", "[cost]") {
   core::GpuSpec g = gpu();
-  // GEMMs: at the curve's efficiency for the smallest dimension; forward like backward without a
+  // GEMMs: at the curve's efficiency for their intensity dimension; forward like backward without a
   // forward curve.
   CHECK(core::kernel_seconds(g, Kernel::GemmBackward, 100e9, 0, 256) == Approx(1.0 + 1e-6));
   CHECK(core::kernel_seconds(g, Kernel::GemmBackward, 100e9, 0, 16) == Approx(4.0 + 1e-6));
@@ -63,15 +63,43 @@ TEST_CASE("a Program's tasks pick their kernel class: attention by head size, GE
     const bool bwd = t.kind == core::TaskKind::Backward;
     const double got = core::task_kernel_seconds(g, pr.program, t);
     if (op.kind == "attention") {
-      CHECK(t.gemm_min_dim == 32);  // head size 128 / 4
+      CHECK(t.gemm_dim == 32);  // head size 128 / 4
       CHECK(got == Approx(core::kernel_seconds(g, bwd ? Kernel::AttentionBackward : Kernel::AttentionForward, t.flops, t.bytes, 32)));
       ++seen;
     } else if (op.kind == "linear") {
-      CHECK(got == Approx(core::kernel_seconds(g, bwd ? Kernel::GemmBackward : Kernel::GemmForward, t.flops, t.bytes, t.gemm_min_dim)));
+      CHECK(got == Approx(core::kernel_seconds(g, bwd ? Kernel::GemmBackward : Kernel::GemmForward, t.flops, t.bytes, t.gemm_dim)));
       ++seen;
     }
   }
   CHECK(seen > 4);
+}
+
+TEST_CASE("a GEMM's curve argument is the side of the square GEMM of the same intensity; a tile keeps most of it", "[cost]") {
+  CHECK(core::gemm_intensity_dim(256, 256, 256) == Approx(256));
+  CHECK(core::gemm_intensity_dim(512, 32, 128) == Approx(3.0 / (1.0 / 512 + 1.0 / 32 + 1.0 / 128)));
+  // Symmetric in m, n, k, and never below the smallest dimension or above the largest.
+  CHECK(core::gemm_intensity_dim(32, 512, 128) == Approx(core::gemm_intensity_dim(128, 32, 512)));
+  CHECK(core::gemm_intensity_dim(512, 32, 128) > 32);
+  CHECK(core::gemm_intensity_dim(512, 32, 128) < 512);
+
+  // gpt with 512 tokens per micro-batch and hidden 128: mlp.c_proj is 512 x 128 x 512 whole, and
+  // 512 x 32 x 512 per tile at tiling factor 4. The tile's argument is its own intensity (about 85),
+  // not its 32 outputs, and the whole layer's is larger still.
+  const auto spec = core::parse_model_spec("name: t\nlayers: 1\nhidden: 128\nheads: 4\nseq: 128\nvocab: 256\nmicro_batch: 4\n",
+                                           "t.yaml");
+  const auto hw = core::load_hwprofile(test::source("hwprofiles/cpu-dev.yaml"));
+  auto dim_of = [&](const std::string& config) {
+    const auto pr = core::make_plan(models::build_gpt(spec), hw, core::parse_run_config(config, "c"), 1);
+    for (const auto& t : pr.program.tasks())
+      if (t.kind == core::TaskKind::Forward && t.op >= 0 && pr.program.ops()[size_t(t.op)].name == "h.0.mlp.c_proj")
+        return t.gemm_dim;
+    return int64_t(-1);
+  };
+  const int64_t whole = dim_of("zero_stage: 3\n"), tile = dim_of("zero_stage: 3\ntiling_factor: 4\n");
+  CHECK(whole == std::lround(core::gemm_intensity_dim(512, 128, 512)));
+  CHECK(tile == std::lround(core::gemm_intensity_dim(512, 32, 512)));
+  CHECK(tile > 32);
+  CHECK(tile < whole);
 }
 
 TEST_CASE("a kernel's in-step slowdown scales its time but not its launch, by op kind and pass", "[cost]") {

@@ -77,7 +77,7 @@ TEST_CASE("a compute-bound step takes the FLOPs at the efficiency curve's rate")
   for (const auto& t : pr.program.tasks())
     if (core::is_compute(t.kind)) {
       // Attention has its own efficiency curves (none here: the peak), not the GEMM curve.
-      const bool gemm = t.gemm_min_dim > 0 && pr.program.ops()[size_t(t.op)].kind != "attention";
+      const bool gemm = t.gemm_dim > 0 && pr.program.ops()[size_t(t.op)].kind != "attention";
       expected += t.flops / (100e12 * (gemm ? 0.5 : 1.0));
     }
   REQUIRE(expected > 0);

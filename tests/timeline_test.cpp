@@ -117,7 +117,7 @@ TEST_CASE_METHOD(Fixture, "nominal durations come from the hwprofile's rates", "
     CHECK(d >= 0);
     if (t.kind == TaskKind::NvmeRead) CHECK(d == Approx(n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / n.gpus)));
     if (t.kind == TaskKind::CopyH2D) CHECK(d == Approx(n.pcie_latency + t.bytes / n.pcie_bandwidth_all_active()));
-    if (t.kind == TaskKind::Forward && t.gemm_min_dim > 0)
+    if (t.kind == TaskKind::Forward && t.gemm_dim > 0)
       CHECK(d >= t.flops / n.gpu.peak_flops);
   }
   // A faster NVMe array makes an NVMe-bound step faster.
