@@ -56,6 +56,7 @@ struct ProfileArgs {
   std::string device_memory = "2 GiB";
   bool quick = false;
   bool no_mpi = false;
+  int calibration_steps = 30;  // measured steps per calibration run (after 3 warm-up steps); --quick: 3
   std::string comm_worker;  // internal: run as one rank of the collective measurement
 };
 
@@ -419,7 +420,7 @@ struct InStep {
   std::map<std::string, size_t> tasks;  // tasks behind each figure
 };
 
-InStep measure_in_step(const core::HwProfile& hw, bool quick) {
+InStep measure_in_step(const core::HwProfile& hw, int steps) {
   core::HwProfile alone = hw;
   alone.node.gpu.kernel_launch = 0;
   alone.node.gpu.in_step_slowdown.clear();
@@ -427,7 +428,7 @@ InStep measure_in_step(const core::HwProfile& hw, bool quick) {
   InStep r;
   for (const auto& model : {models::find_model("gpt-overlap", source_dir()), profile_small_model()}) {
     const auto run = calibrate(model, "zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", hw, "", 3,
-                               quick ? 3 : 10, {core::Lane::Compute});
+                               steps, {core::Lane::Compute});
     const core::Program& program = run.program;
     const auto& durations = run.seen.durations;
     for (const auto& t : program.tasks()) {
@@ -458,13 +459,13 @@ struct NvmeInStep {
   double dispatch = 0;  // seconds per task
 };
 NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double copy_latency, const std::string& nvme_root,
-                                bool quick) {
+                                int steps) {
   const fs::path dir = fs::path(nvme_root) / fmt::format("zinf-profile-step-{}", ::getpid());
   fs::create_directories(dir);
   const auto [program, seen] =
       calibrate(profile_small_model(),
                 "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: device}\n", hw,
-                dir.string(), 3, quick ? 3 : 30, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
+                dir.string(), 3, steps, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
   std::error_code ec;
   fs::remove_all(dir, ec);
   NvmeInStep r;
@@ -700,10 +701,11 @@ void run_profile(const ProfileArgs& a) {
   hw.node.gpu.elementwise_efficiency = std::clamp(elem / membw, 0.001, 1.0);
   hw.node.gpu.vector_flops = elementwise.vector_flops;
   std::fflush(stdout);
-  const InStep in_step = measure_in_step(hw, a.quick);
+  const int calibration_steps = a.quick ? 3 : a.calibration_steps;
+  const InStep in_step = measure_in_step(hw, calibration_steps);
   hw.node.gpu.in_step_slowdown = in_step.slowdown;
   const NvmeInStep nvme_step =
-      measure_nvme_in_step(hw, std::max(disk.read.latency, disk.write.latency), copy.latency, a.nvme_dir, a.quick);
+      measure_nvme_in_step(hw, std::max(disk.read.latency, disk.write.latency), copy.latency, a.nvme_dir, calibration_steps);
   const double nvme_read_in_step = nvme_step.read, nvme_write_in_step = nvme_step.write;
   const double per_task = nvme_step.dispatch;
   throughput_readings.push_back(measure_parallel_throughput(cores, a.quick));
@@ -823,6 +825,10 @@ Registration reg(60, [](CLI::App& app) {
   cmd->add_option("--device-memory", a->device_memory, "The CPU backend's device budget to record")->capture_default_str();
   cmd->add_flag("--quick", a->quick, "Fewer shapes and smaller buffers (seconds; for tests)");
   cmd->add_flag("--no-mpi", a->no_mpi, "Skip the collective measurement under mpirun");
+  cmd->add_option("--calibration-steps", a->calibration_steps,
+                  "Steps measured per calibration run (kernels and NVMe inside training steps); more steps, steadier figures")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   cmd->add_option("--comm-worker", a->comm_worker, "(internal) one rank of the collective measurement")->group("");
   cmd->callback([a] { run_profile(*a); });
 });

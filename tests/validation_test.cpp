@@ -131,3 +131,18 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(files == 2);
   fs::remove_all(dir);
 }
+
+TEST_CASE("zinf profile-hw refuses a calibration of no steps, naming the option, and writes nothing") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("zinf-profile-bad-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "local.yaml", log = dir / "log.txt";
+  const std::string cmd = std::string(ZINF_BINARY_DIR) + "/zinf profile-hw --calibration-steps 0 --no-mpi --out " + out.string() +
+                          " --nvme-dir " + dir.string() + " > " + log.string() + " 2>&1";
+  CHECK(std::system(cmd.c_str()) != 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("--calibration-steps") != std::string::npos);
+  CHECK(!fs::exists(out));
+  fs::remove_all(dir);
+}
