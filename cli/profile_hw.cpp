@@ -31,6 +31,7 @@
 #include "cli/command.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
+#include "core/validation.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
@@ -39,6 +40,7 @@
 #include "engine/memory/staging_cache.hpp"
 #include "engine/optim/cpu_adam.hpp"
 #include "engine/train/trainer.hpp"
+#include "sim/calibration.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "models/gpt.hpp"
@@ -557,47 +559,86 @@ std::optional<LinearFit> measure_collectives() {
   return f;
 }
 
-// How far ranks sharing these cores drift apart: the small GPT with parameters and optimizer in
-// host memory, trained by `zinf validate` under mpirun at 2 and 4 ranks against its simulation on
-// `profile_yaml` (this profile without the drift). The comm lane's measured busy time beyond the
-// simulated one is time its collectives waited for a late rank; per second of simulated compute,
-// it is the curve's value at that rank count (the simulator adds it to each collective, in
-// proportion to the compute done since the previous one).
-core::Curve measure_rank_skew(const std::string& profile_yaml, const std::string& scratch_root, bool quick) {
+// How far ranks sharing these cores drift apart: two GPTs with parameters and optimizer in host
+// memory (the small one above, and one of hidden 192 with about three times its compute per
+// collective), each trained by `zinf validate` on 1 rank and under mpirun on 2 and 4 ranks for
+// 3 + `steps` steps, and simulated on `profile_yaml` (this profile without the drift). For N ranks,
+// rank_skew (seconds a collective waits per second of compute since the previous one) is the value
+// at which the two models' simulated steps match their measured medians (sim::fit_rank_skew), each
+// measured step first scaled by the same model's simulated over measured step on one rank, so that
+// the skew carries only what N ranks add to one. Fitting steps rather than the comm lane's busy
+// time takes in what the waiting costs the other lanes: a rank that polls in a collective holds a
+// core the others need.
+core::ModelSpec profile_medium_model() {
+  return core::ModelSpec{.name = "profile-medium", .layers = 2, .hidden = 192, .heads = 4, .seq = 128, .vocab = 256, .micro_batch = 2};
+}
+
+std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& profile_yaml, const std::string& scratch_root, bool quick,
+                                                  int steps) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("zinf-profile-skew-{}", ::getpid());
+  const fs::path scratch = fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid());
   fs::create_directories(dir);
   std::ofstream(dir / "profile.yaml") << profile_yaml;
-  const auto m = profile_small_model();
-  std::ofstream(dir / "model.yaml") << fmt::format("name: {}\nlayers: {}\nhidden: {}\nheads: {}\nseq: {}\nvocab: {}\nmicro_batch: {}\n",
-                                                  m.name, m.layers, m.hidden, m.heads, m.seq, m.vocab, m.micro_batch);
-  std::ofstream(dir / "config.yaml")
-      << "zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\nactivation_checkpoint: {interval: 1, tier: host}\n";
+  const std::string config = "zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\nactivation_checkpoint: {interval: 1, tier: host}\n";
+  std::ofstream(dir / "config.yaml") << config;
+  std::vector<sim::RankSkewFit> fits;
   char self[4096];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  core::Curve skew;
-  if (len <= 0) return skew;
+  if (len <= 0) return fits;
   self[len] = 0;
-  for (int ranks : quick ? std::vector<int>{2} : std::vector<int>{2, 4}) {
-    const fs::path out = dir / fmt::format("ranks{}", ranks);
-    const std::string cmd = fmt::format(
-        "'{}' validate --model '{}' --hw '{}' --config '{}' --ranks {} --steps {} --warmup 3 --out-dir '{}' --nvme-dir '{}' --json "
-        "> '{}' 2>&1 < /dev/null",
-        self, (dir / "model.yaml").string(), (dir / "profile.yaml").string(), (dir / "config.yaml").string(), ranks,
-        quick ? 6 : 13, out.string(), (fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid())).string(),
-        (dir / fmt::format("ranks{}.log", ranks)).string());
-    if (std::system(cmd.c_str()) != 0) break;
-    std::ifstream in(out / "validate.json");
-    if (!in) break;
-    const auto j = nlohmann::json::parse(in);
-    const double comm_measured = j["lanes"]["comm"]["measured"], comm_predicted = j["lanes"]["comm"]["predicted"];
-    const double compute = j["lanes"]["compute"]["predicted"];
-    if (compute <= 0) break;
-    skew.points.push_back({double(ranks), std::clamp((comm_measured - comm_predicted) / compute, 0.0, 10.0)});
+  const std::vector<int> rank_counts = quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  const std::vector<core::ModelSpec> specs =
+      quick ? std::vector<core::ModelSpec>{profile_small_model()} : std::vector<core::ModelSpec>{profile_small_model(), profile_medium_model()};
+  std::vector<core::ModelGraph> graphs;
+  for (const auto& m : specs) graphs.push_back(models::build_gpt(m));
+  // measured[model][rank count], each scaled by the model's one-rank simulated / measured step.
+  std::vector<std::vector<double>> measured(specs.size());
+  bool ok = true;
+  for (size_t mi = 0; mi < specs.size() && ok; ++mi) {
+    const auto& m = specs[mi];
+    const fs::path model = dir / (m.name + ".yaml");
+    std::ofstream(model) << fmt::format("name: {}\nlayers: {}\nhidden: {}\nheads: {}\nseq: {}\nvocab: {}\nmicro_batch: {}\n", m.name,
+                                        m.layers, m.hidden, m.heads, m.seq, m.vocab, m.micro_batch);
+    double one_rank_ratio = 0;  // simulated over measured step on one rank
+    std::vector<int> runs{1};
+    runs.insert(runs.end(), rank_counts.begin(), rank_counts.end());
+    for (int ranks : runs) {
+      const fs::path out = dir / fmt::format("{}-ranks{}", m.name, ranks);
+      const std::string cmd = fmt::format(
+          "'{}' validate --model '{}' --hw '{}' --config '{}' --ranks {} --steps {} --warmup 3 --out-dir '{}' --nvme-dir '{}' "
+          "--json > '{}.log' 2>&1 < /dev/null",
+          self, model.string(), (dir / "profile.yaml").string(), (dir / "config.yaml").string(), ranks, 3 + steps, out.string(),
+          scratch.string(), out.string());
+      ok = std::system(cmd.c_str()) == 0;
+      std::ifstream in(out / "validate.json");
+      if (!ok || !in) {
+        ok = false;
+        break;
+      }
+      const auto j = nlohmann::json::parse(in);
+      const double meas = j["measured"]["median"], pred = j["predicted"];
+      if (!(meas > 0 && pred > 0)) {
+        ok = false;
+        break;
+      }
+      if (ranks == 1) one_rank_ratio = pred / meas;
+      else measured[mi].push_back(meas * one_rank_ratio);
+    }
+  }
+  if (ok) {
+    // What `zinf validate` simulates: the profile as written (rounded as it is in the file).
+    const auto hw = core::load_hwprofile((dir / "profile.yaml").string());
+    const auto run_config = core::parse_run_config(config, "profile-hw");
+    for (size_t ri = 0; ri < rank_counts.size(); ++ri) {
+      std::vector<sim::SkewCase> cases;
+      for (size_t mi = 0; mi < specs.size(); ++mi) cases.push_back({&graphs[mi], run_config, measured[mi][ri]});
+      fits.push_back(sim::fit_rank_skew(hw, cases, rank_counts[ri]));
+    }
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
-  fs::remove_all(fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid()), ec);
-  return skew;
+  fs::remove_all(scratch, ec);
+  return fits;
 }
 
 // ---- the profile --------------------------------------------------------------------------------
@@ -770,7 +811,7 @@ void run_profile(const ProfileArgs& a) {
     y += fmt::format("    background_threads: {:.2f}       # other processes' runnable threads while measuring (spinning threads' CPU share)\n",
                      background);
     if (!skew.points.empty())
-      y += fmt::format("    rank_skew: [{}]   # [ranks, s a collective waits per s of compute since the last one] (a small GPT under mpirun)\n",
+      y += fmt::format("    rank_skew: [{}]   # [ranks, s a collective waits per s of compute since the last one] (fitted to two GPTs' steps under mpirun)\n",
                        curve(skew));
     y += "  nvme:\n";
     y += fmt::format("    capacity: {}\n    drives: 1\n", num(nvme_capacity));
@@ -797,10 +838,18 @@ void run_profile(const ProfileArgs& a) {
   // Ranks drifting apart: measured against a simulation on the profile so far (without it).
   core::Curve skew;
   if (coll) {
-    skew = measure_rank_skew(render(skew), a.nvme_dir, a.quick);
+    const auto fits = measure_rank_skew(render(skew), a.nvme_dir, a.quick, calibration_steps);
     std::string line;
-    for (const auto& [n, k] : skew.points) line += fmt::format("{}{} ranks {:.2f}", line.empty() ? "" : ", ", n, k);
-    fmt::print("  ranks drifting apart   s waited per s of compute between collectives: {}\n", line.empty() ? "not measured" : line);
+    for (const auto& f : fits) {
+      skew.points.push_back({double(f.ranks), f.skew});
+      line += fmt::format("\n    {} ranks: {:.2f} (steps", f.ranks, f.skew);
+      for (size_t c = 0; c < f.measured.size(); ++c)
+        line += fmt::format("{} {} measured, {} simulated without, {} with", c ? ";" : "", core::format_seconds(f.measured[c]),
+                            core::format_seconds(f.without[c]), core::format_seconds(f.fitted[c]));
+      line += ")";
+    }
+    fmt::print("  ranks drifting apart   {}\n",
+               line.empty() ? "not measured" : "s waited per s of compute between collectives, fitted to two GPTs' steps:" + line);
   }
   const std::string y = render(skew);
 

@@ -7,10 +7,12 @@
 #include <catch2/catch.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/plan.hpp"
 #include "core/validation.hpp"
 #include "models/gpt.hpp"
+#include "sim/calibration.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 
@@ -123,4 +125,52 @@ TEST_CASE("ranks on shared cores drift apart: each collective waits the profile'
   CHECK(step(profile(false, 2, 0.0, 0, "[[2, 0.5]]"), 2) == Approx(step(profile(false, 2, 0.0), 2)));
   CHECK(profile(true, 2, 0.0, 0, "[[2, 0.5], [4, 1.0]]").node.rank_skew.at(3) == Approx(0.75));
   CHECK_THROWS_WITH(profile(true, 2, 0.0, 0, "[[2, -0.5]]"), Catch::Contains("rank_skew"));
+}
+
+TEST_CASE("the rank skew fitted to measured steps recovers the skew that produced them; out of range it stops at the ends") {
+  const auto cfg = core::parse_run_config("zero_stage: 3\noffload: {params: none, optimizer: none}\n"
+                                          "activation_checkpoint: {interval: 1, tier: device}\n",
+                                          "c.yaml");
+  // Little compute per collective, and much.
+  const auto small = models::build_gpt(core::parse_model_spec(
+      "name: s\nlayers: 2\nhidden: 64\nheads: 4\nseq: 64\nvocab: 256\nmicro_batch: 1\n", "s.yaml"));
+  const auto large = models::build_gpt(core::parse_model_spec(
+      "name: l\nlayers: 2\nhidden: 256\nheads: 4\nseq: 128\nvocab: 256\nmicro_batch: 2\n", "l.yaml"));
+  const auto hw = profile(true, 2, 0.0);
+  auto truth = [&](const core::ModelGraph& g, double skew) {
+    auto h = hw;
+    h.node.rank_skew.points = {{2, skew}};
+    h = core::colocate(h, 2);
+    const auto pr = core::make_plan(g, h, cfg, 2);
+    sim::SimOptions o;
+    o.fold_symmetric_nodes = false;
+    return std::stod(sim::run_isolated([&] {
+      std::ostringstream out;
+      out.precision(17);
+      out << sim::simulate(pr.program, h, o).step_time;
+      return out.str();
+    }));
+  };
+  const double plain_small = truth(small, 0), plain_large = truth(large, 0);
+  REQUIRE(truth(large, 0.4) > plain_large * 1.05);
+  // Both models stepped with a skew of 0.4: both steps matched, by a skew near it. (The simulated
+  // step is not strictly monotone in the skew: a late collective can let other work go first, so
+  // here 0.32 gives the steps of 0.4 within 0.2 %.)
+  const auto both = sim::fit_rank_skew(hw, {{&small, cfg, truth(small, 0.4)}, {&large, cfg, truth(large, 0.4)}}, 2);
+  CHECK(both.ranks == 2);
+  CHECK(both.skew > 0.25);
+  CHECK(both.skew < 0.5);
+  CHECK(both.without[0] == Approx(plain_small));
+  CHECK(both.without[1] == Approx(plain_large));
+  CHECK(both.fitted[0] == Approx(both.measured[0]).epsilon(0.01));
+  CHECK(both.fitted[1] == Approx(both.measured[1]).epsilon(0.01));
+  CHECK(both.simulations <= 2 * 12);
+  // Steps made with 0.2 and 0.6: a skew between them.
+  const auto mixed = sim::fit_rank_skew(hw, {{&small, cfg, truth(small, 0.2)}, {&large, cfg, truth(large, 0.6)}}, 2);
+  CHECK(mixed.skew > 0.2);
+  CHECK(mixed.skew < 0.6);
+  // Already slower without skew than measured: none. More than 10 would take: 10.
+  CHECK(sim::fit_rank_skew(hw, {{&large, cfg, plain_large * 0.9}}, 2).skew == 0.0);
+  CHECK(sim::fit_rank_skew(hw, {{&large, cfg, plain_large * 1000}}, 2).skew == 10.0);
+  CHECK_THROWS(sim::fit_rank_skew(hw, {}, 2));
 }
