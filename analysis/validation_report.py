@@ -10,6 +10,7 @@ folders is one pass) and writes to <out>:
   lanes.csv                per configuration and lane: busy seconds per step, measured and predicted
                            (medians over the passes)
   scatter.png / .pdf       predicted vs measured step time, with the y = x line and the +-10 % band
+  errors.png / .pdf        each configuration's error: the median over the passes, and each pass
   gantt_<name>.png / .pdf  the measured and the predicted Timeline of one configuration, per lane
                            (the first pass)
 and prints the table with the median and largest |error| and whether the suite's goals are met,
@@ -183,6 +184,28 @@ def main():
         fig.savefig(os.path.join(a.out, f"scatter.{ext}"), dpi=150)
     plt.close(fig)
 
+    # Error per configuration: each pass a dot, the median over passes a bar, the goals as bands.
+    fig, ax = plt.subplots(figsize=(6.5, 0.42 * len(rows) + 1.4))
+    ax.axvspan(-10, 10, color="0.92", label="+-10 %")
+    ax.axvspan(-5, 5, color="0.82", label="+-5 %")
+    ax.axvline(0, color="k", lw=0.8)
+    for i, r in enumerate(rows):
+        ax.barh(i, 100 * r["error"], height=0.5, color="#4c72b0", alpha=0.8)
+        for _, prow in passes:
+            for q in prow:
+                if q["name"] == r["name"]:
+                    ax.plot(100 * q["error"], i, "o", color="0.2", ms=3.5)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r["name"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("error of the predicted step time (%)")
+    ax.set_title(f"bars: median over {len(passes)} pass(es); dots: single passes", fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(os.path.join(a.out, f"errors.{ext}"), dpi=150)
+    plt.close(fig)
+
     # Gantt of one configuration, measured and predicted, from the first pass that ran it.
     gdir = next((r["dir"] for _, prow in passes for r in prow if r["name"] == a.gantt), None)
     drew_gantt = gdir is not None and os.path.exists(os.path.join(gdir, "measured.csv"))
@@ -213,7 +236,7 @@ def main():
     print(f"\nmedian |error| {100 * med:.1f}%   max |error| {100 * worst:.1f}%   {over}")
     print(f"goal median <= 10% and max <= 25%: {'met' if first else 'NOT met'};"
           f" median <= 5%: {'met' if second else 'NOT met'}")
-    print(f"wrote {a.out}/validation.csv, passes.csv, lanes.csv, scatter.png/.pdf" +
+    print(f"wrote {a.out}/validation.csv, passes.csv, lanes.csv, scatter.png/.pdf, errors.png/.pdf" +
           (f", gantt_{a.gantt}.png/.pdf" if drew_gantt else ""))
 
 

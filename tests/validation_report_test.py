@@ -63,6 +63,7 @@ class ValidationReport(unittest.TestCase):
             self.assertIn("pass 2: median |error| 13.0%   max |error| 20.0%   goals: NOT met, median <= 5% NOT met",
                           r.stdout)
             self.assertTrue(os.path.exists(os.path.join(out, "scatter.png")))
+            self.assertTrue(os.path.exists(os.path.join(out, "errors.png")))
 
     def test_a_runs_folder_without_passes_is_one_pass(self):
         with tempfile.TemporaryDirectory() as tmp:
