@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/bf16.hpp"
+#include "engine/fp_contract.hpp"
 
 namespace zinf::engine::adam_detail {
 
@@ -30,5 +31,13 @@ void adam_avx2_f32(const Coeffs& c, Arrays a, size_t begin, size_t end);
 void adam_avx2_bf16(const Coeffs& c, Arrays a, size_t begin, size_t end);
 void adam_avx512_f32(const Coeffs& c, Arrays a, size_t begin, size_t end);
 void adam_avx512_bf16(const Coeffs& c, Arrays a, size_t begin, size_t end);
+
+// a*b + c written as the kernels write it (scalar, AVX2 and AVX-512 intrinsics), compiled in the
+// kernels' translation unit with FMA available to the target: each returns the twice-rounded
+// result unless the compiler contracts it into one fused operation. The AVX2 and AVX-512 probes
+// run only where simd_supported says so.
+float contract_probe_scalar(float a, float b, float c);
+float contract_probe_avx2(float a, float b, float c);
+float contract_probe_avx512(float a, float b, float c);
 
 }  // namespace zinf::engine::adam_detail

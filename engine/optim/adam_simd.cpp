@@ -133,6 +133,18 @@ ZINF_AVX512 void run_avx512(const Coeffs& c, Arrays a, size_t begin, size_t end)
 
 }  // namespace
 
+__attribute__((target("fma"))) float contract_probe_scalar(float a, float b, float c) { return a * b + c; }
+
+__attribute__((target("avx2,fma"))) float contract_probe_avx2(float a, float b, float c) {
+  const __m256 r = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(a), _mm256_set1_ps(b)), _mm256_set1_ps(c));
+  return _mm256_cvtss_f32(r);
+}
+
+ZINF_AVX512 float contract_probe_avx512(float a, float b, float c) {
+  const __m512 r = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(a), _mm512_set1_ps(b)), _mm512_set1_ps(c));
+  return _mm512_cvtss_f32(r);
+}
+
 void adam_avx2_f32(const Coeffs& c, Arrays a, size_t begin, size_t end) { run_avx2<float>(c, a, begin, end); }
 void adam_avx2_bf16(const Coeffs& c, Arrays a, size_t begin, size_t end) { run_avx2<bf16>(c, a, begin, end); }
 void adam_avx512_f32(const Coeffs& c, Arrays a, size_t begin, size_t end) { run_avx512<float>(c, a, begin, end); }
