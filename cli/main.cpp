@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   CLI::App app{"zinf: ZeRO-Infinity-class training and its simulator"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "zinf 0.1.0 (" + zinf::engine::describe(zinf::engine::build_info()) +
-                                        "; SimGrid " + zinf::sim::simgrid_version() + ")");
+                                        "; SimGrid " + zinf::sim::simgrid_version() + ")\n" +
+                                        zinf::engine::describe(zinf::engine::cpu_paths()));
   auto& reg = zinf::cli::registry();
   std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [order, factory] : reg) factory(app);

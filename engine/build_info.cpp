@@ -1,5 +1,10 @@
 #include "engine/build_info.hpp"
 
+#include <cblas.h>
+
+#include "engine/io/nvme_store.hpp"
+#include "engine/optim/cpu_adam.hpp"
+
 namespace zinf::engine {
 
 BuildInfo build_info() {
@@ -19,6 +24,18 @@ std::string describe(const BuildInfo& b) {
   s += "; collectives: local";
   if (b.mpi) s += ", mpi";
   return s;
+}
+
+CpuPaths cpu_paths() {
+  CpuPaths p;
+  p.adam = to_string(best_simd_level());
+  p.crc32c = crc32c_implementation();
+  p.blas_core = openblas_get_corename();
+  return p;
+}
+
+std::string describe(const CpuPaths& p) {
+  return "cpu paths: adam " + p.adam + ", crc32c " + p.crc32c + ", openblas " + p.blas_core;
 }
 
 }  // namespace zinf::engine

@@ -14,6 +14,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   python3-matplotlib python3-numpy
   fio fortunes
+  qemu-user
 )
 
 missing=()

@@ -28,7 +28,7 @@ uint32_t crc32c_table_entry(uint32_t i) {
   return c;
 }
 
-uint32_t crc32c_portable(const unsigned char* p, size_t n, uint32_t crc) {
+uint32_t crc32c_table(const unsigned char* p, size_t n, uint32_t crc) {
   static const auto table = [] {
     std::array<uint32_t, 256> t{};
     for (uint32_t i = 0; i < 256; ++i) t[i] = crc32c_table_entry(i);
@@ -37,6 +37,15 @@ uint32_t crc32c_portable(const unsigned char* p, size_t n, uint32_t crc) {
   crc = ~crc;
   for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
   return ~crc;
+}
+
+bool crc32c_hardware() {
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  return sse42;
+#else
+  return false;
+#endif
 }
 
 #if defined(__x86_64__)
@@ -60,11 +69,16 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const unsigned char* p, 
 uint32_t crc32c(const void* data, size_t length, uint32_t crc) {
   auto* p = static_cast<const unsigned char*>(data);
 #if defined(__x86_64__)
-  static const bool sse42 = __builtin_cpu_supports("sse4.2");
-  if (sse42) return crc32c_sse42(p, length, crc);
+  if (crc32c_hardware()) return crc32c_sse42(p, length, crc);
 #endif
-  return crc32c_portable(p, length, crc);
+  return crc32c_table(p, length, crc);
 }
+
+uint32_t crc32c_portable(const void* data, size_t length, uint32_t crc) {
+  return crc32c_table(static_cast<const unsigned char*>(data), length, crc);
+}
+
+const char* crc32c_implementation() { return crc32c_hardware() ? "sse4.2" : "portable"; }
 
 // ---- errors ----------------------------------------------------------------------------------
 
