@@ -7,6 +7,7 @@
 // per task (lane threads waking on dependencies). Each figure is the median of several repetitions;
 // latencies and bandwidths are least-squares fits of t = latency + bytes / bandwidth.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <sys/wait.h>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/inputs.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
@@ -36,6 +38,7 @@
 #include "engine/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/io/nvme_store.hpp"
+#include "engine/machine_info.hpp"
 #include "engine/memory/device_arena.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/optim/cpu_adam.hpp"
@@ -60,6 +63,7 @@ struct ProfileArgs {
   bool no_mpi = false;
   int calibration_steps = 30;  // measured steps per calibration run (after 3 warm-up steps); --quick: 3
   std::string comm_worker;  // internal: run as one rank of the collective measurement
+  std::string check;        // --check: compare this profile's measured_on with this machine, measure nothing
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -771,6 +775,7 @@ void run_profile(const ProfileArgs& a) {
   };
   const auto& gpu = hw.node.gpu;
   const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
+  const core::MachineRecord machine = engine::this_machine(a.nvme_dir);
   auto render = [&](const core::Curve& skew) {
     std::string y;
     y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
@@ -781,6 +786,9 @@ void run_profile(const ProfileArgs& a) {
     y += fmt::format("description: measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}\n", cores,
                      blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
     y += "sources:\n  - zinf profile-hw\n";
+    y += "measured_on:                   # the machine these figures describe (zinf validate warns on another)\n";
+    y += fmt::format("  cpu: \"{}\"\n  cpu_flags: \"{}\"\n  cores: {}\n  memory: {}\n  disk: \"{}\"\n", machine.cpu,
+                     fmt::join(machine.cpu_flags, " "), machine.cores, num(machine.memory), machine.disk);
     y += "node:\n  gpus: 1\n  gpu:\n    name: cpu-arena\n";
     y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
     y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
@@ -878,8 +886,19 @@ Registration reg(60, [](CLI::App& app) {
                   "Steps measured per calibration run (kernels and NVMe inside training steps); more steps, steadier figures")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  cmd->add_option("--check", a->check,
+                  "Measure nothing: say whether the hwprofile at this path was measured on this machine (exit 1 if not)");
   cmd->add_option("--comm-worker", a->comm_worker, "(internal) one rank of the collective measurement")->group("");
-  cmd->callback([a] { run_profile(*a); });
+  cmd->callback([a] {
+    if (a->check.empty()) return run_profile(*a);
+    const std::string mismatch = profile_machine_mismatch(core::load_hwprofile(a->check), a->check, a->nvme_dir);
+    if (mismatch.empty()) {
+      fmt::print("{} was measured on this machine\n", a->check);
+      return;
+    }
+    fmt::print(stderr, "{}\n", mismatch);
+    throw CLI::RuntimeError(1);
+  });
 });
 
 }  // namespace

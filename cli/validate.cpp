@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/inputs.hpp"
 #include "core/config_paths.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
@@ -44,6 +45,7 @@ struct ValidateArgs {
 
 struct Loaded {
   core::ModelSpec model;
+  std::string hw_path;
   core::HwProfile hw;  // colocated for the run's ranks
   core::RunConfig config;
 };
@@ -59,6 +61,7 @@ Loaded load(const ValidateArgs& a) {
     throw std::runtime_error(fmt::format("no hwprofile '{}': run `zinf profile-hw --out hwprofiles/{}.yaml` once on this machine",
                                          a.hw, a.hw));
   }
+  l.hw_path = hw_path;
   l.hw = core::colocate(core::load_hwprofile(hw_path), a.ranks);
   std::vector<std::string> warnings;
   l.config = core::load_any_run_config(core::resolve_config(a.config, "configs", root), warnings);
@@ -116,6 +119,8 @@ void run_validate(const ValidateArgs& a) {
     if (e.path().filename().string().rfind("measured.rank", 0) == 0) fs::remove(e.path());
   std::string nvme_dir = a.nvme_dir.empty() ? (fs::path(a.out_dir) / "nvme").string() : a.nvme_dir;
   fs::create_directories(nvme_dir);
+  const std::string mismatch = profile_machine_mismatch(l.hw, l.hw_path, nvme_dir);
+  if (!mismatch.empty()) fmt::print(stderr, "zinf validate: warning: {}\n", mismatch);
 
   // The same Program the Trainer will plan (same graph, profile, config and ranks).
   auto spec = l.model;
@@ -196,6 +201,7 @@ void run_validate(const ValidateArgs& a) {
   j["steps"] = a.steps;
   j["warmup"] = a.warmup;
   j["hwprofile"] = a.hw;
+  j["profile_machine_mismatch"] = mismatch;  // "" when the profile was measured on this machine
   j["measured"] = {{"median", meas.median}, {"min", meas.min}, {"max", meas.max}, {"steps", meas.steps},
                    {"all", step_seconds}};
   j["predicted"] = report.step_time;

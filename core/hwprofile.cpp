@@ -1,9 +1,12 @@
 #include "core/hwprofile.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 
 #include "core/config_reader.hpp"
 #include "core/graph.hpp"
+#include "core/units.hpp"
 
 namespace zinf::core {
 
@@ -37,6 +40,20 @@ HwProfile read(ConfigReader& r) {
   hw.name = r.str("name");
   hw.description = r.str("description", "");
   r.ignore("sources");
+  if (auto m = r.maybe_child("measured_on")) {
+    hw.measured_on.cpu = m->str("cpu");
+    const std::string flags = m->str("cpu_flags", "");
+    for (size_t i = 0; i < flags.size();) {
+      const size_t j = std::min(flags.find(' ', i), flags.size());
+      if (j > i) hw.measured_on.cpu_flags.push_back(flags.substr(i, j - i));
+      i = j + 1;
+    }
+    std::sort(hw.measured_on.cpu_flags.begin(), hw.measured_on.cpu_flags.end());
+    hw.measured_on.cores = static_cast<int>(m->positive_int("cores"));
+    hw.measured_on.memory = m->positive_number("memory", U::Bytes);
+    hw.measured_on.disk = m->str("disk", "");
+    m->reject_unread();
+  }
   auto n = r.child("node");
   hw.node.gpus = static_cast<int>(n.positive_int("gpus"));
   auto g = n.child("gpu");
@@ -135,6 +152,30 @@ HwProfile load_hwprofile(const std::string& path) {
 HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name) {
   auto r = ConfigReader::from_string(yaml_text, name);
   return read(r);
+}
+
+std::vector<std::string> machine_differences(const MachineRecord& profiled, const MachineRecord& here) {
+  std::vector<std::string> out;
+  if (profiled.cpu != here.cpu) out.push_back("CPU: profiled on '" + profiled.cpu + "', this one is '" + here.cpu + "'");
+  std::vector<std::string> missing, extra;
+  std::set_difference(profiled.cpu_flags.begin(), profiled.cpu_flags.end(), here.cpu_flags.begin(), here.cpu_flags.end(),
+                      std::back_inserter(missing));
+  std::set_difference(here.cpu_flags.begin(), here.cpu_flags.end(), profiled.cpu_flags.begin(), profiled.cpu_flags.end(),
+                      std::back_inserter(extra));
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& f : v) s += (s.empty() ? "" : " ") + f;
+    return s;
+  };
+  if (!missing.empty()) out.push_back("CPU features the profiled machine had and this one lacks: " + join(missing));
+  if (!extra.empty()) out.push_back("CPU features this machine has that the profiled one lacked: " + join(extra));
+  if (profiled.cores != here.cores)
+    out.push_back("cores: " + std::to_string(profiled.cores) + " profiled, " + std::to_string(here.cores) + " here");
+  if (std::abs(profiled.memory - here.memory) > 0.05 * std::max(profiled.memory, here.memory))
+    out.push_back("memory: " + format_bytes(profiled.memory) + " profiled, " + format_bytes(here.memory) + " here");
+  if (!profiled.disk.empty() && !here.disk.empty() && profiled.disk != here.disk)
+    out.push_back("disk: '" + profiled.disk + "' profiled, '" + here.disk + "' here");
+  return out;
 }
 
 double GpuSpec::in_step(const std::string& key) const {

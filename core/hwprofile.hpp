@@ -136,9 +136,27 @@ struct Reserve {
   double nvme = 0.0;
 };
 
+// The machine a measured profile was taken on (its `measured_on:` section, written by profile-hw):
+// a profile's rates describe that machine only. Empty for hand-written profiles of machines
+// described from their data sheets.
+struct MachineRecord {
+  std::string cpu;                     // the CPU's model name
+  std::vector<std::string> cpu_flags;  // the features zinf's paths depend on, sorted (see engine/machine_info)
+  int cores = 0;                       // cores this process could run on
+  double memory = 0;                   // bytes of RAM
+  std::string disk;                    // the block device and file system under the NVMe directory
+  bool empty() const { return cpu.empty(); }
+};
+
+// How `here` differs from the machine a profile was measured on, one line per difference that
+// changes what the profile predicts (CPU model, features, cores, memory beyond 5 %, disk); empty
+// when they match.
+std::vector<std::string> machine_differences(const MachineRecord& profiled, const MachineRecord& here);
+
 struct HwProfile {
   std::string name;
   std::string description;
+  MachineRecord measured_on;
   NodeSpec node;
   FabricSpec fabric;
   Reserve reserve;

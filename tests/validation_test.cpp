@@ -7,12 +7,25 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "core/hwprofile.hpp"
 #include "core/validation.hpp"
+#include "engine/machine_info.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf::core;
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
 
 TEST_CASE("summarize_steps skips the warm-up step and gives median and spread") {
   auto s = summarize_steps({9.0, 1.0, 3.0, 2.0, 4.0});
@@ -125,11 +138,82 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(hw.node.pcie_bandwidth > 0);
   CHECK(hw.node.nvlink_bandwidth > 0);
   CHECK(hw.node.nic_bandwidth > 0);
+  // It records the machine it measured, and says so when asked; a profile from another machine is named.
+  CHECK(hw.measured_on.cpu == zinf::engine::this_machine(dir.string()).cpu);
+  CHECK(machine_differences(hw.measured_on, zinf::engine::this_machine(dir.string())).empty());
+  const std::string zinf = std::string(ZINF_BINARY_DIR) + "/zinf";
+  const std::string check_log = (dir / "check.txt").string();
+  CHECK(std::system((zinf + " profile-hw --check " + out + " --nvme-dir " + dir.string() + " > " + check_log + " 2>&1").c_str()) == 0);
+  std::string text = read_text(check_log);
+  CHECK_THAT(text, Catch::Contains("measured on this machine"));
+  std::string other = read_text(out);
+  const std::string cores_line = "  cores: " + std::to_string(hw.measured_on.cores) + "\n";
+  REQUIRE(other.find(cores_line) != std::string::npos);
+  other.replace(other.find(cores_line), cores_line.size(), "  cores: 4096\n");
+  const std::string other_path = (dir / "other.yaml").string();
+  std::ofstream(other_path) << other;
+  CHECK(std::system((zinf + " profile-hw --check " + other_path + " > " + check_log + " 2>&1").c_str()) != 0);
+  text = read_text(check_log);
+  CHECK_THAT(text, Catch::Contains(other_path) && Catch::Contains("another machine") && Catch::Contains("cores: 4096 profiled") &&
+                       Catch::Contains("zinf profile-hw --out " + other_path));
+  fs::remove(other_path);
+  fs::remove(check_log);
   // Nothing left behind on the measured disk but the profile and the log.
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(dir)) files += e.is_directory() ? 100 : 1;
   CHECK(files == 2);
   fs::remove_all(dir);
+}
+
+TEST_CASE("machine records: parsed from measured_on, each difference named, bad fields refused") {
+  const std::string base = "name: t\nmeasured_on:\n  cpu: \"X 1\"\n  cpu_flags: \"fma avx2\"\n  cores: 2\n  memory: 24 GiB\n"
+                           "  disk: \"vda (ext4)\"\n";
+  const std::string node =
+      "node:\n  gpus: 1\n  gpu: {name: g, memory: 1 GiB, peak_flops: 1e12, memory_bandwidth: 1e10}\n"
+      "  host: {memory: 8 GiB, memory_bandwidth: 1e10, cores: 2, adam_params_per_s: 1e9}\n"
+      "  nvme: {capacity: 1 TB, read_bandwidth: 1e9, write_bandwidth: 1e9}\n  pcie: {bandwidth_per_gpu: 1e10}\n"
+      "  nvlink: {bandwidth_per_gpu: 1e10}\n  nic: {bandwidth: 1e9}\n";
+  const auto hw = parse_hwprofile(base + node, "t.yaml");
+  CHECK(hw.measured_on.cpu == "X 1");
+  CHECK(hw.measured_on.cpu_flags == std::vector<std::string>{"avx2", "fma"});
+  CHECK(hw.measured_on.cores == 2);
+  CHECK(hw.measured_on.disk == "vda (ext4)");
+  CHECK(machine_differences(hw.measured_on, hw.measured_on).empty());
+  MachineRecord here = hw.measured_on;
+  here.cpu = "Y 2";
+  here.cpu_flags = {"avx2", "avx512f"};
+  here.memory *= 1.02;  // within 5 %: the same memory
+  auto d = machine_differences(hw.measured_on, here);
+  REQUIRE(d.size() == 3);
+  CHECK_THAT(d[0], Catch::Contains("'X 1'") && Catch::Contains("'Y 2'"));
+  CHECK_THAT(d[1], Catch::Contains("lacks: fma"));
+  CHECK_THAT(d[2], Catch::Contains("lacked: avx512f"));
+  here = hw.measured_on;
+  here.memory *= 2;
+  here.disk = "nvme0n1 (xfs)";
+  d = machine_differences(hw.measured_on, here);
+  REQUIRE(d.size() == 2);
+  CHECK_THAT(d[0], Catch::StartsWith("memory:"));
+  CHECK_THAT(d[1], Catch::Contains("nvme0n1 (xfs)"));
+  std::string bad = base + node;
+  bad.replace(bad.find("cores: 2\n  memory"), 8, "cores: 0");
+  CHECK_THROWS_WITH(parse_hwprofile(bad, "t.yaml"), Catch::Contains("t.yaml") && Catch::Contains("measured_on.cores"));
+}
+
+TEST_CASE("this machine's record: its CPU, the recorded features only, cores, memory, disk") {
+  const auto m = zinf::engine::this_machine(std::filesystem::temp_directory_path().string());
+  CHECK_FALSE(m.cpu.empty());
+  CHECK(std::is_sorted(m.cpu_flags.begin(), m.cpu_flags.end()));
+  for (const auto& f : m.cpu_flags) {
+    INFO(f);
+    const auto& known = zinf::engine::recorded_cpu_flags();
+    CHECK(std::find(known.begin(), known.end(), f) != known.end());
+  }
+  CHECK(m.cores >= 1);
+  CHECK(m.memory > 1e8);
+  CHECK_THAT(m.disk, Catch::Contains("("));
+  // A directory that does not exist yet is looked up through its parent.
+  CHECK(zinf::engine::this_machine("/tmp/zinf-no-such-dir/below").disk == zinf::engine::this_machine("/tmp").disk);
 }
 
 TEST_CASE("zinf profile-hw refuses a calibration of no steps, naming the option, and writes nothing") {

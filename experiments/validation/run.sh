@@ -63,6 +63,9 @@ for pass in $(seq 1 "$PASSES"); do
   mkdir -p "$dir"
   echo "== pass $pass of $PASSES"
   if [ -n "${REUSE_PROFILE:-}" ] && [ -f "hwprofiles/$PROFILE.yaml" ]; then
+    # A profile measured on another machine predicts that machine: say so before every pass.
+    "$ZINF" profile-hw --check "hwprofiles/$PROFILE.yaml" --nvme-dir "$SCRATCH" ||
+      echo "(continuing with hwprofiles/$PROFILE.yaml as asked; its errors measure the difference between the machines too)"
     cp "hwprofiles/$PROFILE.yaml" "$dir/profile.yaml"
   else
     "$ZINF" profile-hw --out "$dir/profile.yaml" --nvme-dir "$SCRATCH" | tail -n 1

@@ -1,0 +1,114 @@
+#include "engine/machine_info.hpp"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace zinf::engine {
+
+namespace {
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// "model name" and "flags" of the first processor in /proc/cpuinfo.
+void read_cpuinfo(core::MachineRecord& m) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line) && (m.cpu.empty() || flags.empty())) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
+    if (key == "model name" && m.cpu.empty()) m.cpu = value;
+    if (key == "flags" && flags.empty()) flags = value;
+  }
+  if (m.cpu.empty()) m.cpu = "unknown CPU";
+  std::istringstream words(flags);
+  for (std::string f; words >> f;)
+    if (std::find(recorded_cpu_flags().begin(), recorded_cpu_flags().end(), f) != recorded_cpu_flags().end())
+      m.cpu_flags.push_back(f);
+  std::sort(m.cpu_flags.begin(), m.cpu_flags.end());
+}
+
+double mem_total() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key) {
+    if (key == "MemTotal:") {
+      in >> kib;
+      return kib * 1024.0;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string fs_type(unsigned long magic) {
+  switch (magic) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x9123683E: return "btrfs";
+    case 0x01021994: return "tmpfs";
+    case 0x794C7630: return "overlayfs";
+    case 0x2FC12FC1: return "zfs";
+    default: {
+      std::ostringstream s;
+      s << "fs 0x" << std::hex << magic;
+      return s.str();
+    }
+  }
+}
+
+// "vda (ext4)": the block device holding `dir` by its kernel name, and the file system type.
+std::string disk_of(const std::string& dir) {
+  std::filesystem::path p = dir;
+  std::error_code ec;
+  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();
+  if (p.empty()) p = ".";
+  struct stat st {};
+  struct statfs fs {};
+  if (::stat(p.c_str(), &st) != 0 || ::statfs(p.c_str(), &fs) != 0) return "";
+  std::string device = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  const auto link = std::filesystem::path("/sys/dev/block") / device;
+  if (std::filesystem::exists(link, ec)) {
+    auto target = std::filesystem::canonical(link, ec);
+    if (!ec) device = target.filename().string();
+  }
+  return device + " (" + fs_type(static_cast<unsigned long>(fs.f_type)) + ")";
+}
+
+}  // namespace
+
+const std::vector<std::string>& recorded_cpu_flags() {
+  static const std::vector<std::string> flags = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                                 "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"};
+  return flags;
+}
+
+core::MachineRecord this_machine(const std::string& disk_dir) {
+  core::MachineRecord m;
+  read_cpuinfo(m);
+  m.cores = usable_cores();
+  m.memory = mem_total();
+  if (!disk_dir.empty()) m.disk = disk_of(disk_dir);
+  return m;
+}
+
+}  // namespace zinf::engine
