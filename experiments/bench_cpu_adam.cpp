@@ -1,4 +1,4 @@
-// CPU Adam throughput against two references measured in the same iteration: a STREAM-style
+// CPU Adam throughput against two references measured in the same iteration: a STREAM-class
 // triad (a = b + s*c) over the same master/m/v memory with the same thread count, the bandwidth
 // bound; and the plain reference implementation with the same threads.
 //
@@ -6,7 +6,14 @@
 //
 // Bytes per parameter: master, m, v read and written (24), bf16 gradient read (2), bf16 copy
 // written (2) = 28; fp32 gradients make it 30. The triad counts 12 bytes per element, STREAM's rule.
+// The triad is what a tuned STREAM build does: vectorized at the widest level this CPU has, aligned
+// huge-page arrays touched up front, each thread bound to its own core, and timed both with
+// ordinary and with streaming (non-temporal) stores; the faster of the two is the bound, so Adam's
+// ratio to it is never flattered by a weak reference.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <barrier>
@@ -100,12 +107,52 @@ double seconds_of(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void triad(Team& team, unsigned threads, float* a, const float* b, const float* c, size_t n) {
-  team.run([=](unsigned part) {
-    size_t per = (n + threads - 1) / threads, lo = std::min(n, part * per), hi = std::min(n, lo + per);
-    const float s = 0.5f;
-    for (size_t i = lo; i < hi; ++i) a[i] = b[i] + s * c[i];
-  });
+// One thread's share of the triad: 64-byte aligned (huge-page arrays, parts in multiples of 64
+// elements), with ordinary or streaming stores, at the given SIMD width.
+__attribute__((target("avx512f"))) void triad_avx512(float* a, const float* b, const float* c, size_t lo, size_t hi, bool stream) {
+  const __m512 s = _mm512_set1_ps(0.5f);
+  if (stream)
+    for (size_t i = lo; i < hi; i += 16) _mm512_stream_ps(a + i, _mm512_add_ps(_mm512_load_ps(b + i), _mm512_mul_ps(s, _mm512_load_ps(c + i))));
+  else
+    for (size_t i = lo; i < hi; i += 16) _mm512_store_ps(a + i, _mm512_add_ps(_mm512_load_ps(b + i), _mm512_mul_ps(s, _mm512_load_ps(c + i))));
+  _mm_sfence();
+}
+
+__attribute__((target("avx2"))) void triad_avx2(float* a, const float* b, const float* c, size_t lo, size_t hi, bool stream) {
+  const __m256 s = _mm256_set1_ps(0.5f);
+  if (stream)
+    for (size_t i = lo; i < hi; i += 8) _mm256_stream_ps(a + i, _mm256_add_ps(_mm256_load_ps(b + i), _mm256_mul_ps(s, _mm256_load_ps(c + i))));
+  else
+    for (size_t i = lo; i < hi; i += 8) _mm256_store_ps(a + i, _mm256_add_ps(_mm256_load_ps(b + i), _mm256_mul_ps(s, _mm256_load_ps(c + i))));
+  _mm_sfence();
+}
+
+void triad_scalar(float* a, const float* b, const float* c, size_t lo, size_t hi, bool) {
+  for (size_t i = lo; i < hi; ++i) a[i] = b[i] + 0.5f * c[i];
+}
+
+void bind_to_core(unsigned core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core % std::max(1u, std::thread::hardware_concurrency()), &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+// Seconds of the faster of the two triads (ordinary stores, streaming stores).
+double triad_seconds(Team& team, unsigned threads, float* a, const float* b, const float* c, size_t n) {
+  auto* kernel = simd_supported(SimdLevel::Avx512) ? triad_avx512 : simd_supported(SimdLevel::Avx2) ? triad_avx2 : triad_scalar;
+  const size_t per = (n / threads) / 64 * 64;
+  double best = 1e30;
+  for (bool stream : {false, true}) {
+    best = std::min(best, seconds_of([&] {
+      team.run([=](unsigned part) {
+        bind_to_core(part);
+        const size_t lo = part * per, hi = part + 1 == threads ? n / 64 * 64 : lo + per;
+        kernel(a, b, c, lo, hi, stream);
+      });
+    }));
+  }
+  return best;
 }
 
 void BM_Adam(benchmark::State& state, SimdLevel level, bool bf16_grad) {
@@ -133,7 +180,7 @@ void BM_Adam(benchmark::State& state, SimdLevel level, bool bf16_grad) {
     double s = seconds_of([&] { step(fast, t++); });
     state.SetIterationTime(s);
     t_fast += s;
-    t_triad += seconds_of([&] { triad(team, threads, a.master, a.m, a.v, n); });
+    t_triad += triad_seconds(team, threads, a.master, a.m, a.v, n);
     t_ref += seconds_of([&] { step(ref, t++); });
   }
   const double bytes_per_param = bf16_grad ? 28 : 30;
@@ -145,6 +192,7 @@ void BM_Adam(benchmark::State& state, SimdLevel level, bool bf16_grad) {
   state.counters["triad_GBps"] = triad_gbps;
   state.counters["ratio_to_triad"] = adam_gbps / triad_gbps;
   state.counters["ratio_to_reference"] = t_ref / t_fast;
+  state.counters["goal_0.8_met"] = adam_gbps / triad_gbps >= 0.8 ? 1 : 0;
 }
 
 }  // namespace
