@@ -742,28 +742,52 @@ void GptCpuBackend::load_state(const FullState& full) {
   check(full.master, "master weights", false);
   check(full.m, "Adam m", true);
   check(full.v, "Adam v", true);
-  const int64_t n = I.space;
-  std::vector<bf16> params(size_t(n), bf16{});
-  std::vector<float> master(size_t(n), 0.0f), m(size_t(n), 0.0f), v(size_t(n), 0.0f);
-  for (const auto& u : I.P.units()) {
-    if (!I.holds(u)) continue;
-    const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
-    const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
-    auto scatter = [&](const Gpt2Params& src, std::vector<float>& dst) {
-      if (src.empty()) return;
-      std::vector<float> flat = I.unit_from_group(u, src[size_t(u.group)]);
-      for (int64_t i = 0; i < cnt; ++i)  // padding past the unit's end stays zero
-        dst[size_t(off + i)] = begin + i < u.numel ? flat[size_t(begin + i)] : 0.0f;
+  auto reader = [](const Gpt2Params& p) -> GroupReader {
+    if (p.empty()) return {};
+    return [&p](int32_t g, std::vector<float>& out) { out = p[size_t(g)]; };
+  };
+  load_state(reader(full.master), reader(full.m), reader(full.v));
+}
+
+void GptCpuBackend::load_state(const GroupReader& master, const GroupReader& m, const GroupReader& v) {
+  Impl& I = *impl_;
+  std::vector<float> group_master, group_m, group_v;
+  const auto& units = I.P.units();  // in group order, a group's tiles together
+  size_t next_unit = 0;
+  for (const auto& pg : I.graph.params) {
+    auto read = [&](const GroupReader& r, std::vector<float>& into, const char* what) {
+      if (!r) return;
+      r(pg.id, into);
+      if (int64_t(into.size()) != pg.numel)
+        throw std::invalid_argument(fmt::format("{}: group {} has {} elements, the model's has {}", what, pg.name, into.size(), pg.numel));
     };
-    scatter(full.master, master);
-    scatter(full.m, m);
-    scatter(full.v, v);
+    read(master, group_master, "master weights");
+    read(m, group_m, "Adam m");
+    read(v, group_v, "Adam v");
+    for (; next_unit < units.size() && units[next_unit].group == pg.id; ++next_unit) {
+      const auto& u = units[next_unit];
+      if (!I.holds(u)) continue;
+      const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
+      const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
+      // This rank's slice of the unit, zero past the unit's end and in the aligned padding, so
+      // that an NVMe home's padded span is written whole.
+      auto slice = [&](const std::vector<float>& group) {
+        auto out = staging<float>(cnt);
+        std::fill(out.begin(), out.begin() + cnt, 0.0f);
+        if (group.empty()) return out;
+        const std::vector<float> flat = I.unit_from_group(u, group);
+        for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) out[size_t(i)] = flat[size_t(begin + i)];
+        return out;
+      };
+      const auto sm = slice(group_master), sv_m = slice(group_m), sv_v = slice(group_v);
+      auto params = staging<bf16>(cnt);
+      for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(sm[size_t(i)]);
+      wait_all({I.params.write_async(off, cnt, params.data()), I.master.write_async(off, cnt, sm.data()),
+                I.m.write_async(off, cnt, sv_m.data()), I.v.write_async(off, cnt, sv_v.data())});
+    }
   }
-  for (int64_t i = 0; i < n; ++i) params[size_t(i)] = to_bf16(master[size_t(i)]);
-  I.params.write(0, n, params.data());
-  I.master.write(0, n, master.data());
-  I.m.write(0, n, m.data());
-  I.v.write(0, n, v.data());
+  if (next_unit != units.size())
+    throw std::logic_error("gpt backend: the Program's units are not in parameter-group order");
 }
 
 GptCpuBackend::FullState GptCpuBackend::gather_state() {

@@ -11,6 +11,7 @@
 // between steps from one thread. ZeRO stage 3 only: stages 0-2 keep whole parameters on every
 // device, which this backend does not implement (the planner and the simulator do).
 #pragma once
+#include <functional>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -45,6 +46,12 @@ public:
   // shards on the params tier, fp32 master weights on the optimizer tier, zero moments.
   void initialize(const Gpt2Params& params) { load_state({params, {}, {}}); }
 
+  // Supplies one parameter group's full fp32 tensor; called once per group, in group order.
+  using GroupReader = std::function<void(int32_t group, std::vector<float>& out)>;
+  // initialize and load_state a group at a time: host memory holds one group and one unit's
+  // shard per state, never the model (a model larger than RAM starts from NVMe this way).
+  void initialize(const GroupReader& params) { load_state(params, {}, {}); }
+
   // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
   // micro-batches, one per micro-batch of the Program.
   void begin_step(int64_t step, std::vector<Batch> batches);
@@ -69,6 +76,8 @@ public:
   // Takes this rank's shards of a full state (any rank count wrote it: this is how a checkpoint
   // is re-sharded). `m` and `v` may be empty for a fresh start.
   void load_state(const FullState& s);
+  // The same, streamed: `m` and `v` may be empty (zero moments).
+  void load_state(const GroupReader& master, const GroupReader& m, const GroupReader& v);
 
   struct Impl;
 

@@ -437,19 +437,30 @@ Gpt2Params Gpt2::zeros() const {
 }
 
 Gpt2Params Gpt2::init_params(uint64_t seed) const {
-  Gpt2Params p = zeros();
-  Rng rng{seed};
-  const double proj_std = 0.02 / std::sqrt(2.0 * double(spec().layers));
-  for (const core::ParamGroup& g : graph_.params) {
-    std::vector<float>& v = p[size_t(g.id)];
-    if (g.name == "ln_f" || ends_with(g.name, ".ln_1") || ends_with(g.name, ".ln_2")) {
-      std::fill(v.begin(), v.begin() + g.cols, 1.0f);  // gamma; beta stays 0
-      continue;
-    }
-    const double sd = ends_with(g.name, "c_proj") ? proj_std : 0.02;
-    for (int64_t i = 0; i < g.rows * g.cols; ++i) v[size_t(i)] = float(sd * rng.normal());  // biases stay 0
-  }
+  Gpt2Params p(graph_.params.size());
+  InitStream stream(*this, seed);
+  for (const core::ParamGroup& g : graph_.params) stream.next(g.id, p[size_t(g.id)]);
   return p;
+}
+
+Gpt2::InitStream::InitStream(const Gpt2& model, uint64_t seed) : model_(model), rng_state_(seed) {}
+
+void Gpt2::InitStream::next(int32_t group, std::vector<float>& out) {
+  const auto& params = model_.graph_.params;
+  if (group != next_group_ || size_t(group) >= params.size())
+    throw std::logic_error("gpt2 init stream: group " + std::to_string(group) + " asked for, next is " + std::to_string(next_group_));
+  ++next_group_;
+  const core::ParamGroup& g = params[size_t(group)];
+  out.assign(size_t(g.numel), 0.0f);
+  if (g.name == "ln_f" || ends_with(g.name, ".ln_1") || ends_with(g.name, ".ln_2")) {
+    std::fill(out.begin(), out.begin() + g.cols, 1.0f);  // gamma; beta stays 0
+    return;
+  }
+  Rng rng{rng_state_};
+  const double proj_std = 0.02 / std::sqrt(2.0 * double(model_.spec().layers));
+  const double sd = ends_with(g.name, "c_proj") ? proj_std : 0.02;
+  for (int64_t i = 0; i < g.rows * g.cols; ++i) out[size_t(i)] = float(sd * rng.normal());  // biases stay 0
+  rng_state_ = rng.s;
 }
 
 }  // namespace zinf::engine

@@ -104,6 +104,19 @@ class Gpt2 {
   // GPT-2's initialization, deterministic in seed: weights N(0, 0.02), residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 layers)), biases 0, layernorm gamma 1 beta 0.
   Gpt2Params init_params(uint64_t seed) const;
+  // The same initialization one parameter group at a time, for models whose parameters do not fit
+  // in memory at once: call next(out) once per group, in group order; group g's values equal
+  // init_params(seed)[g]. Holds the generator's state only.
+  class InitStream {
+  public:
+    InitStream(const Gpt2& model, uint64_t seed);
+    void next(int32_t group, std::vector<float>& out);
+
+  private:
+    const Gpt2& model_;
+    uint64_t rng_state_;
+    int32_t next_group_ = 0;
+  };
   Gpt2Params zeros() const;
 
  private:

@@ -98,9 +98,9 @@ struct Trainer::Impl {
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
-    auto init = opt.init_from.empty() ? model.init_params(opt.init_seed) : load_gpt2_safetensors(opt.init_from, graph);
     if (select_backend(opt.backend) == BackendKind::Cuda) {
 #ifdef ZINF_HAVE_CUDA
+      auto init = opt.init_from.empty() ? model.init_params(opt.init_seed) : load_gpt2_safetensors(opt.init_from, graph);
       const int device = cuda_device_for_rank(comm.rank());
       device_comm = cuda::make_device_collectives(comm, device);
       cuda_backend = std::make_unique<cuda::GptCudaBackend>(planned.program, planned.plan, model, comm.rank(),
@@ -110,7 +110,14 @@ struct Trainer::Impl {
 #endif
     } else {
       backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
-      backend->initialize(init);
+      // A fresh start streams its initialization a parameter group at a time into the homes the
+      // plan chose, so the model never sits whole in host memory.
+      if (opt.init_from.empty()) {
+        Gpt2::InitStream stream(model, opt.init_seed);
+        backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
+      } else {
+        backend->initialize(load_gpt2_safetensors(opt.init_from, graph));
+      }
       executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     }
   }
