@@ -770,20 +770,27 @@ void GptCpuBackend::load_state(const GroupReader& master, const GroupReader& m, 
       const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
       const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
       // This rank's slice of the unit, zero past the unit's end and in the aligned padding, so
-      // that an NVMe home's padded span is written whole.
+      // that an NVMe home's padded span is written whole. An untiled unit is its whole group, read
+      // in place; absent moments share one zero slice.
       auto slice = [&](const std::vector<float>& group) {
         auto out = staging<float>(cnt);
         std::fill(out.begin(), out.begin() + cnt, 0.0f);
         if (group.empty()) return out;
-        const std::vector<float> flat = I.unit_from_group(u, group);
-        for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) out[size_t(i)] = flat[size_t(begin + i)];
+        std::vector<float> tile;
+        if (u.tiles > 1) tile = I.unit_from_group(u, group);
+        const float* flat = u.tiles > 1 ? tile.data() : group.data();
+        for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) out[size_t(i)] = flat[begin + i];
         return out;
       };
-      const auto sm = slice(group_master), sv_m = slice(group_m), sv_v = slice(group_v);
+      const auto sm = slice(group_master);
+      const auto zero = group_m.empty() || group_v.empty() ? slice({}) : Staging<float>{};
+      const auto sv_m = group_m.empty() ? Staging<float>{} : slice(group_m);
+      const auto sv_v = group_v.empty() ? Staging<float>{} : slice(group_v);
       auto params = staging<bf16>(cnt);
       for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(sm[size_t(i)]);
       wait_all({I.params.write_async(off, cnt, params.data()), I.master.write_async(off, cnt, sm.data()),
-                I.m.write_async(off, cnt, sv_m.data()), I.v.write_async(off, cnt, sv_v.data())});
+                I.m.write_async(off, cnt, (group_m.empty() ? zero : sv_m).data()),
+                I.v.write_async(off, cnt, (group_v.empty() ? zero : sv_v).data())});
     }
   }
   if (next_unit != units.size())
