@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""Simulates every published point of points.yaml with `zinf sim` and compares it with what was measured.
+
+    /usr/bin/python3 experiments/published/run.py [--zinf build/zinf] [--out analysis/published] [--only ID ...]
+
+Writes OUT/published.csv (one row per point), OUT/published.md (the table the README shows),
+OUT/scatter.{png,pdf} (predicted against measured, calibration and prediction points apart) and
+OUT/panels.{png,pdf} (one panel per published figure). A point whose configuration zinf refuses
+(the memory model says it does not fit) is a row with the reason, drawn as refused, never dropped.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def params_of(model):
+    """12 x layers x hidden^2, the papers' count."""
+    return 12 * model["layers"] * model["hidden"] ** 2
+
+
+def flops_per_sample(point):
+    """FLOPs one sample costs as the point's source counts them."""
+    m = point["model"]
+    seq, layers, hidden, vocab = point["seq"], m["layers"], m["hidden"], m.get("vocab", point["vocab"])
+    if point["flops"] == "zero-infinity":
+        return 8 * seq * params_of(m)
+    if point["flops"] == "megatron":
+        return 96 * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+    raise ValueError(f"point {point['id']}: flops must be zero-infinity or megatron, not {point['flops']!r}")
+
+
+def expand(spec):
+    """The points with the file's defaults filled in, each checked for the fields it needs."""
+    defaults = spec.get("defaults", {})
+    points = []
+    for raw in spec["points"]:
+        p = dict(defaults)
+        p.update(raw)
+        p.setdefault("vocab", defaults.get("vocab", 50257))
+        for key in ("id", "kind", "figure", "source", "model", "batch", "config", "measured_tflops"):
+            if key not in p:
+                raise ValueError(f"point {raw.get('id', '?')}: missing '{key}'")
+        if p["kind"] not in ("calibration", "prediction"):
+            raise ValueError(f"point {p['id']}: kind must be calibration or prediction")
+        points.append(p)
+    return points
+
+
+def predicted_tflops(point, samples_per_s, gpus):
+    return flops_per_sample(point) * samples_per_s / gpus / 1e12
+
+
+def write_inputs(point, folder):
+    """The point's model, run config and (when it overrides one) hwprofile as files zinf reads."""
+    m = point["model"]
+    model = {"name": point["id"], "layers": m["layers"], "hidden": m["hidden"], "heads": m["heads"],
+             "seq": point["seq"], "vocab": m.get("vocab", point["vocab"]), "micro_batch": point["batch"]}
+    paths = {"model": os.path.join(folder, "model.yaml"), "config": os.path.join(folder, "config.yaml")}
+    with open(paths["model"], "w") as f:
+        yaml.safe_dump(model, f)
+    config = dict(point["config"])
+    config.setdefault("description", f"published point {point['id']}")
+    with open(paths["config"], "w") as f:
+        yaml.safe_dump(config, f)
+    hw = point["hw"]
+    if "gpus_per_node" in point:
+        with open(os.path.join(ROOT, "hwprofiles", f"{hw}.yaml")) as f:
+            profile = yaml.safe_load(f)
+        profile["node"]["gpus"] = point["gpus_per_node"]
+        profile["name"] = f"{profile['name']}-{point['gpus_per_node']}gpu"
+        hw = os.path.join(folder, "hw.yaml")
+        with open(hw, "w") as f:
+            yaml.safe_dump(profile, f)
+    paths["hw"] = hw
+    return paths
+
+
+def simulate(point, zinf, folder):
+    paths = write_inputs(point, folder)
+    cmd = [zinf, "sim", "--model", paths["model"], "--hw", paths["hw"], "--nodes", str(point["nodes"]),
+           "--config", paths["config"], "--json"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    row = {"id": point["id"], "kind": point["kind"], "figure": point["figure"], "measured_tflops": point["measured_tflops"],
+           "tensor_parallel": point["tensor_parallel"], "flops": point["flops"], "source": point["source"],
+           "assumed": point.get("assumed", ""), "command": " ".join(cmd)}
+    text = run.stdout.strip()
+    report = None
+    if text.startswith("{"):
+        try:
+            report = json.loads(text)
+        except json.JSONDecodeError:
+            report = None
+    if run.returncode != 0 or report is None:
+        reason = (run.stderr.strip() or run.stdout.strip() or f"exit {run.returncode}").splitlines()
+        refused = any("plan refused" in line or "does not fit" in line for line in reason)
+        row.update(status="refused" if refused else "failed",
+                   reason=" ".join(reason)[:400], predicted_tflops="", error="", step_time="")
+        return row
+    if not report.get("within_budget", True):
+        row.update(status="refused", reason="the memory model says it does not fit", predicted_tflops="", error="",
+                   step_time=report["step_time"])
+        return row
+    gpus = report["ranks"]
+    pred = predicted_tflops(point, report["samples_per_s"], gpus)
+    row.update(status="ok", reason="", predicted_tflops=round(pred, 2), step_time=report["step_time"],
+               error=round(pred / point["measured_tflops"] - 1.0, 4))
+    if point["tensor_parallel"] > 1:
+        row["assumed"] = (row["assumed"] + "; " if row["assumed"] else "") + \
+            f"model parallel {point['tensor_parallel']} simulated as ZeRO data parallelism (no tensor parallelism in zinf yet)"
+    return row
+
+
+def summary(rows, kind):
+    errs = [abs(r["error"]) for r in rows if r["kind"] == kind and r["status"] == "ok"]
+    refused = sum(1 for r in rows if r["kind"] == kind and r["status"] != "ok")
+    if not errs:
+        return {"points": 0, "refused": refused, "median": None, "largest": None}
+    return {"points": len(errs), "refused": refused, "median": statistics.median(errs), "largest": max(errs)}
+
+
+def table(rows):
+    lines = ["| point | kind | measured | zinf | error | note |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] == "ok":
+            pred, err = f"{r['predicted_tflops']:.1f}", f"{100 * r['error']:+.0f} %"
+        else:
+            pred, err = r["status"], ""
+        note = "TP " + str(r["tensor_parallel"]) + " run as ZeRO DP" if r["tensor_parallel"] > 1 else ""
+        lines.append(f"| {r['id']} | {r['kind']} | {r['measured_tflops']} | {pred} | {err} | {note} |")
+    for kind in ("calibration", "prediction"):
+        s = summary(rows, kind)
+        if s["points"]:
+            lines.append(f"\n{kind}: {s['points']} points simulated, {s['refused']} refused or failed; "
+                         f"median |error| {100 * s['median']:.0f} %, largest {100 * s['largest']:.0f} %")
+        else:
+            lines.append(f"\n{kind}: no point simulated, {s['refused']} refused or failed")
+    return "\n".join(lines)
+
+
+def plot(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    top = max([r["measured_tflops"] for r in rows] + [r["predicted_tflops"] or 0 for r in rows if r["status"] == "ok"]) * 1.15
+    ax.plot([0, top], [0, top], color="gray", lw=1, label="predicted = measured")
+    ax.fill_between([0, top], [0, top * 0.75], [0, top * 1.25], color="gray", alpha=0.12, label="within 25 %")
+    for kind, marker, color in (("calibration", "s", "tab:blue"), ("prediction", "o", "tab:red")):
+        ok = [r for r in rows if r["kind"] == kind and r["status"] == "ok"]
+        ax.scatter([r["measured_tflops"] for r in ok], [r["predicted_tflops"] for r in ok], marker=marker, color=color,
+                   label=f"{kind} ({len(ok)})", zorder=3)
+        for r in ok:
+            ax.annotate(r["id"], (r["measured_tflops"], r["predicted_tflops"]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        refused = [r for r in rows if r["kind"] == kind and r["status"] != "ok"]
+        if refused:
+            ax.scatter([r["measured_tflops"] for r in refused], [top * 0.03] * len(refused), marker="x", color=color,
+                       label=f"{kind} refused ({len(refused)})", zorder=3)
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("measured TFLOP/s per GPU (published)")
+    ax.set_ylabel("zinf sim TFLOP/s per GPU")
+    ax.set_title("Published ZeRO runs: predicted vs measured")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(os.path.join(out, f"scatter.{ext}"), dpi=150)
+    plt.close(fig)
+
+    figures = []
+    for r in rows:
+        if r["figure"] not in figures:
+            figures.append(r["figure"])
+    cols = min(3, len(figures))
+    nrows = math.ceil(len(figures) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, name in zip(axes.flat, figures):
+        sel = [r for r in rows if r["figure"] == name]
+        xs = range(len(sel))
+        ax.bar([x - 0.2 for x in xs], [r["measured_tflops"] for r in sel], width=0.4, label="measured", color="tab:gray")
+        ax.bar([x + 0.2 for x in xs], [r["predicted_tflops"] if r["status"] == "ok" else 0 for r in sel], width=0.4,
+               label="zinf", color="tab:red" if sel[0]["kind"] == "prediction" else "tab:blue")
+        for x, r in zip(xs, sel):
+            if r["status"] != "ok":
+                ax.text(x + 0.2, 1, r["status"], rotation=90, fontsize=7, ha="center", va="bottom")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["id"].split("-", 1)[-1] for r in sel], fontsize=7, rotation=30)
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("TFLOP/s per GPU", fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(figures):]:
+        ax.axis("off")
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(os.path.join(out, f"panels.{ext}"), dpi=150)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default=os.path.join(ROOT, "experiments", "published", "points.yaml"))
+    ap.add_argument("--zinf", default=os.path.join(ROOT, "build", "zinf"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "analysis", "published"))
+    ap.add_argument("--only", nargs="*", help="point ids to run (default: all)")
+    a = ap.parse_args(argv)
+    with open(a.points) as f:
+        points = expand(yaml.safe_load(f))
+    if a.only:
+        points = [p for p in points if p["id"] in a.only]
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="zinf-published-") as tmp:
+        for i, p in enumerate(points, 1):
+            folder = os.path.join(tmp, p["id"])
+            os.makedirs(folder)
+            print(f"[{i}/{len(points)}] {p['id']} ...", end=" ", flush=True)
+            r = simulate(p, a.zinf, folder)
+            print(f"{r['predicted_tflops']} TFLOP/s (measured {r['measured_tflops']})" if r["status"] == "ok"
+                  else f"{r['status']}: {r['reason'][:160]}", flush=True)
+            rows.append(r)
+    fields = ["id", "kind", "figure", "status", "measured_tflops", "predicted_tflops", "error", "step_time",
+              "tensor_parallel", "flops", "reason", "assumed", "source", "command"]
+    with open(os.path.join(a.out, "published.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in fields})
+    text = table(rows)
+    with open(os.path.join(a.out, "published.md"), "w") as f:
+        f.write(text + "\n")
+    print()
+    print(text)
+    if rows:
+        plot(rows, a.out)
+    print(f"\nwrote {a.out}/published.csv, published.md, scatter.png/pdf, panels.png/pdf")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

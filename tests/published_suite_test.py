@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""experiments/published/run.py's counting and bookkeeping: the two FLOP formulas on hand-computed
+cases, defaults and missing fields, error summaries that keep refused points apart."""
+import importlib.util
+import os
+import unittest
+
+ROOT = os.environ.get("ZINF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+spec = importlib.util.spec_from_file_location("published", os.path.join(ROOT, "experiments", "published", "run.py"))
+published = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(published)
+
+
+class Counting(unittest.TestCase):
+    def point(self, **kw):
+        p = {"id": "p", "kind": "prediction", "figure": "f", "source": "s", "batch": 8, "config": {},
+             "measured_tflops": 40, "model": {"layers": 2, "hidden": 64, "heads": 4}}
+        p.update(kw)
+        return published.expand({"defaults": {"seq": 1024, "vocab": 50257, "hw": "dgx2-v100", "nodes": 1,
+                                              "tensor_parallel": 1, "flops": "zero-infinity"}, "points": [p]})[0]
+
+    def test_zero_infinity_count(self):
+        p = self.point()
+        self.assertEqual(published.params_of(p["model"]), 12 * 2 * 64 * 64)
+        self.assertEqual(published.flops_per_sample(p), 8 * 1024 * 12 * 2 * 64 * 64)
+        # 10 samples/s over 2 GPUs: 5 samples/s each.
+        self.assertAlmostEqual(published.predicted_tflops(p, 10.0, 2), 5 * 8 * 1024 * 98304 / 1e12)
+
+    def test_megatron_count(self):
+        p = self.point(flops="megatron", model={"layers": 40, "hidden": 1536, "heads": 16, "vocab": 51200})
+        s, l, h, v = 1024, 40, 1536, 51200
+        self.assertAlmostEqual(published.flops_per_sample(p), 96 * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
+
+    def test_bad_points(self):
+        with self.assertRaisesRegex(ValueError, "missing 'measured_tflops'"):
+            published.expand({"points": [{"id": "x", "kind": "prediction", "figure": "f", "source": "s", "model": {},
+                                          "batch": 1, "config": {}}]})
+        with self.assertRaisesRegex(ValueError, "kind must be"):
+            self.point(kind="fitted")
+        with self.assertRaisesRegex(ValueError, "flops must be"):
+            published.flops_per_sample(self.point(flops="other"))
+
+    def test_summary_keeps_refused_apart(self):
+        rows = [{"kind": "prediction", "status": "ok", "error": 0.1}, {"kind": "prediction", "status": "ok", "error": -0.3},
+                {"kind": "prediction", "status": "refused", "error": ""},
+                {"kind": "calibration", "status": "ok", "error": 0.05}]
+        s = published.summary(rows, "prediction")
+        self.assertEqual((s["points"], s["refused"]), (2, 1))
+        self.assertAlmostEqual(s["median"], 0.2)
+        self.assertAlmostEqual(s["largest"], 0.3)
+        self.assertEqual(published.summary(rows, "calibration")["refused"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
