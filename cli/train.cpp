@@ -8,6 +8,8 @@
 #include "core/config_paths.hpp"
 #include "core/units.hpp"
 #include "engine/comm/collectives.hpp"
+#include "engine/exec/backend_select.hpp"
+#include "engine/machine_info.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 
@@ -29,7 +31,23 @@ struct TrainArgs {
   unsigned adam_threads = 1;
   std::string backend = "auto";
   double device_memory_gib = 0;
+  double host_memory_gib = 0;
 };
+
+// Memory sizes from the command line and the machine: on the CPU backend --device-memory is the
+// device arena's budget (the profile's node.gpu.memory); --host-memory caps the host tier; a profile
+// of a CPU machine never plans more host memory than this machine has.
+void size_for_this_machine(const TrainArgs& a, engine::TrainerOptions& o) {
+  constexpr double GiB = double(1ull << 30);
+  if (a.device_memory_gib > 0 && engine::select_backend(a.backend) != engine::BackendKind::Cuda)
+    o.hw.node.gpu.memory = a.device_memory_gib * GiB;
+  if (a.host_memory_gib > 0) {
+    o.hw.node.host_memory = a.host_memory_gib * GiB;
+  } else if (o.hw.node.device_shares_host_cores) {
+    const double machine = engine::this_machine("").memory;
+    if (machine > 0 && machine < o.hw.node.host_memory) o.hw.node.host_memory = machine;
+  }
+}
 
 void run_train(const TrainArgs& a) {
   const std::string root = core::zinf_root(source_dir());
@@ -46,6 +64,7 @@ void run_train(const TrainArgs& a) {
   o.adam_threads = a.adam_threads;
   o.backend = a.backend;
   o.device_memory = uint64_t(a.device_memory_gib * double(1ull << 30));
+  size_for_this_machine(a, o);
 
   auto comm = engine::make_collectives();
   const bool lead = comm->rank() == 0;
@@ -125,7 +144,13 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--backend", a->backend, "cpu, cuda, or auto (cuda when built with it and a GPU is present)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  cmd->add_option("--device-memory", a->device_memory_gib, "cuda: GiB of device memory for the arena (0: free memory less a reserve)");
+  cmd->add_option("--device-memory", a->device_memory_gib,
+                  "GiB of device memory the plan may use: the CPU backend's arena in host memory (0: the profile's), "
+                  "or cuda's arena (0: free memory less a reserve)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--host-memory", a->host_memory_gib,
+                  "GiB of host memory the plan may use (0: the profile's, at most this machine's RAM on a CPU profile)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->callback([a] { run_train(*a); });
 });
 

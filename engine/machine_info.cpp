@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
+
+#include "core/units.hpp"
 
 namespace zinf::engine {
 
@@ -95,6 +98,34 @@ std::string disk_of(const std::string& dir) {
 }
 
 }  // namespace
+
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key) {
+    if (key == "MemAvailable:") {
+      in >> kib;
+      return kib * 1024.0;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
+void check_plan_fits_ram(const core::PerTier& peak, bool device_in_host_memory, int ranks_on_node, double available) {
+  if (available <= 0) return;
+  const double host = peak[size_t(core::Tier::Host)], device = peak[size_t(core::Tier::Device)];
+  const double per_rank = host + (device_in_host_memory ? device : 0.0) + kProcessOverhead;
+  const double needed = per_rank * std::max(1, ranks_on_node);
+  if (needed <= available) return;
+  throw std::runtime_error(
+      "this run needs " + core::format_bytes(needed) + " of RAM and the machine has " + core::format_bytes(available) +
+      " available (MemAvailable): " + std::to_string(std::max(1, ranks_on_node)) + " rank(s) x (" +
+      (device_in_host_memory ? "device arena " + core::format_bytes(device) + " + " : std::string()) + "host tier " +
+      core::format_bytes(host) + " + " + core::format_bytes(kProcessOverhead) +
+      " per process). Lower --device-memory or --host-memory so the plan offloads more, or free memory");
+}
 
 const std::vector<std::string>& recorded_cpu_flags() {
   static const std::vector<std::string> flags = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "engine/exec/backend_select.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
+#include "engine/machine_info.hpp"
 #ifdef ZINF_HAVE_CUDA
 #include "engine/cuda/gpt_cuda_backend.hpp"
 #include "engine/cuda/nccl_collectives.hpp"
@@ -54,6 +56,15 @@ std::string read_file(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Ranks sharing this machine's RAM: OpenMPI's local size, else every rank of the job.
+int ranks_on_this_node(int ranks) {
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+    const int n = std::atoi(local);
+    if (n >= 1) return n;
+  }
+  return ranks;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -80,6 +91,10 @@ struct Trainer::Impl {
     // pages that are already faulted in: first touch of fresh pages runs at ~0.3 GB/s here.
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, INT32_MAX);
+    // Say so up front when the plan cannot fit in this machine's RAM, instead of meeting the OOM
+    // killer halfway through initialization.
+    const bool device_in_ram = select_backend(opt.backend) != BackendKind::Cuda;
+    check_plan_fits_ram(planned.plan.peak_bytes, device_in_ram, ranks_on_this_node(c.size()), available_memory());
     corpus = TokenCorpus::load(opt.data);
     if (corpus.vocab > opt.model.vocab)
       throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
