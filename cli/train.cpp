@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cli/command.hpp"
@@ -83,8 +84,10 @@ void run_train(const TrainArgs& a) {
   }
   const bool tty = ::isatty(STDOUT_FILENO);
   double first_loss = 0;
+  double arena_peak = -1;
   while (trainer.step_count() < a.steps) {
     auto s = trainer.step();
+    arena_peak = std::max(arena_peak, double(s.device_arena_peak));
     if (s.step == 1 || first_loss == 0) first_loss = s.loss;
     if (lead) {
       const int width = 24;
@@ -114,6 +117,10 @@ void run_train(const TrainArgs& a) {
     }
   }
   if (lead && tty) fmt::print("\n");
+  if (lead) {
+    const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
+    fmt::print("{}\n", mem.text);
+  }
   if (!a.checkpoint_dir.empty() && (a.checkpoint_every == 0 || trainer.step_count() % a.checkpoint_every != 0)) {
     auto dir = trainer.save_checkpoint();
     if (lead) fmt::print("checkpoint: {}\n", dir);

@@ -1,6 +1,7 @@
 #include "engine/machine_info.hpp"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -125,6 +126,31 @@ void check_plan_fits_ram(const core::PerTier& peak, bool device_in_host_memory, 
       (device_in_host_memory ? "device arena " + core::format_bytes(device) + " + " : std::string()) + "host tier " +
       core::format_bytes(host) + " + " + core::format_bytes(kProcessOverhead) +
       " per process). Lower --device-memory or --host-memory so the plan offloads more, or free memory");
+}
+
+double peak_rss() {
+  struct rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return double(u.ru_maxrss) * 1024.0;
+}
+
+MemoryComparison compare_memory(const core::PerTier& peak, bool device_in_host_memory, double arena_peak, double rss) {
+  const double device = peak[size_t(core::Tier::Device)], host = peak[size_t(core::Tier::Host)];
+  const double ram = host + (device_in_host_memory ? device : 0.0) + kProcessOverhead;
+  MemoryComparison c;
+  c.text = "memory per rank, planned vs measured: device " + core::format_bytes(device) + " vs arena peak " +
+           (arena_peak >= 0 ? core::format_bytes(arena_peak) : std::string("(none)")) + "; RAM " + core::format_bytes(ram) +
+           " (" + (device_in_host_memory ? "device + " : "") + "host + " + core::format_bytes(kProcessOverhead) +
+           " overhead) vs peak RSS " + core::format_bytes(rss);
+  std::string why;
+  if (arena_peak > 1.1 * device) why += " the device arena held " + core::format_bytes(arena_peak) + ", the plan counts " + core::format_bytes(device) + ";";
+  if (rss > 1.1 * ram) why += " the process peaked at " + core::format_bytes(rss) + " of RAM, the plan counts " + core::format_bytes(ram) + ";";
+  if (!why.empty()) {
+    c.over = true;
+    why.pop_back();
+    c.text += "\nwarning: measured memory is over the plan:" + why;
+  }
+  return c;
 }
 
 const std::vector<std::string>& recorded_cpu_flags() {

@@ -24,6 +24,19 @@ double available_memory();
 inline constexpr double kProcessOverhead = 512.0 * (1 << 20);  // libraries, corpus, BLAS buffers: gpt-tiny peaks at 285 MB
 void check_plan_fits_ram(const core::PerTier& per_rank_peak, bool device_in_host_memory, int ranks_on_node, double available);
 
+// This process's peak resident set size in bytes (getrusage).
+double peak_rss();
+
+// The planned and the measured memory of a run side by side, per rank: the plan's device and host
+// peaks, the device arena's measured peak (-1: no arena) and the process's peak RSS against the
+// plan's RAM (device arena on the CPU backend + host tier + kProcessOverhead). `over` is set when a
+// measured figure exceeds its planned one by more than 10 %.
+struct MemoryComparison {
+  std::string text;
+  bool over = false;
+};
+MemoryComparison compare_memory(const core::PerTier& planned_peak, bool device_in_host_memory, double arena_peak, double rss);
+
 // The features recorded: SIMD levels, FMA, F16C, CRC32C, AVX-512 BF16/FP16 and AMX, as
 // /proc/cpuinfo names them.
 const std::vector<std::string>& recorded_cpu_flags();

@@ -79,3 +79,21 @@ TEST_CASE("zinf train refuses up front a plan larger than this machine's RAM, an
   CHECK(rc != 0);
   CHECK_THAT(out, Catch::Contains("device is short"));
 }
+
+TEST_CASE("planned and measured memory side by side, with a warning past 10 %") {
+  core::PerTier peak{};
+  peak[size_t(core::Tier::Device)] = 1e9;
+  peak[size_t(core::Tier::Host)] = 1e9;
+  const double ram = 2e9 + engine::kProcessOverhead;
+  auto c = engine::compare_memory(peak, true, 1.05e9, ram);
+  CHECK_FALSE(c.over);
+  CHECK_THAT(c.text, Catch::Contains("device 1.00 GB vs arena peak 1.05 GB") && Catch::Contains("vs peak RSS"));
+  c = engine::compare_memory(peak, true, 3e9, ram * 1.5);
+  CHECK(c.over);
+  CHECK_THAT(c.text, Catch::Contains("warning: measured memory is over the plan") && Catch::Contains("arena held 3.00 GB") &&
+                         Catch::Contains("the process peaked at"));
+  c = engine::compare_memory(peak, false, -1, 1.0e9 + engine::kProcessOverhead);  // a GPU arena is not RAM
+  CHECK_FALSE(c.over);
+  CHECK_THAT(c.text, Catch::Contains("arena peak (none)"));
+  CHECK(engine::peak_rss() > 1e6);
+}
