@@ -166,7 +166,7 @@ void run_sweep(const SweepOptions& o) {
     throw std::runtime_error("another rank could not read the sweep spec (see its message)");
   }
 
-  const int jobs = o.jobs > 0 ? o.jobs : (world.size() > 1 ? 1 : 2);
+  const int jobs = o.jobs > 0 ? o.jobs : (world.under_mpi() ? 1 : 2);
   if (world.rank() == 0)
     fmt::print(stderr, "zinf sweep: {} points, {} already in {}, {} to run on {} rank(s) x {} process(es)\n",
                points.size(), points.size() - todo.size(), out_path, todo.size(), world.size(), jobs);

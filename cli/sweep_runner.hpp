@@ -22,6 +22,8 @@ public:
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Whether mpirun started this process (then each rank is meant to have a core or more of its own).
+  bool under_mpi() const { return mpi_; }
   // Whether every rank, and whether rank 0, could go on (each passes its own `ok`); collective.
   struct Verdict {
     bool all_ok = true;
