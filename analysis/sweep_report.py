@@ -95,8 +95,10 @@ class Axis:
             self.log = False
 
     def title(self):
-        names = " & ".join([self.name] + self.zipped)
-        return names.replace(" (scale)", "") + (" (x the file's value)" if "(scale)" in self.name else "")
+        """The axis label: field names without their file's prefix, zipped ones joined."""
+        names = [re.sub(r"^(model|hwprofile|config)\.", "", n).replace(" (scale)", "") for n in [self.name] + self.zipped]
+        text = " &\n".join(names) if sum(len(n) for n in names) > 40 else " & ".join(names)
+        return text + (" (x the file's value)" if "(scale)" in self.name else "")
 
 
 def varied_axes(coords, rows):
@@ -216,8 +218,8 @@ def heatmap(a, b, rows, metric, stem, out, rest):
                 ax.text(i, j, why, ha="center", va="center", fontsize=7, color="red" if why == "refused" else "black")
     ax.set_xticks(range(len(a.values)), [label(a.name, v) for v in a.values], rotation=20, fontsize=8)
     ax.set_yticks(range(len(b.values)), [label(b.name, v) for v in b.values], fontsize=8)
-    ax.set_xlabel(a.title())
-    ax.set_ylabel(b.title())
+    ax.set_xlabel(a.title(), fontsize=8)
+    ax.set_ylabel(b.title(), fontsize=8)
     over = f"\nbest over {', '.join(rest)}" if rest else ""
     ax.set_title(f"{stem}: {ylabel}{over}", fontsize=9)
     return save(fig, out, f"{stem}_heatmap_{safe(a.name)}_{safe(b.name)}")

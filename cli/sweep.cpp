@@ -27,6 +27,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"

@@ -27,9 +27,12 @@ constexpr int kRequestTag = 7101;
 constexpr int kAssignTag = 7102;
 constexpr uint64_t kStop = ~uint64_t{0};
 
-// How long rank 0 lets its own points run before it looks for requests again: the most a worker
-// waits for its next point, well under a point's cost (tens of milliseconds and up).
-constexpr int kServeEveryMs = 1;
+// How long rank 0 lets its own points run before it looks for requests again. Each worker holds
+// one point beyond those it runs (kAhead), so it starts its next point the moment one ends and
+// never waits on this interval; rank 0 wakes rarely enough that the polling costs well under 1 %
+// of a core.
+constexpr int kServeEveryMs = 5;
+constexpr int kAhead = 1;
 
 std::string encode_result(size_t index, bool ok, const std::string& text) {
   std::string msg(sizeof(uint64_t) + 1, '\0');
@@ -93,7 +96,7 @@ void SweepWorld::run_rank0(const std::vector<size_t>& todo, int jobs, const std:
     if (!queue.empty()) {
       v = queue.front();
       queue.pop_front();
-    } else if (++stops[static_cast<size_t>(src)] == jobs) {
+    } else if (++stops[static_cast<size_t>(src)] == jobs + kAhead) {
       --workers_left;
     }
     MPI_Send(&v, 1, MPI_UINT64_T, src, kAssignTag, MPI_COMM_WORLD);
@@ -126,7 +129,7 @@ void SweepWorld::run_rank0(const std::vector<size_t>& todo, int jobs, const std:
     if (pool.running() > 0) {
       for (auto& f : pool.wait(size_ > 1 ? kServeEveryMs : -1)) done(f.index, f.ok, f.text);
     } else {
-      ::usleep(200);  // only workers' points are left: wait for their results without spinning
+      ::usleep(1000);  // only workers' points are left: wait for their results without spinning
     }
     if (size_ > 1) serve();
   }
@@ -134,29 +137,38 @@ void SweepWorld::run_rank0(const std::vector<size_t>& todo, int jobs, const std:
 
 void SweepWorld::run_worker(int jobs, const std::function<std::string(size_t)>& job) const {
   sim::IsolatedPool pool;
-  for (int k = 0; k < jobs; ++k) MPI_Send(nullptr, 0, MPI_BYTE, 0, kRequestTag, MPI_COMM_WORLD);
+  std::deque<size_t> ahead;  // points assigned and not yet started
+  const int slots = jobs + kAhead;
+  for (int k = 0; k < slots; ++k) MPI_Send(nullptr, 0, MPI_BYTE, 0, kRequestTag, MPI_COMM_WORLD);
   int stops = 0;
   uint64_t assigned = 0;
   MPI_Request recv;
   MPI_Irecv(&assigned, 1, MPI_UINT64_T, 0, kAssignTag, MPI_COMM_WORLD, &recv);
   for (;;) {
-    for (int flag = 1; flag && stops < jobs;) {
+    for (int flag = 1; flag && stops < slots;) {
       MPI_Test(&recv, &flag, MPI_STATUS_IGNORE);
       if (!flag) break;
-      if (assigned == kStop) {
-        ++stops;
-      } else {
-        const size_t i = static_cast<size_t>(assigned);
-        pool.start(i, [&job, i] { return job(i); });
-      }
-      if (stops < jobs) MPI_Irecv(&assigned, 1, MPI_UINT64_T, 0, kAssignTag, MPI_COMM_WORLD, &recv);
+      if (assigned == kStop) ++stops;
+      else ahead.push_back(static_cast<size_t>(assigned));
+      if (stops < slots) MPI_Irecv(&assigned, 1, MPI_UINT64_T, 0, kAssignTag, MPI_COMM_WORLD, &recv);
     }
-    if (stops == jobs && pool.running() == 0) break;
+    while (!ahead.empty() && static_cast<int>(pool.running()) < jobs) {
+      const size_t i = ahead.front();
+      ahead.pop_front();
+      pool.start(i, [&job, i] { return job(i); });
+    }
+    if (stops == slots && pool.running() == 0) break;
     if (pool.running() == 0) {
       ::usleep(200);  // waiting for rank 0's answer; MPI's own blocking wait would spin on a core
       continue;
     }
-    for (auto& f : pool.wait(5)) {
+    for (auto& f : pool.wait(ahead.empty() ? 2 : 20)) {
+      // Start the point held ahead before telling rank 0, so the core never idles on the round trip.
+      while (!ahead.empty() && static_cast<int>(pool.running()) < jobs) {
+        const size_t i = ahead.front();
+        ahead.pop_front();
+        pool.start(i, [&job, i] { return job(i); });
+      }
       const std::string msg = encode_result(f.index, f.ok, f.text);
       MPI_Send(msg.data(), static_cast<int>(msg.size()), MPI_BYTE, 0, kRequestTag, MPI_COMM_WORLD);
     }

@@ -1,7 +1,8 @@
 // Runs the points of a sweep, each simulated in a child process of its own (sim/isolate), over the
 // ranks of an `mpirun` job or in this process alone. Rank 0 holds the list of points still to run
 // and hands them out one at a time to whichever rank asks, itself included, so that points a
-// thousand times dearer than others do not leave ranks idle; results travel back to rank 0, the
+// thousand times dearer than others do not leave ranks idle (a worker holds at most one point
+// beyond those it runs, to start it without a round trip); results travel back to rank 0, the
 // only rank that calls `done`. A SweepWorld is created once per process, on the main thread, which
 // is the only one that uses it.
 #pragma once

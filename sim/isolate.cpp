@@ -130,7 +130,15 @@ void IsolatedPool::start(size_t index, const std::function<std::string()>& fn) {
 
 std::vector<IsolatedPool::Finished> IsolatedPool::wait(int timeout_ms) {
   std::vector<Finished> ended;
-  if (children_.empty()) return ended;
+  // A child's output can arrive in several reads before its end: without a timeout, keep waiting.
+  do {
+    wait_once(timeout_ms, ended);
+  } while (timeout_ms < 0 && ended.empty() && !children_.empty());
+  return ended;
+}
+
+void IsolatedPool::wait_once(int timeout_ms, std::vector<Finished>& ended) {
+  if (children_.empty()) return;
   std::vector<pollfd> fds;
   for (const auto& c : children_) fds.push_back({c.fd, POLLIN, 0});
   if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
@@ -148,7 +156,6 @@ std::vector<IsolatedPool::Finished> IsolatedPool::wait(int timeout_ms) {
     ended.push_back({c.index, ok, std::move(text)});
     children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(k));
   }
-  return ended;
 }
 
 }  // namespace zinf::sim

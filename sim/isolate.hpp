@@ -38,8 +38,9 @@ public:
 
   void start(size_t index, const std::function<std::string()>& fn);
   size_t running() const { return children_.size(); }
-  // Waits up to `timeout_ms` (negative: until one ends; nothing running: returns at once) and
-  // returns the jobs that ended meanwhile.
+  // Returns the jobs that ended: waits until one does (timeout_ms negative), or at most
+  // `timeout_ms` (returning early, perhaps with none, when output arrives). Nothing running:
+  // returns at once.
   std::vector<Finished> wait(int timeout_ms);
 
 private:
@@ -49,6 +50,7 @@ private:
     size_t index = 0;
     std::string out;
   };
+  void wait_once(int timeout_ms, std::vector<Finished>& ended);
   std::vector<Child> children_;
 };
 
