@@ -136,15 +136,23 @@ SweepAxis read_axis(const std::string& spec, const YAML::Node& n, const std::str
   return a;
 }
 
-bool some_point_reads(const SweepSpec& s, size_t field, const std::string& text, const std::string& root) {
-  for (const auto& p : expand(s)) {
-    if (p.coords[field] != text) continue;
-    try {
-      load_point_inputs(p, root);
-      return true;
-    } catch (const ConfigError&) {
-    }
+// Why `p` cannot be read with its value of the field axis `key` ("" if it can): its reader's
+// error, or, for a DeepSpeed config, the warning that names the key (a key that reader only warns
+// about would have no effect).
+std::string problem_of(const SweepPoint& p, const std::string& key, const std::string& root) {
+  try {
+    for (const auto& w : load_point_inputs(p, root).warnings)
+      if (w.find("'" + key + "'") != std::string::npos) return w;
+  } catch (const ConfigError& e) {
+    return e.what();
   }
+  return "";
+}
+
+bool some_point_reads(const SweepSpec& s, size_t field, const std::string& text, const std::string& root) {
+  const std::string& key = s.field_axes()[field]->key;
+  for (const auto& p : expand(s))
+    if (p.coords[field] == text && problem_of(p, key, root).empty()) return true;
   return false;
 }
 
@@ -169,14 +177,7 @@ void check_field_values(const SweepSpec& s, const std::string& root) {
         const std::string origin = fmt::format("{}:{}", s.path, a->lines[i]);
         p.overrides.push_back({a->target, a->key, a->scale, a->scale ? YAML::Node() : a->values[i],
                                a->scale ? a->factors[i] : 1.0, origin});
-        std::string problem;
-        try {
-          auto in = load_point_inputs(p, root);
-          for (const auto& w : in.warnings)
-            if (w.find("'" + a->key + "'") != std::string::npos) problem = w;
-        } catch (const ConfigError& e) {
-          problem = e.what();
-        }
+        const std::string problem = problem_of(p, a->key, root);
         // A value refused alone may be right beside another axis's value (heads beside hidden):
         // it is kept if some point of the sweep reads, and its other points become error rows.
         if (!problem.empty() && !some_point_reads(s, f, a->texts[i], root))

@@ -183,3 +183,12 @@ TEST_CASE("a sweep CSV keeps finished rows, drops failed and cut-off ones, and r
   CHECK_THROWS_WITH(read_finished_rows(csv, other), Catch::Contains("s.csv") && Catch::Contains("header differs"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("a DeepSpeed config takes its own keys as axes; a key its reader would only warn about is refused") {
+  const std::string files = "models: [gpt-tiny]\nhwprofiles: [dgx2-v100]\nconfigs: [deepspeed-infinity]\nnodes: [1]\n";
+  const auto spec = parse(files + "axes:\n  - {key: zero_optimization.sub_group_size, values: [1000000]}\n");
+  CHECK(load_point_inputs(expand(spec)[0], kRoot).config.sub_group_size == 1000000);
+  const auto msg = error_of(files + "axes:\n  - {key: zero_optimization.stage3_bogus, values: [1]}\n");
+  CHECK(msg.find("spec.yaml:6") != std::string::npos);
+  CHECK(msg.find("not supported") != std::string::npos);
+}
