@@ -1,144 +1,54 @@
-// `zinf sweep SPEC.yaml`: simulate a grid of (model, hwprofile, nodes, config) in parallel worker
-// processes and write one CSV row per point as it finishes. Resumable: points already in the CSV
-// with status ok or does-not-fit are kept and skipped; failed points are run again.
+// `zinf sweep SPEC.yaml`: simulate every point of a sweep spec (core/sweep_spec.hpp) and write one
+// CSV row per point as it finishes. Alone, points run in -j worker processes; under
+// `mpirun -np N zinf sweep SPEC` they are spread over the ranks, rank 0 handing out one point at a
+// time and writing the CSV (cli/sweep_runner.hpp). Resumable: rows of finished points (ok,
+// does-not-fit) in the CSV are kept and their points skipped; points whose row says error run again.
+// A point that fails is a row with status error and the reason, never the end of the sweep.
 //
 // Spec (YAML):
-//   models: [gpt-10b, gpt-100b]          # names (models/NAME.yaml) or paths (relative: to the spec)
-//   hwprofiles: [dgx2-v100]              # names or paths
+//   models: [gpt-10b, gpt-100b]            # names (models/NAME.yaml) or paths (relative: to the spec)
+//   hwprofiles: [dgx2-v100]                # names or paths
 //   nodes: [1, 2, 4]
 //   configs: [infinity-cpu, infinity-nvme]
-//   collective: hierarchical             # optional: hierarchical | ring
-//   output: results.csv                  # optional; --out overrides; default SPEC with .csv
+//   axes:                                  # optional: fields of those files, a product with the above
+//     - {key: node.pcie.bandwidth_per_gpu, scale: [0.5, 1, 2]}      # hwprofile field, times the file's value
+//     - {key: micro_batch, values: [1, 2, 4]}                        # run-config key, set
+//     - zip:                                                         # advance together
+//         - {key: node.nvme.read_bandwidth, values: [25 GB/s, 50 GB/s]}
+//         - {key: node.nvme.write_bandwidth, values: [20 GB/s, 40 GB/s]}
+//   collective: hierarchical               # optional: hierarchical | ring
+//   output: results.csv                    # optional; --out overrides; default SPEC with .csv
+// A key names its file by prefix (model., hwprofile., config.) or, without one, by its first word:
+// node/fabric/reserve are the hwprofile's, model shape words (layers, hidden, heads, ...) the
+// model's, anything else the run config's. models, hwprofiles, configs and nodes may be axes too
+// ({key: nodes, values: [...]}), to be zipped with others.
 #include <fmt/format.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/command.hpp"
-#include "cli/inputs.hpp"
+#include "cli/sweep_runner.hpp"
+#include "core/config_paths.hpp"
 #include "core/errors.hpp"
-#include "sim/isolate.hpp"
+#include "core/sweep_table.hpp"
 #include "sim/scenario.hpp"
 
 namespace zinf::cli {
 namespace {
 
-struct Point {
-  std::string model, hw, config;
-  int nodes = 1;
-  std::string key() const { return model + "|" + hw + "|" + std::to_string(nodes) + "|" + config; }
+struct SweepOptions {
+  std::string spec, out;
+  int jobs = 0;  // 0: 2 worker processes alone, 1 per rank under mpirun
 };
 
-struct Spec {
-  std::vector<std::string> models, hws, configs;
-  std::vector<int> nodes;
-  std::string collective = "hierarchical";
-  std::string output;
-};
-
-std::vector<std::string> string_list(const YAML::Node& root, const std::string& key, const std::string& file) {
-  const auto n = root[key];
-  if (!n || !n.IsSequence() || n.size() == 0)
-    throw core::ConfigError(file, key, "expected a non-empty list, e.g. " + key + ": [a, b]");
-  std::vector<std::string> out;
-  for (const auto& v : n) {
-    if (!v.IsScalar()) throw core::ConfigError(file, key, "every entry must be a name or a path");
-    out.push_back(v.as<std::string>());
-  }
-  return out;
-}
-
-Spec load_spec(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    throw core::ConfigError(path, "", std::string("cannot read the sweep spec: ") + e.what());
-  }
-  if (!root.IsMap()) throw core::ConfigError(path, "", "a sweep spec is a mapping with models, hwprofiles, nodes, configs");
-  for (const auto& kv : root) {
-    const auto k = kv.first.as<std::string>();
-    if (k != "models" && k != "hwprofiles" && k != "nodes" && k != "configs" && k != "collective" && k != "output" &&
-        k != "description")
-      throw core::ConfigError(path, k, "unknown key (allowed: models, hwprofiles, nodes, configs, collective, output, description)");
-  }
-  Spec s;
-  s.models = string_list(root, "models", path);
-  s.hws = string_list(root, "hwprofiles", path);
-  s.configs = string_list(root, "configs", path);
-  for (const auto& n : string_list(root, "nodes", path)) {
-    int v = 0;
-    try {
-      v = std::stoi(n);
-    } catch (const std::exception&) {
-    }
-    if (v < 1) throw core::ConfigError(path, "nodes", "'" + n + "' is not a positive node count");
-    s.nodes.push_back(v);
-  }
-  if (root["collective"]) {
-    s.collective = root["collective"].as<std::string>();
-    if (s.collective != "ring" && s.collective != "hierarchical")
-      throw core::ConfigError(path, "collective", "expected ring or hierarchical");
-  }
-  if (root["output"]) s.output = root["output"].as<std::string>();
-  // Paths in a spec are relative to the spec's folder; bare names are looked up as usual.
-  const auto dir = std::filesystem::path(path).parent_path();
-  for (auto* list : {&s.models, &s.hws, &s.configs})
-    for (auto& e : *list)
-      if (e.find('/') != std::string::npos && std::filesystem::path(e).is_relative()) e = (dir / e).lexically_normal().string();
-  return s;
-}
-
-const std::vector<std::string> kColumns = {
-    "model", "hwprofile", "nodes", "config", "gpus", "status", "step_time_s", "samples_per_s", "tflops_per_gpu",
-    "percent_of_peak", "ideal_step_time_s", "busy_gpu", "busy_pcie_h2d", "busy_pcie_d2h", "busy_nvme_read",
-    "busy_nvme_write", "busy_comm", "busy_nic", "busy_cpu", "peak_device_per_gpu", "peak_host_per_node",
-    "peak_nvme_per_node", "within_budget", "tiling_factor", "sim_wall_s", "message"};
-
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c == '\n' ? ' ' : c;
-  }
-  return out + "\"";
-}
-
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool in_quotes = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (in_quotes) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        out.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        in_quotes = false;
-      } else {
-        out.back() += c;
-      }
-    } else if (c == '"') {
-      in_quotes = true;
-    } else if (c == ',') {
-      out.emplace_back();
-    } else {
-      out.back() += c;
-    }
-  }
-  return out;
-}
-
-// One point in a worker process: plan and simulate, or say why the model does not fit.
-std::string run_point(const Point& p, const std::string& collective) {
-  InputOptions o{p.model, p.hw, p.nodes, p.config};
-  Inputs in = load_inputs(o);
+// One point, in a child process: plan and simulate, or say why the plan was refused.
+std::string run_point(const core::SweepPoint& p, const std::string& collective, const std::string& root) {
+  const auto in = core::load_point_inputs(p, root);
   sim::SimOptions opts;
   opts.algorithm = sim::parse_collective_algorithm(collective);
   opts.timeline_ranks.clear();
@@ -150,118 +60,153 @@ std::string run_point(const Point& p, const std::string& collective) {
     j["ideal_step_time"] = res.ideal_step_time;
     j["tiling_factor"] = res.plan.tiling_factor;
     j["sim_wall"] = res.simulate_seconds;
-    j["gpus"] = p.nodes * in.hw.node.gpus;
   } catch (const core::PlanError& e) {
-    j = {{"status", "does-not-fit"}, {"message", e.what()}, {"gpus", p.nodes * in.hw.node.gpus}};
+    j = {{"status", "does-not-fit"}, {"message", e.what()}};
   }
+  j["gpus"] = p.nodes * in.hw.node.gpus;
   return j.dump();
 }
 
-std::string csv_row(const Point& p, bool ok, const std::string& text) {
-  std::vector<std::string> v = {quote(p.model), quote(p.hw), std::to_string(p.nodes), quote(p.config)};
-  nlohmann::json j;
-  if (ok) j = nlohmann::json::parse(text);
-  auto num = [&](const nlohmann::json& x) { return x.is_number() ? fmt::format("{:.6g}", x.get<double>()) : std::string(); };
-  auto get = [&](const char* k) { return j.contains(k) ? num(j[k]) : std::string(); };
-  auto busy = [&](const char* k) { return j.contains("busy") && j["busy"].contains(k) ? num(j["busy"][k]) : std::string(); };
-  auto peak = [&](const char* k) {
-    return j.contains("peak_memory") ? num(j["peak_memory"][k]) : std::string();
+// The CSV fields of a point's result (its JSON from run_point), or of its error.
+std::map<std::string, std::string> result_fields(bool ok, const std::string& text) {
+  if (!ok) return {{"status", "error"}, {"message", text}};
+  const auto j = nlohmann::json::parse(text);
+  std::map<std::string, std::string> r;
+  auto num = [](const nlohmann::json& x) { return x.is_number() ? fmt::format("{:.6g}", x.get<double>()) : std::string(); };
+  auto put = [&](const char* col, const char* key) {
+    if (j.contains(key)) r[col] = num(j[key]);
   };
-  v.push_back(j.contains("gpus") ? std::to_string(j["gpus"].get<int>()) : "");
-  v.push_back(ok ? j["status"].get<std::string>() : "error");
-  v.push_back(get("step_time"));
-  v.push_back(get("samples_per_s"));
-  v.push_back(get("tflops_per_gpu"));
-  v.push_back(j.contains("fraction_of_peak") ? fmt::format("{:.4g}", 100.0 * j["fraction_of_peak"].get<double>()) : "");
-  v.push_back(get("ideal_step_time"));
-  for (const char* b : {"gpu", "pcie_h2d", "pcie_d2h", "nvme_read", "nvme_write", "comm", "nic", "cpu"}) v.push_back(busy(b));
-  v.push_back(peak("device_per_gpu"));
-  v.push_back(peak("host_per_node"));
-  v.push_back(peak("nvme_per_node"));
-  v.push_back(j.contains("within_budget") ? (j["within_budget"].get<bool>() ? "1" : "0") : "");
-  v.push_back(j.contains("tiling_factor") ? std::to_string(j["tiling_factor"].get<int64_t>()) : "");
-  v.push_back(get("sim_wall"));
-  v.push_back(quote(ok ? (j.contains("message") ? j["message"].get<std::string>() : "") : text));
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + v[i];
-  return out;
+  r["status"] = j["status"].get<std::string>();
+  r["gpus"] = std::to_string(j["gpus"].get<int>());
+  put("step_time_s", "step_time");
+  put("samples_per_s", "samples_per_s");
+  put("tflops_per_gpu", "tflops_per_gpu");
+  put("ideal_step_time_s", "ideal_step_time");
+  put("sim_wall_s", "sim_wall");
+  if (j.contains("fraction_of_peak")) r["percent_of_peak"] = fmt::format("{:.4g}", 100.0 * j["fraction_of_peak"].get<double>());
+  if (j.contains("busy"))
+    for (const char* b : {"gpu", "pcie_h2d", "pcie_d2h", "nvme_read", "nvme_write", "comm", "nic", "cpu"})
+      if (j["busy"].contains(b)) r[std::string("busy_") + b] = num(j["busy"][b]);
+  if (j.contains("peak_memory"))
+    for (const char* k : {"device_per_gpu", "host_per_node", "nvme_per_node"})
+      if (j["peak_memory"].contains(k)) r[std::string("peak_") + k] = num(j["peak_memory"][k]);
+  if (j.contains("within_budget")) r["within_budget"] = j["within_budget"].get<bool>() ? "1" : "0";
+  if (j.contains("tiling_factor")) r["tiling_factor"] = std::to_string(j["tiling_factor"].get<int64_t>());
+  if (j.contains("message")) r["message"] = j["message"].get<std::string>();
+  return r;
 }
 
-void progress(size_t done, size_t total, size_t failed, double seconds) {
-  if (!isatty(STDERR_FILENO) && done != total) return;
-  const int width = 30;
-  const int filled = total ? static_cast<int>(width * done / total) : width;
-  fmt::print(stderr, "\r[{}{}] {}/{} points, {} failed, {:.0f} s", std::string(static_cast<size_t>(filled), '#'),
-             std::string(static_cast<size_t>(width - filled), ' '), done, total, failed, seconds);
-  if (done == total) fmt::print(stderr, "\n");
+std::string format_duration(double s) {
+  if (s < 90) return fmt::format("{:.0f} s", s);
+  if (s < 5400) return fmt::format("{:.0f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
 }
 
-void run_sweep(const std::string& spec_path, std::string out_path, int jobs) {
-  const Spec spec = load_spec(spec_path);
-  if (out_path.empty()) out_path = spec.output;
-  if (out_path.empty()) out_path = std::filesystem::path(spec_path).replace_extension(".csv").filename().string();
+// A progress bar on a terminal, redrawn at most five times a second.
+class Progress {
+public:
+  explicit Progress(size_t total) : total_(total), tty_(::isatty(STDERR_FILENO) != 0) {}
+  void update(size_t done, size_t refused, size_t failed) {
+    const double t = elapsed();
+    if (!tty_ || (done < total_ && t - last_ < 0.2)) return;
+    last_ = t;
+    const int width = 30;
+    const int filled = total_ ? static_cast<int>(width * done / total_) : width;
+    const double rate = t > 0 ? double(done) / t : 0.0;
+    const std::string eta = done > 0 && done < total_ ? ", ETA " + format_duration(double(total_ - done) / rate) : "";
+    fmt::print(stderr, "\r[{}{}] {}/{} points, {} refused, {} failed, {:.2f} points/s, {}{}   ",
+               std::string(static_cast<size_t>(filled), '#'), std::string(static_cast<size_t>(width - filled), ' '),
+               done, total_, refused, failed, rate, format_duration(t), eta);
+    if (done == total_) fmt::print(stderr, "\n");
+  }
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
-  std::vector<Point> grid;
-  for (const auto& hw : spec.hws)
-    for (const auto& m : spec.models)
-      for (const auto& c : spec.configs)
-        for (int n : spec.nodes) grid.push_back({m, hw, c, n});
+private:
+  size_t total_;
+  bool tty_;
+  double last_ = -1;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
 
-  // Resume: keep finished rows, drop failed ones (they run again).
-  std::map<std::string, std::string> kept;
-  if (std::ifstream in(out_path); in) {
-    std::string line;
-    std::getline(in, line);
-    while (std::getline(in, line)) {
-      auto f = split_csv(line);
-      if (f.size() != kColumns.size()) continue;
-      if (f[5] != "ok" && f[5] != "does-not-fit") continue;
-      kept[Point{f[0], f[1], f[3], std::stoi(f[2])}.key()] = line;
+void run_sweep(const SweepOptions& o) {
+  SweepWorld world;
+  const std::string root = core::zinf_root(source_dir());
+  // Every rank reads the spec (each needs the points); rank 0 alone reads and starts the CSV.
+  core::SweepSpec spec;
+  std::vector<core::SweepPoint> points;
+  std::vector<std::string> columns;
+  std::string out_path = o.out;
+  std::unique_ptr<core::SweepTable> table;
+  std::vector<size_t> todo;
+  std::exception_ptr error;
+  try {
+    spec = core::load_sweep_spec(o.spec, root);
+    points = core::expand(spec);
+    columns = core::sweep_columns(spec);
+    if (world.rank() == 0) {
+      if (out_path.empty()) out_path = spec.output;
+      if (out_path.empty()) out_path = std::filesystem::path(o.spec).replace_extension(".csv").filename().string();
+      auto kept = core::read_finished_rows(out_path, columns);
+      std::vector<std::string> kept_rows;
+      for (size_t i = 0; i < points.size(); ++i) {
+        auto it = kept.find(points[i].key());
+        if (it == kept.end()) todo.push_back(i);
+        else kept_rows.push_back(it->second);
+      }
+      table = std::make_unique<core::SweepTable>(out_path, columns, kept_rows);
     }
+  } catch (...) {
+    error = std::current_exception();
   }
-  {
-    std::ofstream out(out_path, std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + out_path);
-    for (size_t i = 0; i < kColumns.size(); ++i) out << (i ? "," : "") << kColumns[i];
-    out << "\n";
-    for (const auto& p : grid)
-      if (auto it = kept.find(p.key()); it != kept.end()) out << it->second << "\n";
+  const auto verdict = world.agree(!error);
+  if (!verdict.rank0_ok) {
+    if (world.rank() == 0) std::rethrow_exception(error);
+    return;  // rank 0 says why
   }
-  std::vector<Point> todo;
-  for (const auto& p : grid)
-    if (!kept.count(p.key())) todo.push_back(p);
+  if (!verdict.all_ok) {
+    if (error) std::rethrow_exception(error);
+    throw std::runtime_error("another rank could not read the sweep spec (see its message)");
+  }
 
-  fmt::print(stderr, "zinf sweep: {} points, {} already in {}, {} to run on {} worker(s)\n", grid.size(),
-             grid.size() - todo.size(), out_path, todo.size(), jobs);
-  std::ofstream out(out_path, std::ios::app);
-  const auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0, failed = 0;
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  progress(0, todo.size(), 0, 0);
-  sim::run_isolated_parallel(
-      todo.size(), jobs, [&](size_t i) { return run_point(todo[i], spec.collective); },
+  const int jobs = o.jobs > 0 ? o.jobs : (world.under_mpi() ? 1 : 2);
+  if (world.rank() == 0)
+    fmt::print(stderr, "zinf sweep: {} points, {} already in {}, {} to run on {} rank(s) x {} process(es)\n",
+               points.size(), points.size() - todo.size(), out_path, todo.size(), world.size(), jobs);
+  Progress progress(todo.size());
+  size_t done = 0, refused = 0, failed = 0;
+  world.run(
+      todo, jobs, [&](size_t i) { return run_point(points[i], spec.collective, root); },
       [&](size_t i, bool ok, const std::string& text) {
         ++done;
-        if (!ok) {
+        const auto fields = result_fields(ok, text);
+        const std::string& status = fields.at("status");
+        if (status == "does-not-fit") ++refused;
+        if (status == "error") {
           ++failed;
-          fmt::print(stderr, "\nzinf sweep: {} failed: {}\n", todo[i].key(), text);
+          fmt::print(stderr, "{}zinf sweep: point {} failed: {}\n", ::isatty(STDERR_FILENO) ? "\n" : "", points[i].key(),
+                     text);
         }
-        out << csv_row(todo[i], ok, text) << "\n";
-        out.flush();
-        progress(done, todo.size(), failed, elapsed());
+        table->append(core::sweep_row(points[i], fields, columns));
+        progress.update(done, refused, failed);
       });
-  fmt::print(stderr, "zinf sweep: wrote {}\n", out_path);
+  if (world.rank() != 0) return;
+  std::vector<std::string> order;
+  for (const auto& p : points) order.push_back(p.key());
+  table->sort_rows(order);
+  const double t = progress.elapsed();
+  fmt::print(stderr, "zinf sweep: {} points in {:.1f} s ({:.2f} points/s), {} refused, {} failed; wrote {}\n", done, t,
+             t > 0 ? double(done) / t : 0.0, refused, failed, out_path);
 }
 
 Registration reg(40, [](CLI::App& app) {
-  auto* cmd = app.add_subcommand("sweep", "Simulate a grid of models, node counts, configs and hwprofiles to CSV");
-  auto spec = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
-  auto jobs = std::make_shared<int>(2);
-  cmd->add_option("spec", *spec, "Sweep spec (YAML)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--out,-o", *out, "CSV to write (and resume from)");
-  cmd->add_option("--jobs,-j", *jobs, "Worker processes")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->callback([spec, out, jobs] { run_sweep(*spec, *out, *jobs); });
+  auto* cmd = app.add_subcommand(
+      "sweep", "Simulate the points of a sweep spec (files and fields as axes) to CSV; under mpirun over all ranks");
+  auto o = std::make_shared<SweepOptions>();
+  cmd->add_option("spec", o->spec, "Sweep spec (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out,-o", o->out, "CSV to write (and resume from)");
+  cmd->add_option("--jobs,-j", o->jobs, "Simulations at once per rank (default: 2 alone, 1 per rank under mpirun)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([o] { run_sweep(*o); });
 });
 
 }  // namespace

@@ -225,13 +225,16 @@ RunConfig load_deepspeed_config(const std::string& path, std::vector<std::string
 
 RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings) {
   std::string text = slurp(path);
-  auto first = text.find_first_not_of(" \t\r\n");
-  bool json = first != std::string::npos && text[first] == '{' &&
-              (text.find("\"zero_optimization\"") != std::string::npos ||
-               text.find("\"train_batch_size\"") != std::string::npos ||
-               text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
-  if (json) return parse_deepspeed_config(text, path, warnings);
+  if (is_deepspeed_json(text)) return parse_deepspeed_config(text, path, warnings);
   return parse_run_config(text, path);
+}
+
+bool is_deepspeed_json(const std::string& text) {
+  auto first = text.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && text[first] == '{' &&
+         (text.find("\"zero_optimization\"") != std::string::npos ||
+          text.find("\"train_batch_size\"") != std::string::npos ||
+          text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
 }
 
 }  // namespace zinf::core

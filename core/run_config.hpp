@@ -68,5 +68,7 @@ RunConfig load_deepspeed_config(const std::string& path, std::vector<std::string
 // Picks the reader by content: a file whose first non-blank character is '{' and that has a
 // "zero_optimization" or "train_batch_size" key is read as DeepSpeed JSON.
 RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings);
+// That test alone, on a file's text.
+bool is_deepspeed_json(const std::string& text);
 
 }  // namespace zinf::core

@@ -1,12 +1,14 @@
 #include "sim/isolate.hpp"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <exception>
 #include <stdexcept>
 #include <string_view>
@@ -27,14 +29,14 @@ bool write_all(int fd, const char* data, size_t n) {
   return true;
 }
 
-struct Child {
+struct Process {
   pid_t pid = -1;
   int fd = -1;
   size_t index = 0;
   std::string out;
 };
 
-Child spawn(const std::function<std::string()>& fn) {
+Process spawn(const std::function<std::string()>& fn) {
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   std::fflush(nullptr);
@@ -65,7 +67,7 @@ Child spawn(const std::function<std::string()>& fn) {
 }
 
 // One read (blocking); returns false at end of file.
-bool drain(Child& c) {
+bool drain(Process& c) {
   char buf[1 << 16];
   ssize_t r;
   while ((r = ::read(c.fd, buf, sizeof buf)) < 0 && errno == EINTR) {
@@ -76,7 +78,7 @@ bool drain(Child& c) {
 }
 
 // After end of file: reaps the child; returns (ok, result or error message).
-std::pair<bool, std::string> finish(Child& c) {
+std::pair<bool, std::string> finish(Process& c) {
   ::close(c.fd);
   int status = 0;
   while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
@@ -91,7 +93,7 @@ std::pair<bool, std::string> finish(Child& c) {
 }  // namespace
 
 std::string run_isolated(const std::function<std::string()>& fn) {
-  Child c = spawn(fn);
+  Process c = spawn(fn);
   while (drain(c)) {
   }
   auto [ok, text] = finish(c);
@@ -101,27 +103,58 @@ std::string run_isolated(const std::function<std::string()>& fn) {
 
 void run_isolated_parallel(size_t count, int workers, const std::function<std::string(size_t)>& job,
                            const std::function<void(size_t, bool, const std::string&)>& done) {
-  std::vector<Child> running;
+  IsolatedPool pool;
   size_t next = 0;
-  while (next < count || !running.empty()) {
-    while (next < count && static_cast<int>(running.size()) < std::max(1, workers)) {
+  while (next < count || pool.running() > 0) {
+    while (next < count && static_cast<int>(pool.running()) < std::max(1, workers)) {
       const size_t i = next++;
-      Child c = spawn([&job, i] { return job(i); });
-      c.index = i;
-      running.push_back(std::move(c));
+      pool.start(i, [&job, i] { return job(i); });
     }
-    std::vector<pollfd> fds;
-    for (const auto& c : running) fds.push_back({c.fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
-      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-    for (size_t k = running.size(); k-- > 0;) {
-      if (fds[k].revents == 0) continue;
-      if (drain(running[k])) continue;
-      auto [ok, text] = finish(running[k]);
-      const size_t index = running[k].index;
-      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
-      done(index, ok, text);
+    for (auto& f : pool.wait(-1)) done(f.index, f.ok, f.text);
+  }
+}
+
+IsolatedPool::~IsolatedPool() {
+  for (auto& c : children_) {
+    ::kill(c.pid, SIGKILL);
+    ::close(c.fd);
+    while (::waitpid(c.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
+  }
+}
+
+void IsolatedPool::start(size_t index, const std::function<std::string()>& fn) {
+  Process c = spawn(fn);
+  children_.push_back({static_cast<int>(c.pid), c.fd, index, {}});
+}
+
+std::vector<IsolatedPool::Finished> IsolatedPool::wait(int timeout_ms) {
+  std::vector<Finished> ended;
+  // A child's output can arrive in several reads before its end: without a timeout, keep waiting.
+  do {
+    wait_once(timeout_ms, ended);
+  } while (timeout_ms < 0 && ended.empty() && !children_.empty());
+  return ended;
+}
+
+void IsolatedPool::wait_once(int timeout_ms, std::vector<Finished>& ended) {
+  if (children_.empty()) return;
+  std::vector<pollfd> fds;
+  for (const auto& c : children_) fds.push_back({c.fd, POLLIN, 0});
+  if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
+    throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+  for (size_t k = children_.size(); k-- > 0;) {
+    if (fds[k].revents == 0) continue;
+    Process c{static_cast<pid_t>(children_[k].pid), children_[k].fd, children_[k].index,
+                         std::move(children_[k].out)};
+    const bool more = drain(c);
+    if (more) {
+      children_[k].out = std::move(c.out);
+      continue;
+    }
+    auto [ok, text] = finish(c);
+    ended.push_back({c.index, ok, std::move(text)});
+    children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(k));
   }
 }
 

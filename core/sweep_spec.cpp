@@ -1,0 +1,206 @@
+#include "core/sweep_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/config_paths.hpp"
+#include "core/errors.hpp"
+#include "core/units.hpp"
+
+namespace zinf::core {
+
+const char* to_string(SweepTarget t) {
+  switch (t) {
+    case SweepTarget::Model: return "model";
+    case SweepTarget::Hwprofile: return "hwprofile";
+    case SweepTarget::Config: return "config";
+  }
+  return "?";
+}
+
+std::string SweepAxis::column() const {
+  return std::string(to_string(target)) + "." + key + (scale ? " (scale)" : "");
+}
+
+std::vector<const SweepAxis*> SweepSpec::field_axes() const {
+  std::vector<const SweepAxis*> out;
+  for (const auto& g : groups)
+    for (const auto& a : g.axes)
+      if (a.kind == SweepAxis::Kind::Field) out.push_back(&a);
+  return out;
+}
+
+std::string SweepPoint::key() const {
+  std::string k = model + "|" + hwprofile + "|" + std::to_string(nodes) + "|" + config;
+  for (const auto& c : coords) {
+    k += '|';
+    k += c;
+  }
+  return k;
+}
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path, "", "cannot open file for reading");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (true) {
+    size_t dot = key.find('.', pos);
+    parts.push_back(key.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos));
+    if (dot == std::string::npos) break;
+    pos = dot + 1;
+  }
+  return parts;
+}
+
+// A number in the file, whatever unit it is written in, in the reader's base units (bytes, bytes/s,
+// FLOP/s, seconds). Units are tried so that "70B" reads as bytes rather than a count of billions:
+// no field a sweep scales is a count written with B.
+std::optional<double> any_quantity(const std::string& text) {
+  for (UnitKind k : {UnitKind::Seconds, UnitKind::Bytes, UnitKind::BytesPerSecond, UnitKind::FlopsPerSecond,
+                     UnitKind::Count})
+    if (auto v = parse_quantity(text, k)) return v;
+  return std::nullopt;
+}
+
+void set_at(YAML::Node node, const std::vector<std::string>& parts, size_t i, const FieldOverride& o,
+            const std::string& file) {
+  const std::string& part = parts[i];
+  const std::string so_far = fmt::format("{}", fmt::join(parts.begin(), parts.begin() + static_cast<long>(i) + 1, "."));
+  const std::string why = " (" + o.origin + ")";
+  if (i + 1 == parts.size()) {
+    if (!o.scale) {
+      node[part] = YAML::Clone(o.value);
+      return;
+    }
+    YAML::Node cur = node[part];
+    if (!cur.IsDefined() || cur.IsNull())
+      throw ConfigError(file, o.key, "cannot scale a field the file does not set; give values instead" + why);
+    if (!cur.IsScalar()) throw ConfigError(file, o.key, "only a number can be scaled" + why);
+    auto v = any_quantity(cur.Scalar());
+    if (!v) throw ConfigError(file, o.key, "'" + cur.Scalar() + "' is not a number that can be scaled" + why);
+    node[part] = fmt::format("{}", *v * o.factor);
+    return;
+  }
+  YAML::Node child = node[part];
+  if (!child.IsDefined() || child.IsNull()) {
+    if (o.scale) throw ConfigError(file, o.key, "the file has no '" + so_far + "' to scale within" + why);
+    node[part] = YAML::Node(YAML::NodeType::Map);
+  } else if (!child.IsMap()) {
+    throw ConfigError(file, o.key, "'" + so_far + "' is not a mapping, so it has no field '" + parts[i + 1] + "'" + why);
+  }
+  set_at(node[part], parts, i + 1, o, file);
+}
+
+// The file of one target with the point's overrides for it applied, read by its reader.
+struct LoadedFile {
+  std::string path, name, text;
+  bool overridden = false;
+};
+
+LoadedFile overridden_text(const std::string& path, SweepTarget t, const std::vector<FieldOverride>& all) {
+  LoadedFile f{path, path, slurp(path), false};
+  std::vector<std::string> origins;
+  YAML::Node root;
+  for (const auto& o : all) {
+    if (o.target != t) continue;
+    if (!f.overridden) {
+      try {
+        root = YAML::Load(f.text);
+      } catch (const YAML::Exception& e) {
+        throw ConfigError(path, "", fmt::format("not valid YAML/JSON (line {}): {}", e.mark.line + 1, e.msg));
+      }
+      if (!root.IsMap()) throw ConfigError(path, "", "expected a mapping of keys at the top level");
+      f.overridden = true;
+    }
+    apply_override(root, o, path);
+    origins.push_back(o.origin);
+  }
+  if (f.overridden) {
+    YAML::Emitter e;
+    e << root;
+    f.name = fmt::format("{} (with {})", path, fmt::join(origins, ", "));
+    f.text = e.c_str();
+  }
+  return f;
+}
+
+PointInputs load_with(const std::string& model_path, const std::string& hw_path, const std::string& config_path,
+                      const std::vector<FieldOverride>& overrides) {
+  PointInputs in;
+  const auto m = overridden_text(model_path, SweepTarget::Model, overrides);
+  in.model = parse_model_spec(m.text, m.name);
+  const auto h = overridden_text(hw_path, SweepTarget::Hwprofile, overrides);
+  in.hw = parse_hwprofile(h.text, h.name);
+  // The DeepSpeed test looks at the file as written: an override never turns one kind into the other.
+  const std::string original = slurp(config_path);
+  const auto c = overridden_text(config_path, SweepTarget::Config, overrides);
+  in.config = is_deepspeed_json(original) ? parse_deepspeed_config(c.text, c.name, in.warnings)
+                                          : parse_run_config(c.text, c.name);
+  in.config_path = config_path;
+  return in;
+}
+
+}  // namespace
+
+void apply_override(YAML::Node root, const FieldOverride& o, const std::string& file) {
+  const auto parts = split_key(o.key);
+  for (const auto& p : parts)
+    if (p.empty()) throw ConfigError(file, o.key, "a key is words joined by single dots (" + o.origin + ")");
+  set_at(root, parts, 0, o, file);
+}
+
+PointInputs load_point_inputs(const SweepPoint& p, const std::string& root) {
+  return load_with(resolve_config(p.model, "models", root), resolve_config(p.hwprofile, "hwprofiles", root),
+                   resolve_config(p.config, "configs", root), p.overrides);
+}
+
+std::vector<SweepPoint> expand(const SweepSpec& spec) {
+  std::vector<SweepPoint> out;
+  std::vector<size_t> at(spec.groups.size(), 0);
+  for (const auto& g : spec.groups)
+    if (g.size() == 0) return out;
+  while (true) {
+    SweepPoint p;
+    for (size_t gi = 0; gi < spec.groups.size(); ++gi) {
+      const size_t i = at[gi];
+      for (const auto& a : spec.groups[gi].axes) {
+        switch (a.kind) {
+          case SweepAxis::Kind::Models: p.model = a.texts[i]; break;
+          case SweepAxis::Kind::Hwprofiles: p.hwprofile = a.texts[i]; break;
+          case SweepAxis::Kind::Configs: p.config = a.texts[i]; break;
+          case SweepAxis::Kind::Nodes: p.nodes = std::stoi(a.texts[i]); break;
+          case SweepAxis::Kind::Field: {
+            FieldOverride o{a.target, a.key, a.scale, a.scale ? YAML::Node() : a.values[i],
+                            a.scale ? a.factors[i] : 1.0, fmt::format("{}:{}", spec.path, a.lines[i])};
+            p.overrides.push_back(std::move(o));
+            p.coords.push_back(a.texts[i]);
+            break;
+          }
+        }
+      }
+    }
+    out.push_back(std::move(p));
+    // Odometer: the last group turns fastest.
+    size_t gi = spec.groups.size();
+    while (gi > 0) {
+      --gi;
+      if (++at[gi] < spec.groups[gi].size()) break;
+      at[gi] = 0;
+      if (gi == 0) return out;
+    }
+    if (spec.groups.empty()) return out;
+  }
+}
+
+}  // namespace zinf::core

@@ -1,0 +1,101 @@
+// A sweep spec (YAML) names the points `zinf sweep` simulates. Axes are whole files (models,
+// hwprofiles, run configs, node counts) or single fields of those files: any run-config key, any
+// hwprofile field, any model field, set to listed values or scaled by factors. Axes combine as a
+// product, except those grouped under `zip:`, which advance together. A point's files are read with
+// its field values written into the parsed YAML before the file's own reader sees it, so a swept
+// value is checked exactly as the same value written in the file would be, and a bad one is named
+// by the spec line that gave it. Plain value types and functions that only read files; thread-safe.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "core/hwprofile.hpp"
+#include "core/model_spec.hpp"
+#include "core/run_config.hpp"
+
+namespace zinf::core {
+
+// Which file a field axis writes into.
+enum class SweepTarget { Model, Hwprofile, Config };
+const char* to_string(SweepTarget t);
+
+// One axis: a list of files or node counts, or the values of one field.
+struct SweepAxis {
+  enum class Kind { Models, Hwprofiles, Configs, Nodes, Field };
+  Kind kind = Kind::Field;
+  SweepTarget target = SweepTarget::Config;  // Field only
+  std::string key;                           // Field only: dotted path inside the file, "node.nvme.read_bandwidth"
+  bool scale = false;                        // Field only: values are factors on the file's own value
+  std::vector<std::string> texts;            // each value as the spec writes it (file names resolved to paths)
+  std::vector<YAML::Node> values;            // Field, set: the YAML each value places
+  std::vector<double> factors;               // Field, scale
+  std::vector<int> lines;                    // spec line of each value (1-based)
+
+  size_t size() const { return texts.size(); }
+  // The CSV column of a field axis: "hwprofile.node.nvme.read_bandwidth", "... (scale)" for factors.
+  std::string column() const;
+};
+
+// Axes that advance together (one axis alone, or the members of a `zip:`); the spec's points are
+// the product of its groups, the first group outermost.
+struct SweepGroup {
+  std::vector<SweepAxis> axes;
+  size_t size() const { return axes.empty() ? 0 : axes.front().size(); }
+};
+
+struct SweepSpec {
+  std::string path;
+  std::vector<SweepGroup> groups;
+  std::string collective = "hierarchical";
+  std::string output;  // CSV path as the spec gives it (relative to the working directory), or empty
+
+  // Field axes in the order of their CSV columns.
+  std::vector<const SweepAxis*> field_axes() const;
+};
+
+// One field value of a point.
+struct FieldOverride {
+  SweepTarget target = SweepTarget::Config;
+  std::string key;
+  bool scale = false;
+  YAML::Node value;     // set
+  double factor = 1.0;  // scale
+  std::string origin;   // "SPEC:LINE", for messages
+};
+
+struct SweepPoint {
+  std::string model, hwprofile, config;  // names or paths, as zinf sim's --model/--hw/--config take them
+  int nodes = 1;
+  std::vector<FieldOverride> overrides;
+  std::vector<std::string> coords;  // the text of each field axis's value, in column order
+  // Identifies the point among the spec's (and a resumed CSV's rows).
+  std::string key() const;
+};
+
+// Reads and checks a spec; throws ConfigError naming the spec, the line and the key at fault.
+// `root` is where names are looked up (models/, hwprofiles/, configs/). Every field value is
+// applied alone to every file of its kind in the spec and read by that file's reader.
+SweepSpec load_sweep_spec(const std::string& path, const std::string& root);
+SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path, const std::string& root);
+
+// Every point, in spec order (product of the groups, first group outermost).
+std::vector<SweepPoint> expand(const SweepSpec& spec);
+
+// Writes one field value into a parsed file. A set creates missing mappings on its path; a scale
+// needs the field present as a number (with or without a unit) and writes the product as a plain
+// number. Throws ConfigError naming `file`, the key and `o.origin`.
+void apply_override(YAML::Node root, const FieldOverride& o, const std::string& file);
+
+// A point's three files, found under `root`, with its overrides applied and read by their readers.
+struct PointInputs {
+  ModelSpec model;
+  HwProfile hw;
+  RunConfig config;
+  std::string config_path;
+  std::vector<std::string> warnings;  // DeepSpeed keys zinf does not support
+};
+PointInputs load_point_inputs(const SweepPoint& p, const std::string& root);
+
+}  // namespace zinf::core

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Points per second of `zinf sweep` on one MPI rank vs two, measured in the same run: REPS pairs
+# (default 3) of `mpirun -np 1` and `mpirun -np 2` over SPEC (default check-1000.yaml, 1,000
+# points), each from an empty CSV, back to back and in alternating order, so that load from other
+# work on the machine falls on both runs of a pair. Prints every run with the CPU time it used,
+# each pair's ratio, the medians, and checks that the two CSVs hold the same results (all but the
+# simulator's own wall time). CPU seconds per point show the sweep's own cost of spreading points
+# over ranks, which load from other processes does not change.
+#   bash experiments/sweep/bench_mpi.sh [SPEC] [REPS]
+# Environment: ZINF (default build/zinf), MPIEXEC (default mpirun), OUT (default a temporary folder).
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SPEC=${1:-$ROOT/experiments/sweep/check-1000.yaml}
+REPS=${2:-3}
+ZINF=${ZINF:-$ROOT/build/zinf}
+MPIEXEC=${MPIEXEC:-mpirun}
+OUT=${OUT:-$(mktemp -d /tmp/zinf-sweep-bench.XXXXXX)}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+echo "spec $SPEC, $REPS pair(s), $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+: > "$OUT/runs.txt"
+run() {  # run REP NP
+  local csv="$OUT/np$2.csv"
+  rm -f "$csv"
+  /usr/bin/time -f "%e %U %S" -o "$OUT/time.txt" "$MPIEXEC" -np "$2" "$ZINF" sweep "$SPEC" -o "$csv" 2> "$OUT/np$2-$1.log"
+  local points=$(($(wc -l < "$csv") - 1))
+  read -r wall user sys < "$OUT/time.txt"
+  echo "$1 $2 $points $wall $user $sys $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/runs.txt"
+  /usr/bin/python3 -c "print(f'pair $1: -np $2: $points points in {$wall:.1f} s = {$points / $wall:.3f} points/s, CPU {($user + $sys) / $points * 1000:.1f} ms per point, load $(cut -d' ' -f1 /proc/loadavg)')"
+}
+for rep in $(seq "$REPS"); do
+  if [ $((rep % 2)) -eq 1 ]; then run "$rep" 1; run "$rep" 2; else run "$rep" 2; run "$rep" 1; fi
+done
+
+/usr/bin/python3 - "$OUT" <<'PY'
+import csv, statistics, sys
+out = sys.argv[1]
+runs = [l.split() for l in open(f"{out}/runs.txt")]
+rate = {(rep, np): int(points) / float(wall) for rep, np, points, wall, *_ in runs}
+cpu = {np: statistics.median((float(u) + float(s)) / int(p) for _, n, p, _, u, s, _ in runs if n == np) for np in "12"}
+med = {np: statistics.median(r for (rep, n), r in rate.items() if n == np) for np in "12"}
+pairs = sorted({rep for rep, _ in rate})
+ratios = [rate[(rep, "2")] / rate[(rep, "1")] for rep in pairs]
+print("ratio per pair: " + ", ".join(f"{r:.2f}x" for r in ratios))
+print(f"median points/s: -np 1 {med['1']:.3f}, -np 2 {med['2']:.3f}; ratio of medians {med['2'] / med['1']:.2f}x, "
+      f"median of pair ratios {statistics.median(ratios):.2f}x")
+print(f"median CPU per point: -np 1 {cpu['1'] * 1000:.1f} ms, -np 2 {cpu['2'] * 1000:.1f} ms")
+def load(p):
+    rows = list(csv.DictReader(open(p)))
+    for r in rows:
+        r.pop("sim_wall_s")
+    return rows
+a, b = load(f"{out}/np1.csv"), load(f"{out}/np2.csv")
+print(f"results of -np 1 and -np 2 {'equal' if a == b else 'DIFFER'} ({len(a)} rows)")
+sys.exit(0 if a == b else 1)
+PY
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg); CSVs and logs in $OUT"
