@@ -70,11 +70,16 @@ check "np 2 row = zinf sim (gpt-mini, dgx2-v100, 1 node, micro-batch 4)" sim_equ
 # Kill the whole job with SIGKILL once some rows are in, then resume.
 "$MPIEXEC" -np 2 "$ZINF" sweep "$DIR/spec.yaml" -o "$DIR/killed.csv" 2> "$DIR/killed.log" &
 job=$!
-for _ in $(seq 600); do
-  [ -f "$DIR/killed.csv" ] && [ "$(wc -l < "$DIR/killed.csv")" -ge 8 ] && break
-  sleep 0.05
+# Points take tens of milliseconds here: kill at the first rows in, polling often, or the whole
+# sweep may be done before the kill lands.
+for _ in $(seq 3000); do
+  [ -f "$DIR/killed.csv" ] && [ "$(wc -l < "$DIR/killed.csv")" -ge 3 ] && break
+  sleep 0.01
 done
+# The whole job at once, mpirun and its ranks: ranks that only lose mpirun go on for most of a
+# second, time enough here to finish a small sweep.
 kill -9 "$job"
+pkill -9 -f "$DIR/spec.yaml"
 wait "$job" 2> /dev/null
 # The ranks end once they lose mpirun; wait for them (their command line names this spec).
 waited=0
