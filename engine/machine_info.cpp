@@ -44,18 +44,24 @@ void read_cpuinfo(core::MachineRecord& m) {
   std::sort(m.cpu_flags.begin(), m.cpu_flags.end());
 }
 
-double mem_total() {
+// A field of /proc/meminfo ("MemTotal:", "MemAvailable:") in bytes; 0 when absent.
+double meminfo_bytes(const std::string& field) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   double kib = 0;
   while (in >> key) {
-    if (key == "MemTotal:") {
+    if (key == field) {
       in >> kib;
       return kib * 1024.0;
     }
     in.ignore(1 << 12, '\n');
   }
-  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  return 0;
+}
+
+double mem_total() {
+  const double total = meminfo_bytes("MemTotal:");
+  return total > 0 ? total : double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
 }
 
 int usable_cores() {
@@ -100,19 +106,7 @@ std::string disk_of(const std::string& dir) {
 
 }  // namespace
 
-double available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  while (in >> key) {
-    if (key == "MemAvailable:") {
-      in >> kib;
-      return kib * 1024.0;
-    }
-    in.ignore(1 << 12, '\n');
-  }
-  return 0;
-}
+double available_memory() { return meminfo_bytes("MemAvailable:"); }
 
 void check_plan_fits_ram(const core::PerTier& peak, bool device_in_host_memory, int ranks_on_node, double available) {
   if (available <= 0) return;
