@@ -110,6 +110,7 @@ NvmeStoreOptions NvmeStoreOptions::from_run_config(const core::RunConfig& config
   o.block_size = uint64_t(config.aio_block_size);
   o.queue_depth = unsigned(config.aio_queue_depth);
   o.rings = unsigned(config.aio_rings);
+  o.checksums = config.swap_checksums;
   return o;
 }
 
