@@ -206,3 +206,8 @@ TEST_CASE("a profile's rates must be large enough to simulate", "[config][ranges
   text.replace(at, text.find('\n', at) - at, "peak_flops: 1e-300 FLOP/s");
   CHECK_THROWS_WITH(parse_hwprofile(text, "hw.yaml"), Contains("peak_flops"));
 }
+
+TEST_CASE("aio.checksums turns on the swap files' checksums; off by default", "[config]") {
+  CHECK_FALSE(parse_run_config("zero_stage: 3\n", "r.yaml").swap_checksums);
+  CHECK(parse_run_config("aio: {checksums: true}\n", "r.yaml").swap_checksums);
+}

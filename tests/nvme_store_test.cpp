@@ -389,7 +389,9 @@ TEST_CASE("options come from the run config") {
   c.aio_block_size = 8 << 20;
   c.aio_queue_depth = 16;
   c.aio_rings = 2;
+  c.swap_checksums = true;
   auto o = NvmeStoreOptions::from_run_config(c, "/some/dir");
+  CHECK(o.checksums);
   CHECK(o.dir == "/some/dir");
   CHECK(o.block_size == (8u << 20));
   CHECK(o.queue_depth == 16);
