@@ -126,6 +126,8 @@ void run_train(const TrainArgs& a) {
     train_loop(a, o, trainer, *comm);
   } catch (const ExitCode&) {
     throw;
+  } catch (const engine::TrainingDiverged&) {
+    throw;  // every rank saw the same all-reduced figures and stops the same way: exit 4 on each
   } catch (const std::exception& e) {
     // One rank's error is the job's: end every rank now, naming this one, rather than leave the
     // others waiting for it until the collective timeout.

@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <regex>
 
 #include "engine/io/nvme_store.hpp"
 
@@ -17,8 +17,8 @@ namespace {
 const char* kWho = "checkpoint";
 
 bool is_step_name(const std::string& name) {
-  static const std::regex re("step-[0-9]{8}");
-  return std::regex_match(name, re);
+  if (name.size() != 13 || name.compare(0, 5, "step-") != 0) return false;
+  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // Closes a descriptor when the scope ends unless released.
