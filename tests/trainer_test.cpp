@@ -273,3 +273,27 @@ TEST_CASE("a NaN in a checkpoint's state is refused naming the tensor", "[traine
   std::ofstream(saved + "/meta.json", std::ios::trunc) << meta.dump();
   REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("wte.master") && Contains("element 10") && Contains("nan"));
 }
+
+TEST_CASE("a NaN page written into a swap file stops the run; with aio checksums it is named as damage", "[trainer][nan]") {
+  TempDir dir("nanswap");
+  engine::LocalCollectives comm;
+  for (bool checksums : {false, true}) {
+    auto o = options(kNvme, dir.path / (checksums ? "crc" : "plain"));
+    o.config.swap_checksums = checksums;
+    engine::Trainer t(o, comm);
+    t.step();
+    // Behind the store's back, as a failing disk or a stray writer would: one page of NaNs in
+    // the fp32 master weights.
+    const fs::path swap = fs::path(o.nvme_dir) / "rank0" / "master.zt";
+    REQUIRE(fs::exists(swap));
+    {
+      std::fstream f(swap, std::ios::in | std::ios::out | std::ios::binary);
+      const std::string nan_page(4096, '\xff');
+      f.write(nan_page.data(), std::streamsize(nan_page.size()));
+    }
+    if (checksums)
+      REQUIRE_THROWS_WITH(t.step(), Contains("master.zt") && Contains("checksum mismatch"));
+    else
+      REQUIRE_THROWS_AS(t.step(), engine::TrainingDiverged);
+  }
+}
