@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:?usage: sanitize.sh asan|tsan}
+exclude='^$'
 case "$preset" in
   asan)
     targets=(config_test nvme_store_test checkpoint_dir_test trainer_test data_loader_test safetensors_test
@@ -17,6 +18,8 @@ case "$preset" in
   tsan)
     targets=(nvme_store_test pinned_pool_test staging_cache_test gpt_executor_test)
     tests='^(nvme_store_test|pinned_pool_test|staging_cache_test|gpt_executor_test):'
+    # The pool's seccomp test forbids every system call, and TSan's runtime makes some: it hangs.
+    exclude='no system call'
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
   *) echo "sanitize.sh: unknown preset '$preset' (asan or tsan)" >&2; exit 2 ;;
 esac
@@ -24,5 +27,5 @@ start=$(date +%s)
 cmake --preset "$preset" > /dev/null
 cmake --build "build-$preset" -j"$(nproc)" --target "${targets[@]}"
 built=$(date +%s)
-(cd "build-$preset" && ctest --output-on-failure -j"$(nproc)" -R "$tests")
+(cd "build-$preset" && ctest --output-on-failure -j"$(nproc)" -R "$tests" -E "$exclude" --timeout 600)
 echo "sanitize.sh $preset: build $((built - start)) s, tests $(( $(date +%s) - built )) s"
