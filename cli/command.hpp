@@ -22,3 +22,14 @@ std::vector<std::pair<int, CommandFactory>>& registry();
 std::string source_dir();
 
 }  // namespace zinf::cli
+
+namespace zinf::cli {
+
+// Ends `zinf` with this exit code after printing `message` (when not empty) to stderr: how a
+// command reports an outcome that is not a plain error (an interrupted run: 130 or 143).
+struct ExitCode {
+  int code;
+  std::string message;
+};
+
+}  // namespace zinf::cli

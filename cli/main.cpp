@@ -6,6 +6,7 @@
 #include "cli/command.hpp"
 #include "core/errors.hpp"
 #include "engine/build_info.hpp"
+#include "engine/train/trainer.hpp"
 #include "sim/build_info.hpp"
 
 namespace zinf::cli {
@@ -34,6 +35,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const zinf::cli::ExitCode& e) {
+    if (!e.message.empty()) fmt::print(stderr, "{}\n", e.message);
+    return e.code;
+  } catch (const zinf::engine::TrainingDiverged& e) {
+    fmt::print(stderr, "zinf: training diverged: {}\n", e.what());
+    return 4;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "zinf: error: out of memory (the configuration asks for more than this machine has; "
+                       "check micro-batch, gradient accumulation and model sizes)\n");
+    return 1;
   } catch (const zinf::core::ConfigError& e) {
     fmt::print(stderr, "zinf: config error: {}\n", e.what());
     return 2;

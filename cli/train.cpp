@@ -1,9 +1,18 @@
 // `zinf train`: real training of a GPT through the planned Program, with a progress line per step.
+// SIGINT and SIGTERM finish the step in progress on every rank, save a checkpoint when a checkpoint
+// directory was given, and exit 130 / 143; a second signal stops at once. With several ranks, any
+// rank's error ends the whole job (MPI_Abort) naming that rank, instead of leaving the others to
+// wait out the collective timeout. Not thread-safe; one run per process.
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "cli/command.hpp"
 #include "core/config_paths.hpp"
@@ -27,13 +36,67 @@ struct TrainArgs {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
+  bool overwrite_checkpoints = false;
   std::string init_from, export_path, timeline;
   uint64_t seed = 1234;
   unsigned adam_threads = 1;
   std::string backend = "auto";
   double device_memory_gib = 0;
   double host_memory_gib = 0;
+  int comm_timeout_s = 120;
 };
+
+// The first SIGINT or SIGTERM asks the loop to stop after the step in progress; the handler only
+// records it (and says so with write(2), which is async-signal-safe). A second one ends the process
+// with the default action.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+  static const char msg[] = "\nzinf: stopping after the step in progress (again to stop at once)\n";
+  [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// Where --timeline writes must exist before training starts, not be found missing after it.
+void check_timeline_prefix(const std::string& prefix) {
+  if (prefix.empty()) return;
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(prefix).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw std::runtime_error(fmt::format("--timeline {}: directory {} does not exist", prefix, dir.string()));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw std::runtime_error(fmt::format("--timeline {}: directory {} is not writable", prefix, dir.string()));
+}
+
+void write_timeline(const core::Timeline& t, const std::string& base) {
+  for (const std::string& path : {base + ".csv", base + ".trace.json"}) {
+    std::ofstream out(path, std::ios::trunc);
+    if (path.ends_with(".csv")) t.write_csv(out);
+    else t.write_chrome_trace(out);
+    out.flush();
+    if (!out) throw std::runtime_error(fmt::format("--timeline: cannot write {}", path));
+  }
+}
+
+void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm);
 
 // Memory sizes from the command line and the machine: on the CPU backend --device-memory is the
 // device arena's budget (the profile's node.gpu.memory); --host-memory caps the host tier; a profile
@@ -51,6 +114,10 @@ void size_for_this_machine(const TrainArgs& a, engine::TrainerOptions& o) {
 }
 
 void run_train(const TrainArgs& a) {
+  if (a.resume && a.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
+  if (a.resume && a.overwrite_checkpoints)
+    throw std::runtime_error("--resume and --overwrite-checkpoints contradict each other: choose one");
+  check_timeline_prefix(a.timeline);
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());
@@ -62,36 +129,55 @@ void run_train(const TrainArgs& a) {
   o.data_seed = a.seed;
   o.init_from = a.init_from;
   o.checkpoint_dir = a.checkpoint_dir;
+  o.start = a.resume                  ? engine::CheckpointStart::Resume
+            : a.overwrite_checkpoints ? engine::CheckpointStart::Overwrite
+                                      : engine::CheckpointStart::Fresh;
   o.adam_threads = a.adam_threads;
   o.backend = a.backend;
   o.device_memory = uint64_t(a.device_memory_gib * double(1ull << 30));
   size_for_this_machine(a, o);
 
-  auto comm = engine::make_collectives();
-  const bool lead = comm->rank() == 0;
-  if (lead)
+  install_stop_handlers();
+  auto comm = engine::make_collectives(std::chrono::seconds(a.comm_timeout_s));
+  if (comm->rank() == 0)
     for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
-  engine::Trainer trainer(o, *comm);
-  if (a.resume) trainer.resume();
+  try {
+    engine::Trainer trainer(o, *comm);
+    train_loop(a, o, trainer, *comm);
+  } catch (const ExitCode&) {
+    throw;
+  } catch (const engine::TrainingDiverged&) {
+    throw;  // every rank saw the same all-reduced figures and stops the same way: exit 4 on each
+  } catch (const std::exception& e) {
+    // One rank's error is the job's: end every rank now, naming this one, rather than leave the
+    // others waiting for it until the collective timeout.
+    if (comm->size() > 1) comm->abort(fmt::format("error: {}", e.what()));
+    throw;
+  }
+}
+
+void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm) {
+  const bool lead = comm.rank() == 0;
   const auto& plan = trainer.plan();
   if (lead) {
     fmt::print("zinf train: {} ({} params) on {} rank(s), {}, {} backend | params {}, gradients {}, optimizer {}, "
                "checkpoints {}, tiling {}, {} tasks per step\n",
-               o.model.name, core::format_count(double(plan.total_params)), comm->size(), o.hw.name, trainer.backend(),
+               o.model.name, core::format_count(double(plan.total_params)), comm.size(), o.hw.name, trainer.backend(),
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
     if (trainer.step_count() > 0) fmt::print("resumed at step {}\n", trainer.step_count());
   }
   const bool tty = ::isatty(STDOUT_FILENO);
-  double first_loss = 0;
+  auto stop_requested = [&] { return trainer.any_rank(g_stop_signal != 0); };
+  bool stopped = stop_requested();
+  int64_t last_saved = -1;
   double arena_peak = -1;
-  while (trainer.step_count() < a.steps) {
+  while (!stopped && trainer.step_count() < a.steps) {
     auto s = trainer.step();
     arena_peak = std::max(arena_peak, double(s.device_arena_peak));
-    if (s.step == 1 || first_loss == 0) first_loss = s.loss;
     if (lead) {
       const int width = 24;
-      const int filled = int(width * s.step / std::max<int64_t>(1, a.steps));
+      const int filled = int(width * std::min(s.step, a.steps) / std::max<int64_t>(1, a.steps));
       std::string bar = std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.');
       const std::string arena =
           s.device_arena_peak >= 0 ? fmt::format(" (arena {})", core::format_bytes(double(s.device_arena_peak))) : "";
@@ -104,15 +190,15 @@ void run_train(const TrainArgs& a) {
       else if (s.step % 10 == 0 || s.step == 1 || s.step == a.steps) fmt::print("{}\n", line);
       std::fflush(stdout);
     }
-    if (!a.timeline.empty() && s.step == a.steps) {
-      const std::string base = comm->size() > 1 ? fmt::format("{}.rank{}", a.timeline, comm->rank()) : a.timeline;
-      std::ofstream csv(base + ".csv"), trace(base + ".trace.json");
-      s.timeline.write_csv(csv);
-      s.timeline.write_chrome_trace(trace);
+    stopped = stop_requested();
+    if (!a.timeline.empty() && (s.step == a.steps || stopped)) {
+      const std::string base = comm.size() > 1 ? fmt::format("{}.rank{}", a.timeline, comm.rank()) : a.timeline;
+      write_timeline(s.timeline, base);
       if (lead) fmt::print("{}timeline of step {}: {}.csv, {}.trace.json\n", tty ? "\n" : "", s.step, base, base);
     }
-    if (a.checkpoint_every > 0 && s.step % a.checkpoint_every == 0) {
+    if (a.checkpoint_every > 0 && s.step % a.checkpoint_every == 0 && !stopped) {
       auto dir = trainer.save_checkpoint();
+      last_saved = s.step;
       if (lead && !tty) fmt::print("checkpoint: {}\n", dir);
     }
   }
@@ -121,9 +207,15 @@ void run_train(const TrainArgs& a) {
     const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
     fmt::print("{}\n", mem.text);
   }
-  if (!a.checkpoint_dir.empty() && (a.checkpoint_every == 0 || trainer.step_count() % a.checkpoint_every != 0)) {
+  if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
     auto dir = trainer.save_checkpoint();
     if (lead) fmt::print("checkpoint: {}\n", dir);
+  }
+  if (stopped) {
+    const int sig = g_stop_signal != 0 ? int(g_stop_signal) : SIGTERM;  // another rank's signal
+    throw ExitCode{128 + sig, fmt::format("zinf: {} after step {}: stopped{}{}", signal_name(sig), trainer.step_count(),
+                                          a.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : ", checkpoint saved",
+                                          a.export_path.empty() ? "" : "; --export skipped: the run is incomplete")};
   }
   if (!a.export_path.empty()) {
     trainer.export_safetensors(a.export_path);
@@ -139,15 +231,22 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--config,-c", a->config, "Run config (zinf YAML or DeepSpeed JSON)")->capture_default_str();
   cmd->add_option("--data,-d", a->data, "Text file, directory of text files, or .bin tokens (default: the fortunes corpus)");
   cmd->add_option("--nvme-dir", a->nvme_dir, "Directory for states placed on NVMe (each rank uses rank<r>/ inside it)");
-  cmd->add_option("--steps,-s", a->steps, "Train until this many steps are done")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps,-s", a->steps, "Train until this many steps are done")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(99'999'999)));  // step-NNNNNNNN names have 8 digits
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Where to save checkpoints (and resume from)");
-  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Save every N steps (0: only at the end)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Save every N steps (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--resume", a->resume, "Continue from <checkpoint-dir>/latest");
+  cmd->add_flag("--overwrite-checkpoints", a->overwrite_checkpoints,
+                "Start a fresh run in a checkpoint directory that holds an earlier run's checkpoints");
   cmd->add_option("--init-from", a->init_from, "Start from a safetensors file with Hugging Face GPT-2 names");
   cmd->add_option("--export", a->export_path, "Write the trained weights as safetensors (Hugging Face GPT-2 names)");
   cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline to PREFIX.csv and PREFIX.trace.json");
   cmd->add_option("--seed", a->seed, "Data order seed")->capture_default_str();
-  cmd->add_option("--adam-threads", a->adam_threads, "CPU Adam worker threads")->capture_default_str();
+  cmd->add_option("--adam-threads", a->adam_threads, "CPU Adam worker threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, std::max(4u, 4 * std::thread::hardware_concurrency())));
   cmd->add_option("--backend", a->backend, "cpu, cuda, or auto (cuda when built with it and a GPU is present)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
@@ -158,6 +257,9 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--host-memory", a->host_memory_gib,
                   "GiB of host memory the plan may use (0: the profile's, at most this machine's RAM on a CPU profile)")
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--comm-timeout", a->comm_timeout_s, "Seconds a rank waits for its peers before it ends the job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   cmd->callback([a] { run_train(*a); });
 });
 

@@ -76,6 +76,8 @@ std::string self_exe() {
   return buf;
 }
 
+void run_worker_steps(const ValidateArgs& a, const engine::TrainerOptions& o, engine::Collectives& comm);
+
 // One rank of the measured run: trains `steps` steps and writes its step times, per-step lane busy
 // times and the last step's Timeline.
 void run_worker(const ValidateArgs& a) {
@@ -86,9 +88,19 @@ void run_worker(const ValidateArgs& a) {
   o.hw = l.hw;
   o.config = l.config;
   o.nvme_dir = a.nvme_dir;
-  engine::Trainer trainer(o, *comm);
+  try {
+    run_worker_steps(a, o, *comm);
+  } catch (const std::exception& e) {
+    // One rank's error ends every rank now, naming it (as in `zinf train`).
+    if (comm->size() > 1) comm->abort(fmt::format("error: {}", e.what()));
+    throw;
+  }
+}
+
+void run_worker_steps(const ValidateArgs& a, const engine::TrainerOptions& o, engine::Collectives& comm) {
+  engine::Trainer trainer(o, comm);
   nlohmann::json j;
-  j["rank"] = comm->rank();
+  j["rank"] = comm.rank();
   core::Timeline last;
   for (int s = 0; s < a.steps; ++s) {
     auto st = trainer.step();
@@ -99,7 +111,11 @@ void run_worker(const ValidateArgs& a) {
   }
   for (const auto& e : last.events)
     j["events"].push_back({int(e.lane), e.task, int(e.kind), e.start, e.end, e.bytes, e.flops});
-  std::ofstream(fs::path(a.out_dir) / fmt::format("measured.rank{}.json", comm->rank())) << j.dump() << "\n";
+  const auto path = fs::path(a.out_dir) / fmt::format("measured.rank{}.json", comm.rank());
+  std::ofstream out(path);
+  out << j.dump() << "\n";
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
 }
 
 std::string shell_quote(const std::string& s) {

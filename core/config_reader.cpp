@@ -2,10 +2,44 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 namespace zinf::core {
+
+namespace {
+
+// The largest integer every config integer may be: exactly representable as a double (the reader
+// parses numbers as doubles), so no cast to int64_t overflows.
+constexpr double kMaxConfigInt = 9007199254740992.0;  // 2^53
+
+// Rejects a mapping that names a key twice: yaml-cpp keeps the first value and Python's json the
+// last, so either reading would silently differ from what the other tool does.
+void reject_duplicate_keys(const YAML::Node& n, const std::string& name, const std::string& prefix) {
+  if (n.IsSequence()) {
+    for (std::size_t i = 0; i < n.size(); ++i) reject_duplicate_keys(n[i], name, prefix);
+    return;
+  }
+  if (!n.IsMap()) return;
+  std::set<std::string> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (!seen.insert(key).second)
+      throw ConfigError(name, ConfigReader::shown(path),
+                        fmt::format("appears twice (line {}); give each key once", it->first.Mark().line + 1));
+    reject_duplicate_keys(it->second, name, path);
+  }
+}
+
+}  // namespace
+
+std::string ConfigReader::shown(const std::string& value) {
+  constexpr std::size_t kLongest = 64;
+  if (value.size() <= kLongest) return value;
+  return value.substr(0, kLongest) + fmt::format("... ({} bytes)", value.size());
+}
 
 ConfigReader ConfigReader::from_file(const std::string& path) {
   std::ifstream in(path);
@@ -25,6 +59,7 @@ ConfigReader ConfigReader::from_string(const std::string& text, const std::strin
                                             e.mark.column + 1, e.msg));
   }
   if (!root.IsMap()) throw ConfigError(name, "", "expected a mapping of keys at the top level");
+  reject_duplicate_keys(root, name, "");
   return ConfigReader(root, name, "");
 }
 
@@ -77,7 +112,7 @@ std::string ConfigReader::choice(const std::string& key, const std::vector<std::
   std::string v = str(key);
   for (const auto& a : allowed)
     if (a == v) return v;
-  fail(key, fmt::format("'{}' is not allowed; expected one of: {}", v, fmt::join(allowed, ", ")));
+  fail(key, fmt::format("'{}' is not allowed; expected one of: {}", shown(v), fmt::join(allowed, ", ")));
 }
 
 std::string ConfigReader::choice(const std::string& key, const std::vector<std::string>& allowed,
@@ -100,16 +135,51 @@ double ConfigReader::number(const std::string& key, UnitKind kind) {
                        : kind == UnitKind::FlopsPerSecond ? "a rate such as 125 TFLOP/s"
                        : kind == UnitKind::Seconds        ? "a duration such as 5 us"
                                                           : "a number";
-    fail(key, fmt::format("'{}' is not {}", n.Scalar(), what));
+    fail(key, fmt::format("'{}' is not {}", shown(n.Scalar()), what));
   }
   return *v;
 }
 
-int64_t ConfigReader::positive_int(const std::string& key) {
+int64_t ConfigReader::integer(const std::string& key, double lowest, double highest) {
   double v = number(key, UnitKind::Count);
-  if (v != static_cast<double>(static_cast<int64_t>(v))) fail(key, fmt::format("must be an integer, got {}", v));
-  if (v <= 0) fail(key, fmt::format("must be a positive integer, got {}", v));
+  if (v < lowest || v > highest) {
+    const std::string what = lowest == 1   ? fmt::format("a positive integer (at most {})", int64_t(highest))
+                             : lowest == 0 ? fmt::format("zero or a positive integer (at most {})", int64_t(highest))
+                                           : fmt::format("an integer from {} to {}", int64_t(lowest), int64_t(highest));
+    fail(key, fmt::format("must be {}, got {}", what, v));
+  }
+  if (v != std::floor(v)) fail(key, fmt::format("must be an integer, got {}", v));
   return static_cast<int64_t>(v);
+}
+
+int64_t ConfigReader::positive_int(const std::string& key) { return integer(key, 1, kMaxConfigInt); }
+
+int64_t ConfigReader::int_in(const std::string& key, int64_t lowest, int64_t highest) {
+  return integer(key, double(lowest), double(highest));
+}
+
+int64_t ConfigReader::int_in(const std::string& key, int64_t lowest, int64_t highest, int64_t fallback) {
+  if (!has(key)) return ignore(key), fallback;
+  return int_in(key, lowest, highest);
+}
+
+double ConfigReader::number_in(const std::string& key, UnitKind kind, double lowest, double highest) {
+  double v = number(key, kind);
+  if (v < lowest || v > highest)
+    fail(key, fmt::format("must be {}from {} to {}, got {}", lowest > 0 && v <= 0 ? "positive, " : "", lowest, highest, v));
+  return v;
+}
+
+double ConfigReader::number_in(const std::string& key, UnitKind kind, double lowest, double highest, double fallback) {
+  if (!has(key)) return ignore(key), fallback;
+  return number_in(key, kind, lowest, highest);
+}
+
+double ConfigReader::fraction_below_one(const std::string& key, double fallback) {
+  if (!has(key)) return ignore(key), fallback;
+  double v = number(key, UnitKind::Count);
+  if (!(v >= 0 && v < 1)) fail(key, fmt::format("must be at least 0 and below 1, got {}", v));
+  return v;
 }
 
 int64_t ConfigReader::positive_int(const std::string& key, int64_t fallback) {
@@ -119,10 +189,7 @@ int64_t ConfigReader::positive_int(const std::string& key, int64_t fallback) {
 
 int64_t ConfigReader::non_negative_int(const std::string& key, int64_t fallback) {
   if (!has(key)) return ignore(key), fallback;
-  double v = number(key, UnitKind::Count);
-  if (v != static_cast<double>(static_cast<int64_t>(v))) fail(key, fmt::format("must be an integer, got {}", v));
-  if (v < 0) fail(key, fmt::format("must be zero or a positive integer, got {}", v));
-  return static_cast<int64_t>(v);
+  return integer(key, 0, kMaxConfigInt);
 }
 
 bool ConfigReader::boolean(const std::string& key, bool fallback) {

@@ -1,6 +1,6 @@
 // ConfigReader walks one YAML (or JSON) mapping and hands out typed values, remembering
 // which keys were read so that keys nobody read are reported by name: an error for zinf's own
-// files, a warning for DeepSpeed configs. Every failure is a ConfigError naming the file, the
+// files, a warning for DeepSpeed configs. A key given twice in one mapping is an error. Every failure is a ConfigError naming the file, the
 // dotted key path and what is allowed. Not thread-safe; one reader per file being parsed.
 #pragma once
 #include <yaml-cpp/yaml.h>
@@ -35,6 +35,13 @@ public:
   int64_t positive_int(const std::string& key);
   int64_t positive_int(const std::string& key, int64_t fallback);
   int64_t non_negative_int(const std::string& key, int64_t fallback);
+  // Integers and numbers within [lowest, highest]: every number a config gives is range-checked
+  // before it is used. Integers never exceed 2^53 (exact in a double, no overflow in int64_t).
+  int64_t int_in(const std::string& key, int64_t lowest, int64_t highest);
+  int64_t int_in(const std::string& key, int64_t lowest, int64_t highest, int64_t fallback);
+  double number_in(const std::string& key, UnitKind kind, double lowest, double highest);
+  double number_in(const std::string& key, UnitKind kind, double lowest, double highest, double fallback);
+  double fraction_below_one(const std::string& key, double fallback);  // in [0, 1): Adam's betas
   bool boolean(const std::string& key, bool fallback);
   double positive_number(const std::string& key, UnitKind kind);
   double positive_number(const std::string& key, UnitKind kind, double fallback);
@@ -52,10 +59,13 @@ public:
   const std::string& file() const { return file_; }
   std::string path(const std::string& key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  // A value as an error message quotes it: at most 64 characters, then its length.
+  static std::string shown(const std::string& value);
 
 private:
   YAML::Node value(const std::string& key) const;
   double number(const std::string& key, UnitKind kind);
+  int64_t integer(const std::string& key, double lowest, double highest);
 
   YAML::Node node_;
   std::string file_;

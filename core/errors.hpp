@@ -17,7 +17,11 @@ private:
   static std::string format(const std::string& file, const std::string& key, const std::string& message) {
     std::string out = file.empty() ? std::string("<config>") : file;
     if (!key.empty()) out += ": key '" + key + "'";
-    return out + ": " + message;
+    out += ": " + message;
+    // A message quotes what the file said; a huge value must not come back whole.
+    constexpr std::size_t kLongest = 1000;
+    if (out.size() > kLongest) out = out.substr(0, kLongest) + "... (message cut)";
+    return out;
   }
   std::string file_, key_;
 };

@@ -34,6 +34,14 @@ double NodeSpec::profiled_core_share() const {
 
 namespace {
 
+// The slowest rate a profile may give (per second): below it a step's simulated time leaves the
+// range SimGrid's clock resolves, and the simulation ends in a spurious deadlock.
+constexpr double kMinRate = 1e3;
+
+}  // namespace
+
+namespace {
+
 HwProfile read(ConfigReader& r) {
   using U = UnitKind;
   HwProfile hw;
@@ -55,12 +63,12 @@ HwProfile read(ConfigReader& r) {
     m->reject_unread();
   }
   auto n = r.child("node");
-  hw.node.gpus = static_cast<int>(n.positive_int("gpus"));
+  hw.node.gpus = static_cast<int>(n.int_in("gpus", 1, 65536));
   auto g = n.child("gpu");
   hw.node.gpu.name = g.str("name");
-  hw.node.gpu.memory = g.positive_number("memory", U::Bytes);
-  hw.node.gpu.peak_flops = g.positive_number("peak_flops", U::FlopsPerSecond);
-  hw.node.gpu.memory_bandwidth = g.positive_number("memory_bandwidth", U::BytesPerSecond);
+  hw.node.gpu.memory = g.number_in("memory", U::Bytes, 1 << 20, 1e18);
+  hw.node.gpu.peak_flops = g.number_in("peak_flops", U::FlopsPerSecond, kMinRate, 1e21);
+  hw.node.gpu.memory_bandwidth = g.number_in("memory_bandwidth", U::BytesPerSecond, kMinRate, 1e18);
   hw.node.gpu.kernel_launch = g.non_negative_number("kernel_launch", U::Seconds, 5e-6);
   auto efficiency_curve = [&g](const char* key, Curve& into) {
     if (!g.has(key)) return;
@@ -85,11 +93,11 @@ HwProfile read(ConfigReader& r) {
   }
 
   auto h = n.child("host");
-  hw.node.host_memory = h.positive_number("memory", U::Bytes);
-  hw.node.host_memory_bandwidth = h.positive_number("memory_bandwidth", U::BytesPerSecond);
-  hw.node.cpu_sockets = static_cast<int>(h.positive_int("sockets", 1));
-  hw.node.cpu_cores = static_cast<int>(h.positive_int("cores"));
-  hw.node.cpu_adam_rate = h.positive_number("adam_params_per_s", U::Count);
+  hw.node.host_memory = h.number_in("memory", U::Bytes, 1 << 20, 1e18);
+  hw.node.host_memory_bandwidth = h.number_in("memory_bandwidth", U::BytesPerSecond, kMinRate, 1e18);
+  hw.node.cpu_sockets = static_cast<int>(h.int_in("sockets", 1, 1024, 1));
+  hw.node.cpu_cores = static_cast<int>(h.int_in("cores", 1, 1 << 20));
+  hw.node.cpu_adam_rate = h.number_in("adam_params_per_s", U::Count, 1, 1e18);
   hw.node.device_shares_host_cores = h.boolean("device_shares_cores", false);
   hw.node.background_threads = h.non_negative_number("background_threads", U::Count, 0);
   hw.node.parallel_throughput = h.non_negative_number("parallel_throughput", U::Count, 0);
@@ -101,10 +109,10 @@ HwProfile read(ConfigReader& r) {
   }
 
   auto d = n.child("nvme");
-  hw.node.nvme_capacity = d.positive_number("capacity", U::Bytes);
-  hw.node.nvme_drives = static_cast<int>(d.positive_int("drives", 1));
-  hw.node.nvme_read_bandwidth = d.positive_number("read_bandwidth", U::BytesPerSecond);
-  hw.node.nvme_write_bandwidth = d.positive_number("write_bandwidth", U::BytesPerSecond);
+  hw.node.nvme_capacity = d.number_in("capacity", U::Bytes, 1 << 20, 1e21);
+  hw.node.nvme_drives = static_cast<int>(d.int_in("drives", 1, 4096, 1));
+  hw.node.nvme_read_bandwidth = d.number_in("read_bandwidth", U::BytesPerSecond, kMinRate, 1e18);
+  hw.node.nvme_write_bandwidth = d.number_in("write_bandwidth", U::BytesPerSecond, kMinRate, 1e18);
   hw.node.nvme_latency = d.non_negative_number("latency", U::Seconds, 20e-6);
   hw.node.nvme_serial_requests = d.boolean("serial_requests", false);
   if (auto s = d.maybe_child("in_step_slowdown")) {
@@ -116,18 +124,18 @@ HwProfile read(ConfigReader& r) {
   }
 
   auto p = n.child("pcie");
-  hw.node.pcie_bandwidth = p.positive_number("bandwidth_per_gpu", U::BytesPerSecond);
-  hw.node.gpus_per_pcie_switch = static_cast<int>(p.positive_int("gpus_per_switch", 1));
+  hw.node.pcie_bandwidth = p.number_in("bandwidth_per_gpu", U::BytesPerSecond, kMinRate, 1e18);
+  hw.node.gpus_per_pcie_switch = static_cast<int>(p.int_in("gpus_per_switch", 1, 65536, 1));
   hw.node.pcie_switch_uplink = p.non_negative_number("switch_uplink", U::BytesPerSecond, 0);
   hw.node.pcie_latency = p.non_negative_number("latency", U::Seconds, 2e-6);
 
   auto l = n.child("nvlink");
-  hw.node.nvlink_bandwidth = l.positive_number("bandwidth_per_gpu", U::BytesPerSecond);
+  hw.node.nvlink_bandwidth = l.number_in("bandwidth_per_gpu", U::BytesPerSecond, kMinRate, 1e18);
   hw.node.nvlink_latency = l.non_negative_number("latency", U::Seconds, 2e-6);
 
   auto c = n.child("nic");
-  hw.node.nics = static_cast<int>(c.positive_int("count", 1));
-  hw.node.nic_bandwidth = c.positive_number("bandwidth", U::BytesPerSecond);
+  hw.node.nics = static_cast<int>(c.int_in("count", 1, 1024, 1));
+  hw.node.nic_bandwidth = c.number_in("bandwidth", U::BytesPerSecond, kMinRate, 1e18);
 
   if (auto f = r.maybe_child("fabric")) {
     hw.fabric.topology = f->choice("topology", {"fat-tree", "full"}, "fat-tree");

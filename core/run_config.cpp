@@ -22,6 +22,21 @@ std::string to_string(const Placement& p) { return p.automatic ? "auto" : to_str
 
 namespace {
 
+// Bounds of every number a run config gives: wide enough for any real run, narrow enough that the
+// planner's arithmetic on them cannot overflow or allocate without end.
+constexpr int64_t kMaxDistance = 1'000'000;
+constexpr int64_t kMaxTiling = 65536;
+constexpr double kMaxBytes = 1e18;
+constexpr double kMaxBlock = 1 << 30;
+constexpr int64_t kMaxQueueDepth = 65536;
+constexpr int64_t kMaxRings = 64;
+constexpr int64_t kMaxBuffers = 65536;
+constexpr int64_t kMaxBufferBytes = int64_t(1) << 40;
+constexpr int64_t kMaxParams = int64_t(1) << 50;
+constexpr int64_t kMaxAccumulation = 1024;
+constexpr int64_t kMaxMicroBatch = 65536;
+constexpr double kMinEps = 1e-30;
+
 const std::vector<std::string> kTierWords = {"none", "device", "cpu", "host", "nvme", "auto"};
 
 Placement parse_placement(const std::string& word) {
@@ -35,8 +50,7 @@ RunConfig read_yaml(ConfigReader& r) {
   using U = UnitKind;
   RunConfig c;
   r.ignore("description");
-  c.zero_stage = static_cast<int>(r.non_negative_int("zero_stage", 3));
-  if (c.zero_stage > 3) r.fail("zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", c.zero_stage));
+  c.zero_stage = static_cast<int>(r.int_in("zero_stage", 0, 3, 3));
   c.partitioning = r.choice("partitioning", {"bandwidth-centric", "owner-based"}, "bandwidth-centric") == "owner-based"
                        ? Partitioning::OwnerBased
                        : Partitioning::BandwidthCentric;
@@ -46,41 +60,42 @@ RunConfig read_yaml(ConfigReader& r) {
     c.gradients = o->has("gradients") ? parse_placement(o->choice("gradients", kTierWords)) : c.params;
   }
   if (auto a = r.maybe_child("activation_checkpoint")) {
-    c.checkpoint_interval = a->non_negative_int("interval", 1);
+    c.checkpoint_interval = a->int_in("interval", 0, kMaxDistance, 1);
     c.checkpoints = parse_placement(a->choice("tier", kTierWords, "device"));
   }
   if (r.has("tiling_factor")) {
     std::string t = r.str("tiling_factor");
-    c.tiling_factor = t == "auto" ? 0 : r.positive_int("tiling_factor");
+    c.tiling_factor = t == "auto" ? 0 : r.int_in("tiling_factor", 1, kMaxTiling);
   } else {
     r.ignore("tiling_factor");
   }
   if (auto p = r.maybe_child("prefetch")) {
-    c.nvme_prefetch_distance = p->non_negative_int("nvme_distance", 3);
-    c.h2d_prefetch_distance = p->non_negative_int("h2d_distance", 2);
-    c.allgather_prefetch_distance = p->non_negative_int("allgather_distance", 1);
-    c.max_live_bytes = p->positive_number("max_live_bytes", U::Bytes, c.max_live_bytes);
-    c.reuse_distance_bytes = p->non_negative_number("reuse_distance_bytes", U::Bytes, c.reuse_distance_bytes);
+    c.nvme_prefetch_distance = p->int_in("nvme_distance", 0, kMaxDistance, 3);
+    c.h2d_prefetch_distance = p->int_in("h2d_distance", 0, kMaxDistance, 2);
+    c.allgather_prefetch_distance = p->int_in("allgather_distance", 0, kMaxDistance, 1);
+    c.max_live_bytes = p->number_in("max_live_bytes", U::Bytes, 1, kMaxBytes, c.max_live_bytes);
+    c.reuse_distance_bytes = p->number_in("reuse_distance_bytes", U::Bytes, 0, kMaxBytes, c.reuse_distance_bytes);
   }
   if (auto a = r.maybe_child("aio")) {
-    c.aio_block_size = static_cast<int64_t>(a->positive_number("block_size", U::Bytes, double(c.aio_block_size)));
-    c.aio_queue_depth = a->positive_int("queue_depth", c.aio_queue_depth);
-    c.aio_rings = a->positive_int("rings", c.aio_rings);
+    c.aio_block_size = static_cast<int64_t>(a->number_in("block_size", U::Bytes, 1, kMaxBlock, double(c.aio_block_size)));
+    c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
+    c.aio_rings = a->int_in("rings", 1, kMaxRings, c.aio_rings);
+    c.swap_checksums = a->boolean("checksums", false);
     if (c.aio_block_size % 4096 != 0)
       a->fail("block_size", fmt::format("must be a multiple of 4096 bytes for O_DIRECT, got {}", c.aio_block_size));
   }
   if (auto p = r.maybe_child("pinned")) {
-    c.pinned_buffer_count = p->positive_int("buffer_count", c.pinned_buffer_count);
+    c.pinned_buffer_count = p->int_in("buffer_count", 1, kMaxBuffers, c.pinned_buffer_count);
     c.pinned_buffer_size =
-        static_cast<int64_t>(p->positive_number("buffer_size", U::Bytes, double(c.pinned_buffer_size)));
+        static_cast<int64_t>(p->number_in("buffer_size", U::Bytes, 4096, kMaxBufferBytes, double(c.pinned_buffer_size)));
   }
   if (auto o = r.maybe_child("optimizer")) {
     c.optimizer_type = o->choice("type", {"adam", "adamw"}, "adamw");
     c.lr = o->positive_number("lr", U::Count, c.lr);
-    c.beta1 = o->fraction("beta1", c.beta1);
-    c.beta2 = o->fraction("beta2", c.beta2);
-    c.eps = o->positive_number("eps", U::Count, c.eps);
-    c.weight_decay = o->non_negative_number("weight_decay", U::Count, c.weight_decay);
+    c.beta1 = o->fraction_below_one("beta1", c.beta1);
+    c.beta2 = o->fraction_below_one("beta2", c.beta2);
+    c.eps = o->number_in("eps", U::Count, kMinEps, 1.0, c.eps);
+    c.weight_decay = o->number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
     c.grad_clip = o->non_negative_number("grad_clip", U::Count, c.grad_clip);
     c.sub_group_size = o->positive_int("sub_group_size", c.sub_group_size);
     c.optimizer_timing = o->choice("timing", {"after-backward", "overlap-backward"}, "after-backward") ==
@@ -88,8 +103,8 @@ RunConfig read_yaml(ConfigReader& r) {
                              ? OptimizerTiming::OverlapBackward
                              : OptimizerTiming::AfterBackward;
   }
-  c.gradient_accumulation = r.positive_int("gradient_accumulation", 1);
-  if (r.has("micro_batch")) c.micro_batch = r.positive_int("micro_batch");
+  c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
+  if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
   c.reserve_nvme_for_checkpoint = r.boolean("reserve_nvme_for_checkpoint", true);
   r.reject_unread();
@@ -103,8 +118,8 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
   c.params = {false, Tier::Device};
   c.optimizer = {false, Tier::Device};
   c.checkpoint_interval = 0;
-  if (r.has("train_micro_batch_size_per_gpu")) c.micro_batch = r.positive_int("train_micro_batch_size_per_gpu");
-  c.gradient_accumulation = r.positive_int("gradient_accumulation_steps", 1);
+  if (r.has("train_micro_batch_size_per_gpu")) c.micro_batch = r.int_in("train_micro_batch_size_per_gpu", 1, kMaxMicroBatch);
+  c.gradient_accumulation = r.int_in("gradient_accumulation_steps", 1, kMaxAccumulation, 1);
   r.ignore("train_batch_size");  // derived: micro batch × accumulation × ranks
   c.grad_clip = r.non_negative_number("gradient_clipping", U::Count, 0.0);
   if (auto b = r.maybe_child("bf16")) b->boolean("enabled", true);
@@ -120,22 +135,21 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
     if (auto p = o->maybe_child("params")) {
       c.lr = p->positive_number("lr", U::Count, c.lr);
       p->ignore("betas");  // a two-element list, read after this pass
-      c.eps = p->positive_number("eps", U::Count, c.eps);
-      c.weight_decay = p->non_negative_number("weight_decay", U::Count, c.weight_decay);
+      c.eps = p->number_in("eps", U::Count, kMinEps, 1.0, c.eps);
+      c.weight_decay = p->number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
     }
   }
   if (auto z = r.maybe_child("zero_optimization")) {
-    c.zero_stage = static_cast<int>(z->non_negative_int("stage", 0));
-    if (c.zero_stage > 3) z->fail("stage", fmt::format("must be 0..3, got {}", c.zero_stage));
+    c.zero_stage = static_cast<int>(z->int_in("stage", 0, 3, 0));
     auto offload = [&](const char* key, Placement& out) {
       if (auto o = z->maybe_child(key)) {
         out = parse_placement(o->choice("device", {"none", "cpu", "nvme"}, "none"));
         o->ignore("nvme_path");  // the NVMe directory is given on the command line (--nvme-dir)
         o->boolean("pin_memory", true);
-        if (o->has("buffer_count")) c.pinned_buffer_count = o->positive_int("buffer_count");
+        if (o->has("buffer_count")) c.pinned_buffer_count = o->int_in("buffer_count", 1, kMaxBuffers);
         else o->ignore("buffer_count");
         if (o->has("buffer_size"))  // DeepSpeed counts elements (fp16)
-          c.pinned_buffer_size = 2 * o->positive_int("buffer_size");
+          c.pinned_buffer_size = 2 * o->int_in("buffer_size", 2048, kMaxBufferBytes / 2);
         else o->ignore("buffer_size");
       }
     };
@@ -143,15 +157,15 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
     offload("offload_optimizer", c.optimizer);
     c.gradients = c.params;
     if (z->has("stage3_max_live_parameters"))
-      c.max_live_bytes = 2.0 * double(z->positive_int("stage3_max_live_parameters"));
+      c.max_live_bytes = 2.0 * double(z->int_in("stage3_max_live_parameters", 1, kMaxParams));
     else z->ignore("stage3_max_live_parameters");
     if (z->has("stage3_max_reuse_distance"))
-      c.reuse_distance_bytes = 2.0 * double(z->non_negative_int("stage3_max_reuse_distance", 0));
+      c.reuse_distance_bytes = 2.0 * double(z->int_in("stage3_max_reuse_distance", 0, kMaxParams, 0));
     else z->ignore("stage3_max_reuse_distance");
     if (z->has("stage3_prefetch_bucket_size")) {
       // DeepSpeed prefetches up to this many parameters ahead; zinf counts operators ahead and
       // bounds the bytes in flight with max_live_bytes, so the bucket caps that bound.
-      double bucket_bytes = 2.0 * double(z->positive_int("stage3_prefetch_bucket_size"));
+      double bucket_bytes = 2.0 * double(z->int_in("stage3_prefetch_bucket_size", 1, kMaxParams));
       c.max_live_bytes = std::max(c.max_live_bytes, bucket_bytes);
     } else {
       z->ignore("stage3_prefetch_bucket_size");
@@ -161,8 +175,10 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
     z->boolean("contiguous_gradients", true);
   }
   if (auto a = r.maybe_child("aio")) {
-    c.aio_block_size = a->positive_int("block_size", c.aio_block_size);
-    c.aio_queue_depth = a->positive_int("queue_depth", c.aio_queue_depth);
+    c.aio_block_size = a->int_in("block_size", 1, int64_t(kMaxBlock), c.aio_block_size);
+    if (c.aio_block_size % 4096 != 0)
+      a->fail("block_size", fmt::format("must be a multiple of 4096 bytes for O_DIRECT, got {}", c.aio_block_size));
+    c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
     a->positive_int("thread_count", 1);
     a->boolean("single_submit", false);
     a->boolean("overlap_events", true);
@@ -209,13 +225,20 @@ RunConfig parse_deepspeed_config(const std::string& json_text, const std::string
   // betas is a two-element list: read it directly.
   try {
     YAML::Node root = YAML::Load(json_text);
-    if (auto b = root["optimizer"]["params"]["betas"]; b && b.IsSequence() && b.size() == 2) {
+    auto b = root["optimizer"]["params"]["betas"];
+    if (b && !b.IsNull() && !(b.IsSequence() && b.size() == 2))
+      throw ConfigError(name, "optimizer.params.betas", "must be a list of two numbers");
+    if (b && b.IsSequence() && b.size() == 2) {
       c.beta1 = b[0].as<double>();
       c.beta2 = b[1].as<double>();
     }
   } catch (const YAML::Exception&) {
     throw ConfigError(name, "optimizer.params.betas", "must be a list of two numbers");
   }
+  for (double b : {c.beta1, c.beta2})
+    if (!(b >= 0 && b < 1))  // also false for NaN
+      throw ConfigError(name, "optimizer.params.betas",
+                        fmt::format("each beta must be at least 0 and below 1, got [{}, {}]", c.beta1, c.beta2));
   return c;
 }
 

@@ -43,6 +43,7 @@ struct RunConfig {
   int64_t aio_block_size = 1 << 20;
   int64_t aio_queue_depth = 32;
   int64_t aio_rings = 1;
+  bool swap_checksums = false;               // CRC32C per 4 KiB page of the NVMe swap files (aio.checksums)
   int64_t pinned_buffer_count = 8;
   int64_t pinned_buffer_size = 64 << 20;
 

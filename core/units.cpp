@@ -33,7 +33,7 @@ double take_prefix(std::string_view& unit) {
 
 }  // namespace
 
-std::optional<double> parse_quantity(std::string_view text, UnitKind kind) {
+static std::optional<double> parse_quantity_unchecked(std::string_view text, UnitKind kind) {
   text = trim(text);
   if (text.empty()) return std::nullopt;
   std::string buf(text);
@@ -72,6 +72,13 @@ std::optional<double> parse_quantity(std::string_view text, UnitKind kind) {
     default:
       return std::nullopt;
   }
+}
+
+// A value and unit that multiply past the largest double (1e300 T) are no number either.
+std::optional<double> parse_quantity(std::string_view text, UnitKind kind) {
+  auto v = parse_quantity_unchecked(text, kind);
+  if (v && !std::isfinite(*v)) return std::nullopt;
+  return v;
 }
 
 namespace {

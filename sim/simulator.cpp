@@ -1,5 +1,7 @@
 #include "sim/simulator.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -108,6 +110,13 @@ public:
       }
     start_background();
     platform_.engine().run();
+    // Lanes still waiting when the engine stops (SimGrid reports a deadlock), or a clock past what
+    // a double resolves, mean the simulation did not finish: an error, never a step time.
+    if (lanes_running_ != 0 || !std::isfinite(sg4::Engine::get_clock()))
+      throw std::runtime_error(fmt::format(
+          "the simulation did not finish ({} lanes still waiting, clock {} s): the hardware profile's rates are "
+          "too small for SimGrid to resolve, or the Program has a cycle",
+          int(lanes_running_), sg4::Engine::get_clock()));
     return report();
   }
 

@@ -64,7 +64,7 @@ TEST_CASE("a value of the wrong type is an error saying what is allowed", "[conf
 
 TEST_CASE("negative or zero sizes are errors", "[config][errors]") {
   REQUIRE_THROWS_WITH(parse_model_spec("name: m\nlayers: 0\nhidden: 64\nheads: 4\nseq: 8\nvocab: 256\n", "m.yaml"),
-                      Contains("'layers'") && Contains("must be a positive integer, got 0"));
+                      Contains("'layers'") && Contains("must be a positive integer (at most 1000000), got 0"));
   REQUIRE_THROWS_WITH(parse_model_spec("name: m\nlayers: 2\nhidden: -64\nheads: 4\nseq: 8\nvocab: 256\n", "m.yaml"),
                       Contains("'hidden'") && Contains("positive"));
   REQUIRE_THROWS_WITH(parse_run_config("pinned: {buffer_size: 0 MiB}\n", "r.yaml"),
@@ -140,5 +140,74 @@ TEST_CASE("DeepSpeed keys zinf does not support are named in warnings", "[config
   CHECK_THAT(all, Contains("'wall_clock_breakdown'"));
   CHECK_THAT(warnings[1], Contains("ds.json"));
   REQUIRE_THROWS_WITH(parse_deepspeed_config(R"({"zero_optimization": {"stage": 7}})", "ds.json", warnings),
-                      Contains("'zero_optimization.stage'") && Contains("0..3"));
+                      Contains("'zero_optimization.stage'") && Contains("at most 3"));
+}
+
+namespace {
+void reject(const std::string& yaml, const std::string& expect) {
+  INFO(yaml);
+  std::vector<std::string> w;
+  CHECK_THROWS_WITH(parse_run_config(yaml, "cfg.yaml"), Contains(expect));
+}
+void reject_ds(const std::string& json, const std::string& expect) {
+  INFO(json);
+  std::vector<std::string> w;
+  CHECK_THROWS_WITH(parse_deepspeed_config(json, "ds.json", w), Contains(expect));
+}
+}  // namespace
+
+TEST_CASE("Adam's betas must lie in [0, 1) and eps be a small finite number", "[config][ranges]") {
+  reject("optimizer: {beta1: 1}\n", "optimizer.beta1");
+  reject("optimizer: {beta2: -0.1}\n", "below 1");
+  reject("optimizer: {eps: inf}\n", "optimizer.eps");
+  reject("optimizer: {eps: 1e300 T}\n", "optimizer.eps");
+  reject_ds(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [2, -1]}}})", "betas");
+  reject_ds(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [NaN, 0.95]}}})", "betas");
+  reject_ds(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})", "betas");
+  reject_ds(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"eps": "inf"}}})", "eps");
+}
+
+TEST_CASE("numbers past their range are refused before any arithmetic on them", "[config][ranges]") {
+  reject_ds(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": 9e18}}})",
+            "buffer_size");
+  reject_ds(R"({"train_batch_size": 8, "gradient_accumulation_steps": 1e9})", "gradient_accumulation_steps");
+  reject("gradient_accumulation: 100000\n", "gradient_accumulation");
+  reject("pinned: {buffer_size: 9e18}\n", "pinned.buffer_size");
+  reject("aio: {queue_depth: 1e12}\n", "aio.queue_depth");
+  reject("zero_stage: 1e300\n", "zero_stage");
+  CHECK_THROWS_WITH(parse_model_spec("name: x\nlayers: 2\nhidden: 64\nheads: 4\nffn_multiple: 1e15\nseq: 8\nvocab: 64\n", "m.yaml"),
+                    Contains("ffn_multiple"));
+  CHECK_THROWS_WITH(parse_model_spec("name: x\nlayers: 1000000\nhidden: 1000000\nheads: 1\nseq: 8\nvocab: 64\n", "m.yaml"),
+                    Contains("parameters"));
+}
+
+TEST_CASE("a key given twice is an error, in YAML and in DeepSpeed JSON", "[config]") {
+  reject("zero_stage: 3\nzero_stage: 2\n", "'zero_stage': appears twice");
+  reject_ds(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1, "lr": 0.001}}})",
+            "'optimizer.params.lr': appears twice");
+}
+
+TEST_CASE("a huge value is not echoed whole in an error", "[config]") {
+  const std::string huge(1 << 20, 'x');
+  try {
+    parse_run_config("zero_stage: " + huge + "\n", "cfg.yaml");
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).size() < 400);
+    CHECK_THAT(e.what(), Contains("1048576 bytes"));
+  }
+}
+
+TEST_CASE("a profile's rates must be large enough to simulate", "[config][ranges]") {
+  std::ifstream in(source("hwprofiles/cpu-dev.yaml"));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const auto at = text.find("peak_flops:");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, text.find('\n', at) - at, "peak_flops: 1e-300 FLOP/s");
+  CHECK_THROWS_WITH(parse_hwprofile(text, "hw.yaml"), Contains("peak_flops"));
+}
+
+TEST_CASE("aio.checksums turns on the swap files' checksums; off by default", "[config]") {
+  CHECK_FALSE(parse_run_config("zero_stage: 3\n", "r.yaml").swap_checksums);
+  CHECK(parse_run_config("aio: {checksums: true}\n", "r.yaml").swap_checksums);
 }

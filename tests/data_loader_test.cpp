@@ -2,6 +2,7 @@
 // directory, and batches that are deterministic, resumable and disjoint across ranks.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -130,4 +131,13 @@ TEST_CASE("batches are deterministic, resumable and disjoint across ranks", "[da
     }
   CHECK(int64_t(seen.size()) == steps * 2 * B);
   CHECK_THROWS(BatchLoader(c, B, S, 2, 2));
+}
+
+TEST_CASE("a FIFO given as data is refused, not read forever", "[data]") {
+  const fs::path dir = temp_dir() / "fifo";
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "pipe.txt";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(TokenCorpus::load(fifo.string()), Catch::Contains("pipe.txt") && Catch::Contains("not a regular file"));
+  fs::remove_all(dir.parent_path());
 }

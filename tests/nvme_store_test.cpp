@@ -1,6 +1,8 @@
 // NvmeStore: round trips at odd sizes and offsets, many requests in flight, reopen, checksums, and
-// faults injected through the IoEnv (EIO, ENOSPC, short reads, refused O_DIRECT, missing paths).
+// faults injected through the IoEnv (EIO, ENOSPC, short reads, refused O_DIRECT, missing paths),
+// and the directory's safety: no symbolic links followed, only this user's files, one store at a time.
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -8,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -59,6 +62,7 @@ struct FaultPlan {
   long written = 0;
   bool refuse_direct = false;
   bool no_space_on_allocate = false;
+  uid_t user = ::geteuid();  // the user the store believes it runs as
 };
 
 class FaultRing final : public IoRing {
@@ -121,7 +125,8 @@ class FaultEnv final : public IoEnv {
 public:
   explicit FaultEnv(FaultPlan& plan) : plan_(plan) {}
   int make_dir(const std::string& p, mode_t m) override { return real().make_dir(p, m); }
-  int is_dir(const std::string& p) override { return real().is_dir(p); }
+  int lstat(const std::string& p, FileInfo& out) override { return real().lstat(p, out); }
+  int fstat(int fd, FileInfo& out) override { return real().fstat(fd, out); }
   int open(const std::string& p, int flags, mode_t m) override {
     if (plan_.refuse_direct && (flags & O_DIRECT)) return -EINVAL;
     return real().open(p, flags, m);
@@ -135,6 +140,12 @@ public:
   int64_t pread(int fd, void* d, uint64_t n, uint64_t o) override { return real().pread(fd, d, n, o); }
   int64_t pwrite(int fd, const void* d, uint64_t n, uint64_t o) override { return real().pwrite(fd, d, n, o); }
   int fsync(int fd) override { return real().fsync(fd); }
+  int lock(int fd) override { return real().lock(fd); }
+  int truncate(int fd, uint64_t n) override { return real().truncate(fd, n); }
+  int rename(const std::string& a, const std::string& b) override { return real().rename(a, b); }
+  int exchange(const std::string& a, const std::string& b) override { return real().exchange(a, b); }
+  uid_t user() override { return plan_.user; }
+  std::string process() override { return real().process(); }
   std::unique_ptr<IoRing> make_ring(unsigned entries, int& error) override {
     auto r = real().make_ring(entries, error);
     if (!r) return nullptr;
@@ -184,7 +195,7 @@ TEST_CASE("random tensors at odd sizes and offsets round-trip") {
     CHECK(read_all(store, id, 0, size) == model);
   }
   auto files = std::distance(fs::directory_iterator(tmp.path + "/store"), fs::directory_iterator{});
-  CHECK(files == 5);
+  CHECK(files == 6);  // five tensors and the directory's .lock
   CHECK((fs::status(tmp.path + "/store/t1.zt").permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
 }
 
@@ -378,7 +389,9 @@ TEST_CASE("options come from the run config") {
   c.aio_block_size = 8 << 20;
   c.aio_queue_depth = 16;
   c.aio_rings = 2;
+  c.swap_checksums = true;
   auto o = NvmeStoreOptions::from_run_config(c, "/some/dir");
+  CHECK(o.checksums);
   CHECK(o.dir == "/some/dir");
   CHECK(o.block_size == (8u << 20));
   CHECK(o.queue_depth == 16);
@@ -399,4 +412,74 @@ TEST_CASE("a removed tensor's file is gone and its name can be reused") {
   write_all(store, b, 0, data.data(), 100);
   CHECK(read_all(store, b, 0, 100) == data);
   CHECK(store.read(b, 0, nullptr, 0).wait().ok());
+}
+
+TEST_CASE("a symbolic link planted in the store's directory is refused, and its target left alone") {
+  TempDir tmp;
+  const std::string victim = tmp.path + "/victim";
+  {
+    std::ofstream(victim) << "precious";
+  }
+  auto opt = small_options(tmp.path);
+  SECTION("the directory itself is a link") {
+    fs::create_directory(tmp.path + "/elsewhere");
+    fs::create_directory_symlink(tmp.path + "/elsewhere", opt.dir);
+    CHECK_THROWS_WITH(NvmeStore(opt), Catch::Contains(opt.dir) && Catch::Contains("symbolic link"));
+  }
+  SECTION("a tensor file is a link") {
+    fs::create_directory(opt.dir, tmp.path);
+    fs::permissions(opt.dir, fs::perms::owner_all);
+    fs::create_symlink(victim, opt.dir + "/params.zt");
+    NvmeStore s(opt);
+    CHECK_THROWS_WITH(s.create("params", 4096), Catch::Contains("params.zt") && Catch::Contains("symbolic link"));
+    CHECK_THROWS_WITH(s.open("params"), Catch::Contains("symbolic link"));
+  }
+  std::ifstream in(victim);
+  std::string text;
+  in >> text;
+  CHECK(text == "precious");
+}
+
+TEST_CASE("a directory or file of another user is refused, naming the owner") {
+  TempDir tmp;
+  FaultPlan plan;
+  plan.user = ::geteuid() + 4242;  // the files are ours; the store believes it is someone else
+  FaultEnv env(plan);
+  auto opt = small_options(tmp.path);
+  fs::create_directory(opt.dir);
+  CHECK_THROWS_WITH(NvmeStore(opt, env), Catch::Contains(opt.dir) && Catch::Contains("not by this user"));
+}
+
+TEST_CASE("a directory every user can write is refused") {
+  TempDir tmp;
+  auto opt = small_options(tmp.path);
+  fs::create_directory(opt.dir);
+  fs::permissions(opt.dir, fs::perms::all);
+  CHECK_THROWS_WITH(NvmeStore(opt), Catch::Contains("writable by every user"));
+}
+
+TEST_CASE("two stores on one directory: the second is refused, naming the holder") {
+  TempDir tmp;
+  auto opt = small_options(tmp.path);
+  {
+    NvmeStore first(opt);
+    CHECK_THROWS_WITH(NvmeStore(opt), Catch::Contains(opt.dir) && Catch::Contains("in use by zinf pid " +
+                                                                                   std::to_string(::getpid())));
+    // Another process is refused as well (flock is per open file, so this holds across processes).
+    pid_t child = ::fork();
+    if (child == 0) {
+      int code = 0;
+      try {
+        NvmeStore again(opt);
+      } catch (const IoError&) {
+        code = 7;
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 7);
+  }
+  NvmeStore after(opt);  // the lock ended with the first store
 }

@@ -4,7 +4,11 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
 #include "core/hwprofile.hpp"
@@ -79,8 +83,8 @@ TEST_CASE("resume from a checkpoint continues bitwise like the uninterrupted run
   }
   {
     auto o = options(kNvme, dir.path / "b");
+    o.start = engine::CheckpointStart::Resume;
     engine::Trainer t(o, comm);
-    t.resume();
     CHECK(t.step_count() == 3);
     for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
   }
@@ -98,21 +102,23 @@ TEST_CASE("a checkpoint for another model shape is refused naming the field", "[
   }
   auto o = options("zero_stage: 3\n", dir.path);
   o.model.layers = 3;
-  engine::Trainer t(o, comm);
-  REQUIRE_THROWS_WITH(t.resume(), Contains("meta.json") && Contains("model.layers") && Contains("is 2"));
+  o.start = engine::CheckpointStart::Resume;
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("meta.json") && Contains("model.layers") && Contains("is 2"));
 }
 
 TEST_CASE("an interrupted save leaves the previous checkpoint as latest", "[trainer][checkpoint]") {
   TempDir dir("atomic");
   engine::LocalCollectives comm;
   auto o = options("zero_stage: 3\n", dir.path);
-  engine::Trainer t(o, comm);
-  t.step();
-  auto first = t.save_checkpoint();
+  {
+    engine::Trainer t(o, comm);
+    t.step();
+    t.save_checkpoint();
+  }
   // A crash mid-save leaves only a *.tmp directory behind; `latest` still names the whole one.
   fs::create_directories(fs::path(o.checkpoint_dir) / "step-00000002.tmp");
+  o.start = engine::CheckpointStart::Resume;
   engine::Trainer again(o, comm);
-  again.resume();
   CHECK(again.step_count() == 1);
 }
 
@@ -149,4 +155,145 @@ TEST_CASE("the loss on the built-in corpus falls well below its start", "[traine
   for (int i = 0; i < 59; ++i) last = t.step().loss;
   CHECK(first == Approx(std::log(256.0)).epsilon(0.03));
   CHECK(last < 0.65 * first);
+}
+
+TEST_CASE("a link planted as <nvme-dir>/rank0 is refused and its target left alone", "[trainer][safety]") {
+  TempDir dir("symlink");
+  auto o = options(kNvme, dir.path);
+  fs::create_directories(dir.path / "target");
+  {
+    std::ofstream(dir.path / "target" / "params.zt") << "precious";
+  }
+  fs::create_directory_symlink(dir.path / "target", fs::path(o.nvme_dir) / "rank0");
+  engine::LocalCollectives comm;
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("rank0") && Contains("symbolic link"));
+  std::ifstream in(dir.path / "target" / "params.zt");
+  std::string text;
+  in >> text;
+  CHECK(text == "precious");
+}
+
+TEST_CASE("two runs on one NVMe or checkpoint directory: the second is refused, naming the first", "[trainer][safety]") {
+  TempDir dir("lock");
+  engine::LocalCollectives comm;
+  auto o = options(kNvme, dir.path);
+  engine::Trainer first(o, comm);
+  auto other = options(kNvme, dir.path / "other");
+  other.nvme_dir = o.nvme_dir;
+  REQUIRE_THROWS_WITH(engine::Trainer(other, comm), Contains("rank0") && Contains("in use by zinf pid"));
+  other = options(kNvme, dir.path / "other");
+  other.checkpoint_dir = o.checkpoint_dir;
+  REQUIRE_THROWS_WITH(engine::Trainer(other, comm), Contains(o.checkpoint_dir) && Contains("in use by zinf pid"));
+}
+
+TEST_CASE("a fresh run refuses a checkpoint directory holding an earlier run's checkpoints", "[trainer][checkpoint]") {
+  TempDir dir("fresh");
+  engine::LocalCollectives comm;
+  auto o = options("zero_stage: 3\n", dir.path);
+  {
+    engine::Trainer t(o, comm);
+    t.step();
+    t.save_checkpoint();
+  }
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("already holds checkpoints") && Contains("step-00000001") &&
+                                                    Contains("--resume") && Contains("--overwrite-checkpoints"));
+  o.start = engine::CheckpointStart::Overwrite;
+  engine::Trainer t(o, comm);
+  CHECK(t.step_count() == 0);
+}
+
+TEST_CASE("an unusable checkpoint directory is refused before training", "[trainer][checkpoint]") {
+  TempDir dir("unwritable");
+  engine::LocalCollectives comm;
+  auto o = options("zero_stage: 3\n", dir.path);
+  {
+    std::ofstream(dir.path / "a-file") << "x";
+  }
+  o.checkpoint_dir = (dir.path / "a-file" / "ckpt").string();
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains(o.checkpoint_dir));
+}
+
+TEST_CASE("a diverging run stops with an error and leaves the last good checkpoint as latest", "[trainer][nan]") {
+  TempDir dir("diverge");
+  engine::LocalCollectives comm;
+  auto o = options(kNvme, dir.path);
+  {
+    engine::Trainer t(o, comm);
+    t.step();
+    t.save_checkpoint();
+  }
+  o.start = engine::CheckpointStart::Resume;
+  o.config.lr = 1e10;
+  o.config.grad_clip = 0;
+  {
+    engine::Trainer t(o, comm);
+    bool stopped = false;
+    for (int i = 0; i < 5 && !stopped; ++i) {
+      try {
+        t.step();
+      } catch (const engine::TrainingDiverged& e) {
+        stopped = true;
+        CHECK_THAT(e.what(), Contains("not finite") && Contains("last good state"));
+      }
+    }
+    CHECK(stopped);
+  }
+  o.config.lr = 1e-3;
+  engine::Trainer t(o, comm);  // the checkpoint on disk is the good one
+  CHECK(t.step_count() == 1);
+  CHECK(std::isfinite(t.step().loss));
+}
+
+TEST_CASE("a NaN in a checkpoint's state is refused naming the tensor", "[trainer][nan]") {
+  TempDir dir("nanckpt");
+  engine::LocalCollectives comm;
+  auto o = options("zero_stage: 3\n", dir.path);
+  std::string saved;
+  {
+    engine::Trainer t(o, comm);
+    t.step();
+    saved = t.save_checkpoint();
+  }
+  // Poison one weight in place and rewrite the meta without its checksum, as an older zinf would
+  // have left it: the finite check must catch what the checksum no longer can.
+  engine::SafetensorsReader r(saved + "/state.safetensors");
+  const auto info = r.info("wte.master");
+  {
+    std::fstream f(saved + "/state.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header = 0;
+    f.read(reinterpret_cast<char*>(&header), 8);
+    f.seekp(std::streamoff(8 + header + info.begin + 40));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  o.start = engine::CheckpointStart::Resume;
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("damaged"));  // the checksum sees it first
+  auto meta = nlohmann::json::parse(std::ifstream(saved + "/meta.json"));
+  meta.erase("checksums");
+  std::ofstream(saved + "/meta.json", std::ios::trunc) << meta.dump();
+  REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("wte.master") && Contains("element 10") && Contains("nan"));
+}
+
+TEST_CASE("a NaN page written into a swap file stops the run; with aio checksums it is named as damage", "[trainer][nan]") {
+  TempDir dir("nanswap");
+  engine::LocalCollectives comm;
+  for (bool checksums : {false, true}) {
+    auto o = options(kNvme, dir.path / (checksums ? "crc" : "plain"));
+    o.config.swap_checksums = checksums;
+    engine::Trainer t(o, comm);
+    t.step();
+    // Behind the store's back, as a failing disk or a stray writer would: one page of NaNs in
+    // the fp32 master weights.
+    const fs::path swap = fs::path(o.nvme_dir) / "rank0" / "master.zt";
+    REQUIRE(fs::exists(swap));
+    {
+      std::fstream f(swap, std::ios::in | std::ios::out | std::ios::binary);
+      const std::string nan_page(4096, '\xff');
+      f.write(nan_page.data(), std::streamsize(nan_page.size()));
+    }
+    if (checksums)
+      REQUIRE_THROWS_WITH(t.step(), Contains("master.zt") && Contains("checksum mismatch"));
+    else
+      REQUIRE_THROWS_AS(t.step(), engine::TrainingDiverged);
+  }
 }

@@ -92,6 +92,8 @@ TokenCorpus TokenCorpus::load(const std::string& path_in) {
     for (const auto& f : files) text += read_file(f);
     return from_text(text, path);
   }
+  // A FIFO, socket or device would block or never end: only regular files are read.
+  if (!fs::is_regular_file(status)) fail(path, "not a regular file or a directory (a FIFO or device cannot be read as data)");
   if (fs::path(path).extension() == ".bin") return load_bin(path);
   return from_text(read_file(path), path);
 }

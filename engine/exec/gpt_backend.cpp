@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cmath>
 #include <filesystem>
@@ -159,6 +160,7 @@ struct GptCpuBackend::Impl {
   std::vector<double> losses;
   int64_t step = 0;
   double sumsq = 0;     // this rank's part of the squared gradient norm
+  std::atomic<int64_t> nonfinite{0};  // master weights this step's updates left NaN or infinite
   double clip_scale = 1.0;
   double global_norm = 0;
 
@@ -703,12 +705,22 @@ struct GptCpuBackend::Impl {
                              (plan.params == Tier::Device && plan.optimizer == Tier::Device);
     if (params_here) {
       adam.step(step, size_t(n), pm, pmm, pv, g, params.resident(off));
+      count_nonfinite(pm, n);
     } else {
       Staging<bf16> out = staging<bf16>(n);
       adam.step(step, size_t(n), pm, pmm, pv, g, out.data());
+      count_nonfinite(pm, n);
       std::lock_guard<std::mutex> lock(mu);
       sg_param[sg] = std::move(out);
     }
+  }
+
+  // Master weights the update left NaN or infinite (a diverging run, a poisoned state): counted so
+  // the trainer stops before such weights reach a checkpoint.
+  void count_nonfinite(const float* w, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(w[i]);
+    if (bad) nonfinite.fetch_add(bad, std::memory_order_relaxed);
   }
 
   void norm_task(const Task& t) {
@@ -835,6 +847,7 @@ void GptCpuBackend::begin_step(int64_t step, std::vector<Batch> batches) {
                                             I.P.micro_batches()));
   I.step = step;
   I.sumsq = 0;
+  I.nonfinite.store(0, std::memory_order_relaxed);
   I.clip_scale = 1.0;
   I.global_norm = 0;
   // Activations are reused from step to step (their tensors keep their sizes); only what a step
@@ -871,6 +884,9 @@ void GptCpuBackend::run(const Task& t) {
       throw std::logic_error(fmt::format("{}: no handler for this task", I.P.label(t)));
   }
 }
+
+double GptCpuBackend::local_grad_sumsq() const { return impl_->sumsq; }
+int64_t GptCpuBackend::nonfinite_weights() const { return impl_->nonfinite.load(std::memory_order_relaxed); }
 
 double GptCpuBackend::loss() const {
   double s = 0;

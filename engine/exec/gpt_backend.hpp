@@ -60,6 +60,11 @@ public:
   double loss() const;
   // Global gradient norm before clipping, when the Program computed one (grad_clip > 0).
   double grad_norm() const { return grad_norm_; }
+  // This rank's part of the squared global gradient norm (after the last micro-batch), computed
+  // with or without clipping; and how many of this rank's master weights the last step's updates
+  // left NaN or infinite. The trainer sums both over ranks to stop a diverging run.
+  double local_grad_sumsq() const;
+  int64_t nonfinite_weights() const;
   // Bytes of the device arena (homes on the device, fetched and gathered parameters, gradients,
   // activations) at their peak since the last reset; the budget is the Program's device budget.
   int64_t device_peak_bytes() const;

@@ -29,6 +29,15 @@ struct IoOp {
   uint64_t tag = 0;  // returned unchanged in the completion
 };
 
+// What lstat or fstat says about a path or an open file, in the terms the store checks.
+struct FileInfo {
+  enum class Kind : uint8_t { Directory, Regular, Symlink, Other };
+  Kind kind = Kind::Other;
+  uid_t owner = 0;
+  mode_t mode = 0;  // permission bits
+  int64_t size = 0;
+};
+
 struct IoCompletion {
   uint64_t tag = 0;
   int32_t result = 0;  // bytes transferred, or -errno
@@ -53,7 +62,9 @@ class IoEnv {
 public:
   virtual ~IoEnv() = default;
   virtual int make_dir(const std::string& path, mode_t mode) = 0;  // 0 or -EEXIST counts as there
-  virtual int is_dir(const std::string& path) = 0;                 // 1, 0, or -errno
+  // lstat: a symbolic link is reported as one, never followed.
+  virtual int lstat(const std::string& path, FileInfo& out) = 0;
+  virtual int fstat(int fd, FileInfo& out) = 0;
   virtual int open(const std::string& path, int flags, mode_t mode) = 0;
   virtual int close(int fd) = 0;
   virtual int allocate(int fd, uint64_t offset, uint64_t length) = 0;  // fallocate, mode 0
@@ -63,6 +74,16 @@ public:
   virtual int64_t pread(int fd, void* data, uint64_t length, uint64_t offset) = 0;
   virtual int64_t pwrite(int fd, const void* data, uint64_t length, uint64_t offset) = 0;
   virtual int fsync(int fd) = 0;
+  // An exclusive advisory lock on the open file (flock, non-blocking): 0, -EWOULDBLOCK when another
+  // open file description holds it. The lock ends when the descriptor is closed or the process dies.
+  virtual int lock(int fd) = 0;
+  virtual int truncate(int fd, uint64_t length) = 0;
+  virtual int rename(const std::string& from, const std::string& to) = 0;
+  // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE); -EINVAL where the file
+  // system cannot.
+  virtual int exchange(const std::string& a, const std::string& b) = 0;
+  virtual uid_t user() = 0;              // the effective user id files must belong to
+  virtual std::string process() = 0;     // "pid N on host H": who holds a lock
   // A ring with room for `entries` ops in flight, or nullptr with `error` set to -errno.
   virtual std::unique_ptr<IoRing> make_ring(unsigned entries, int& error) = 0;
 };

@@ -1,5 +1,7 @@
 #include "engine/io/nvme_store.hpp"
 
+#include "engine/io/safe_files.hpp"
+
 #include <fcntl.h>
 
 #include <algorithm>
@@ -113,12 +115,16 @@ IoError::IoError(std::string op, std::string path, int error) : IoError(std::mov
 IoError::IoError(std::string op, std::string path, int error, const std::string& detail)
     : std::runtime_error(io_error_message(op, path, error, detail)), op_(std::move(op)), path_(std::move(path)), error_(error) {}
 
+IoError::IoError(const std::string& message, std::string path, int error, Preformatted)
+    : std::runtime_error(message), path_(std::move(path)), error_(error) {}
+
 NvmeStoreOptions NvmeStoreOptions::from_run_config(const core::RunConfig& config, std::string dir) {
   NvmeStoreOptions o;
   o.dir = std::move(dir);
   o.block_size = uint64_t(config.aio_block_size);
   o.queue_depth = unsigned(config.aio_queue_depth);
   o.rings = unsigned(config.aio_rings);
+  o.checksums = config.swap_checksums;
   return o;
 }
 
@@ -223,6 +229,7 @@ struct NvmeStore::Impl {
   std::vector<iovec> buffers;
 
   std::atomic<uint64_t> live{0};  // requests not yet completed
+  std::unique_ptr<DirLock> dir_lock;  // this store's hold on its directory
 
   Impl(NvmeStoreOptions o, IoEnv& e) : opt(std::move(o)), env(e) {}
 
@@ -445,11 +452,12 @@ NvmeStore::NvmeStore(NvmeStoreOptions options, IoEnv& env) : options_(std::move(
   if (o.queue_depth == 0 || o.rings == 0) throw std::invalid_argument("nvme store: queue_depth and rings must be positive");
   if (o.dir.empty()) throw std::invalid_argument("nvme store: no directory given");
   impl_ = std::make_unique<Impl>(o, env);
-  int r = env.make_dir(o.dir, 0700);
-  if (r < 0) throw IoError("create directory", o.dir, -r);
-  r = env.is_dir(o.dir);
-  if (r < 0) throw IoError("stat directory", o.dir, -r);
-  if (r == 0) throw IoError("use directory", o.dir, ENOTDIR);
+  try {
+    ensure_own_directory(env, o.dir, "nvme store");
+    impl_->dir_lock = std::make_unique<DirLock>(env, o.dir, "nvme store");
+  } catch (const FileError& e) {
+    throw IoError(e.what(), e.path(), e.error(), IoError::Preformatted{});
+  }
   for (unsigned i = 0; i < o.rings; ++i) {
     auto ring = std::make_unique<Impl::Ring>();
     int err = 0;
@@ -505,6 +513,28 @@ uint32_t zero_page_crc() {
   return c;
 }
 
+// Opens a tensor file without following a link there, and only if it is a regular file of this
+// user: a link planted in the store's directory would otherwise be truncated and overwritten.
+int open_tensor_file(IoEnv& env, const std::string& path, int flags, const char* op) {
+  int fd = env.open(path, flags | O_NOFOLLOW, 0600);
+  if (fd == -EINVAL)
+    throw IoError("open (O_DIRECT)", path, EINVAL,
+                  "the file system refuses O_DIRECT; put the store on a disk-backed file system, not tmpfs");
+  if (fd == -ELOOP) throw IoError(op, path, ELOOP, "it is a symbolic link; zinf does not follow links here");
+  if (fd < 0) throw IoError(op, path, -fd);
+  FileInfo st;
+  int r = env.fstat(fd, st);
+  std::string problem = r < 0                                  ? std::string("cannot stat it")
+                        : st.kind != FileInfo::Kind::Regular ? std::string("not a regular file")
+                        : st.owner != env.user() ? "owned by uid " + std::to_string(st.owner) + ", not by this user"
+                                                 : std::string();
+  if (!problem.empty()) {
+    env.close(fd);
+    throw IoError(op, path, r < 0 ? -r : EPERM, problem);
+  }
+  return fd;
+}
+
 void check_name(const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name.starts_with("."))
     throw std::invalid_argument("nvme store: bad tensor name '" + name + "' (no '/', not starting with '.')");
@@ -520,12 +550,8 @@ NvmeStore::TensorId NvmeStore::create(const std::string& name, uint64_t bytes) {
   t->bytes = bytes;
   t->capacity = round_up(bytes, kDirectIoAlignment);
   IoEnv& env = impl_->env;
-  int fd = env.open(t->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-  if (fd == -EINVAL)
-    throw IoError("open (O_DIRECT)", t->path, EINVAL,
-                  "the file system refuses O_DIRECT; put the store on a disk-backed file system, not tmpfs");
-  if (fd < 0) throw IoError("create", t->path, -fd);
-  t->fd = fd;
+  t->fd = open_tensor_file(env, t->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, "create");
+  const int fd = t->fd;
   if (t->capacity > 0) {
     int r = env.allocate(fd, 0, t->capacity);
     if (r < 0) {
@@ -549,12 +575,8 @@ NvmeStore::TensorId NvmeStore::open(const std::string& name) {
   t->name = name;
   t->path = options_.dir + "/" + name + ".zt";
   IoEnv& env = impl_->env;
-  int fd = env.open(t->path, O_RDWR | O_DIRECT, 0600);
-  if (fd == -EINVAL)
-    throw IoError("open (O_DIRECT)", t->path, EINVAL,
-                  "the file system refuses O_DIRECT; put the store on a disk-backed file system, not tmpfs");
-  if (fd < 0) throw IoError("open", t->path, -fd);
-  t->fd = fd;
+  t->fd = open_tensor_file(env, t->path, O_RDWR | O_DIRECT, "open");
+  const int fd = t->fd;
   int64_t size = env.file_size(fd);
   if (size < 0) {
     env.close(fd);
@@ -571,7 +593,7 @@ NvmeStore::TensorId NvmeStore::open(const std::string& name) {
     // Without a side file there is nothing to verify against; reads of this tensor are then
     // unchecked until pages are rewritten, which is why flush() always writes the side file.
     std::string cp = crc_path(*t);
-    int cfd = env.open(cp, O_RDONLY, 0);
+    int cfd = env.open(cp, O_RDONLY | O_NOFOLLOW, 0);
     bool loaded = false;
     if (cfd >= 0) {
       char magic[8];
@@ -705,7 +727,7 @@ void NvmeStore::flush() {
     if (!t) continue;
     if (t->crc) {
       std::string cp = crc_path(*t);
-      int fd = env.open(cp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int fd = env.open(cp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
       if (fd < 0) throw IoError("create checksum file", cp, -fd);
       std::vector<uint32_t> v(t->pages);
       for (uint64_t p = 0; p < t->pages; ++p) v[p] = t->crc[p].load(std::memory_order_relaxed);

@@ -10,6 +10,11 @@
 // directory is the table, a reopened store finds tensors by name, and removing a tensor returns
 // its space to the file system. fallocate up front keeps each file's extents contiguous and makes
 // ENOSPC appear at create time rather than in the middle of a training step.
+//
+// Safety: the directory must be a real directory (not a link) of this user, tensor files are
+// opened with O_NOFOLLOW and must be regular files of this user, and one store at a time holds
+// the directory (an flock on <dir>/.lock naming the holder; a second store, in any process, is
+// refused with an error that names the first).
 #pragma once
 #include <sys/uio.h>
 
@@ -28,7 +33,7 @@ namespace zinf::engine {
 inline constexpr uint64_t kDirectIoAlignment = 4096;
 
 struct NvmeStoreOptions {
-  std::string dir;                 // created (last component only, mode 0700) if missing
+  std::string dir;                 // created (last component only, mode 0700) if missing; locked
   uint64_t block_size = 1 << 20;   // largest single transfer; a multiple of 4096
   unsigned queue_depth = 32;       // transfers in flight per ring
   unsigned rings = 1;
@@ -43,6 +48,8 @@ class IoError : public std::runtime_error {
 public:
   IoError(std::string op, std::string path, int error);
   IoError(std::string op, std::string path, int error, const std::string& detail);
+  struct Preformatted {};
+  IoError(const std::string& message, std::string path, int error, Preformatted);  // message as is
   const std::string& op() const { return op_; }
   const std::string& path() const { return path_; }
   int error() const { return error_; }  // a positive errno value

@@ -2,10 +2,14 @@
 // fault-injection tests replace is exactly the system boundary.
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "engine/io/io_env.hpp"
 
@@ -85,16 +89,35 @@ private:
   bool ready_ = false;
 };
 
+FileInfo info(const struct stat& st) {
+  FileInfo f;
+  f.kind = S_ISDIR(st.st_mode)   ? FileInfo::Kind::Directory
+           : S_ISREG(st.st_mode) ? FileInfo::Kind::Regular
+           : S_ISLNK(st.st_mode) ? FileInfo::Kind::Symlink
+                                 : FileInfo::Kind::Other;
+  f.owner = st.st_uid;
+  f.mode = st.st_mode & 07777;
+  f.size = st.st_size;
+  return f;
+}
+
 class PosixIoEnv final : public IoEnv {
 public:
   int make_dir(const std::string& path, mode_t mode) override {
     if (::mkdir(path.c_str(), mode) == 0) return 0;
     return errno == EEXIST ? 0 : neg_errno();
   }
-  int is_dir(const std::string& path) override {
+  int lstat(const std::string& path, FileInfo& out) override {
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return neg_errno();
-    return S_ISDIR(st.st_mode) ? 1 : 0;
+    if (::lstat(path.c_str(), &st) != 0) return neg_errno();
+    out = info(st);
+    return 0;
+  }
+  int fstat(int fd, FileInfo& out) override {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return neg_errno();
+    out = info(st);
+    return 0;
   }
   int open(const std::string& path, int flags, mode_t mode) override {
     int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
@@ -134,6 +157,25 @@ public:
     return int64_t(done);
   }
   int fsync(int fd) override { return ::fsync(fd) == 0 ? 0 : neg_errno(); }
+  int lock(int fd) override {
+    int r;
+    do r = ::flock(fd, LOCK_EX | LOCK_NB);
+    while (r != 0 && errno == EINTR);
+    return r == 0 ? 0 : neg_errno();
+  }
+  int truncate(int fd, uint64_t length) override { return ::ftruncate(fd, off_t(length)) == 0 ? 0 : neg_errno(); }
+  int rename(const std::string& from, const std::string& to) override {
+    return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : neg_errno();
+  }
+  int exchange(const std::string& a, const std::string& b) override {
+    return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0 ? 0 : neg_errno();
+  }
+  uid_t user() override { return ::geteuid(); }
+  std::string process() override {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+    return "pid " + std::to_string(::getpid()) + " on host " + host;
+  }
   std::unique_ptr<IoRing> make_ring(unsigned entries, int& error) override {
     auto ring = std::make_unique<UringRing>();
     error = ring->init(entries);

@@ -132,8 +132,8 @@ std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
   return out;
 }
 
-void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors, TensorDtype dtype,
-                       const std::map<std::string, std::string>& metadata) {
+std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDtype dtype,
+                               const std::map<std::string, std::string>& metadata) {
   const int64_t esize = dtype == TensorDtype::F32 ? 4 : 2;
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -165,9 +165,16 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
       }
     }
   }
+  return bytes;
+}
 
+void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors, TensorDtype dtype,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string bytes = encode_safetensors(tensors, dtype, metadata);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL | O_NOFOLLOW: never write through a file or link someone else put at the temporary name.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "cannot create " + tmp + ": " + std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
@@ -194,10 +201,12 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
   // make the rename itself durable
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int e = errno;
+    if (dfd >= 0) ::close(dfd);
+    fail(path, "fsync of its directory failed: " + std::string(std::strerror(e)));
   }
+  ::close(dfd);
 }
 
 // ---- GPT-2 --------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ struct TensorToWrite {
   const float* data = nullptr;  // product(shape) fp32 elements, converted to the file's dtype
 };
 
+// The file's bytes (header and data), for writers that put them somewhere themselves.
+std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDtype dtype,
+                               const std::map<std::string, std::string>& metadata = {});
 void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors, TensorDtype dtype,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -1,14 +1,12 @@
 #include "engine/train/trainer.hpp"
 
-#include <fcntl.h>
 #include <malloc.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/data/token_data.hpp"
@@ -20,7 +18,9 @@
 #include "engine/cuda/gpt_cuda_backend.hpp"
 #include "engine/cuda/nccl_collectives.hpp"
 #endif
+#include "engine/io/safe_files.hpp"
 #include "engine/model/safetensors.hpp"
+#include "engine/train/checkpoint_dir.hpp"
 #include "models/gpt.hpp"
 
 namespace fs = std::filesystem;
@@ -29,31 +29,14 @@ namespace zinf::engine {
 
 namespace {
 
-void fsync_path(const fs::path& p) {
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(fmt::format("checkpoint: cannot open {} to fsync it", p.string()));
-  ::fsync(fd);
-  ::close(fd);
-}
-
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("checkpoint: cannot write {}", tmp.string()));
-  }
-  fsync_path(tmp);
-  fs::rename(tmp, path);
-  fsync_path(path.parent_path());
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(fmt::format("checkpoint: cannot read {}", path.string()));
-  return std::string(std::istreambuf_iterator<char>(in), {});
+// A loaded optimizer state must be finite (and v non-negative): a NaN page in a checkpoint would
+// otherwise train on silently.
+void check_finite(const std::vector<float>& t, const std::string& tensor, const std::string& file, bool non_negative) {
+  for (size_t i = 0; i < t.size(); ++i)
+    if (!std::isfinite(t[i]) || (non_negative && t[i] < 0))
+      throw std::runtime_error(fmt::format("checkpoint {}: tensor '{}' holds {} at element {}; the checkpoint is "
+                                           "damaged or was saved from a diverged run",
+                                           file, tensor, t[i], i));
 }
 
 // Ranks sharing this machine's RAM: OpenMPI's local size, else every rank of the job.
@@ -81,11 +64,16 @@ struct Trainer::Impl {
   std::unique_ptr<cuda::GptCudaBackend> cuda_backend;
 #endif
   std::unique_ptr<Executor> executor;
+  IoEnv& env;
+  std::unique_ptr<CheckpointDir> checkpoints;  // rank 0's, locked for the run
   int64_t steps_done = 0;
 
   Impl(TrainerOptions o, Collectives& c)
       : opt(std::move(o)), comm(c), graph(build_graph(opt)), planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
-        model(graph) {
+        model(graph), env(opt.env ? *opt.env : default_io_env()) {
+    // Checkpoint directory first: a run that cannot save (unwritable, locked, or holding an
+    // earlier run's checkpoints) is refused before it trains, not after.
+    open_checkpoint_dir();
     // Every step frees and reallocates the same activation, staging and gradient buffers. Keeping
     // freed memory in the heap (no mmap for large blocks, no trimming) lets the next step reuse
     // pages that are already faulted in: first touch of fresh pages runs at ~0.3 GB/s here.
@@ -103,13 +91,12 @@ struct Trainer::Impl {
                                            opt.data_seed);
     GptBackendOptions bo;
     if (!opt.nvme_dir.empty()) {
-      fs::path dir = fs::path(opt.nvme_dir) / fmt::format("rank{}", comm.rank());
       std::error_code ec;
       if (!fs::is_directory(opt.nvme_dir, ec))
         throw std::runtime_error(fmt::format("--nvme-dir {}: no such directory", opt.nvme_dir));
-      fs::create_directories(dir, ec);
-      if (ec) throw std::runtime_error(fmt::format("--nvme-dir: cannot create {}: {}", dir.string(), ec.message()));
-      bo.nvme_dir = dir.string();
+      // The store creates rank<r>/ itself, refuses a link or another user's directory there, and
+      // locks it (engine/io/nvme_store.hpp).
+      bo.nvme_dir = (fs::path(opt.nvme_dir) / fmt::format("rank{}", comm.rank())).string();
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
@@ -135,6 +122,40 @@ struct Trainer::Impl {
       }
       executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     }
+    if (opt.start == CheckpointStart::Resume) resume();
+  }
+
+  void note(const std::string& text) const {
+    if (comm.rank() != 0) return;
+    if (opt.note) opt.note(text);
+    else fmt::print(stderr, "zinf: {}\n", text);
+  }
+
+  // Rank 0 opens and locks the checkpoint directory; every rank learns whether that worked, so a
+  // refusal ends the job on all of them with rank 0's reason.
+  void open_checkpoint_dir() {
+    if (opt.checkpoint_dir.empty()) {
+      if (opt.start == CheckpointStart::Resume) throw std::runtime_error("--resume needs --checkpoint-dir");
+      return;
+    }
+    std::string error;
+    if (comm.rank() == 0) {
+      try {
+        checkpoints = std::make_unique<CheckpointDir>(env, opt.checkpoint_dir);
+        if (opt.start == CheckpointStart::Fresh && checkpoints->holds_checkpoints()) {
+          const std::string latest = latest_checkpoint_name(env, checkpoints->root());
+          error = fmt::format("checkpoint directory {} already holds checkpoints of a run{}; pass --resume to "
+                              "continue it, --overwrite-checkpoints to start over in it, or another directory",
+                              opt.checkpoint_dir, latest.empty() ? "" : " (latest: " + latest + ")");
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    double failed = error.empty() ? 0 : 1;
+    comm.all_reduce(&failed, 1, "checkpoint directory check");
+    if (!error.empty()) throw std::runtime_error(error);
+    if (failed > 0) throw std::runtime_error(fmt::format("rank 0 could not use the checkpoint directory {}", opt.checkpoint_dir));
   }
 
   // The backend running the steps; both have the same step and state interface.
@@ -164,12 +185,28 @@ struct Trainer::Impl {
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++steps_done;
     s.step = steps_done;
-    double loss[2] = {with_backend([](auto& b) { return b.loss(); }), s.seconds};
-    comm.all_reduce(loss, 2, "step loss");
-    s.loss = loss[0] / comm.size();
-    const double slowest = loss[1] / comm.size();
+    // One all-reduce: loss, slowest time, squared gradient norm, weights gone non-finite.
+    double r[4] = {with_backend([](auto& b) { return b.loss(); }), s.seconds, 0, 0};
+    with_backend([&](auto& b) {
+      if constexpr (requires { b.local_grad_sumsq(); }) {
+        r[2] = b.local_grad_sumsq();
+        r[3] = double(b.nonfinite_weights());
+      }
+    });
+    comm.all_reduce(r, 4, "step loss");
+    s.loss = r[0] / comm.size();
+    const double slowest = r[1] / comm.size();
     s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * comm.size() / std::max(slowest, 1e-9);
-    s.grad_norm = with_backend([](auto& b) { return b.grad_norm(); });
+    s.grad_norm = with_backend([&](auto& b) {
+      if constexpr (requires { b.local_grad_sumsq(); }) return std::sqrt(r[2]);
+      else return b.grad_norm();
+    });
+    if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm) || r[3] > 0)
+      throw TrainingDiverged(fmt::format(
+          "step {}: loss {}, gradient norm {}, {} master weights not finite after the update: the run diverged "
+          "(lr {} too high?) or its data or state is damaged. Stopped without saving this step{}",
+          s.step, s.loss, s.grad_norm, int64_t(r[3]), opt.config.lr,
+          opt.checkpoint_dir.empty() ? "" : "; the last checkpoint in " + opt.checkpoint_dir + " is the last good state"));
     s.peak = executor->peak_bytes();
     s.device_arena_peak = with_backend([](auto& b) -> int64_t {
       if constexpr (requires { b.device_peak_bytes(); }) return b.device_peak_bytes();
@@ -181,77 +218,73 @@ struct Trainer::Impl {
   std::string save_checkpoint() {
     if (opt.checkpoint_dir.empty()) throw std::runtime_error("no checkpoint directory was given (--checkpoint-dir)");
     auto state = with_backend([](auto& b) { return b.gather_state(); });
-    const fs::path root = opt.checkpoint_dir;
     const std::string name = fmt::format("step-{:08d}", steps_done);
+    std::string error;
     if (comm.rank() == 0) {
-      fs::create_directories(root);
-      const fs::path tmp = root / (name + ".tmp");
-      fs::remove_all(tmp);
-      fs::create_directories(tmp);
-      std::vector<TensorToWrite> tensors;
-      for (size_t g = 0; g < graph.params.size(); ++g) {
-        const auto& pg = graph.params[g];
-        for (auto [suffix, src] : {std::pair{"master", &state.master}, {"adam_m", &state.m}, {"adam_v", &state.v}})
-          tensors.push_back({pg.name + "." + suffix, {pg.numel}, (*src)[g].data()});
+      try {
+        std::vector<TensorToWrite> tensors;
+        for (size_t g = 0; g < graph.params.size(); ++g) {
+          const auto& pg = graph.params[g];
+          for (auto [suffix, src] : {std::pair{"master", &state.master}, {"adam_m", &state.m}, {"adam_v", &state.v}})
+            tensors.push_back({pg.name + "." + suffix, {pg.numel}, (*src)[g].data()});
+        }
+        nlohmann::json meta = {{"format", "zinf-checkpoint-1"},
+                               {"model", {{"name", opt.model.name}, {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
+                                          {"heads", opt.model.heads}, {"seq", opt.model.seq}, {"vocab", opt.model.vocab},
+                                          {"micro_batch", opt.model.micro_batch}}},
+                               {"step", steps_done},
+                               // micro-batch slots consumed by all ranks together: resumable on any rank count
+                               {"data_position", loader->position() * uint64_t(comm.size())},
+                               {"data_seed", opt.data_seed},
+                               {"ranks", comm.size()}};
+        for (const auto& n : checkpoints->save(name, encode_safetensors(tensors, TensorDtype::F32), std::move(meta)))
+          note(n);
+      } catch (const std::exception& e) {
+        error = e.what();
       }
-      write_safetensors((tmp / "state.safetensors").string(), tensors, TensorDtype::F32);
-      nlohmann::json meta = {{"format", "zinf-checkpoint-1"},
-                             {"model", {{"name", opt.model.name}, {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
-                                        {"heads", opt.model.heads}, {"seq", opt.model.seq}, {"vocab", opt.model.vocab},
-                                        {"micro_batch", opt.model.micro_batch}}},
-                             {"step", steps_done},
-                             // micro-batch slots consumed by all ranks together: resumable on any rank count
-                             {"data_position", loader->position() * uint64_t(comm.size())},
-                             {"data_seed", opt.data_seed},
-                             {"ranks", comm.size()}};
-      write_file_atomic(tmp / "meta.json", meta.dump(2));
-      const fs::path final_dir = root / name;
-      fs::remove_all(final_dir);
-      fs::rename(tmp, final_dir);
-      fsync_path(root);
-      write_file_atomic(root / "latest", name + "\n");
     }
-    comm.barrier("checkpoint saved");
-    return (root / name).string();
+    double failed = error.empty() ? 0 : 1;
+    comm.all_reduce(&failed, 1, "checkpoint saved");
+    if (!error.empty()) throw std::runtime_error(error);
+    if (failed > 0) throw std::runtime_error("rank 0 could not save checkpoint " + name);
+    return (fs::path(opt.checkpoint_dir) / name).string();
   }
 
   void resume() {
-    if (opt.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
-    const fs::path root = opt.checkpoint_dir;
-    std::string name = read_file(root / "latest");
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    const fs::path dir = root / name;
-    const fs::path meta_path = dir / "meta.json";
-    nlohmann::json meta;
-    try {
-      meta = nlohmann::json::parse(read_file(meta_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(fmt::format("checkpoint {}: not valid JSON: {}", meta_path.string(), e.what()));
-    }
-    if (meta.value("format", "") != "zinf-checkpoint-1")
-      throw std::runtime_error(fmt::format("checkpoint {}: field 'format' is not zinf-checkpoint-1", meta_path.string()));
+    const LoadedCheckpoint c = load_latest_checkpoint(env, opt.checkpoint_dir);
+    const auto& meta = c.meta;
     for (auto [key, want] : {std::pair{"layers", opt.model.layers}, {"hidden", opt.model.hidden}, {"heads", opt.model.heads},
                              {"seq", opt.model.seq}, {"vocab", opt.model.vocab}}) {
-      const int64_t got = meta["model"].value(key, int64_t(-1));
+      const int64_t got = meta.contains("model") && meta["model"].is_object() && meta["model"].contains(key) &&
+                                  meta["model"][key].is_number_integer()
+                              ? meta["model"][key].get<int64_t>()
+                              : -1;
       if (got != want)
-        throw std::runtime_error(fmt::format("checkpoint {}: field 'model.{}' is {}, but model {} has {}", meta_path.string(),
+        throw std::runtime_error(fmt::format("checkpoint {}: field 'model.{}' is {}, but model {} has {}", c.meta_path,
                                              key, got, opt.model.name, want));
     }
-    SafetensorsReader reader((dir / "state.safetensors").string());
+    for (const char* key : {"step", "data_position"})
+      if (!meta.contains(key) || !meta[key].is_number_unsigned())
+        throw std::runtime_error(fmt::format("checkpoint {}: field '{}' must be a non-negative integer", c.meta_path, key));
+    if (!c.verified) note(fmt::format("checkpoint {} records no checksum (an older zinf wrote it): loaded unverified", c.dir));
+    SafetensorsReader reader(c.state_path);
     GptCpuBackend::FullState state;
     for (const auto& pg : graph.params) {
       state.master.push_back(reader.read_f32(pg.name + ".master"));
       state.m.push_back(reader.read_f32(pg.name + ".adam_m"));
       state.v.push_back(reader.read_f32(pg.name + ".adam_v"));
+      check_finite(state.master.back(), pg.name + ".master", c.state_path, false);
+      check_finite(state.m.back(), pg.name + ".adam_m", c.state_path, false);
+      check_finite(state.v.back(), pg.name + ".adam_v", c.state_path, true);
     }
     with_backend([&](auto& b) { b.load_state(state); });
-    steps_done = meta.at("step").get<int64_t>();
+    steps_done = meta["step"].get<int64_t>();
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
-    const uint64_t slots = meta.at("data_position").get<uint64_t>();
+    const uint64_t slots = meta["data_position"].get<uint64_t>();
     if (slots % uint64_t(comm.size()) != 0)
       throw std::runtime_error(fmt::format("checkpoint {}: field 'data_position' ({}) is not a multiple of {} ranks",
-                                           meta_path.string(), slots, comm.size()));
+                                           c.meta_path, slots, comm.size()));
     loader->seek(slots / uint64_t(comm.size()));
   }
 };
@@ -264,7 +297,11 @@ int64_t Trainer::step_count() const { return impl_->steps_done; }
 const char* Trainer::backend() const { return impl_->backend ? "cpu" : "cuda"; }
 StepStats Trainer::step() { return impl_->step(); }
 std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
-void Trainer::resume() { impl_->resume(); }
+bool Trainer::any_rank(bool mine) {
+  double v = mine ? 1 : 0;
+  impl_->comm.all_reduce(&v, 1, "stop request");
+  return v > 0;
+}
 
 void Trainer::export_safetensors(const std::string& path) {
   auto state = impl_->with_backend([](auto& b) { return b.gather_state(); });

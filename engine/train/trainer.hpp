@@ -1,11 +1,20 @@
 // Trainer is `zinf train`: it plans the run (core::make_plan), refuses a plan that does not fit
 // before touching any data, and then runs steps through the Executor and the GPT CPU backend, one
-// rank per process (MPI ranks when launched by mpirun). It saves checkpoints atomically (a new
-// directory written, fsynced and renamed, then the `latest` pointer replaced) and resumes from them
-// exactly, on the same or a different number of ranks. One Trainer per process; not thread-safe.
+// rank per process (MPI ranks when launched by mpirun). It saves checkpoints through a
+// CheckpointDir (engine/train/checkpoint_dir.hpp: never replaced before the new one is durable,
+// checksummed, the directory locked for the run) and resumes from them exactly, on the same or a
+// different number of ranks. A fresh run refuses a checkpoint directory that already holds a run's
+// checkpoints unless told to resume or to overwrite. Every step checks the loss, the global
+// gradient norm and the updated master weights: NaN or infinity stops the run with
+// TrainingDiverged before such a state can reach a checkpoint, so the last checkpoint written is
+// the last good one (zinf trains in bf16: there is no fp16 loss scale whose overflow a skipped
+// step would absorb, so a skipped step would only hide the fault). One Trainer per process; not
+// thread-safe.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "core/hwprofile.hpp"
@@ -14,8 +23,23 @@
 #include "core/run_config.hpp"
 #include "core/timeline.hpp"
 #include "engine/comm/collectives.hpp"
+#include "engine/io/io_env.hpp"
 
 namespace zinf::engine {
+
+// What to do with a checkpoint directory that already holds checkpoints.
+enum class CheckpointStart {
+  Fresh,      // refuse it (the default: an earlier run's checkpoints are never overwritten silently)
+  Resume,     // continue from its `latest`
+  Overwrite,  // start over; step directories it replaces that `latest` does not name are kept aside
+};
+
+// NaN or infinity in the loss, the gradient norm or the weights; the message names the step and
+// the figures, and says that nothing was saved from it.
+class TrainingDiverged : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
 
 struct TrainerOptions {
   core::ModelSpec model;
@@ -26,16 +50,19 @@ struct TrainerOptions {
   uint64_t data_seed = 1234;
   uint64_t init_seed = 1;
   std::string init_from;         // safetensors with Hugging Face GPT-2 names; empty: GPT-2 init
-  std::string checkpoint_dir;    // where save_checkpoint writes and resume reads
+  std::string checkpoint_dir;    // where save_checkpoint writes and resume reads; locked while the Trainer lives
+  CheckpointStart start = CheckpointStart::Fresh;
   unsigned adam_threads = 1;
   std::string backend = "cpu";   // cpu, cuda or auto (engine/exec/backend_select.hpp)
   uint64_t device_memory = 0;    // cuda: device arena bytes; 0: the free memory less a reserve
+  IoEnv* env = nullptr;          // the checkpoint files' door to the OS; null: default_io_env()
+  std::function<void(const std::string&)> note;  // messages for the user (rank 0); null: stderr
 };
 
 struct StepStats {
   int64_t step = 0;              // 1-based, counted across resumes
   double loss = 0;               // mean over all ranks' micro-batches
-  double grad_norm = 0;          // before clipping, when clipping is on
+  double grad_norm = 0;          // global, before clipping
   double seconds = 0;            // wall time of the step on this rank
   double tokens_per_s = 0;       // all ranks together
   core::PerTier peak{};          // this rank's peak bytes per tier as the Program accounts them
@@ -45,8 +72,9 @@ struct StepStats {
 
 class Trainer {
 public:
-  // Plans and sets up; throws core::PlanError (with the plan's figures) if it does not fit, and
-  // std::runtime_error naming the file or directory at fault for bad data or checkpoints.
+  // Plans and sets up, and resumes when options.start is Resume; throws core::PlanError (with the
+  // plan's figures) if it does not fit, and std::runtime_error naming the file or directory at
+  // fault for bad data or checkpoints, a locked directory, or an unwritable checkpoint directory.
   Trainer(TrainerOptions options, Collectives& comm);
   ~Trainer();
 
@@ -55,12 +83,14 @@ public:
   int64_t step_count() const;  // steps done so far (including those before a resume)
   const char* backend() const;  // "cpu" or "cuda": the backend running the steps
 
+  // Throws TrainingDiverged when the step's loss, gradient norm or updated weights are not finite.
   StepStats step();
+  // Collective: whether `mine` is true on any rank (e.g. a signal that reached one of them).
+  bool any_rank(bool mine);
 
   // Collective: every rank calls them. The checkpoint holds the full optimizer state (so it loads
   // on any number of ranks), the step count and the data position.
   std::string save_checkpoint();              // returns the directory written
-  void resume();                               // from <checkpoint_dir>/latest
   void export_safetensors(const std::string& path);  // rank 0 writes the master weights
 
   struct Impl;

@@ -75,8 +75,9 @@ int main(int argc, char** argv) {
       }
     }
     if (resume) {  // the same N resumes bitwise from the checkpoint after step 5
-      engine::Trainer t(options(4 / N, owner_based, dir / "mpi"), *comm);
-      t.resume();
+      auto o = options(4 / N, owner_based, dir / "mpi");
+      o.start = engine::CheckpointStart::Resume;
+      engine::Trainer t(o, *comm);
       expect(t.step_count() == 5, "resumed at step 5");
       for (int s = 5; s < steps; ++s) {
         const double l = t.step().loss;
@@ -90,8 +91,8 @@ int main(int argc, char** argv) {
       if (resume) {  // re-shard: one process loads what N ranks wrote
         auto o = options(4, owner_based, dir / "reshard");
         o.checkpoint_dir = (dir / "mpi" / "ckpt").string();
+        o.start = engine::CheckpointStart::Resume;
         engine::Trainer r(o, local);
-        r.resume();
         for (int s = 5; s < steps; ++s) {
           const double l = r.step().loss;
           expect(std::fabs(l - losses[size_t(s)]) <= kTolerance * std::fabs(losses[size_t(s)]),

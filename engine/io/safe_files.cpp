@@ -1,0 +1,143 @@
+#include "engine/io/safe_files.hpp"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace zinf::engine {
+namespace {
+
+std::string message(const std::string& who, const std::string& op, const std::string& path, int error,
+                    const std::string& detail) {
+  std::string m = who + ": " + op + " " + path + ": " + std::strerror(error);
+  if (!detail.empty()) m += " (" + detail + ")";
+  return m;
+}
+
+// Closes a descriptor when the scope ends unless released.
+struct Fd {
+  IoEnv& env;
+  int fd;
+  ~Fd() {
+    if (fd >= 0) env.close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
+std::string parent_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+FileError::FileError(const std::string& who, const std::string& op, const std::string& path, int error,
+                     const std::string& detail)
+    : std::runtime_error(message(who, op, path, error, detail)), path_(path), error_(error) {}
+
+void ensure_own_directory(IoEnv& env, const std::string& dir, const std::string& who) {
+  FileInfo st;
+  int r = env.lstat(dir, st);
+  if (r == -ENOENT) {
+    r = env.make_dir(dir, 0700);
+    if (r < 0) throw FileError(who, "create directory", dir, -r);
+    r = env.lstat(dir, st);
+  }
+  if (r < 0) throw FileError(who, "stat directory", dir, -r);
+  if (st.kind == FileInfo::Kind::Symlink)
+    throw FileError(who, "use directory", dir, ELOOP, "it is a symbolic link; zinf does not follow links here");
+  if (st.kind != FileInfo::Kind::Directory) throw FileError(who, "use directory", dir, ENOTDIR);
+  if (st.owner != env.user())
+    throw FileError(who, "use directory", dir, EPERM,
+                    "owned by uid " + std::to_string(st.owner) + ", not by this user (uid " +
+                        std::to_string(env.user()) + ")");
+  if (st.mode & 002) throw FileError(who, "use directory", dir, EPERM, "writable by every user; chmod o-w it");
+}
+
+int open_own_file(IoEnv& env, const std::string& path, int flags, mode_t mode, const std::string& who) {
+  int fd = env.open(path, flags | O_NOFOLLOW, mode);
+  if (fd == -ELOOP) throw FileError(who, "open", path, ELOOP, "it is a symbolic link; zinf does not follow links here");
+  if (fd < 0) throw FileError(who, "open", path, -fd);
+  Fd guard{env, fd};
+  FileInfo st;
+  int r = env.fstat(fd, st);
+  if (r < 0) throw FileError(who, "stat", path, -r);
+  if (st.kind != FileInfo::Kind::Regular) throw FileError(who, "open", path, EINVAL, "not a regular file");
+  if (st.owner != env.user())
+    throw FileError(who, "open", path, EPERM,
+                    "owned by uid " + std::to_string(st.owner) + ", not by this user (uid " +
+                        std::to_string(env.user()) + ")");
+  return guard.release();
+}
+
+void fsync_checked(IoEnv& env, int fd, const std::string& path, const std::string& who) {
+  int r = env.fsync(fd);
+  if (r < 0) throw FileError(who, "fsync", path, -r);
+}
+
+void fsync_directory(IoEnv& env, const std::string& dir, const std::string& who) {
+  int fd = env.open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+  if (fd < 0) throw FileError(who, "open directory to fsync", dir, -fd);
+  Fd guard{env, fd};
+  fsync_checked(env, fd, dir, who);
+}
+
+void write_file_durable(IoEnv& env, const std::string& path, const std::string& text, const std::string& who) {
+  const std::string tmp = path + ".tmp";
+  int r = env.remove(tmp);  // a leftover of a crash; O_EXCL below refuses anything put there since
+  if (r < 0 && r != -ENOENT) throw FileError(who, "remove", tmp, -r);
+  {
+    Fd f{env, open_own_file(env, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, who)};
+    int64_t w = env.pwrite(f.fd, text.data(), text.size(), 0);
+    if (w < 0) throw FileError(who, "write", tmp, int(-w));
+    fsync_checked(env, f.fd, tmp, who);
+    r = env.close(f.release());
+    if (r < 0) throw FileError(who, "close", tmp, -r);
+  }
+  r = env.rename(tmp, path);
+  if (r < 0) throw FileError(who, "rename " + tmp + " to", path, -r);
+  fsync_directory(env, parent_of(path), who);
+}
+
+std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who) {
+  Fd f{env, open_own_file(env, path, O_RDONLY, 0, who)};
+  FileInfo st;
+  int r = env.fstat(f.fd, st);
+  if (r < 0) throw FileError(who, "stat", path, -r);
+  std::string text(size_t(st.size), '\0');
+  int64_t n = env.pread(f.fd, text.data(), text.size(), 0);
+  if (n < 0) throw FileError(who, "read", path, int(-n));
+  text.resize(size_t(n));
+  return text;
+}
+
+DirLock::DirLock(IoEnv& env, const std::string& dir, const std::string& who) : env_(env) {
+  const std::string path = dir + "/.lock";
+  Fd f{env, open_own_file(env, path, O_RDWR | O_CREAT, 0600, who)};
+  int r = env.lock(f.fd);
+  if (r == -EWOULDBLOCK) {
+    std::vector<char> holder(256, '\0');
+    int64_t n = env.pread(f.fd, holder.data(), holder.size() - 1, 0);
+    std::string who_holds = n > 0 ? std::string(holder.data(), size_t(n)) : std::string("another process");
+    while (!who_holds.empty() && (who_holds.back() == '\n' || who_holds.back() == ' ')) who_holds.pop_back();
+    throw FileError(who, "lock", dir, EBUSY,
+                    "in use by " + who_holds + "; two runs must not share a directory");
+  }
+  if (r < 0) throw FileError(who, "lock", path, -r);
+  const std::string me = "zinf " + env.process() + "\n";
+  r = env.truncate(f.fd, 0);
+  if (r < 0) throw FileError(who, "truncate", path, -r);
+  int64_t w = env.pwrite(f.fd, me.data(), me.size(), 0);
+  if (w < 0) throw FileError(who, "write", path, int(-w));
+  fd_ = f.release();
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) env_.close(fd_);
+}
+
+}  // namespace zinf::engine

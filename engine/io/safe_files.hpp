@@ -1,0 +1,62 @@
+// Safe file operations on the directories zinf writes (the NVMe store's, the checkpoints'), all
+// through an IoEnv so tests can make each call fail: a directory is used only if it is a real
+// directory (not a symbolic link) owned by this user and not writable by every user; files in it are
+// opened with O_NOFOLLOW and checked to be regular files of this user; one process at a time holds
+// a directory (DirLock); small files are replaced durably (write, fsync, rename, fsync the
+// directory), and every fsync's result is checked. Stateless functions, safe from any thread;
+// a DirLock is owned by one thread.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+#include "engine/io/io_env.hpp"
+
+namespace zinf::engine {
+
+// A failed file operation: "<who>: <op> <path>: <reason>".
+class FileError : public std::runtime_error {
+public:
+  FileError(const std::string& who, const std::string& op, const std::string& path, int error,
+            const std::string& detail = "");
+  int error() const { return error_; }  // a positive errno value
+  const std::string& path() const { return path_; }
+
+private:
+  std::string path_;
+  int error_;
+};
+
+// Creates `dir` (last component, mode 0700) if missing, then checks it is a directory (not a
+// link) of this user that not every user can write; throws FileError naming `who` and the path otherwise.
+void ensure_own_directory(IoEnv& env, const std::string& dir, const std::string& who);
+
+// Opens `path` without following a symbolic link and checks the result is a regular file of this
+// user; returns the descriptor or throws FileError.
+int open_own_file(IoEnv& env, const std::string& path, int flags, mode_t mode, const std::string& who);
+
+// fsync of an open descriptor or of a directory, checked: throws FileError on failure.
+void fsync_checked(IoEnv& env, int fd, const std::string& path, const std::string& who);
+void fsync_directory(IoEnv& env, const std::string& dir, const std::string& who);
+
+// Replaces `path` with `text` durably: a temporary file written and fsynced, renamed over `path`,
+// and the directory fsynced.
+void write_file_durable(IoEnv& env, const std::string& path, const std::string& text, const std::string& who);
+// Reads a small file of this user (no symbolic links); throws FileError.
+std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who);
+
+// An exclusive lock on a directory (flock on <dir>/.lock, which names the holder) for as long as
+// the object lives; a second holder, in this or another process, gets a FileError that names the
+// first ("in use by pid N on host H"). The lock ends with the process, however it ends.
+class DirLock {
+public:
+  DirLock(IoEnv& env, const std::string& dir, const std::string& who);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+private:
+  IoEnv& env_;
+  int fd_ = -1;
+};
+
+}  // namespace zinf::engine

@@ -1,0 +1,181 @@
+// CheckpointDir: a checkpoint is never replaced before its successor is durable, `latest` never
+// names a missing or partial one, every fsync's failure is reported by path, step directories that
+// `latest` does not name are kept, flipped bytes are found by the checksum, and one run at a time
+// holds the directory.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "engine/train/checkpoint_dir.hpp"
+#include "forwarding_io_env.hpp"
+
+using namespace zinf;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("zinf_ckptdir_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+nlohmann::json meta(int step) { return {{"format", "zinf-checkpoint-1"}, {"step", step}}; }
+
+// Fails fsync of files whose path contains `fail_fsync_of`, and the directory swap when asked.
+class FailingEnv final : public test::ForwardingIoEnv {
+public:
+  std::string fail_fsync_of;     // any path containing this
+  std::string fail_fsync_exact;  // exactly this path
+  bool fail_exchange = false;
+  int open(const std::string& p, int f, mode_t m) override {
+    int fd = real().open(p, f, m);
+    std::lock_guard lock(mu_);
+    if (fd >= 0) paths_[fd] = p;
+    return fd;
+  }
+  int fsync(int fd) override {
+    std::lock_guard lock(mu_);
+    if (!fail_fsync_of.empty() && paths_[fd].find(fail_fsync_of) != std::string::npos) return -EIO;
+    if (paths_[fd] == fail_fsync_exact) return -EIO;
+    return real().fsync(fd);
+  }
+  int exchange(const std::string& a, const std::string& b) override {
+    return fail_exchange ? -EIO : real().exchange(a, b);
+  }
+
+private:
+  std::mutex mu_;
+  std::map<int, std::string> paths_;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("a saved checkpoint loads back verified, and latest names it", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  engine::CheckpointDir dir(env, tmp.path.string());
+  CHECK_FALSE(dir.holds_checkpoints());
+  dir.save("step-00000001", "state one", meta(1));
+  CHECK(dir.holds_checkpoints());
+  auto c = engine::load_latest_checkpoint(env, tmp.path.string());
+  CHECK(c.verified);
+  CHECK(c.meta["step"] == 1);
+  CHECK(slurp(c.state_path) == "state one");
+}
+
+TEST_CASE("re-saving the step latest names swaps it in whole; a failed swap leaves the old one", "[checkpoint]") {
+  TempDir tmp;
+  FailingEnv env;
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000003", "old state", meta(3));
+  env.fail_exchange = true;  // a crash at the swap: nothing of the old checkpoint may be gone
+  CHECK_THROWS_WITH(dir.save("step-00000003", "new state", meta(3)), Contains("step-00000003"));
+  auto c = engine::load_latest_checkpoint(env, root);
+  CHECK(slurp(c.state_path) == "old state");
+  env.fail_exchange = false;
+  dir.save("step-00000003", "new state", meta(3));
+  c = engine::load_latest_checkpoint(env, root);
+  CHECK(slurp(c.state_path) == "new state");
+  CHECK_FALSE(fs::exists(root + "/step-00000003.tmp"));
+}
+
+TEST_CASE("a failed fsync is an error naming the file, and latest stays on the last whole checkpoint", "[checkpoint]") {
+  TempDir tmp;
+  FailingEnv env;
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000001", "one", meta(1));
+  for (const char* what : {"state.safetensors", "meta.json", "latest"}) {
+    env.fail_fsync_of = what;
+    CHECK_THROWS_WITH(dir.save("step-00000002", "two", meta(2)), Contains("fsync") && Contains(what));
+    env.fail_fsync_of.clear();
+    if (std::string(what) != "latest") CHECK(engine::latest_checkpoint_name(env, root) == "step-00000001");
+  }
+  env.fail_fsync_exact = root;  // the directory's own fsync, after the rename
+  CHECK_THROWS_WITH(dir.save("step-00000004", "four", meta(4)), Contains("fsync " + root + ":"));
+}
+
+TEST_CASE("a step directory latest does not name is kept aside, never deleted", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000005", "five", meta(5));
+  dir.save("step-00000008", "eight, from a run that crashed before latest moved", meta(8));
+  {
+    std::ofstream(root + "/latest") << "step-00000005\n";
+  }
+  auto notes = dir.save("step-00000008", "eight again", meta(8));
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Contains("step-00000008.replaced-1"));
+  CHECK(slurp(root + "/step-00000008.replaced-1/state.safetensors") == "eight, from a run that crashed before latest moved");
+  CHECK(slurp(root + "/step-00000008/state.safetensors") == "eight again");
+}
+
+TEST_CASE("a flipped byte in a checkpoint is found by its checksum", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000001", std::string(10000, 'x'), meta(1));
+  {
+    std::fstream f(root + "/step-00000001/state.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5000);
+    f.put('y');
+  }
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, root),
+                    Contains("state.safetensors") && Contains("damaged") && Contains("CRC32C"));
+}
+
+TEST_CASE("latest must name a step directory of this directory", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = tmp.path.string();
+  {
+    std::ofstream(root + "/latest") << "../../etc\n";
+  }
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, root), Contains(root + "/latest") && Contains("step-NNNNNNNN"));
+  fs::remove(root + "/latest");
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, root), Contains("no checkpoint has been saved"));
+  fs::create_directory(root + "/real");
+  fs::create_directory_symlink(root + "/real", root + "/step-00000001");
+  {
+    std::ofstream(root + "/latest") << "step-00000001\n";
+  }
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, root), Contains("not a directory"));
+}
+
+TEST_CASE("one run at a time holds a checkpoint directory", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  engine::CheckpointDir first(env, tmp.path.string());
+  CHECK_THROWS_WITH(engine::CheckpointDir(env, tmp.path.string()),
+                    Contains(tmp.path.string()) && Contains("in use by zinf pid " + std::to_string(::getpid())));
+}
+
+TEST_CASE("a checkpoint directory that cannot be created is refused at once, naming it", "[checkpoint]") {
+  TempDir tmp;
+  {
+    std::ofstream(tmp.path / "file") << "x";
+  }
+  const std::string bad = (tmp.path / "file" / "ckpt").string();
+  CHECK_THROWS_WITH(engine::CheckpointDir(engine::default_io_env(), bad), Contains(bad));
+}
