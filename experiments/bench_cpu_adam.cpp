@@ -138,8 +138,12 @@ void bind_to_core(unsigned core) {
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
-// Seconds of the faster of the two triads (ordinary stores, streaming stores).
+// Seconds of the faster of the two triads (ordinary stores, streaming stores). The calling thread
+// runs part 0 bound to core 0 and gets its own affinity back afterwards: threads it starts later
+// (CpuAdam's workers) inherit its mask and must not all land on one core.
 double triad_seconds(Team& team, unsigned threads, float* a, const float* b, const float* c, size_t n) {
+  cpu_set_t caller;
+  pthread_getaffinity_np(pthread_self(), sizeof caller, &caller);
   auto* kernel = simd_supported(SimdLevel::Avx512) ? triad_avx512 : simd_supported(SimdLevel::Avx2) ? triad_avx2 : triad_scalar;
   const size_t per = (n / threads) / 64 * 64;
   double best = 1e30;
@@ -152,6 +156,7 @@ double triad_seconds(Team& team, unsigned threads, float* a, const float* b, con
       });
     }));
   }
+  pthread_setaffinity_np(pthread_self(), sizeof caller, &caller);
   return best;
 }
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The largest model this machine trains: a GPT whose model states are FACTOR x this machine's RAM
+# (default 2.5), every state on NVMe, trained for STEPS steps (default 3). Reports the plan's memory
+# against the measured peak RSS, the NVMe lanes' bandwidth in the last step and the step against
+# its bounds. Checks free disk first and scales the model down, saying so, when it is short.
+#   bash experiments/memory_wall/run.sh NVME_DIR [FACTOR] [STEPS]
+set -euo pipefail -o pipefail
+cd "$(dirname "$0")/../.."
+NVME=${1:?usage: run.sh NVME_DIR [FACTOR] [STEPS]}
+FACTOR=${2:-2.5}
+STEPS=${3:-3}
+ZINF=${ZINF:-build/zinf}
+mkdir -p "$NVME"
+work=$(mktemp -d)
+trap 'rm -rf "$work" "$NVME"/rank*' EXIT
+
+ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
+free_disk=$(df -B1 --output=avail "$NVME" | tail -n 1)
+hidden=3200
+per_layer=$((16 * 12 * hidden * hidden))           # bytes of model states per layer (16 B/param)
+layers=$(python3 -c "import math; print(math.ceil($FACTOR * $ram / $per_layer))")
+# The states once, plus a tenth for swap-file padding and the embedding: must fit the disk.
+max_layers=$(python3 -c "print(int(0.9 * $free_disk / $per_layer) - 1)")
+if [ "$layers" -gt "$max_layers" ]; then
+  echo "memory_wall: $NVME has $(numfmt --to=iec "$free_disk") free: $layers layers ($FACTOR x RAM) do not fit;" \
+       "scaling down to $max_layers layers ($(python3 -c "print(round($max_layers * $per_layer / $ram, 2))") x RAM)"
+  layers=$max_layers
+fi
+[ "$layers" -ge 1 ] || { echo "memory_wall: not enough free disk in $NVME for one layer"; exit 1; }
+
+cat > "$work/model.yaml" <<YAML
+name: gpt-memory-wall
+layers: $layers
+hidden: $hidden
+heads: 25
+seq: 128
+vocab: 50257
+micro_batch: 1
+YAML
+cat > "$work/config.yaml" <<YAML
+description: every state on NVMe, checkpoints on the host
+zero_stage: 3
+offload: {params: nvme, gradients: nvme, optimizer: nvme}
+activation_checkpoint: {interval: 1, tier: host}
+tiling_factor: auto
+aio: {block_size: 1 MiB, queue_depth: 32}
+optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000}
+reserve_nvme_for_checkpoint: false
+YAML
+# This machine's profile with room for the states on its disk and a device arena of DEVICE_GIB
+# (default 8): the arena holds more than the plan counts (the largest layer's gathered parameters
+# with its gradients), so the profile's 2 GiB is too tight for hidden 3200.
+DEVICE_GIB=${DEVICE_GIB:-8}
+sed "s/^name: .*/name: local-memory-wall/; s/^\(    capacity:\).*/\1 $free_disk/; s/^\(    memory:\).*\(# the CPU backend.*\)/\1 $DEVICE_GIB GiB  \2/" \
+  hwprofiles/local.yaml > "$work/hw.yaml"
+
+echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round(12 * $layers * $hidden**2 / 1e9, 2))")B params," \
+     "$(numfmt --to=iec $((layers * per_layer))) of states = $(python3 -c "print(round($layers * $per_layer / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
+"$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
+if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
+  --nvme-dir "$NVME" --steps "$STEPS" --timeline "$work/last" 2> "$work/time.txt" | tee "$work/train.txt"; then
+  grep -v -E '^\s' "$work/time.txt" | head -n 20
+  exit 1
+fi
+rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 * 1024}' "$work/time.txt")
+echo "peak RSS: $(numfmt --to=iec "$rss")"
+python3 - "$work/last.csv" "$work/train.txt" <<'PY'
+import csv, re, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+def lane(name):
+    sel = [r for r in rows if r["lane"] == name]
+    busy = sum(float(r["end"]) - float(r["start"]) for r in sel)
+    return sum(float(r["bytes"]) for r in sel), busy
+step = max(float(r["end"]) for r in rows) - min(float(r["start"]) for r in rows)
+for name in ("nvme_read", "nvme_write"):
+    b, busy = lane(name)
+    print(f"{name}: {b / 1e9:.1f} GB in {busy:.1f} s busy = {b / busy / 1e9 if busy else 0:.2f} GB/s while busy, {b / step / 1e9:.2f} GB/s over the step")
+_, compute = lane("compute")
+print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s")
+PY
