@@ -5,7 +5,8 @@
 //
 //   ninja -C build experiments/bench_gpt_kernels && build/experiments/bench_gpt_kernels
 //
-// OpenBLAS picks its kernels from OPENBLAS_CORETYPE (see shared/notes/MACHINE.md); the context
+// OpenBLAS picks its kernels from OPENBLAS_CORETYPE (some environments force Haswell, which halves
+// SGEMM on an AVX-512 CPU; `zinf --version` names the set in use); the context
 // line "openblas_core" says which ran. Measured figures swing 30-50% on a shared host: compare the
 // ratios within one run.
 #include <benchmark/benchmark.h>

@@ -2,7 +2,8 @@
 // sends one flow of (k-1)/k·S bytes (all-gather, reduce-scatter) or 2(k-1)/k·S (all-reduce) to its
 // successor, all flows at once, and the per-step latency is charged analytically before the flows
 // start. Under exact max-min sharing this gives the step-by-step ring's time whenever the ring's
-// links are alike (shared/notes/SIMGRID.md), at one flow per rank instead of k-1.
+// links are alike (tests/sim_collectives_test.cpp checks it against hand-computed rings), at one
+// flow per rank instead of k-1.
 // Hierarchical: a ring inside each node over NVLink and a ring across nodes among the GPUs of the
 // same local index over the NICs (reduce-scatter inside then across; all-gather across then inside;
 // all-reduce as reduce-scatter inside, all-reduce across on S/G, all-gather inside). Broadcast and

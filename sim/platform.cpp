@@ -32,8 +32,10 @@ Platform::Platform(const core::HwProfile& hw, int nodes) : hw_(hw), nodes_(nodes
   char arg0[] = "zinf-sim";
   char* argv[] = {arg0, nullptr};
   engine_ = std::make_unique<sg4::Engine>(&argc, argv);
-  // Exact max-min sharing (see shared/notes/SIMGRID.md): no TCP corrections, no reverse-route load,
-  // no window bound; latencies are zero on links and charged by the simulator.
+  // Exact max-min sharing: SimGrid's default model is tuned to TCP (bandwidth x0.97, latency x13,
+  // 5 % of each flow added to the reverse route, flows weighted by route latency, a window bound),
+  // several percent off for PCIe or NVLink. With CM02, no cross-traffic, no TCP window and zero link
+  // latencies (charged by the simulator instead), tests/sim_*_test.cpp match hand-computed times.
   sg4::Engine::set_config("network/model:CM02");
   sg4::Engine::set_config("network/crosstraffic:0");
   sg4::Engine::set_config("network/TCP-gamma:0");

@@ -3,7 +3,7 @@
 // back for the next task that needs the same size, so a training step reuses the memory of the step
 // before it instead of faulting fresh pages in. On the machines this runs on, first touch of 4 KiB
 // pages runs at 0.2-0.3 GB/s and O_DIRECT transfers into 4 KiB pages are several times slower than
-// into 2 MiB ones (shared/notes/MACHINE.md), so blocks come from 2 MiB-aligned mappings advised as
+// into 2 MiB ones (both measured on the 2-vCPU development machines), so blocks come from 2 MiB-aligned mappings advised as
 // huge pages and touched once when mapped.
 //
 // Sizes are rounded to a class: powers of two from 4 KiB up to 2 MiB (carved out of 2 MiB slabs),

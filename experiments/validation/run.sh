@@ -9,7 +9,7 @@
 #
 # A pass profiles the machine (13 s) and then runs every configuration once; passes run one after
 # another, so each configuration is measured at PASSES moments minutes apart. On a shared 2-core
-# host the rates move by 30-50 % from minute to minute (shared/notes/MACHINE.md): a profile is only
+# host the rates move by 30-50 % from minute to minute (measured on these machines): a profile is only
 # a fair reference for runs made under the same load, and one pass's error mixes the simulator's
 # error with that drift. Each configuration's error is the median over the passes, each pass a
 # profile and a measurement of its own; the report prints every pass's figures as well.
