@@ -1,6 +1,11 @@
 // CpuAdam against adam_reference: every SIMD level this CPU has, several thread counts, sizes
 // that are not multiples of the vector width, bf16 and fp32 gradients, Adam and AdamW.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -130,4 +135,28 @@ TEST_CASE("options from the run config; bad inputs are refused") {
   float x = 0;
   CHECK_THROWS_WITH(adam.step(0, 1, &x, &x, &x, &x, nullptr), Catch::Contains("step counts from 1"));
   CHECK(simd_supported(best_simd_level()));
+}
+
+// [native-only]: under qemu-user (tests/emulated_cpu.sh) the address-space limit does not reach
+// the emulated threads' stacks.
+TEST_CASE("more worker threads than the process can start is an error, not a hang or a crash", "[native-only]") {
+  // In a child whose address space cannot hold the threads' stacks, so thread creation fails.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    struct rlimit limit {512ull << 20, 512ull << 20};
+    ::setrlimit(RLIMIT_AS, &limit);
+    try {
+      CpuAdam adam(AdamOptions{}, 4096, SimdLevel::Reference);
+      ::_exit(2);  // every thread started: the limit did not bite
+    } catch (const std::runtime_error& e) {
+      ::_exit(std::string(e.what()).find("cannot start 4096 worker threads") != std::string::npos ? 0 : 3);
+    } catch (...) {
+      ::_exit(4);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -135,15 +136,25 @@ struct CpuAdam::Workers {
   std::mutex step_mu;  // one step at a time per instance
 
   explicit Workers(unsigned n) : parts(n) {
-    for (unsigned i = 1; i < n; ++i) threads.emplace_back([this, i] { loop(i); });
+    try {
+      for (unsigned i = 1; i < n; ++i) threads.emplace_back([this, i] { loop(i); });
+    } catch (const std::system_error& e) {
+      // The threads already started are waiting for work: stop them before the error leaves, or
+      // their std::thread objects would be destroyed joinable.
+      stop();
+      throw std::runtime_error("cpu adam: cannot start " + std::to_string(n) + " worker threads (started " +
+                               std::to_string(threads.size() + 1) + "): " + e.what());
+    }
   }
-  ~Workers() {
+  ~Workers() { stop(); }
+  void stop() {
     {
       std::lock_guard lock(mu);
       stopping = true;
     }
     start_cv.notify_all();
-    for (auto& t : threads) t.join();
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
   }
   void loop(unsigned part) {
     uint64_t seen = 0;
