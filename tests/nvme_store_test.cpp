@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/io/nvme_store.hpp"
+#include "forwarding_io_env.hpp"
 
 using namespace zinf::engine;
 namespace fs = std::filesystem;
@@ -121,31 +122,19 @@ private:
   std::unordered_map<uint64_t, int> overrides_;
 };
 
-class FaultEnv final : public IoEnv {
+// The real environment with the faults of a FaultPlan: O_DIRECT refused, ENOSPC on allocation,
+// another user's files, and the ring's requests failing as planned.
+class FaultEnv final : public zinf::test::ForwardingIoEnv {
 public:
   explicit FaultEnv(FaultPlan& plan) : plan_(plan) {}
-  int make_dir(const std::string& p, mode_t m) override { return real().make_dir(p, m); }
-  int lstat(const std::string& p, FileInfo& out) override { return real().lstat(p, out); }
-  int fstat(int fd, FileInfo& out) override { return real().fstat(fd, out); }
   int open(const std::string& p, int flags, mode_t m) override {
     if (plan_.refuse_direct && (flags & O_DIRECT)) return -EINVAL;
     return real().open(p, flags, m);
   }
-  int close(int fd) override { return real().close(fd); }
   int allocate(int fd, uint64_t off, uint64_t len) override {
     return plan_.no_space_on_allocate ? -ENOSPC : real().allocate(fd, off, len);
   }
-  int64_t file_size(int fd) override { return real().file_size(fd); }
-  int remove(const std::string& p) override { return real().remove(p); }
-  int64_t pread(int fd, void* d, uint64_t n, uint64_t o) override { return real().pread(fd, d, n, o); }
-  int64_t pwrite(int fd, const void* d, uint64_t n, uint64_t o) override { return real().pwrite(fd, d, n, o); }
-  int fsync(int fd) override { return real().fsync(fd); }
-  int lock(int fd) override { return real().lock(fd); }
-  int truncate(int fd, uint64_t n) override { return real().truncate(fd, n); }
-  int rename(const std::string& a, const std::string& b) override { return real().rename(a, b); }
-  int exchange(const std::string& a, const std::string& b) override { return real().exchange(a, b); }
   uid_t user() override { return plan_.user; }
-  std::string process() override { return real().process(); }
   std::unique_ptr<IoRing> make_ring(unsigned entries, int& error) override {
     auto r = real().make_ring(entries, error);
     if (!r) return nullptr;
@@ -153,7 +142,6 @@ public:
   }
 
 private:
-  static IoEnv& real() { return default_io_env(); }
   FaultPlan& plan_;
 };
 
