@@ -204,6 +204,7 @@ private:
   std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
   std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
   std::vector<int32_t> grad_stores_, ckpt_saves_;    // in emission order, for backpressure
+  int32_t sync_ckpt_save_ = -1;  // a synchronous checkpoint copy the next compute task waits for
   std::vector<std::vector<int32_t>> run_ckpt_load_trigger_;  // per step: runs whose checkpoint load is issued there
   int32_t backward_done_ = -1;
   int32_t norm_task_ = -1;
@@ -861,6 +862,7 @@ void Planner::emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task
   const int64_t host_buf = b_.buffer();
   int32_t t = b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task},
                      {{Tier::Host, host_buf, bytes}}, {{Tier::Device, ckpt_dev_buf_[r], bytes}});
+  if (c_.checkpoint_copies_synchronous) sync_ckpt_save_ = t;
   ckpt_home_buf_[r] = host_buf;
   if (plan_.checkpoints == Tier::Nvme) {
     const int64_t nvme_buf = b_.buffer();
@@ -1144,7 +1146,7 @@ void Planner::emit() {
     at_ag[static_cast<size_t>(fetches_[f].t_ag)].push_back(static_cast<int32_t>(f));
   }
   // A recomputed run's checkpoint is loaded while the run after it (in forward order) runs its
-  // backward, one run ahead of its own recompute.
+  // backward, one run ahead of its own recompute; with synchronous copies, when its recompute is next.
   std::vector<std::vector<int32_t>> ckpt_load_at(S);
   {
     std::vector<int32_t> start_of(runs_.size(), -1);
@@ -1154,7 +1156,8 @@ void Planner::emit() {
       if (s.last_bwd_of_run && s.run == 0) {  // the micro-batch's backward is complete: assign loads
         for (size_t r = 0; r < runs_.size(); ++r) {
           if (!runs_[r].recompute) continue;
-          const int32_t at = r + 1 < runs_.size() ? start_of[r + 1] : start_of[r];
+          const int32_t at =
+              r + 1 < runs_.size() && !c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
           ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
         }
       }
@@ -1208,6 +1211,10 @@ void Planner::emit() {
       allocs.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
     }
     if (st.first_recompute) deps.push_back(ckpt_load_task_[ri]);
+    if (sync_ckpt_save_ >= 0) {
+      deps.push_back(sync_ckpt_save_);
+      sync_ckpt_save_ = -1;
+    }
     const bool next_is_ckpt = ri + 1 < runs_.size() && runs_[ri + 1].recompute;
     if (st.last_fwd_of_run && next_is_ckpt) {
       if (ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ckpt_saves_[ckpt_saves_.size() - kCheckpointSavesInFlight]);
@@ -1322,6 +1329,7 @@ void Planner::reset_emission() {
   sg_ready_order_.clear();
   grad_stores_.clear();
   ckpt_saves_.clear();
+  sync_ckpt_save_ = -1;
   sg_cursor_ = 0;
   backward_done_ = -1;
   norm_task_ = -1;

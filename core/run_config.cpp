@@ -62,6 +62,7 @@ RunConfig read_yaml(ConfigReader& r) {
   if (auto a = r.maybe_child("activation_checkpoint")) {
     c.checkpoint_interval = a->int_in("interval", 0, kMaxDistance, 1);
     c.checkpoints = parse_placement(a->choice("tier", kTierWords, "device"));
+    c.checkpoint_copies_synchronous = a->choice("copies", {"overlapped", "synchronous"}, "overlapped") == "synchronous";
   }
   if (r.has("tiling_factor")) {
     std::string t = r.str("tiling_factor");
@@ -187,7 +188,10 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
     // DeepSpeed checkpoints every transformer block it wraps; number_checkpoints does not change that.
     c.checkpoint_interval = 1;
     a->ignore("number_checkpoints");
-    if (a->boolean("cpu_checkpointing", false)) c.checkpoints = {false, Tier::Host};
+    if (a->boolean("cpu_checkpointing", false)) {
+      c.checkpoints = {false, Tier::Host};
+      c.checkpoint_copies_synchronous = true;  // DeepSpeed copies them on the compute stream
+    }
     a->boolean("partition_activations", false);
     a->boolean("contiguous_memory_optimization", false);
     a->boolean("synchronize_checkpoint_boundary", false);

@@ -32,6 +32,11 @@ struct RunConfig {
 
   int64_t checkpoint_interval = 1;           // one activation checkpoint every ci blocks; 0 = off
   Placement checkpoints{false, Tier::Device};
+  // How checkpoints move to and from their tier: overlapped (copy lanes, loaded one run ahead of the
+  // recompute) or synchronous (the compute stream waits for each copy, as DeepSpeed's
+  // cpu_checkpointing does: a blocking copy to pageable host memory in forward, and back to the device
+  // when the recompute needs it).
+  bool checkpoint_copies_synchronous = false;
 
   int64_t tiling_factor = 1;                 // 0 = auto
   int64_t nvme_prefetch_distance = 3;        // operators ahead: NVMe -> host

@@ -113,6 +113,7 @@ TEST_CASE("a DeepSpeed JSON config maps onto the run config", "[config][deepspee
   CHECK(to_string(c.params) == std::string("nvme"));
   CHECK(to_string(c.optimizer) == std::string("nvme"));
   CHECK(to_string(c.checkpoints) == std::string("host"));
+  CHECK(c.checkpoint_copies_synchronous);  // DeepSpeed's cpu_checkpointing copies on the compute stream
   CHECK(c.checkpoint_interval == 1);
   CHECK(c.aio_block_size == 1048576);
   CHECK(c.aio_queue_depth == 8);

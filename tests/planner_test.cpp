@@ -460,3 +460,68 @@ TEST_CASE("shards and sub-groups start at aligned offsets and never overlap", "[
     }
   }
 }
+
+TEST_CASE("synchronous checkpoint copies hold the compute stream; overlapped ones do not", "[planner][checkpoint]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(4, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-cpu.yaml"));
+  c.checkpoint_interval = 1;
+  auto is_compute = [](const Task& t) { return t.lane == Lane::Compute && t.kind != TaskKind::OptimizerStep; };
+  for (Tier tier : {Tier::Host, Tier::Nvme}) {
+    INFO(to_string(tier));
+    c.checkpoints = {false, tier};
+    double step[2] = {0, 0};
+    for (bool sync : {false, true}) {
+      INFO((sync ? "synchronous" : "overlapped"));
+      c.checkpoint_copies_synchronous = sync;
+      PlanResult r = make_plan(g, hw, c, 4);
+      require_valid(r, hw);
+      const auto& tasks = r.program.tasks();
+      // Compute tasks in program order, and for each task the compute tasks that wait on it.
+      std::vector<int32_t> order;
+      std::vector<std::vector<int32_t>> waiters(tasks.size());
+      for (const auto& t : tasks) {
+        if (!is_compute(t)) continue;
+        order.push_back(t.id);
+        for (int32_t d : r.program.deps(t)) waiters[static_cast<size_t>(d)].push_back(t.id);
+      }
+      int saves = 0, loads = 0;
+      for (const auto& t : tasks) {
+        if (t.data != Data::Checkpoint) continue;
+        if (t.kind == TaskKind::CopyD2H) {
+          ++saves;
+          // Synchronous: the compute task after the one that produced the checkpoint waits for the copy;
+          // overlapped, it runs on (only a later one may wait, to bound the saves in flight).
+          int32_t producer = -1;
+          for (int32_t d : r.program.deps(t))
+            if (is_compute(tasks[static_cast<size_t>(d)])) producer = d;
+          const auto pos = std::find(order.begin(), order.end(), producer) - order.begin();
+          REQUIRE(pos + 1 < static_cast<std::ptrdiff_t>(order.size()));
+          const auto& w = waiters[static_cast<size_t>(t.id)];
+          CHECK((std::find(w.begin(), w.end(), order[static_cast<size_t>(pos + 1)]) != w.end()) == sync);
+        }
+        if (t.kind == TaskKind::CopyH2D) {
+          ++loads;
+          REQUIRE(waiters[static_cast<size_t>(t.id)].size() == 1);
+          const int32_t recompute = waiters[static_cast<size_t>(t.id)].front();
+          CHECK(tasks[static_cast<size_t>(recompute)].kind == TaskKind::Recompute);
+          // Synchronous: issued right after the compute task before the recompute, not a run ahead.
+          const auto pos = std::find(order.begin(), order.end(), recompute) - order.begin();
+          REQUIRE(pos > 0);
+          const auto deps = r.program.deps(t);
+          const bool after_previous = std::find(deps.begin(), deps.end(), order[static_cast<size_t>(pos - 1)]) != deps.end();
+          if (sync) CHECK(after_previous);
+        }
+      }
+      CHECK(saves > 0);
+      CHECK(loads == saves);
+      step[sync] = estimate_step_time(r.program, hw);
+    }
+    CHECK(step[1] > step[0]);
+  }
+  CHECK(parse_run_config("activation_checkpoint: {interval: 1, tier: host, copies: synchronous}\n", "c.yaml")
+            .checkpoint_copies_synchronous);
+  CHECK_FALSE(parse_run_config("activation_checkpoint: {interval: 1, tier: host}\n", "c.yaml").checkpoint_copies_synchronous);
+  CHECK_THROWS_WITH(parse_run_config("activation_checkpoint: {interval: 1, tier: host, copies: sometimes}\n", "c.yaml"),
+                    Contains("copies"));
+}
