@@ -69,7 +69,7 @@ std::ofstream open_output(const std::string& path) {
 std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutputs& outs) {
   ModelSpec spec = in.model;
   spec.micro_batch = in.config.micro_batch.value_or(spec.micro_batch);
-  const ModelGraph graph = models::build_gpt(spec);
+  const ModelGraph graph = models::build_gpt(spec, in.config.tensor_parallel);
   const int ranks = nodes * in.hw.node.gpus;
   PlanResult r = make_plan(graph, in.hw, in.config, ranks);
   std::string line = fmt::format("program: {} tasks per rank, {} units, {} optimizer sub-groups, tiling {}",

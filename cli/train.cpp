@@ -16,6 +16,7 @@
 
 #include "cli/command.hpp"
 #include "core/config_paths.hpp"
+#include "core/errors.hpp"
 #include "core/units.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/backend_select.hpp"
@@ -123,7 +124,13 @@ void run_train(const TrainArgs& a) {
   o.model = models::find_model(a.model, source_dir());
   o.hw = core::load_hwprofile(core::resolve_config(a.hw, "hwprofiles", root));
   std::vector<std::string> warnings;
-  o.config = core::load_any_run_config(core::resolve_config(a.config, "configs", root), warnings);
+  const std::string config_path = core::resolve_config(a.config, "configs", root);
+  o.config = core::load_any_run_config(config_path, warnings);
+  if (o.config.tensor_parallel != 1)
+    throw core::ConfigError(config_path, "tensor_parallel",
+                            fmt::format("{}: the engine trains with tensor_parallel 1 only; zinf plan and zinf sim plan "
+                                        "and simulate tensor parallelism",
+                                        o.config.tensor_parallel));
   o.data = a.data;
   o.nvme_dir = a.nvme_dir;
   o.data_seed = a.seed;

@@ -35,11 +35,19 @@ struct Operator {
   double bwd_flops = 0;
   double fwd_bytes = 0;        // memory traffic of the forward kernel(s)
   double out_bytes = 0;        // bytes of the output activation (bf16)
+  // Tensor parallelism: bytes all-reduced over the tensor-parallel group right after the forward
+  // (a row-parallel linear's partial sums, a vocabulary-parallel embedding) and after the backward
+  // (a column-parallel linear's input gradient) of this operator; 0 without tensor parallelism.
+  double tp_fwd_allreduce_bytes = 0;
+  double tp_bwd_allreduce_bytes = 0;
 };
 
 struct ModelGraph {
   ModelSpec spec;
   int64_t tokens = 0;  // tokens per micro-batch per rank = micro_batch * seq
+  // Ranks that split each layer (Megatron-style tensor parallelism); the graph is one such rank's
+  // share: its slice of every split linear, its heads, its part of the vocabulary.
+  int64_t tensor_parallel = 1;
   std::vector<ParamGroup> params;
   std::vector<Operator> ops;
 

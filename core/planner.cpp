@@ -128,7 +128,8 @@ struct Fetch {
 class Planner {
 public:
   Planner(const ModelGraph& g, const HwProfile& hw, const RunConfig& c, int ranks, const std::vector<int32_t>& order)
-      : g_(g), hw_(hw), c_(c), R_(ranks), recorded_(order) {}
+      : g_(g), hw_(hw), c_(c), R_(ranks), T_(std::max<int64_t>(1, g.tensor_parallel)), D_(std::max(1, ranks / static_cast<int>(T_))),
+        recorded_(order) {}
 
   PlanResult run();
 
@@ -166,6 +167,10 @@ private:
   bool params_partitioned() const { return c_.zero_stage >= 3; }
   bool grads_partitioned() const { return c_.zero_stage >= 2; }
   bool owner_based() const { return plan_.partitioning == Partitioning::OwnerBased; }
+  // Bytes of one checkpoint kept in its tier by one rank: a 1/T_ slice when the tensor-parallel
+  // group partitions it (and all-gathers it back on the device before the recompute).
+  bool ckpt_partitioned() const { return c_.checkpoints_partitioned && T_ > 1; }
+  double ckpt_home_bytes() const { return ckpt_partitioned() ? ckpt_bytes_ / double(T_) : ckpt_bytes_; }
   // Elements of `u` that one rank keeps of a partitioned state (owner-based: the owner, all of it).
   int64_t shard_elems(const ParamUnit& u) const { return owner_based() ? u.numel : u.shard_numel; }
   int32_t owner_of(const ParamUnit& u) const { return owner_based() ? u.owner : -1; }
@@ -175,6 +180,8 @@ private:
   const HwProfile& hw_;
   const RunConfig& c_;
   int R_;
+  int64_t T_;  // tensor-parallel degree: ranks that split each layer (the graph is one rank's share)
+  int D_;      // data-parallel degree, R_ / T_: the ranks a ZeRO partition is split over
   std::vector<int32_t> recorded_;
   std::vector<int32_t> order_;  // forward operator order the program follows
   Plan plan_;
@@ -233,6 +240,22 @@ private:
 void Planner::basics() {
   if (R_ < 1) throw PlanError(fmt::format("ranks must be at least 1, got {}", R_));
   if (g_.ops.empty()) throw PlanError("the model graph has no operators");
+  if (c_.tensor_parallel != T_)
+    throw PlanError(fmt::format("the run config's tensor_parallel {} differs from the model graph's {}; build the graph "
+                                "with the degree it trains with",
+                                c_.tensor_parallel, T_));
+  if (T_ > 1) {
+    const int G = std::max(1, hw_.node.gpus);
+    if (R_ % T_ != 0)
+      throw PlanError(fmt::format("tensor_parallel {} does not divide the {} ranks", T_, R_));
+    if (std::min(G, R_) % T_ != 0)
+      throw PlanError(fmt::format("tensor_parallel {} must divide the {} GPUs of a node: a tensor-parallel group stays "
+                                  "inside one node",
+                                  T_, std::min(G, R_)));
+    if (c_.partitioning == Partitioning::OwnerBased)
+      throw PlanError("tensor parallelism is planned with bandwidth-centric partitioning only; "
+                      "set partitioning: bandwidth-centric");
+  }
   plan_.ranks = R_;
   plan_.gpus_per_node = std::max(1, hw_.node.gpus);
   plan_.nodes = static_cast<int>(ceil_div(R_, plan_.gpus_per_node));
@@ -284,7 +307,7 @@ void Planner::make_units(int64_t tiles) {
   }
   // Shards: partitioned states are split in `ranks` equal padded shards (bandwidth-centric) or owned
   // whole by the least-loaded rank (owner-based, ZeRO-Offload style). Stage 0 keeps everything whole.
-  const int64_t parts = c_.zero_stage >= 1 ? R_ : 1;
+  const int64_t parts = c_.zero_stage >= 1 ? D_ : 1;  // the data-parallel group shares each unit
   int64_t offset = 0;
   for (auto& u : units_) {
     u.shard_numel = ceil_div(u.numel, parts);
@@ -374,7 +397,7 @@ void Planner::place() {
   auto ckpt_total = [&] {
     int64_t n = 0;
     for (const auto& r : runs_) n += r.recompute ? 1 : 0;
-    return ckpt_bytes_ * double(n) * double(plan_.micro_batches);
+    return ckpt_home_bytes() * double(n) * double(plan_.micro_batches);
   };
   auto need = [&] {
     PerTier s = max_static();
@@ -689,7 +712,7 @@ void Planner::emit_fetch_stage(Fetch& f, int stage, int32_t prev_compute) {
   const int32_t owner = owner_of(u);
   const double shard = kParamBytes * double(shard_elems(u));
   const double whole = kParamBytes * double(u.numel);
-  const double gathered = owner_based() ? whole : kParamBytes * double(u.shard_numel) * R_;
+  const double gathered = owner_based() ? whole : kParamBytes * double(u.shard_numel) * D_;
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
     Task t = make_task(k, l, Data::Param, phase);
     t.unit = u.id;
@@ -757,7 +780,7 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
   const int32_t owner = owner_of(u);
   const double whole = kGradBytes * double(u.numel);
   // The whole gradient as this rank holds it before the reduction (padded for a reduce-scatter).
-  const double padded = owner_based() || !grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * R_;
+  const double padded = owner_based() || !grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * D_;
   const double shard = grads_partitioned() ? kGradBytes * double(shard_elems(u)) : whole;
   const int64_t full_buf = grad_buf_[static_cast<size_t>(unit)];
   const int32_t prev_store = grad_store_[static_cast<size_t>(unit)];
@@ -843,7 +866,7 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
 }
 
 void Planner::emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task) {
-  const double bytes = ckpt_bytes_;
+  const double bytes = ckpt_home_bytes();
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
     Task t = make_task(k, l, Data::Checkpoint, Phase::Forward);
     t.checkpoint = runs_[static_cast<size_t>(run)].checkpoint;
@@ -861,7 +884,7 @@ void Planner::emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task
   }
   const int64_t host_buf = b_.buffer();
   int32_t t = b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task},
-                     {{Tier::Host, host_buf, bytes}}, {{Tier::Device, ckpt_dev_buf_[r], bytes}});
+                     {{Tier::Host, host_buf, bytes}}, {{Tier::Device, ckpt_dev_buf_[r], ckpt_bytes_}});
   if (c_.checkpoint_copies_synchronous) sync_ckpt_save_ = t;
   ckpt_home_buf_[r] = host_buf;
   if (plan_.checkpoints == Tier::Nvme) {
@@ -876,7 +899,7 @@ void Planner::emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task
 
 void Planner::emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute) {
   const size_t r = static_cast<size_t>(run);
-  const double bytes = ckpt_bytes_;
+  const double bytes = ckpt_home_bytes();
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
     Task t = make_task(k, l, Data::Checkpoint, Phase::Backward);
     t.checkpoint = runs_[r].checkpoint;
@@ -900,7 +923,14 @@ void Planner::emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute
   }
   ckpt_dev_buf_[r] = b_.buffer();
   ckpt_load_task_[r] = b_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t},
-                              {{Tier::Device, ckpt_dev_buf_[r], bytes}}, {{Tier::Host, host_buf, bytes}});
+                              {{Tier::Device, ckpt_dev_buf_[r], ckpt_bytes_}}, {{Tier::Host, host_buf, bytes}});
+  if (ckpt_partitioned()) {
+    // The group puts the slices back together on the compute stream before the recompute.
+    Task g = base(TaskKind::AllGather, Lane::Compute, Tier::Device, Tier::Device);
+    g.bytes = ckpt_bytes_;
+    g.participants = static_cast<int>(T_);
+    ckpt_load_task_[r] = b_.add(g, {ckpt_load_task_[r]}, {}, {});
+  }
 }
 
 void Planner::make_sub_groups() {
@@ -1089,7 +1119,7 @@ bool Planner::advance_sub_group(int32_t id) {
     if (!params_partitioned() && R_ > 1 && c_.zero_stage >= 1) {
       // Stages 1-2: every rank needs the updated parameters of every shard.
       Task t = base(owner_based() ? TaskKind::Broadcast : TaskKind::AllGather, Lane::Comm, Data::Param, Tier::Device,
-                    Tier::Device, kParamBytes * n * (owner_based() ? 1 : R_));
+                    Tier::Device, kParamBytes * n * (owner_based() ? 1 : D_));
       t.owner = -1;
       t.participants = R_;
       t.root = g.owner;
@@ -1203,7 +1233,7 @@ void Planner::emit() {
           std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
               frees.end())
         frees.push_back({Tier::Device, fe.gathered_buf, kParamBytes * double(owner_based() ? units_[static_cast<size_t>(fe.unit)].numel
-                                                                                             : units_[static_cast<size_t>(fe.unit)].shard_numel * R_)});
+                                                                                             : units_[static_cast<size_t>(fe.unit)].shard_numel * D_)});
     }
     // Activations and checkpoints of the run.
     if (st.first_fwd_of_run || st.first_recompute) {
@@ -1235,12 +1265,27 @@ void Planner::emit() {
           grad_buf_[static_cast<size_t>(u)] = b_.buffer();
           const auto& un = units_[static_cast<size_t>(u)];
           const double gb = owner_based() || !grads_partitioned() ? kGradBytes * double(un.numel)
-                                                                  : kGradBytes * double(un.shard_numel) * R_;
+                                                                  : kGradBytes * double(un.shard_numel) * D_;
           allocs.push_back({Tier::Device, grad_buf_[static_cast<size_t>(u)], gb});
         }
       }
     }
     prev = compute_task_[i] = b_.add(t, deps, allocs, frees);
+    const int32_t computed = prev;
+    // Tensor parallelism: the group all-reduces the operator's output (forward, recompute) or its
+    // input gradient (backward) after its last tile, on the compute stream, before anything uses it.
+    const bool last_tile = i + 1 == S || steps_[i + 1].op != st.op || steps_[i + 1].kind != st.kind || steps_[i + 1].mb != st.mb;
+    if (const double ar = st.kind == TaskKind::Backward ? op.tp_bwd_allreduce_bytes : op.tp_fwd_allreduce_bytes;
+        T_ > 1 && ar > 0 && last_tile) {
+      Task a = make_task(TaskKind::AllReduce, Lane::Compute, Data::Activation,
+                         st.kind == TaskKind::Backward ? Phase::Backward : Phase::Forward);
+      a.op = st.op;
+      a.micro_batch = st.mb;
+      a.from = a.to = Tier::Device;
+      a.bytes = ar;
+      a.participants = static_cast<int>(T_);
+      prev = b_.add(a, {computed}, {}, {});
+    }
 
     if (st.last_fwd_of_run && next_is_ckpt) emit_checkpoint_save(static_cast<int32_t>(ri + 1), st.mb, prev);
     if (st.kind == TaskKind::Backward) {
@@ -1249,7 +1294,7 @@ void Planner::emit() {
         if (last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
           bool dup = false;  // the same unit twice in one step reduces once
           for (uint32_t j = 0; j < k; ++j) dup |= step_units_[st.units_begin + j] == u;
-          if (!dup) emit_grad_reduction(u, st.mb, prev);
+          if (!dup) emit_grad_reduction(u, st.mb, computed);
         }
       }
       if (c_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(false);
@@ -1307,7 +1352,7 @@ void Planner::account() {
       const bool first = (plan_.params == Tier::Nvme && t.kind == TaskKind::NvmeRead) ||
                          (plan_.params == Tier::Host && t.kind == TaskKind::CopyH2D) ||
                          (plan_.params == Tier::Device && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast));
-      if (first) plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / R_ : t.bytes;
+      if (first) plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / D_ : t.bytes;
     }
     if (t.data == Data::Grad && t.phase == Phase::Backward && moves && t.to == plan_.gradients) plan_.grad_bytes_stored += t.bytes;
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) plan_.optimizer_bytes_read += t.bytes;

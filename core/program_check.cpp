@@ -47,7 +47,11 @@ std::vector<std::string> validate_program(const Program& p) {
     for (int32_t d : p.deps(t))
       if (d < 0 || d >= t.id) error(fmt::format("task {} ({}) depends on task {}, not an earlier task", t.id, p.label(t), d));
     if (is_collective(t.kind)) {
-      if (t.participants != R) error(fmt::format("collective {} has {} participants, not {}", t.id, t.participants, R));
+      // All ranks, or (tensor parallelism) groups of consecutive ranks that divide them and a node.
+      const int G = std::max(1, std::min(p.gpus_per_node(), R));
+      if (t.participants != R && (t.participants < 2 || R % t.participants != 0 || G % t.participants != 0))
+        error(fmt::format("collective {} has {} participants: neither all {} ranks nor groups inside a node of {}", t.id,
+                          t.participants, R, G));
       if ((t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) && (t.root < 0 || t.root >= R))
         error(fmt::format("collective {} has root {}", t.id, t.root));
       if (t.owner >= 0) error(fmt::format("collective {} is not done by every rank", t.id));

@@ -35,6 +35,7 @@ constexpr int64_t kMaxBufferBytes = int64_t(1) << 40;
 constexpr int64_t kMaxParams = int64_t(1) << 50;
 constexpr int64_t kMaxAccumulation = 1024;
 constexpr int64_t kMaxMicroBatch = 65536;
+constexpr int64_t kMaxTensorParallel = 64;
 constexpr double kMinEps = 1e-30;
 
 const std::vector<std::string> kTierWords = {"none", "device", "cpu", "host", "nvme", "auto"};
@@ -63,6 +64,7 @@ RunConfig read_yaml(ConfigReader& r) {
     c.checkpoint_interval = a->int_in("interval", 0, kMaxDistance, 1);
     c.checkpoints = parse_placement(a->choice("tier", kTierWords, "device"));
     c.checkpoint_copies_synchronous = a->choice("copies", {"overlapped", "synchronous"}, "overlapped") == "synchronous";
+    c.checkpoints_partitioned = a->boolean("partitioned", false);
   }
   if (r.has("tiling_factor")) {
     std::string t = r.str("tiling_factor");
@@ -108,6 +110,11 @@ RunConfig read_yaml(ConfigReader& r) {
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
   c.reserve_nvme_for_checkpoint = r.boolean("reserve_nvme_for_checkpoint", true);
+  // Megatron's name for the same degree is accepted too, but not both.
+  if (r.has("tensor_parallel") && r.has("tensor_model_parallel_size"))
+    r.fail("tensor_model_parallel_size", "say tensor_parallel or tensor_model_parallel_size, not both");
+  if (r.has("tensor_model_parallel_size")) c.tensor_parallel = r.int_in("tensor_model_parallel_size", 1, kMaxTensorParallel);
+  else c.tensor_parallel = r.int_in("tensor_parallel", 1, kMaxTensorParallel, 1);
   r.reject_unread();
   return c;
 }
@@ -184,6 +191,11 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
     a->boolean("single_submit", false);
     a->boolean("overlap_events", true);
   }
+  if (auto t = r.maybe_child("tensor_parallel")) {  // DeepSpeed's AutoTP training block
+    if (t->has("autotp_size") && t->has("tp_size")) t->fail("tp_size", "say autotp_size or tp_size, not both");
+    c.tensor_parallel = t->has("tp_size") ? t->int_in("tp_size", 1, kMaxTensorParallel)
+                                          : t->int_in("autotp_size", 1, kMaxTensorParallel, 1);
+  }
   if (auto a = r.maybe_child("activation_checkpointing")) {
     // DeepSpeed checkpoints every transformer block it wraps; number_checkpoints does not change that.
     c.checkpoint_interval = 1;
@@ -192,7 +204,7 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
       c.checkpoints = {false, Tier::Host};
       c.checkpoint_copies_synchronous = true;  // DeepSpeed copies them on the compute stream
     }
-    a->boolean("partition_activations", false);
+    c.checkpoints_partitioned = a->boolean("partition_activations", false);
     a->boolean("contiguous_memory_optimization", false);
     a->boolean("synchronize_checkpoint_boundary", false);
     a->boolean("profile", false);

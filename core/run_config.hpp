@@ -25,6 +25,9 @@ enum class OptimizerTiming { AfterBackward, OverlapBackward };
 
 struct RunConfig {
   int zero_stage = 3;
+  // Megatron-style tensor parallelism: ranks that split each layer, inside a node; ZeRO data
+  // parallelism runs over ranks / tensor_parallel groups. Planned and simulated; the engine runs 1.
+  int64_t tensor_parallel = 1;
   Partitioning partitioning = Partitioning::BandwidthCentric;
   Placement params{false, Tier::Device};     // bf16 parameter shards (and, with them, gradient shards)
   Placement optimizer{false, Tier::Device};  // fp32 master weights, Adam m and v
@@ -37,6 +40,9 @@ struct RunConfig {
   // cpu_checkpointing does: a blocking copy to pageable host memory in forward, and back to the device
   // when the recompute needs it).
   bool checkpoint_copies_synchronous = false;
+  // With tensor parallelism: each rank of a group keeps 1/tensor_parallel of every checkpoint in its
+  // tier, and the group all-gathers it before the recompute (DeepSpeed's partition_activations).
+  bool checkpoints_partitioned = false;
 
   int64_t tiling_factor = 1;                 // 0 = auto
   int64_t nvme_prefetch_distance = 3;        // operators ahead: NVMe -> host

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "core/config_paths.hpp"
 
 namespace zinf::models {
@@ -68,14 +70,28 @@ struct Builder {
 
 }  // namespace
 
-ModelGraph build_gpt(const core::ModelSpec& s) {
+ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
+  if (tp < 1) throw std::invalid_argument(fmt::format("tensor_parallel must be at least 1, got {}", tp));
+  auto divides = [&](const char* what, int64_t n) {
+    if (n % tp != 0)
+      throw std::invalid_argument(fmt::format("tensor_parallel {} does not divide the model's {} ({})", tp, what, n));
+  };
+  if (tp > 1) {
+    divides("heads", s.heads);
+    divides("hidden size", s.hidden);
+    divides("MLP size", s.ffn_hidden());
+    divides("vocabulary", s.vocab);
+  }
   Builder b;
   b.g.spec = s;
   b.g.tokens = s.micro_batch * s.seq;
-  const int64_t h = s.hidden, f = s.ffn_hidden();
+  b.g.tensor_parallel = tp;
+  const int64_t h = s.hidden, f = s.ffn_hidden(), v = s.vocab / tp, heads = s.heads / tp;
   const double T = double(b.g.tokens);
+  // The bytes of one hidden-state activation, all-reduced over the group where the split ends.
+  const double hidden_act = tp > 1 ? kAct * T * double(h) : 0.0;
 
-  int wte = b.add_params("wte", s.vocab, h, s.vocab * h, false);
+  int wte = b.add_params("wte", v, h, v * h, false);
   int wpe = b.add_params("wpe", s.seq, h, s.seq * h, false);
   {
     auto& o = b.add_op("embed", OpKind::Embedding, -1, wte);
@@ -84,50 +100,59 @@ ModelGraph build_gpt(const core::ModelSpec& s) {
     o.fwd_flops = T * double(h);
     o.bwd_flops = T * double(h);
     o.param_groups.push_back(wpe);
+    o.tp_fwd_allreduce_bytes = hidden_act;  // each rank looked up its part of the vocabulary
   }
 
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     b.elementwise(p + "ln_1", OpKind::LayerNorm, l, b.add_params(p + "ln_1", 1, h, 2 * h, false), h, 8.0, 2.0);
-    b.linear(p + "attn.c_attn", l, h, 3 * h);
+    b.linear(p + "attn.c_attn", l, h, 3 * h / tp);
+    b.g.ops.back().tp_bwd_allreduce_bytes = hidden_act;  // input gradient of a column-parallel linear
     {
-      // softmax(Q K^T / sqrt(d)) V over all heads: 2·T·seq·h for the scores, 2·T·seq·h for the mix.
+      // softmax(Q K^T / sqrt(d)) V over this rank's heads: 2·T·seq·h for the scores, 2·T·seq·h for the mix.
       auto& o = b.add_op(p + "attn.core", OpKind::Attention, l, -1);
       // One head's GEMMs: scores seq x seq over the head size, then seq x head size over seq.
       o.m = s.seq;
       o.n = s.seq;
       o.k = h / s.heads;
-      o.fwd_flops = 4.0 * T * double(s.seq) * double(h);
+      o.fwd_flops = 4.0 * T * double(s.seq) * double(h / tp);
       o.bwd_flops = 2.0 * o.fwd_flops;
-      o.fwd_bytes = kAct * (4.0 * T * double(h) + 2.0 * double(s.micro_batch * s.heads) * double(s.seq * s.seq));
-      o.out_bytes = kAct * T * double(h);
+      o.fwd_bytes = kAct * (4.0 * T * double(h / tp) + 2.0 * double(s.micro_batch * heads) * double(s.seq * s.seq));
+      o.out_bytes = kAct * T * double(h / tp);
     }
-    b.linear(p + "attn.c_proj", l, h, h);
+    b.linear(p + "attn.c_proj", l, h / tp, h);
+    b.g.ops.back().tp_fwd_allreduce_bytes = hidden_act;  // partial sums of a row-parallel linear
     b.elementwise(p + "residual_1", OpKind::Residual, l, -1, h, 1.0, 3.0);
     b.elementwise(p + "ln_2", OpKind::LayerNorm, l, b.add_params(p + "ln_2", 1, h, 2 * h, false), h, 8.0, 2.0);
-    b.linear(p + "mlp.c_fc", l, h, f);
-    b.elementwise(p + "mlp.gelu", OpKind::Gelu, l, -1, f, 10.0, 2.0);
-    b.linear(p + "mlp.c_proj", l, f, h);
+    b.linear(p + "mlp.c_fc", l, h, f / tp);
+    b.g.ops.back().tp_bwd_allreduce_bytes = hidden_act;
+    b.elementwise(p + "mlp.gelu", OpKind::Gelu, l, -1, f / tp, 10.0, 2.0);
+    b.linear(p + "mlp.c_proj", l, f / tp, h);
+    b.g.ops.back().tp_fwd_allreduce_bytes = hidden_act;
     b.elementwise(p + "residual_2", OpKind::Residual, l, -1, h, 1.0, 3.0);
   }
   b.elementwise("ln_f", OpKind::LayerNorm, -1, b.add_params("ln_f", 1, h, 2 * h, false), h, 8.0, 2.0);
   {
-    int head = s.tied_embeddings ? wte : b.add_params("lm_head", s.vocab, h, s.vocab * h, true);
+    int head = s.tied_embeddings ? wte : b.add_params("lm_head", v, h, v * h, true);
     auto& o = b.add_op("lm_head", OpKind::LmHead, -1, head);
     o.m = b.g.tokens;
-    o.n = s.vocab;
+    o.n = v;
     o.k = h;
-    o.fwd_flops = 2.0 * T * double(h) * double(s.vocab);
+    o.fwd_flops = 2.0 * T * double(h) * double(v);
     o.bwd_flops = 2.0 * o.fwd_flops;
-    o.fwd_bytes = kAct * (T * double(h + s.vocab) + double(h * s.vocab));
-    o.out_bytes = 4.0 * T * double(s.vocab);  // fp32 logits
+    o.fwd_bytes = kAct * (T * double(h + v) + double(h * v));
+    o.out_bytes = 4.0 * T * double(v);  // fp32 logits
+    o.tp_bwd_allreduce_bytes = hidden_act;  // input gradient of a vocabulary-parallel head
   }
   {
     auto& o = b.add_op("loss", OpKind::Loss, -1, -1);
-    o.fwd_flops = 5.0 * T * double(s.vocab);
-    o.bwd_flops = 2.0 * T * double(s.vocab);
-    o.fwd_bytes = 4.0 * 2.0 * T * double(s.vocab);
+    o.fwd_flops = 5.0 * T * double(v);
+    o.bwd_flops = 2.0 * T * double(v);
+    o.fwd_bytes = 4.0 * 2.0 * T * double(v);
     o.out_bytes = 4.0;
+    // Vocabulary-parallel cross-entropy: the row maximum, the sum of exponentials and the target's
+    // logit, one fp32 each per token, all-reduced over the group.
+    o.tp_fwd_allreduce_bytes = tp > 1 ? 3.0 * 4.0 * T : 0.0;
   }
   return std::move(b.g);
 }

@@ -7,7 +7,12 @@
 
 namespace zinf::models {
 
-core::ModelGraph build_gpt(const core::ModelSpec& spec);
+// With tensor_parallel t > 1 the graph is one rank's share of Megatron-style tensor parallelism:
+// c_attn and c_fc split by output columns, both c_proj by input rows (their bias whole), heads and the
+// vocabulary (embedding, LM head, loss) split t ways, layernorms and residuals whole; each operator
+// states the activation bytes all-reduced over the group after it (core/graph.hpp). Throws
+// std::invalid_argument naming the dimension that t does not divide.
+core::ModelGraph build_gpt(const core::ModelSpec& spec, int64_t tensor_parallel = 1);
 
 
 // Finds models/<name>.yaml (or a path) and loads it; throws ConfigError naming what was tried.

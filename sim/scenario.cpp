@@ -14,7 +14,7 @@ ScenarioResult run_scenario(const Scenario& s, const SimOptions& options) {
   const int ranks = s.nodes * s.hw.node.gpus;
 
   auto t0 = clock::now();
-  core::ModelGraph graph = models::build_gpt(spec);
+  core::ModelGraph graph = models::build_gpt(spec, s.config.tensor_parallel);
   core::PlanResult planned = core::make_plan(graph, s.hw, s.config, ranks);
   auto t1 = clock::now();
 
@@ -23,7 +23,9 @@ ScenarioResult run_scenario(const Scenario& s, const SimOptions& options) {
   out.program_tasks = static_cast<int64_t>(planned.program.tasks().size());
   out.ideal_step_time = core::estimate_step_time(planned.program, s.hw);
   SimOptions opts = options;
-  opts.samples_per_step = double(ranks) * double(spec.micro_batch) * planned.program.micro_batches();
+  // A tensor-parallel group trains one micro-batch together.
+  opts.samples_per_step = double(ranks / std::max<int64_t>(1, s.config.tensor_parallel)) * double(spec.micro_batch) *
+                          planned.program.micro_batches();
   auto t2 = clock::now();
   out.report = simulate(planned.program, s.hw, opts);
   auto t3 = clock::now();

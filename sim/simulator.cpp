@@ -289,13 +289,14 @@ private:
   }
 
   void collective(const Task& t, int rank) {
+    if (t.participants > 1 && t.participants < ranks_ && t.owner < 0) return group_collective(t, rank);
     const int members = t.owner >= 0 ? 1 : sim_ranks_;
     if (members < 2 || t.participants < 2 || t.bytes <= 0) return;
     if (t.participants != ranks_)
       throw std::runtime_error("collective task " + std::to_string(t.id) + " has " + std::to_string(t.participants) +
                                " participants; the simulator supports collectives over all " +
-                               std::to_string(ranks_) + " ranks");
-    auto& rv = rendezvous_[t.id];
+                               std::to_string(ranks_) + " ranks or over groups of consecutive ranks inside a node");
+    auto& rv = rendezvous_[int64_t{t.id} << 20];
     auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
     if (++rv.arrived < members) {
       rv.waiting.push_back(wake);
@@ -322,7 +323,40 @@ private:
       if (p.crosses_nodes) fabric_busy_ += sg4::Engine::get_clock() - begin;
     }
     auto waiting = std::move(rv.waiting);
-    rendezvous_.erase(t.id);
+    rendezvous_.erase(int64_t{t.id} << 20);
+    for (auto* w : waiting) w->release();
+  }
+
+  // A collective among `participants` consecutive ranks inside one node (a tensor-parallel group):
+  // every group of the node runs its own, at the same time, over the node's NVLink.
+  void group_collective(const Task& t, int rank) {
+    const int k = t.participants;
+    const int G = platform_.gpus_per_node();
+    if (G % k != 0 || ranks_ % k != 0)
+      throw std::runtime_error("collective task " + std::to_string(t.id) + ": a group of " + std::to_string(k) +
+                               " ranks must divide the node's " + std::to_string(G) + " GPUs and the " +
+                               std::to_string(ranks_) + " ranks");
+    if (t.bytes <= 0) return;
+    const int group = rank / k;
+    auto& rv = rendezvous_[(int64_t{t.id} << 20) + 1 + group];
+    auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
+    if (++rv.arrived < k) {
+      rv.waiting.push_back(wake);
+      wake->acquire();
+      return;
+    }
+    auto phases = collective_phases({t.kind, k, k, t.bytes, std::max(0, t.root)}, options_.algorithm,
+                                    {cost_.nvlink_latency(), cost_.fabric_latency()});
+    const int base = group * k;
+    for (auto& p : phases) {
+      for (auto& f : p.flows) {
+        f.src += base;
+        f.dst += base;
+      }
+      activities_ += execute_phase(platform_, p);
+    }
+    auto waiting = std::move(rv.waiting);
+    rendezvous_.erase((int64_t{t.id} << 20) + 1 + group);
     for (auto* w : waiting) w->release();
   }
 
@@ -404,7 +438,7 @@ private:
   std::array<std::vector<int32_t>, kLanes> lane_tasks_;
   std::vector<RankState> ranks_state_;
   std::vector<std::array<double, kTiers>> node_live_, node_peak_;
-  std::unordered_map<int32_t, Rendezvous> rendezvous_;
+  std::unordered_map<int64_t, Rendezvous> rendezvous_;  // task << 20, plus 1 + group for a group's
   core::Timeline timeline_;
   uint64_t activities_ = 0, tasks_run_ = 0;
   double fabric_busy_ = 0;

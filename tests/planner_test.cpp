@@ -525,3 +525,83 @@ TEST_CASE("synchronous checkpoint copies hold the compute stream; overlapped one
   CHECK_THROWS_WITH(parse_run_config("activation_checkpoint: {interval: 1, tier: host, copies: sometimes}\n", "c.yaml"),
                     Contains("copies"));
 }
+
+TEST_CASE("tensor parallelism: the graph is one rank's share, the Program all-reduces where the split ends", "[planner][tensor-parallel]") {
+  ModelSpec s = tiny_spec(2, 64);
+  const ModelGraph g1 = zinf::models::build_gpt(s), g2 = zinf::models::build_gpt(s, 2);
+  auto op = [](const ModelGraph& g, const std::string& name) -> const Operator& {
+    for (const auto& o : g.ops)
+      if (o.name == name) return o;
+    FAIL("no operator " << name);
+    return g.ops.front();
+  };
+  for (const auto& o : g1.ops) CHECK((o.tp_fwd_allreduce_bytes == 0 && o.tp_bwd_allreduce_bytes == 0));
+  CHECK(op(g2, "h.0.attn.c_attn").n == 3 * 64 / 2);      // column-parallel: its share of the outputs
+  CHECK(op(g2, "h.0.mlp.c_proj").k == 4 * 64 / 2);       // row-parallel: its share of the inputs
+  CHECK(op(g2, "h.0.attn.core").fwd_flops == op(g1, "h.0.attn.core").fwd_flops / 2);
+  CHECK(op(g2, "h.0.ln_1").fwd_bytes == op(g1, "h.0.ln_1").fwd_bytes);  // layernorms whole
+  const double hidden_act = 2.0 * double(g2.tokens) * 64;
+  CHECK(op(g2, "h.0.attn.c_proj").tp_fwd_allreduce_bytes == hidden_act);
+  CHECK(op(g2, "h.0.mlp.c_proj").tp_fwd_allreduce_bytes == hidden_act);
+  CHECK(op(g2, "h.0.attn.c_attn").tp_bwd_allreduce_bytes == hidden_act);
+  CHECK(op(g2, "h.0.mlp.c_fc").tp_bwd_allreduce_bytes == hidden_act);
+  // Linear weights split in two; about half the parameters per rank.
+  CHECK(g2.total_params() < g1.total_params() * 0.6);
+  CHECK_THROWS_WITH(zinf::models::build_gpt(s, 3), Contains("heads"));
+
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/zero3.yaml"));
+  c.checkpoints = {false, Tier::Host};
+  c.checkpoint_copies_synchronous = true;
+  c.checkpoints_partitioned = true;
+  c.tensor_parallel = 2;
+  PlanResult r = make_plan(g2, hw, c, 4);
+  require_valid(r, hw);
+  const auto& tasks = r.program.tasks();
+  int allreduces = 0, gathers = 0;
+  for (const auto& t : tasks) {
+    if (t.kind == TaskKind::AllReduce && t.data == Data::Activation) {
+      ++allreduces;
+      CHECK(t.participants == 2);
+      CHECK(t.lane == Lane::Compute);
+      // The compute task it follows is its one dependency, and the next compute task waits for it.
+      const auto deps = r.program.deps(t);
+      REQUIRE(deps.size() == 1);
+      CHECK(tasks[static_cast<size_t>(deps.front())].op == t.op);
+      bool waited = false;
+      for (const auto& u : tasks)
+        if (u.id > t.id && u.lane == Lane::Compute) {
+          const auto ud = r.program.deps(u);
+          waited = std::find(ud.begin(), ud.end(), t.id) != ud.end();
+          break;
+        }
+      CHECK(waited);
+    }
+    if (t.kind == TaskKind::AllGather && t.data == Data::Checkpoint) {
+      ++gathers;
+      CHECK(t.participants == 2);
+    }
+    if (t.data == Data::Checkpoint && (t.kind == TaskKind::CopyD2H || t.kind == TaskKind::CopyH2D))
+      CHECK(t.bytes == Approx(2.0 * double(g2.tokens) * 64 / 2));  // each rank moves half of a checkpoint
+  }
+  // Per block: two in forward, two in recompute, two in backward; plus embedding, loss, LM head.
+  CHECK(allreduces == 2 * 6 + 3);
+  CHECK(gathers > 0);
+  // ZeRO partitions each rank's share over the 2 data-parallel ranks.
+  for (const auto& u : r.program.units()) CHECK(u.shard_numel == (u.numel + 1) / 2);
+
+  c.tensor_parallel = 1;
+  CHECK_THROWS_WITH(make_plan(g2, hw, c, 4), Contains("tensor_parallel"));
+  c.tensor_parallel = 2;
+  CHECK_THROWS_WITH(make_plan(g2, hw, c, 3), Contains("does not divide"));
+  c.partitioning = Partitioning::OwnerBased;
+  CHECK_THROWS_WITH(make_plan(g2, hw, c, 4), Contains("bandwidth-centric"));
+
+  CHECK(parse_run_config("tensor_parallel: 4\n", "c.yaml").tensor_parallel == 4);
+  CHECK(parse_run_config("tensor_model_parallel_size: 2\n", "c.yaml").tensor_parallel == 2);
+  CHECK_THROWS_WITH(parse_run_config("tensor_parallel: 2\ntensor_model_parallel_size: 2\n", "c.yaml"), Contains("not both"));
+  std::vector<std::string> w;
+  CHECK(parse_deepspeed_config(R"({"tensor_parallel": {"autotp_size": 4}, "activation_checkpointing": {"partition_activations": true}})",
+                               "ds.json", w).tensor_parallel == 4);
+  CHECK(w.empty());
+}

@@ -222,3 +222,36 @@ TEST_CASE("the simulated Timeline respects the Program: dependencies, serial lan
   CHECK(out.rfind(" 1\n") == out.find('\n') - 2);
   CHECK(out.find('\n') == out.size() - 1);  // no checker errors
 }
+
+TEST_CASE("a tensor-parallel group's all-reduce takes the ring's closed form on NVLink, inside the step", "[tensor-parallel]") {
+  // Two GPUs in a node, one group of two, nothing offloaded: the step is compute plus the group's
+  // all-reduces on the compute stream, each 2(k-1)/k S over the GPU's NVLink (100 GB/s) plus latency.
+  Hw h;
+  h.gpus = 2;
+  const auto hw = h.profile();
+  auto c = config("none", "none", "device");
+  c.tensor_parallel = 2;
+  const auto pr = core::make_plan(models::build_gpt(model(), 2), hw, c, 2);
+  double ar_bytes = 0;
+  int ars = 0;
+  for (const auto& t : pr.program.tasks())
+    if (t.kind == TaskKind::AllReduce && t.participants == 2) {
+      ar_bytes += t.bytes;
+      ++ars;
+    }
+  REQUIRE(ars > 0);
+  auto r = simulate_in_child(pr.program, hw);
+  const double ideal = core::estimate_step_time(pr.program, hw);
+  CHECK(r.step_time == Approx(ideal).epsilon(0.02));
+  // The list schedule charges each group all-reduce its closed form (above), so equality means the
+  // simulator's group collective took it too; together they are a visible part of the step.
+  const double closed_form = ar_bytes * 2.0 * (2 - 1) / 2 / 100e9;
+  CHECK(closed_form > 0.01 * r.step_time);
+  // 16 ranks in 8 groups of 2 over 8 nodes of 2 GPUs: groups stay inside their node.
+  Hw h8;
+  h8.gpus = 2;
+  c.tensor_parallel = 2;
+  const auto pr8 = core::make_plan(models::build_gpt(model(), 2), h8.profile(), c, 16);
+  auto r8 = simulate_in_child(pr8.program, h8.profile());
+  CHECK(r8.step_time >= r.step_time * 0.99);
+}

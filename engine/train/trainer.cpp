@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "engine/data/token_data.hpp"
 #include "engine/exec/backend_select.hpp"
@@ -169,6 +170,10 @@ struct Trainer::Impl {
 
   static core::ModelGraph build_graph(TrainerOptions& o) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
+    if (o.config.tensor_parallel != 1)
+      throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
+                                              "only (zinf plan and zinf sim plan and simulate tensor parallelism)",
+                                              o.config.tensor_parallel));
     return models::build_gpt(o.model);
   }
 

@@ -63,13 +63,23 @@ def predicted_tflops(point, samples_per_s, gpus):
 def write_inputs(point, folder):
     """The point's model, run config and (when it overrides one) hwprofile as files zinf reads."""
     m = point["model"]
+    tp = point["tensor_parallel"]
+    # A tensor-parallel group trains one micro-batch: batch per GPU x its ranks.
+    micro_batch = point["batch"] * tp
+    if abs(micro_batch - round(micro_batch)) > 1e-9:
+        raise ValueError(f"point {point['id']}: batch {point['batch']} x tensor_parallel {tp} is not a whole micro-batch")
+    vocab = m.get("vocab", point["vocab"])
+    if tp > 1:  # Megatron pads the vocabulary to a multiple of 128 x the tensor-parallel degree
+        vocab = -(-vocab // (128 * tp)) * (128 * tp)
     model = {"name": point["id"], "layers": m["layers"], "hidden": m["hidden"], "heads": m["heads"],
-             "seq": point["seq"], "vocab": m.get("vocab", point["vocab"]), "micro_batch": point["batch"]}
+             "seq": point["seq"], "vocab": vocab, "micro_batch": int(round(micro_batch))}
     paths = {"model": os.path.join(folder, "model.yaml"), "config": os.path.join(folder, "config.yaml")}
     with open(paths["model"], "w") as f:
         yaml.safe_dump(model, f)
     config = dict(point["config"])
     config.setdefault("description", f"published point {point['id']}")
+    if tp > 1:
+        config["tensor_parallel"] = tp
     with open(paths["config"], "w") as f:
         yaml.safe_dump(config, f)
     hw = point["hw"]
@@ -116,7 +126,8 @@ def simulate(point, zinf, folder):
                error=round(pred / point["measured_tflops"] - 1.0, 4))
     if point["tensor_parallel"] > 1:
         row["assumed"] = (row["assumed"] + "; " if row["assumed"] else "") + \
-            f"model parallel {point['tensor_parallel']} simulated as ZeRO data parallelism (no tensor parallelism in zinf yet)"
+            (f"tensor parallel {point['tensor_parallel']} (Megatron-style, inside a node), ZeRO-3 over the rest; "
+             "vocabulary padded to a multiple of 128 x the degree; checkpoints partitioned over the group")
     return row
 
 
@@ -135,7 +146,7 @@ def table(rows):
             pred, err = f"{r['predicted_tflops']:.1f}", f"{100 * r['error']:+.0f} %"
         else:
             pred, err = r["status"], ""
-        note = "TP " + str(r["tensor_parallel"]) + " run as ZeRO DP" if r["tensor_parallel"] > 1 else ""
+        note = "TP " + str(r["tensor_parallel"]) if r["tensor_parallel"] > 1 else ""
         lines.append(f"| {r['id']} | {r['kind']} | {r['measured_tflops']} | {pred} | {err} | {note} |")
     for kind in ("calibration", "prediction"):
         s = summary(rows, kind)
