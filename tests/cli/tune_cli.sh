@@ -56,6 +56,15 @@ expect "nothing fits: refused with the short tier" 3 "no configuration of gpt-1t
 "$ZINF" tune --model gpt-tiny --hw dgx2-v100 --global-batch 24 > "$D/batch.log" 2>&1; rc=$?
 expect "a global batch the ranks cannot split" 1 "global batch 24 cannot be split" "$D/batch.log" $rc
 
+# `auto` in a run config: zinf plan reports the tiling factor and tiers of the Program it writes.
+"$ZINF" plan --model gpt-1t --hw dgx2-v100 --nodes 32 --config experiments/paper/configs/infinity-512.yaml \
+  --program "$D/p.json" > "$D/auto.log" 2>&1; rc=$?
+reported=$(sed -n 's/.*tiling auto -> \([0-9]*\).*/\1/p' "$D/auto.log")
+written=$(sed -n 's/^program: .* tiling \([0-9]*\);.*/\1/p' "$D/auto.log")
+if [ $rc = 0 ] && [ -n "$reported" ] && [ "$reported" = "$written" ] && grep -q "auto, as the planner chose" "$D/auto.log"; then
+  pass "plan reports the auto tiling of the Program it writes ($reported)"
+else fail "plan reports tiling '$reported', its Program has '$written' (exit $rc)" "$D/auto.log"; fi
+
 if command -v script > /dev/null; then
   script -qec "$ZINF tune ${TINY[*]} --yaml '' --deepspeed '' > $D/tty.out" /dev/null > "$D/tty.log" 2>&1
   if grep -q "plan *\[#" "$D/tty.log"; then pass "a progress bar on a terminal"; else fail "no progress bar on a terminal" "$D/tty.log"; fi
