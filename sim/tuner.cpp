@@ -589,11 +589,14 @@ TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TunePr
   }
   // With a time limit, simulate what the time left allows (at least the best one).
   size_t simulated = 0;
+  double last_batch = 0;
   while (simulated < finalists.size()) {
-    if (simulated > 0 && over_time(0.9)) {
+    // Another batch would take about as long as the last one: start it only if it ends in time.
+    if (simulated > 0 && req.time_limit > 0 && since(t0) + last_batch > req.time_limit) {
       rep.time_limited = true;
       break;
     }
+    const auto tb = clock_type::now();
     const size_t n = req.time_limit > 0 ? std::min<size_t>(2, finalists.size() - simulated) : finalists.size() - simulated;
     std::vector<TuneCandidate> cs;
     for (size_t k = simulated; k < simulated + n; ++k) cs.push_back(finalists[k].candidate);
@@ -605,13 +608,16 @@ TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TunePr
       if (outcomes[k].ok) f.score = score_of(f.candidate, outcomes[k].step_time);
     }
     simulated += n;
+    last_batch = since(tb);
     if (progress) progress("simulate", simulated, finalists.size());
   }
   finalists.resize(simulated);
   std::stable_sort(finalists.begin(), finalists.end(), [](const TuneEntry& a, const TuneEntry& b) {
     const bool ao = a.simulated && a.simulated->ok, bo = b.simulated && b.simulated->ok;
     if (ao != bo) return ao;
-    return a.score < b.score;
+    if (a.score != b.score) return a.score < b.score;
+    // Equal predictions: the one that needs less device memory.
+    return a.planned->peak[0] < b.planned->peak[0];
   });
   auto samples = [&](TuneEntry& e) {
     const double step = e.simulated && e.simulated->ok ? e.simulated->step_time

@@ -5,7 +5,9 @@
 // SimGrid engine is created.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/errors.hpp"
 #include "core/run_config.hpp"
@@ -292,4 +294,26 @@ TEST_CASE("the DeepSpeed config tune writes is read back, and names what it cann
   CHECK_THAT(missing[0], Contains("NVMe"));
   CHECK_THAT(missing[1], Contains("tiling factor 8"));
   CHECK_THAT(missing[2], Contains("backward"));
+}
+
+TEST_CASE("a time limit stops simulating once another batch would end past it", "[tuner]") {
+  const ModelSpec m = tiny();
+  const HwProfile hw = small_machine(2e9, 24e9, 50e9);
+  sim::TuneEvaluators eval = in_process(m, hw);
+  const auto schedule = eval.schedule;
+  eval.simulate = [schedule](const std::vector<sim::TuneCandidate>& cs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    return schedule(cs);
+  };
+  sim::TuneRequest req;
+  req.model = m;
+  req.hw = hw;
+  req.base = load_run_config(source("configs/infinity-nvme.yaml"));
+  req.plan_budget = 4;
+  req.finalists = 4;
+  req.time_limit = 0.6;
+  const auto rep = sim::tune(req, eval);
+  CHECK(rep.simulations == 2);  // two at a time under a time limit; a second batch would end at ~0.8 s
+  CHECK(rep.finalists.size() == 2);
+  CHECK(rep.time_limited);
 }
