@@ -39,6 +39,7 @@ echo "$ROWS" | while read -r model config batch; do
        > "$d/tune.json" 2> "$d/tune.err"; then
     echo "{\"error\": $(/usr/bin/python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read().strip()))' "$d/tune.err")}" > "$d/tune.json"
   fi
+  for f in "$d/paper.err" "$d/tune.err"; do [ -s "$f" ] || rm -f "$f"; done
 done
 /usr/bin/python3 - "$OUT" <<'PY'
 import json, os, sys

@@ -3,7 +3,7 @@
 each also simulated (`zinf sim`) on this machine's profile, and the configuration `zinf tune` picks
 on that profile trained the same way.
 
-    /usr/bin/python3 experiments/tune/real_grid.py [--hw hwprofiles/local.yaml] [--steps 8] [--warmup 3]
+    /usr/bin/python3 experiments/tune/real_grid.py [--hw hwprofiles/local.yaml] [--steps 12] [--warmup 3]
         [--models gpt-mini,gpt-overlap] [--out analysis/tune/real_grid]
 
 For each model: 12 configurations (4 placements x 3 splits of a global batch of 4 sequences into
@@ -100,7 +100,7 @@ def main():
     ap.add_argument("--zinf", default=os.path.join(ROOT, os.environ.get("ZINF_BUILD", "build"), "zinf"))
     ap.add_argument("--hw", default=os.path.join(ROOT, "hwprofiles/local.yaml"))
     ap.add_argument("--models", default="gpt-mini,gpt-overlap")
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "analysis/tune/real_grid"))
     a = ap.parse_args()
