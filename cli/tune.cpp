@@ -158,15 +158,17 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   for (size_t i = 0; i < rep.not_searched.size(); ++i) fmt::print("{}{}", i ? "; " : "", rep.not_searched[i]);
   fmt::print("\n\n");
 
-  fmt::print("{:<3}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", "#", "samples/s",
-             "TFLOP/s", "step", "params", "optim", "ckpt", "tiling", "mb x ga", "prefetch", "live", "sub-grp", "optim",
-             "busiest lane");
+  const bool cost = req.objective == sim::TuneObjective::Cost;
+  fmt::print("{:<3}{}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", "#",
+             cost ? fmt::format("{:>6}{:>12}", "nodes", "GPU-s/smpl") : "", "samples/s", "TFLOP/s", "step", "params",
+             "optim", "ckpt", "tiling", "mb x ga", "prefetch", "live", "sub-grp", "optim", "busiest lane");
   for (size_t i = 0; i < rep.finalists.size(); ++i) {
     const auto& e = rep.finalists[i];
     const auto& c = e.candidate.config;
     const bool ok = e.simulated && e.simulated->ok;
     const auto [lane, busy] = bottleneck(e);
-    fmt::print("{:<3}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", i + 1,
+    fmt::print("{:<3}{}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", i + 1,
+               cost ? fmt::format("{:>6}{:>12}", e.candidate.nodes, ok ? fmt::format("{:.4g}", e.score) : "-") : "",
                ok ? fmt::format("{:.4g}", e.samples_per_s) : "failed",
                ok ? fmt::format("{:.1f}", e.simulated->tflops_per_gpu) : "-",
                ok ? format_seconds(e.simulated->step_time) : "-", to_string(c.params.tier), to_string(c.optimizer.tier),
@@ -190,9 +192,9 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
     if (i + 1 < rep.finalists.size() && rep.finalists[i + 1].simulated && rep.finalists[i + 1].simulated->ok) {
       const auto& n = rep.finalists[i + 1];
       const auto [nlane, nbusy] = bottleneck(n);
-      line += fmt::format("; {:.1f}% ahead of #{}, which has {} and whose busiest lane is {} ({:.0f}%)",
-                          100 * (e.samples_per_s / n.samples_per_s - 1), i + 2, differences(n.candidate, e.candidate),
-                          nlane, 100 * nbusy);
+      line += fmt::format("; {:.1f}% {} #{}, which has {} and whose busiest lane is {} ({:.0f}%)",
+                          100 * (n.score / e.score - 1), cost ? "cheaper per sample than" : "ahead of", i + 2,
+                          differences(n.candidate, e.candidate), nlane, 100 * nbusy);
     }
     line += fmt::format("; found by {}", e.found_by);
     fmt::print("{}\n", line);

@@ -51,6 +51,11 @@ assert a == b, "two runs differ"
 PY
 then pass "--json: deterministic, with finalists and every planned candidate"; else fail "--json runs (exit $rc1, $rc2)"; fi
 
+"$ZINF" tune --model gpt-tiny --hw dgx2-v100 --nodes 2 --config zero3 --global-batch 64 --objective cost \
+  --plan-budget 4 --finalists 2 --yaml "" --deepspeed "" > "$D/cost.log" 2>&1; rc=$?
+expect "--objective cost: ranked by GPU-seconds per sample, node count shown" 0 "nodes +GPU-s/smpl" "$D/cost.log" $rc
+expect "--objective cost: the finalists compared per sample" 0 "#1: .*cheaper per sample than #2" "$D/cost.log" $rc
+
 "$ZINF" tune --model gpt-1t --hw cpu-dev --config infinity-nvme --plan-budget 2 > "$D/nofit.log" 2>&1; rc=$?
 expect "nothing fits: refused with the short tier" 3 "no configuration of gpt-1t .* short by" "$D/nofit.log" $rc
 "$ZINF" tune --model gpt-tiny --hw dgx2-v100 --global-batch 24 > "$D/batch.log" 2>&1; rc=$?
