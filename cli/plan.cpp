@@ -8,6 +8,7 @@
 
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
+#include "core/errors.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
@@ -34,8 +35,7 @@ struct EfficiencyRow {
   double ait, bandwidth, efficiency;
 };
 
-std::vector<EfficiencyRow> efficiency_rows(const Inputs& in) {
-  const auto& c = in.config;
+std::vector<EfficiencyRow> efficiency_rows(const Inputs& in, const RunConfig& c) {
   const double peak = in.hw.node.gpu.peak_flops;
   auto tier = [](const Placement& p) { return p.automatic ? Tier::Device : p.tier; };
   std::vector<EfficiencyRow> rows;
@@ -89,15 +89,46 @@ std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutp
   return line;
 }
 
+// `auto` (tiling, or a state's tier) is the planner's decision: the report uses what the planner
+// chose, so that it describes the Program `--program` writes and `sim` and `train` run. Returns a
+// line saying what was chosen, or why the planner refused (then the memory model's own smallest
+// fitting tiling factor is reported, and everything `auto` counted on the device).
+std::string resolve_auto(const Inputs& in, int nodes, MemoryModelInput& mm) {
+  const auto& c = in.config;
+  const bool any_auto = c.tiling_factor == 0 || c.params.automatic || c.gradients.automatic ||
+                        c.optimizer.automatic || c.checkpoints.automatic;
+  if (!any_auto) return "";
+  ModelSpec spec = in.model;
+  spec.micro_batch = c.micro_batch.value_or(spec.micro_batch);
+  try {
+    const PlanResult r = make_plan(models::build_gpt(spec), in.hw, c, nodes * in.hw.node.gpus);
+    mm.config.tiling_factor = r.plan.tiling_factor;
+    mm.config.params = {false, r.plan.params};
+    mm.config.gradients = {false, r.plan.gradients};
+    mm.config.optimizer = {false, r.plan.optimizer};
+    mm.config.checkpoints = {false, r.plan.checkpoints};
+    std::string line = "auto, as the planner chose:";
+    if (c.tiling_factor == 0) line += fmt::format(" tiling {} ({})", r.plan.tiling_factor, r.plan.tiling_reason);
+    for (const auto& p : r.plan.placements)
+      if (p.automatic) line += fmt::format("; {} on {} ({})", p.state, to_string(p.tier), p.reason);
+    return line;
+  } catch (const PlanError& e) {
+    if (c.tiling_factor == 0) {
+      int64_t t = auto_tiling_factor(mm);
+      mm.config.tiling_factor = t > 0 ? t : 1;
+    }
+    return fmt::format("auto: the planner refused this configuration ({}); the memory model's smallest fitting tiling "
+                       "factor is shown and auto tiers are counted on the device",
+                       e.what());
+  }
+}
+
 void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
   Inputs in = load_inputs(opts);
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
-  if (in.config.tiling_factor == 0) {
-    int64_t t = auto_tiling_factor(mm);
-    mm.config.tiling_factor = t > 0 ? t : 1;
-  }
+  const std::string auto_line = resolve_auto(in, opts.nodes, mm);
   MemoryReport rep = memory_requirement(mm);
-  auto eff = efficiency_rows(in);
+  auto eff = efficiency_rows(in, mm.config);
   std::string program_line;
   if (!outs.program.empty() || !outs.trace.empty()) program_line = write_program_outputs(in, opts.nodes, outs);
 
@@ -136,6 +167,7 @@ void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
       j["efficiency"].push_back({{"what", e.what}, {"tier", to_string(e.tier)}, {"ait", e.ait},
                                  {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
     if (!program_line.empty()) j["program"] = program_line;
+    if (!auto_line.empty()) j["auto"] = auto_line;
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -149,6 +181,7 @@ void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
              in.config_name, in.config.zero_stage, to_string(in.config.params), to_string(in.config.gradients),
              to_string(in.config.optimizer), to_string(in.config.checkpoints), in.config.checkpoint_interval,
              in.config.tiling_factor == 0 ? fmt::format("auto -> {}", rep.tiling_factor) : std::to_string(rep.tiling_factor));
+  if (!auto_line.empty()) fmt::print("{}\n\n", auto_line);
   fmt::print("{:<34}{:>16}{:>16}{:>16}\n", "memory", "device / GPU", "host / node", "NVMe / node");
   auto line = [](const std::string& what, const TierBytes& t) {
     fmt::print("{:<34}{:>16}{:>16}{:>16}\n", what, format_bytes(t.device), format_bytes(t.host), format_bytes(t.nvme));

@@ -83,4 +83,16 @@ RunConfig load_any_run_config(const std::string& path, std::vector<std::string>&
 // That test alone, on a file's text.
 bool is_deepspeed_json(const std::string& text);
 
+// `config` as zinf's YAML, every key written out (no `auto`: an automatic placement is written as
+// the tier it names), so that load_run_config reads back the same values. `description` becomes
+// the file's description and a comment above it.
+std::string run_config_to_yaml(const RunConfig& config, const std::string& description);
+
+// `config` as a DeepSpeed JSON config for `ranks` data-parallel ranks (train_batch_size is
+// micro-batch x accumulation x ranks). What DeepSpeed cannot say (checkpoints on NVMe or every
+// ci > 1 blocks, gradients on another tier than parameters, tiling, prefetch distances, owner-based
+// partitioning, optimizer steps overlapping backward) is left out and named in `not_expressed`.
+std::string run_config_to_deepspeed_json(const RunConfig& config, int ranks, int64_t model_micro_batch,
+                                         std::vector<std::string>& not_expressed);
+
 }  // namespace zinf::core

@@ -1,0 +1,244 @@
+// `zinf tune`: searches run configurations for a model on a cluster (sim/tuner.hpp), prints the
+// simulated finalists ranked with the lane that bounds each, and writes the best as a zinf run
+// config (YAML) and as a DeepSpeed JSON config.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "cli/command.hpp"
+#include "cli/inputs.hpp"
+#include "core/units.hpp"
+#include "sim/tuner.hpp"
+
+namespace zinf::cli {
+namespace {
+
+using namespace zinf::core;
+
+struct TuneCliOptions {
+  std::string objective = "throughput";
+  double time_limit = 0;
+  int64_t global_batch = 0;
+  int plan_budget = 32;
+  int finalists = 4;
+  int jobs = 2;
+  bool json = false;
+  std::string yaml_out = "tuned.yaml";
+  std::string deepspeed_out = "tuned.deepspeed.json";
+};
+
+// A progress bar on stderr when it is a terminal, one line per stage.
+class TuneProgressBar {
+public:
+  TuneProgressBar() : tty_(::isatty(STDERR_FILENO) != 0) {}
+  void update(const std::string& stage, size_t done, size_t total) {
+    if (!tty_) return;
+    if (stage != stage_ && !stage_.empty()) fmt::print(stderr, "\n");
+    stage_ = stage;
+    const int width = 30;
+    const int filled = total ? static_cast<int>(width * std::min(done, total) / total) : width;
+    fmt::print(stderr, "\r{:<9}[{}{}] {}/{}  {:.1f} s ", stage, std::string(static_cast<size_t>(filled), '#'),
+               std::string(static_cast<size_t>(width - filled), ' '), done, total,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+  }
+  void finish() {
+    if (tty_ && !stage_.empty()) fmt::print(stderr, "\n");
+  }
+
+private:
+  bool tty_;
+  std::string stage_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+std::pair<std::string, double> bottleneck(const sim::TuneEntry& e) {
+  if (e.simulated && e.simulated->ok && !e.simulated->busy.empty()) {
+    auto it = std::max_element(e.simulated->busy.begin(), e.simulated->busy.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; });
+    return *it;
+  }
+  return {e.estimate.bottleneck + " (estimated)", -1};
+}
+
+// The knobs on which two candidates differ, as "optimizer host (nvme)".
+std::string differences(const sim::TuneCandidate& a, const sim::TuneCandidate& b) {
+  std::vector<std::string> d;
+  const RunConfig &x = a.config, &y = b.config;
+  auto add = [&](const char* what, const std::string& u, const std::string& v) {
+    if (u != v) d.push_back(fmt::format("{} {} (not {})", what, u, v));
+  };
+  add("nodes", std::to_string(a.nodes), std::to_string(b.nodes));
+  add("params", to_string(x.params.tier), to_string(y.params.tier));
+  add("optimizer", to_string(x.optimizer.tier), to_string(y.optimizer.tier));
+  auto ckpt = [](const RunConfig& c) {
+    return c.checkpoint_interval > 0 ? fmt::format("{}/{}", to_string(c.checkpoints.tier), c.checkpoint_interval)
+                                     : std::string("off");
+  };
+  add("checkpoints", ckpt(x), ckpt(y));
+  add("tiling", std::to_string(x.tiling_factor), std::to_string(y.tiling_factor));
+  add("mb x ga", fmt::format("{}x{}", x.micro_batch.value_or(0), x.gradient_accumulation),
+      fmt::format("{}x{}", y.micro_batch.value_or(0), y.gradient_accumulation));
+  add("prefetch",
+      fmt::format("{}/{}/{}", x.nvme_prefetch_distance, x.h2d_prefetch_distance, x.allgather_prefetch_distance),
+      fmt::format("{}/{}/{}", y.nvme_prefetch_distance, y.h2d_prefetch_distance, y.allgather_prefetch_distance));
+  add("live", format_bytes(x.max_live_bytes), format_bytes(y.max_live_bytes));
+  add("sub-group", format_count(double(x.sub_group_size)), format_count(double(y.sub_group_size)));
+  add("optimizer timing", x.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap" : "after",
+      y.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap" : "after");
+  add("partitioning", x.partitioning == Partitioning::OwnerBased ? "owner" : "bandwidth",
+      y.partitioning == Partitioning::OwnerBased ? "owner" : "bandwidth");
+  if (d.empty()) return "nothing";
+  std::string out;
+  for (size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + d[i];
+  return out;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(fmt::format("cannot write '{}'", path));
+  f << text;
+  if (!f) throw std::runtime_error(fmt::format("error writing '{}'", path));
+}
+
+void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
+  Inputs in = load_inputs(in_opts);
+  sim::TuneRequest req;
+  req.model = in.model;
+  req.hw = in.hw;
+  req.nodes = in_opts.nodes;
+  req.base = in.config;
+  req.global_batch = o.global_batch;
+  req.objective = o.objective == "cost" ? sim::TuneObjective::Cost : sim::TuneObjective::Throughput;
+  req.time_limit = o.time_limit;
+  req.plan_budget = o.plan_budget;
+  req.finalists = o.finalists;
+
+  TuneProgressBar bar;
+  const sim::TuneReport rep = sim::tune(req, sim::isolated_evaluators(in.model, in.hw, o.jobs),
+                                        [&](const std::string& stage, size_t done, size_t total) {
+                                          bar.update(stage, done, total);
+                                        });
+  bar.finish();
+  if (rep.finalists.empty() || !rep.finalists.front().simulated || !rep.finalists.front().simulated->ok)
+    throw std::runtime_error("no finalist could be simulated: " +
+                             (rep.finalists.empty() ? std::string("none") : rep.finalists.front().simulated->message));
+  const sim::TuneEntry& best = rep.finalists.front();
+
+  const std::string description =
+      fmt::format("zinf tune: {} on {} x {} node(s), global batch {}, objective {}: predicted {:.3g} samples/s, "
+                  "{:.1f} TFLOP/s per GPU",
+                  in.model.name, in.hw.name, best.candidate.nodes, rep.global_batch, o.objective, best.samples_per_s,
+                  best.simulated->tflops_per_gpu);
+  std::vector<std::string> not_expressed;
+  const int best_ranks = best.candidate.nodes * in.hw.node.gpus;
+  if (!o.yaml_out.empty()) write_text(o.yaml_out, run_config_to_yaml(best.candidate.config, description));
+  if (!o.deepspeed_out.empty())
+    write_text(o.deepspeed_out,
+               run_config_to_deepspeed_json(best.candidate.config, best_ranks, in.model.micro_batch, not_expressed));
+
+  if (o.json) {
+    std::cout << sim::tune_report_json(req, rep) << "\n";
+    return;
+  }
+
+  fmt::print("zinf tune: {} on {} x {} node(s) = {} GPUs ({}), global batch {}, objective {}\n", in.model.name,
+             in.hw.name, in_opts.nodes, in_opts.nodes * in.hw.node.gpus, in.hw.node.gpu.name, rep.global_batch,
+             o.objective == "cost" ? "cost (GPU-seconds per sample)" : "throughput");
+  fmt::print("base config: {}\n", in.config_name);
+  fmt::print("searched {} configurations: {} fit the memory model, {} planned ({} refused by the planner), {} simulated\n",
+             rep.enumerated, rep.memory_fit, rep.plans, rep.plans_refused, rep.simulations);
+  fmt::print("time: {:.1f} s (enumerate and estimate {:.2f} s, plan {:.1f} s, simulate {:.1f} s){}\n", rep.seconds_total,
+             rep.seconds_enumerate, rep.seconds_plan, rep.seconds_simulate,
+             rep.time_limited ? fmt::format("; cut short by --time-limit {} s", o.time_limit) : "");
+  fmt::print("not searched: ");
+  for (size_t i = 0; i < rep.not_searched.size(); ++i) fmt::print("{}{}", i ? "; " : "", rep.not_searched[i]);
+  fmt::print("\n\n");
+
+  const bool cost = req.objective == sim::TuneObjective::Cost;
+  fmt::print("{:<3}{}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", "#",
+             cost ? fmt::format("{:>6}{:>12}", "nodes", "GPU-s/smpl") : "", "samples/s", "TFLOP/s", "step", "params",
+             "optim", "ckpt", "tiling", "mb x ga", "prefetch", "live", "sub-grp", "optim", "busiest lane");
+  for (size_t i = 0; i < rep.finalists.size(); ++i) {
+    const auto& e = rep.finalists[i];
+    const auto& c = e.candidate.config;
+    const bool ok = e.simulated && e.simulated->ok;
+    const auto [lane, busy] = bottleneck(e);
+    fmt::print("{:<3}{}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", i + 1,
+               cost ? fmt::format("{:>6}{:>12}", e.candidate.nodes, ok ? fmt::format("{:.4g}", e.score) : "-") : "",
+               ok ? fmt::format("{:.4g}", e.samples_per_s) : "failed",
+               ok ? fmt::format("{:.1f}", e.simulated->tflops_per_gpu) : "-",
+               ok ? format_seconds(e.simulated->step_time) : "-", to_string(c.params.tier), to_string(c.optimizer.tier),
+               c.checkpoint_interval > 0 ? fmt::format("{}/{}", to_string(c.checkpoints.tier), c.checkpoint_interval)
+                                         : "off",
+               c.tiling_factor, fmt::format("{}x{}", c.micro_batch.value_or(0), c.gradient_accumulation),
+               fmt::format("{}/{}/{}", c.nvme_prefetch_distance, c.h2d_prefetch_distance, c.allgather_prefetch_distance),
+               format_bytes(c.max_live_bytes), format_count(double(c.sub_group_size)),
+               c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap" : "after",
+               busy >= 0 ? fmt::format("{} {:.0f}%", lane, 100 * busy) : lane);
+  }
+  fmt::print("\nwhy:\n");
+  for (size_t i = 0; i < rep.finalists.size(); ++i) {
+    const auto& e = rep.finalists[i];
+    if (!e.simulated || !e.simulated->ok) {
+      fmt::print("  #{}: simulation failed: {}\n", i + 1, e.simulated ? e.simulated->message : "not run");
+      continue;
+    }
+    const auto [lane, busy] = bottleneck(e);
+    std::string line = fmt::format("  #{}: busiest lane {} ({:.0f}% of the step)", i + 1, lane, 100 * busy);
+    if (i + 1 < rep.finalists.size() && rep.finalists[i + 1].simulated && rep.finalists[i + 1].simulated->ok) {
+      const auto& n = rep.finalists[i + 1];
+      const auto [nlane, nbusy] = bottleneck(n);
+      line += fmt::format("; {:.1f}% {} #{}, which has {} and whose busiest lane is {} ({:.0f}%)",
+                          100 * (n.score / e.score - 1), cost ? "cheaper per sample than" : "ahead of", i + 2,
+                          differences(n.candidate, e.candidate), nlane, 100 * nbusy);
+    }
+    line += fmt::format("; found by {}", e.found_by);
+    fmt::print("{}\n", line);
+  }
+  if (best.candidate.nodes != in_opts.nodes) fmt::print("\nthe best runs on {} node(s) (objective cost)\n", best.candidate.nodes);
+  if (!o.yaml_out.empty()) fmt::print("\nwrote {} (zinf run config)\n", o.yaml_out);
+  if (!o.deepspeed_out.empty()) {
+    fmt::print("wrote {} (DeepSpeed config", o.deepspeed_out);
+    if (!not_expressed.empty()) {
+      fmt::print("; not expressible there: ");
+      for (size_t i = 0; i < not_expressed.size(); ++i) fmt::print("{}{}", i ? "; " : "", not_expressed[i]);
+    }
+    fmt::print(")\n");
+  }
+}
+
+Registration reg(35, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "tune", "Search run configurations (memory model, closed form, planner, simulator) and write the best");
+  auto in = std::make_shared<InputOptions>();
+  auto o = std::make_shared<TuneCliOptions>();
+  add_input_options(*cmd, *in);
+  cmd->add_option("--objective", o->objective, "throughput (samples/s) | cost (GPU-seconds per sample, up to --nodes)")
+      ->check(CLI::IsMember({"throughput", "cost"}))
+      ->capture_default_str();
+  cmd->add_option("--time-limit", o->time_limit, "Seconds for the whole search (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--global-batch", o->global_batch,
+                  "Sequences per step (default: ranks x the base config's micro-batch x its accumulation)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--plan-budget", o->plan_budget, "Candidates planned before the local search")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--finalists", o->finalists, "Candidates simulated")->check(CLI::Range(1, 1000))->capture_default_str();
+  cmd->add_option("--jobs,-j", o->jobs, "Plans and simulations at once, each in its own process")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print the report as JSON (every planned candidate, for analysis/tune_report.py)");
+  cmd->add_option("--yaml", o->yaml_out, "Write the best as a zinf run config here ('' to skip)")->capture_default_str();
+  cmd->add_option("--deepspeed", o->deepspeed_out, "Write the best as a DeepSpeed JSON config here ('' to skip)")
+      ->capture_default_str();
+  cmd->callback([in, o] { run_tune(*in, *o); });
+});
+
+}  // namespace
+}  // namespace zinf::cli

@@ -1,0 +1,130 @@
+// Writers of a RunConfig: zinf's YAML (read back by core/run_config.cpp's reader) and DeepSpeed's
+// JSON (the subset of keys that reader maps).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/run_config.hpp"
+
+namespace zinf::core {
+
+namespace {
+
+// A placement as the YAML reader spells it; `auto` is resolved to the tier it carries.
+const char* tier_word(const Placement& p) {
+  switch (p.tier) {
+    case Tier::Device: return "device";
+    case Tier::Host: return "host";
+    case Tier::Nvme: return "nvme";
+  }
+  return "device";
+}
+
+const char* deepspeed_device(const Placement& p) {
+  switch (p.tier) {
+    case Tier::Device: return "none";
+    case Tier::Host: return "cpu";
+    case Tier::Nvme: return "nvme";
+  }
+  return "none";
+}
+
+}  // namespace
+
+std::string run_config_to_yaml(const RunConfig& c, const std::string& description) {
+  std::string one_line = description;
+  for (char& ch : one_line)
+    if (ch == '\n' || ch == '"' || ch == '\\') ch = ' ';
+  std::string out;
+  out += fmt::format("# {}\n", one_line);
+  out += fmt::format("description: \"{}\"\n", one_line);
+  out += fmt::format("zero_stage: {}\n", c.zero_stage);
+  out += fmt::format("partitioning: {}\n",
+                     c.partitioning == Partitioning::OwnerBased ? "owner-based" : "bandwidth-centric");
+  out += fmt::format("offload: {{params: {}, gradients: {}, optimizer: {}}}\n", tier_word(c.params),
+                     tier_word(c.gradients), tier_word(c.optimizer));
+  out += fmt::format("activation_checkpoint: {{interval: {}, tier: {}}}\n", c.checkpoint_interval,
+                     tier_word(c.checkpoints));
+  out += fmt::format("tiling_factor: {}\n", c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto");
+  out += fmt::format(
+      "prefetch: {{nvme_distance: {}, h2d_distance: {}, allgather_distance: {}, max_live_bytes: {:.0f}, "
+      "reuse_distance_bytes: {:.0f}}}\n",
+      c.nvme_prefetch_distance, c.h2d_prefetch_distance, c.allgather_prefetch_distance, c.max_live_bytes,
+      c.reuse_distance_bytes);
+  out += fmt::format("aio: {{block_size: {}, queue_depth: {}, rings: {}, checksums: {}}}\n", c.aio_block_size,
+                     c.aio_queue_depth, c.aio_rings, c.swap_checksums);
+  out += fmt::format("pinned: {{buffer_count: {}, buffer_size: {}}}\n", c.pinned_buffer_count, c.pinned_buffer_size);
+  out += fmt::format(
+      "optimizer: {{type: {}, lr: {}, beta1: {}, beta2: {}, eps: {}, weight_decay: {}, grad_clip: {}, "
+      "sub_group_size: {}, timing: {}}}\n",
+      c.optimizer_type, c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.grad_clip, c.sub_group_size,
+      c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward");
+  out += fmt::format("gradient_accumulation: {}\n", c.gradient_accumulation);
+  if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
+  out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);
+  return out;
+}
+
+std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t model_micro_batch,
+                                         std::vector<std::string>& not_expressed) {
+  using nlohmann::ordered_json;
+  const int64_t mb = c.micro_batch.value_or(model_micro_batch);
+  ordered_json j;
+  j["train_batch_size"] = mb * c.gradient_accumulation * ranks;
+  j["train_micro_batch_size_per_gpu"] = mb;
+  j["gradient_accumulation_steps"] = c.gradient_accumulation;
+  if (c.grad_clip > 0) j["gradient_clipping"] = c.grad_clip;
+  j["bf16"] = {{"enabled", true}};
+  j["optimizer"] = {{"type", c.optimizer_type == "adam" ? "Adam" : "AdamW"},
+                    {"params", {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}}};
+  ordered_json z;
+  z["stage"] = c.zero_stage;
+  auto offload = [&](const Placement& p, bool with_buffers) {
+    ordered_json o;
+    o["device"] = deepspeed_device(p);
+    if (p.tier == Tier::Nvme) o["nvme_path"] = "/local_nvme";
+    o["pin_memory"] = true;
+    if (with_buffers) {
+      o["buffer_count"] = c.pinned_buffer_count;
+      o["buffer_size"] = c.pinned_buffer_size / 2;  // DeepSpeed counts fp16 elements
+    }
+    return o;
+  };
+  z["offload_param"] = offload(c.params, true);
+  z["offload_optimizer"] = offload(c.optimizer, false);
+  z["stage3_max_live_parameters"] = static_cast<int64_t>(c.max_live_bytes / 2);
+  z["stage3_max_reuse_distance"] = static_cast<int64_t>(c.reuse_distance_bytes / 2);
+  z["sub_group_size"] = c.sub_group_size;
+  z["overlap_comm"] = true;
+  z["contiguous_gradients"] = true;
+  j["zero_optimization"] = z;
+  j["aio"] = {{"block_size", c.aio_block_size}, {"queue_depth", c.aio_queue_depth}, {"thread_count", 1},
+              {"single_submit", false}, {"overlap_events", true}};
+  if (c.checkpoint_interval > 0)
+    j["activation_checkpointing"] = {{"partition_activations", false},
+                                     {"cpu_checkpointing", c.checkpoints.tier == Tier::Host},
+                                     {"contiguous_memory_optimization", false}};
+
+  if (c.gradients.tier != c.params.tier)
+    not_expressed.push_back(fmt::format("gradients on {} (DeepSpeed keeps them with the parameters, on {})",
+                                        tier_word(c.gradients), deepspeed_device(c.params)));
+  if (c.checkpoint_interval > 1)
+    not_expressed.push_back(fmt::format("a checkpoint every {} blocks (DeepSpeed checkpoints every block it wraps)",
+                                        c.checkpoint_interval));
+  if (c.checkpoint_interval > 0 && c.checkpoints.tier == Tier::Nvme)
+    not_expressed.push_back("activation checkpoints on NVMe (DeepSpeed: device or cpu_checkpointing)");
+  if (c.tiling_factor != 1)
+    not_expressed.push_back(fmt::format("tiling factor {} (DeepSpeed tiles linears in the model code, "
+                                        "deepspeed.zero.TiledLinear)",
+                                        c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto"));
+  if (c.nvme_prefetch_distance != 3 || c.h2d_prefetch_distance != 2 || c.allgather_prefetch_distance != 1)
+    not_expressed.push_back(fmt::format("prefetch distances {}/{}/{} (DeepSpeed bounds prefetch by bytes only)",
+                                        c.nvme_prefetch_distance, c.h2d_prefetch_distance,
+                                        c.allgather_prefetch_distance));
+  if (c.partitioning == Partitioning::OwnerBased) not_expressed.push_back("owner-based partitioning");
+  if (c.optimizer_timing == OptimizerTiming::OverlapBackward)
+    not_expressed.push_back("optimizer sub-groups updated during backward");
+  return j.dump(2) + "\n";
+}
+
+}  // namespace zinf::core

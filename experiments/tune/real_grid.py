@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The tuner checked on this machine: a grid of configurations trained for real with `zinf train`,
+each also simulated (`zinf sim`) on this machine's profile, and the configuration `zinf tune` picks
+on that profile trained the same way.
+
+    /usr/bin/python3 experiments/tune/real_grid.py [--hw hwprofiles/local.yaml] [--steps 12] [--warmup 3]
+        [--models gpt-mini,gpt-overlap] [--out analysis/tune/real_grid]
+
+For each model: 12 configurations (4 placements x 3 splits of a global batch of 4 sequences into
+micro-batch x gradient accumulation), trained for --steps steps each; a step's time is the median
+of the steps after --warmup (all ranks' work is one process here). Reports, per model: the pick's
+measured step against the best measured one (goal: within 5 %) and Spearman's rank correlation of
+predicted and measured step times over the grid (goal: >= 0.8). Writes OUT/<model>.csv and
+OUT/summary.json; prints a table.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLACEMENTS = {
+    # name: (params and gradients, optimizer, checkpoints)
+    "device": ("device", "device", "device"),
+    "host": ("host", "host", "host"),
+    "nvme": ("nvme", "nvme", "host"),
+    "host-optim-nvme": ("host", "nvme", "host"),
+}
+SPLITS = [(4, 1), (2, 2), (1, 4)]  # micro-batch x gradient accumulation = 4 sequences per step
+GLOBAL_BATCH = 4
+BASE = """zero_stage: 3
+offload: {{params: {p}, optimizer: {o}}}
+activation_checkpoint: {{interval: 1, tier: {c}}}
+prefetch: {{nvme_distance: 3, h2d_distance: 2, allgather_distance: 1}}
+optimizer: {{type: adamw, lr: 1.0e-3, sub_group_size: 100000}}
+micro_batch: {mb}
+gradient_accumulation: {ga}
+"""
+STEP_RE = re.compile(r"step (\d+)/\d+ \|[^|]*\|[^|]*\| ([0-9.]+) s \|")
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r.stdout
+
+
+def train(zinf, model, config, hw, steps, warmup, nvme_dir):
+    """Median step time of `zinf train` after the warm-up steps. A pseudo-terminal (script(1)) makes
+    train print every step's line, not every tenth."""
+    os.makedirs(nvme_dir, exist_ok=True)
+    cmd = " ".join(shlex.quote(x) for x in [zinf, "train", "--model", model, "--config", config, "--hw", hw,
+                                            "--steps", str(steps), "--nvme-dir", nvme_dir])
+    out = run(["script", "-qec", cmd, "/dev/null"])
+    times = {}
+    for m in STEP_RE.finditer(out):
+        times[int(m.group(1))] = float(m.group(2))
+    kept = [t for s, t in sorted(times.items()) if s > warmup]
+    if not kept:
+        raise RuntimeError(f"no step times in the output of {cmd}:\n{out[-2000:]}")
+    return statistics.median(kept), kept
+
+
+def simulate(zinf, model, config, hw):
+    j = json.loads(run([zinf, "sim", "--model", model, "--config", config, "--hw", hw, "--json"]))
+    return j["step_time"]
+
+
+def ranks(xs):
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return num / den if den else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--zinf", default=os.path.join(ROOT, os.environ.get("ZINF_BUILD", "build"), "zinf"))
+    ap.add_argument("--hw", default=os.path.join(ROOT, "hwprofiles/local.yaml"))
+    ap.add_argument("--models", default="gpt-mini,gpt-overlap")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(ROOT, "analysis/tune/real_grid"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="zinf-tune-grid-", dir="/var/tmp")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    start = time.time()
+    print(f"profile {a.hw}; load {open('/proc/loadavg').read().split()[:3]}", flush=True)
+    summary = {"hw": a.hw, "steps": a.steps, "warmup": a.warmup, "models": {}}
+    for model in a.models.split(","):
+        rows = []
+        for pname, (p, o, c) in PLACEMENTS.items():
+            for mb, ga in SPLITS:
+                name = f"{pname}-mb{mb}x{ga}"
+                cfg = os.path.join(scratch, f"{model}-{name}.yaml")
+                with open(cfg, "w") as f:
+                    f.write(f"description: tune grid {name}\n" + BASE.format(p=p, o=o, c=c, mb=mb, ga=ga))
+                rows.append({"name": name, "config": cfg})
+        # The tuner's pick on this machine's profile, from the device placement as the base.
+        t0 = time.time()
+        pick_cfg = os.path.join(a.out, f"{model}-pick.yaml")
+        tune = json.loads(run([a.zinf, "tune", "--model", model, "--hw", a.hw, "--config", rows[0]["config"],
+                               "--global-batch", str(GLOBAL_BATCH), "--json", "--yaml", pick_cfg, "--deepspeed", ""]))
+        tune_s = time.time() - t0
+        pick = tune["finalists"][0]
+        rows.append({"name": "tuner-pick", "config": pick_cfg, "describe": pick["describe"]})
+        for r in rows:
+            r["predicted"] = simulate(a.zinf, model, r["config"], a.hw)
+            r["measured"], r["steps"] = train(a.zinf, model, r["config"], a.hw, a.steps, a.warmup,
+                                              os.path.join(scratch, "nvme", model, r["name"]))
+            print(f"  {model:<12} {r['name']:<26} predicted {r['predicted']:.4f} s  measured {r['measured']:.4f} s",
+                  flush=True)
+        grid = [r for r in rows if r["name"] != "tuner-pick"]
+        best = min(rows, key=lambda r: r["measured"])
+        pick_row = rows[-1]
+        rho = spearman([r["predicted"] for r in grid], [r["measured"] for r in grid])
+        gap = pick_row["measured"] / best["measured"] - 1
+        summary["models"][model] = {
+            "pick": pick["describe"], "pick_measured": pick_row["measured"], "pick_predicted": pick_row["predicted"],
+            "best": best["name"], "best_measured": best["measured"], "gap": gap, "spearman": rho,
+            "tune_seconds": tune_s, "rows": rows}
+        with open(os.path.join(a.out, f"{model}.csv"), "w") as f:
+            f.write("name,predicted_s,measured_s,steps_s\n")
+            for r in rows:
+                f.write(f"{r['name']},{r['predicted']:.6f},{r['measured']:.6f},{' '.join(f'{x:.4f}' for x in r['steps'])}\n")
+    summary["seconds"] = time.time() - start
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print()
+    print("| model | tuner's pick | pick measured | best measured | pick vs best (goal <= 5 %) | Spearman, 12 configs (goal >= 0.8) |")
+    print("|---|---|---|---|---|---|")
+    for model, s in summary["models"].items():
+        print(f"| {model} | {s['pick']} | {s['pick_measured']:.4f} s | {s['best_measured']:.4f} s ({s['best']}) | "
+              f"{100 * s['gap']:+.1f} % | {s['spearman']:.2f} |")
+    print(f"\n{summary['seconds']:.0f} s in all; load {open('/proc/loadavg').read().split()[:3]}")
+    subprocess.run(["rm", "-rf", scratch])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

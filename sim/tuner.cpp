@@ -1,0 +1,711 @@
+#include "sim/tuner.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <stdexcept>
+
+#include "core/errors.hpp"
+#include "core/memory_model.hpp"
+#include "core/plan.hpp"
+#include "core/timeline.hpp"
+#include "core/units.hpp"
+#include "models/gpt.hpp"
+#include "sim/isolate.hpp"
+#include "sim/scenario.hpp"
+
+namespace zinf::sim {
+
+using core::OptimizerTiming;
+using core::Partitioning;
+using core::RunConfig;
+using core::Tier;
+
+namespace {
+
+constexpr int64_t kMaxAccumulation = 1024;  // the run config's own bound
+constexpr int kOwnerBasedMaxRanks = 16;     // owner-based programs are scheduled rank by rank
+constexpr size_t kPlanBatch = 4;            // candidates handed to the evaluators at once
+
+const char* short_tier(Tier t) {
+  switch (t) {
+    case Tier::Device: return "device";
+    case Tier::Host: return "host";
+    case Tier::Nvme: return "nvme";
+  }
+  return "?";
+}
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+
+// The structural knobs of a candidate (what the local search leaves alone): finalists differ in these.
+std::string structure_key(const TuneCandidate& c) {
+  const RunConfig& r = c.config;
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.nodes, int(r.partitioning), int(r.params.tier), int(r.optimizer.tier),
+                     r.checkpoint_interval, int(r.checkpoints.tier), r.tiling_factor, r.micro_batch.value_or(0),
+                     r.gradient_accumulation, int(r.gradients.tier));
+}
+
+double gpu_seconds_per_sample(double step, int nodes, const core::HwProfile& hw, int64_t global_batch) {
+  return step * double(nodes * hw.node.gpus) / double(global_batch);
+}
+
+}  // namespace
+
+std::string TuneCandidate::describe() const {
+  const auto& c = config;
+  std::string ckpt = c.checkpoint_interval > 0
+                         ? fmt::format("ckpt {}/{}", short_tier(c.checkpoints.tier), c.checkpoint_interval)
+                         : std::string("ckpt off");
+  return fmt::format("{} node(s), params {}, optimizer {}, {}, tiling {}, mb {} x ga {}, prefetch {}/{}/{}, live {}, "
+                     "sub-group {}, optimizer {}{}",
+                     nodes, short_tier(c.params.tier), short_tier(c.optimizer.tier), ckpt, c.tiling_factor,
+                     c.micro_batch.value_or(0), c.gradient_accumulation, c.nvme_prefetch_distance,
+                     c.h2d_prefetch_distance, c.allgather_prefetch_distance, core::format_bytes(c.max_live_bytes),
+                     core::format_count(double(c.sub_group_size)),
+                     c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlaps backward" : "after backward",
+                     c.partitioning == Partitioning::OwnerBased ? ", owner-based" : "");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The closed-form lane estimate
+
+LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& c) {
+  const auto& n = hw.node;
+  const double G = n.gpus, R = double(nodes) * G;
+  const double P = double(core::gpt_param_counts(model).total(model.layers));
+  const double b = double(c.micro_batch.value_or(model.micro_batch));
+  const double s = double(model.seq), h = double(model.hidden), L = double(model.layers);
+  const double M = double(c.gradient_accumulation);
+  const double recompute = c.checkpoint_interval > 0 ? 1 : 0;
+  const double tiles = double(std::max<int64_t>(1, c.tiling_factor));
+
+  // Compute: 2 FLOPs per parameter per token forward plus attention's two s x s GEMMs per layer;
+  // backward twice forward, recompute once more.
+  const double forward = 2 * P * b * s * M + 4 * b * s * s * h * L * M;
+  LaneEstimate out;
+  out.flops_per_gpu = forward * (3 + recompute);
+  const auto& curve = n.gpu.gemm_forward_efficiency.points.empty() ? n.gpu.gemm_efficiency : n.gpu.gemm_forward_efficiency;
+  const double eff = std::max(1e-3, curve.at(core::gemm_intensity_dim(b * s, double(model.ffn_hidden()) / tiles, h)));
+  const double kernels = 16 * L * (3 + recompute) * M * tiles;  // launches: about 16 kernels per block and pass
+  double compute = out.flops_per_gpu / (n.gpu.peak_flops * eff) + kernels * n.gpu.kernel_launch;
+
+  const double pcie = n.pcie_bandwidth_all_active();
+  const double comm_bw = R <= G ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);
+  const double nvme_r = n.nvme_read_bandwidth / G, nvme_w = n.nvme_write_bandwidth / G;  // this rank's share
+  const double groups = 12 * L + 3;  // parameter groups a pass fetches, for per-request latencies
+
+  double h2d = 0, d2h = 0, rd = 0, wr = 0, comm = 0;
+  // Parameters: fetched for forward, backward and recompute of every micro-batch.
+  const double fetches = (2 + recompute) * M;
+  const bool partitioned = c.zero_stage >= 3;
+  const double shard = partitioned ? 2 * P / R : 2 * P;
+  if (partitioned && c.params.tier != Tier::Device) {
+    h2d += fetches * shard / pcie + fetches * groups * n.pcie_latency;
+    if (c.params.tier == Tier::Nvme) rd += fetches * shard / nvme_r + fetches * groups * n.nvme_latency;
+  }
+  if (R > 1) {
+    if (partitioned) comm += fetches * 2 * P * (R - 1) / R / comm_bw;
+    comm += M * 2 * P * (R - 1) / R / comm_bw * (c.zero_stage >= 2 ? 1 : 2);  // reduce-scatter (all-reduce below stage 2)
+  }
+  // Gradient shards leave the device after each micro-batch's reduction.
+  const double grad_shard = c.zero_stage >= 2 ? 2 * P / R : 2 * P;
+  if (c.gradients.tier != Tier::Device) {
+    d2h += M * grad_shard / pcie;
+    if (c.gradients.tier == Tier::Nvme) wr += M * grad_shard / nvme_w + M * groups * n.nvme_latency;
+  }
+  // Activation checkpoints: saved in forward, loaded in backward.
+  if (c.checkpoint_interval > 0 && c.checkpoints.tier != Tier::Device) {
+    const double ckpt = 2 * b * s * h * std::ceil(L / double(c.checkpoint_interval)) * M;
+    d2h += ckpt / pcie;
+    h2d += ckpt / pcie;
+    if (c.checkpoints.tier == Tier::Nvme) {
+      wr += ckpt / nvme_w;
+      rd += ckpt / nvme_r;
+    }
+  }
+  // The optimizer step over this rank's shard: fp32 master, m and v (12 bytes per parameter).
+  const double opt_params = c.zero_stage >= 1 ? P / R : P;
+  double opt_cpu = 0, opt_dev = 0, opt_h2d = 0, opt_d2h = 0, opt_rd = 0, opt_wr = 0;
+  if (c.optimizer.tier == Tier::Device) {
+    opt_dev = 16 * opt_params / (n.gpu.memory_bandwidth * std::max(0.05, n.gpu.elementwise_efficiency));
+    if (c.gradients.tier != Tier::Device) opt_h2d += 2 * opt_params / pcie;
+  } else {
+    opt_cpu = opt_params / (n.cpu_adam_rate / G);
+    if (c.gradients.tier == Tier::Device) opt_d2h += 2 * opt_params / pcie;
+    if (c.params.tier == Tier::Device) opt_h2d += 2 * opt_params / pcie;
+    if (c.optimizer.tier == Tier::Nvme) {
+      opt_rd += 12 * opt_params / nvme_r;
+      opt_wr += 12 * opt_params / nvme_w;
+    }
+    if (c.gradients.tier == Tier::Nvme) opt_rd += 2 * opt_params / nvme_r;
+    if (c.params.tier == Tier::Nvme) opt_wr += 2 * opt_params / nvme_w;
+  }
+
+  struct Lane {
+    const char* name;
+    double step, optim;
+  };
+  std::vector<Lane> lanes;
+  if (n.device_shares_host_cores) {
+    // The "device" is the host's cores: compute, copies and CPU Adam take turns on them.
+    lanes.push_back({"cores", compute + h2d + d2h, opt_cpu + opt_dev + opt_h2d + opt_d2h});
+  } else {
+    lanes.push_back({"compute", compute, opt_dev});
+    lanes.push_back({"pcie_h2d", h2d, opt_h2d});
+    lanes.push_back({"pcie_d2h", d2h, opt_d2h});
+    lanes.push_back({"cpu_optim", 0, opt_cpu});
+  }
+  lanes.push_back({"nvme_read", rd, opt_rd});
+  lanes.push_back({"nvme_write", wr, opt_wr});
+  lanes.push_back({"comm", comm, 0});
+
+  double longest_step = 0, longest_optim = 0, longest_sum = 0;
+  for (const auto& l : lanes) {
+    out.lanes.push_back({l.name, l.step + l.optim});
+    longest_step = std::max(longest_step, l.step);
+    longest_optim = std::max(longest_optim, l.optim);
+    longest_sum = std::max(longest_sum, l.step + l.optim);
+  }
+  out.step_time = c.optimizer_timing == OptimizerTiming::OverlapBackward ? longest_sum : longest_step + longest_optim;
+  const auto it = std::max_element(out.lanes.begin(), out.lanes.end(),
+                                   [](const LaneLoad& a, const LaneLoad& b2) { return a.seconds < b2.seconds; });
+  out.bottleneck = it->lane;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Evaluators
+
+namespace {
+
+nlohmann::json outcome_json(const TuneOutcome& o) {
+  nlohmann::json j = {{"ok", o.ok},           {"refused", o.refused},
+                      {"message", o.message}, {"step_time", o.step_time},
+                      {"tflops", o.tflops_per_gpu}, {"tiling", o.tiling_factor},
+                      {"peak", {o.peak[0], o.peak[1], o.peak[2]}}};
+  for (const auto& [k, v] : o.busy) j["busy"].push_back({k, v});
+  return j;
+}
+
+TuneOutcome outcome_from_json(const std::string& text) {
+  const auto j = nlohmann::json::parse(text);
+  TuneOutcome o;
+  o.ok = j.at("ok").get<bool>();
+  o.refused = j.at("refused").get<bool>();
+  o.message = j.at("message").get<std::string>();
+  o.step_time = j.at("step_time").get<double>();
+  o.tflops_per_gpu = j.at("tflops").get<double>();
+  o.tiling_factor = j.at("tiling").get<int64_t>();
+  for (size_t i = 0; i < 3; ++i) o.peak[i] = j.at("peak").at(i).get<double>();
+  if (j.contains("busy"))
+    for (const auto& b : j["busy"]) o.busy.emplace_back(b.at(0).get<std::string>(), b.at(1).get<double>());
+  return o;
+}
+
+TuneOutcome failed(bool refused, const std::string& message) {
+  TuneOutcome o;
+  o.refused = refused;
+  o.message = message;
+  return o;
+}
+
+std::vector<TuneOutcome> run_forked(size_t count, int workers, const std::function<TuneOutcome(size_t)>& fn) {
+  std::vector<TuneOutcome> out(count);
+  run_isolated_parallel(
+      count, workers,
+      [&](size_t i) {
+        try {
+          return outcome_json(fn(i)).dump();
+        } catch (const core::PlanError& e) {
+          return outcome_json(failed(true, e.what())).dump();
+        }
+      },
+      [&](size_t i, bool ok, const std::string& text) { out[i] = ok ? outcome_from_json(text) : failed(false, text); });
+  return out;
+}
+
+}  // namespace
+
+TuneOutcome schedule_in_process(const core::ModelSpec& model, const core::HwProfile& hw, const TuneCandidate& c) {
+  core::ModelSpec spec = model;
+  if (c.config.micro_batch) spec.micro_batch = *c.config.micro_batch;
+  const core::ModelGraph graph = models::build_gpt(spec);
+  TuneOutcome o;
+  try {
+    const core::PlanResult r = core::make_plan(graph, hw, c.config, c.nodes * hw.node.gpus);
+    o.ok = true;
+    o.step_time = core::estimate_step_time(r.program, hw);
+    o.tiling_factor = r.plan.tiling_factor;
+    o.peak = r.plan.peak_bytes;
+  } catch (const core::PlanError& e) {
+    return failed(true, e.what());
+  }
+  return o;
+}
+
+TuneEvaluators isolated_evaluators(const core::ModelSpec& model, const core::HwProfile& hw, int workers) {
+  TuneEvaluators e;
+  e.schedule = [model, hw, workers](const std::vector<TuneCandidate>& cs) {
+    return run_forked(cs.size(), workers, [&](size_t i) { return schedule_in_process(model, hw, cs[i]); });
+  };
+  e.simulate = [model, hw, workers](const std::vector<TuneCandidate>& cs) {
+    return run_forked(cs.size(), workers, [&](size_t i) {
+      SimOptions opts;
+      opts.timeline_ranks = {};
+      const ScenarioResult r = run_scenario({model, hw, cs[i].config, cs[i].nodes}, opts);
+      TuneOutcome o;
+      o.ok = true;
+      o.step_time = r.report.step_time;
+      o.tflops_per_gpu = r.report.tflops_per_gpu;
+      o.tiling_factor = r.plan.tiling_factor;
+      o.peak = r.plan.peak_bytes;
+      for (const auto& b : r.report.busy) o.busy.emplace_back(b.resource, b.busy);
+      return o;
+    });
+  };
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The space
+
+TuneSpace default_tune_space(const TuneRequest& req) {
+  TuneSpace s = req.space;
+  const RunConfig& b = req.base;
+  const int ranks = req.nodes * req.hw.node.gpus;
+  const std::vector<Tier> all = {Tier::Device, Tier::Host, Tier::Nvme};
+  if (s.params_tiers.empty()) s.params_tiers = all;
+  if (s.optimizer_tiers.empty()) s.optimizer_tiers = all;
+  if (s.checkpoint_tiers.empty()) s.checkpoint_tiers = all;
+  if (s.checkpoint_intervals.empty()) {
+    for (int64_t ci : {int64_t(1), int64_t(2), int64_t(4)})
+      if (ci <= req.model.layers) s.checkpoint_intervals.push_back(ci);
+    s.checkpoint_intervals.push_back(0);
+  }
+  if (s.tiling_factors.empty())
+    for (int64_t t = 1; t <= 64 && t <= req.model.hidden; t *= 2) s.tiling_factors.push_back(t);
+  if (s.micro_batches.empty()) {
+    for (int64_t m = 1; m <= 64; m *= 2) s.micro_batches.push_back(m);
+    const int64_t own = b.micro_batch.value_or(req.model.micro_batch);
+    if (std::find(s.micro_batches.begin(), s.micro_batches.end(), own) == s.micro_batches.end())
+      s.micro_batches.push_back(own);
+  }
+  if (s.live_bytes.empty()) s.live_bytes = {b.max_live_bytes, b.max_live_bytes / 4, b.max_live_bytes / 16};
+  if (s.partitionings.empty()) {
+    s.partitionings = {Partitioning::BandwidthCentric};
+    if (ranks > 1 && ranks <= kOwnerBasedMaxRanks && b.zero_stage == 3) s.partitionings.push_back(Partitioning::OwnerBased);
+  }
+  if (s.node_counts.empty()) {
+    if (req.objective == TuneObjective::Cost)
+      for (int nn = 1; nn < req.nodes; nn *= 2) s.node_counts.push_back(nn);
+    s.node_counts.push_back(req.nodes);
+  }
+  if (s.prefetch.empty()) {
+    s.prefetch = {{b.nvme_prefetch_distance, b.h2d_prefetch_distance, b.allgather_prefetch_distance}, {1, 1, 1}, {6, 4, 2}};
+  }
+  if (s.sub_group_sizes.empty()) s.sub_group_sizes = {b.sub_group_size, std::max<int64_t>(1, b.sub_group_size / 10)};
+  if (s.timings.empty()) s.timings = {OptimizerTiming::AfterBackward, OptimizerTiming::OverlapBackward};
+  return s;
+}
+
+namespace {
+
+struct Enumerated {
+  TuneCandidate candidate;
+  bool fits = false;
+  double short_ratio = 0;  // shortfall over budget of the first short tier
+  std::string short_text;
+};
+
+std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, int64_t global_batch) {
+  std::vector<Enumerated> out;
+  const RunConfig& base = req.base;
+  for (int nodes : s.node_counts) {
+    const int64_t ranks = int64_t(nodes) * req.hw.node.gpus;
+    for (int64_t mb : s.micro_batches) {
+      if (global_batch % (ranks * mb) != 0) continue;
+      const int64_t ga = global_batch / (ranks * mb);
+      if (ga < 1 || ga > kMaxAccumulation) continue;
+      for (Partitioning part : s.partitionings) {
+        if (part == Partitioning::OwnerBased && ranks <= 1) continue;
+        for (Tier pt : s.params_tiers) {
+          if (pt != Tier::Device && base.zero_stage < 3) continue;  // stages 0-2 keep parameters on the device
+          for (Tier ot : s.optimizer_tiers) {
+            for (int64_t ci : s.checkpoint_intervals) {
+              for (Tier ct : s.checkpoint_tiers) {
+                if (ci == 0 && ct != s.checkpoint_tiers.front()) continue;  // no checkpoints: tier is moot
+                RunConfig c = base;
+                c.partitioning = part;
+                c.params = {false, pt};
+                c.gradients = {false, pt};
+                c.optimizer = {false, ot};
+                c.checkpoint_interval = ci;
+                c.checkpoints = {false, ci == 0 ? Tier::Device : ct};
+                c.micro_batch = mb;
+                c.gradient_accumulation = ga;
+                // The largest live-bytes bound, then the smallest tiling factor, that fit.
+                Enumerated e;
+                std::optional<core::MemoryReport> first;
+                for (double live : s.live_bytes) {
+                  for (int64_t t : s.tiling_factors) {
+                    RunConfig probe = c;
+                    probe.max_live_bytes = live;
+                    probe.tiling_factor = t;
+                    core::MemoryReport r = core::memory_requirement({req.model, req.hw, nodes, probe});
+                    if (!first) first = r;
+                    if (r.fits) {
+                      c = probe;
+                      e.fits = true;
+                      break;
+                    }
+                  }
+                  if (e.fits) break;
+                }
+                if (!e.fits) {
+                  c.max_live_bytes = s.live_bytes.front();
+                  c.tiling_factor = s.tiling_factors.front();
+                  const auto& r = *first;
+                  const double budget = *r.short_tier == Tier::Device ? r.budget.device
+                                        : *r.short_tier == Tier::Host ? r.budget.host
+                                                                      : r.budget.nvme;
+                  e.short_ratio = budget > 0 ? r.shortfall / budget : 1e30;
+                  e.short_text = fmt::format("{} short by {} ({})", core::to_string(*r.short_tier),
+                                             core::format_bytes(r.shortfall),
+                                             *r.short_tier == Tier::Device ? "per GPU" : "per node");
+                }
+                e.candidate = {c, nodes};
+                out.push_back(std::move(e));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int64_t resolve_global_batch(const TuneRequest& req) {
+  if (req.global_batch > 0) return req.global_batch;
+  return int64_t(req.nodes) * req.hw.node.gpus * req.base.micro_batch.value_or(req.model.micro_batch) *
+         req.base.gradient_accumulation;
+}
+
+}  // namespace
+
+std::vector<TuneCandidate> enumerate_candidates(const TuneRequest& req, const TuneSpace& space) {
+  std::vector<TuneCandidate> out;
+  for (auto& e : enumerate(req, space, resolve_global_batch(req))) out.push_back(std::move(e.candidate));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The search
+
+TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TuneProgress& progress) {
+  const auto t0 = clock_type::now();
+  TuneReport rep;
+  rep.global_batch = resolve_global_batch(req);
+  const TuneSpace space = default_tune_space(req);
+  rep.not_searched.push_back("tensor parallelism (the core has no tensor-parallel partitioning yet)");
+  rep.not_searched.push_back(fmt::format("ZeRO stage (the base config's, {})", req.base.zero_stage));
+  rep.not_searched.push_back("gradients on another tier than the parameters");
+  if (std::find(space.partitionings.begin(), space.partitionings.end(), Partitioning::OwnerBased) ==
+      space.partitionings.end())
+    rep.not_searched.push_back(
+        fmt::format("owner-based partitioning (searched on 2 to {} ranks only)", kOwnerBasedMaxRanks));
+
+  auto score_of = [&](const TuneCandidate& c, double step) {
+    return req.objective == TuneObjective::Cost ? gpu_seconds_per_sample(step, c.nodes, req.hw, rep.global_batch) : step;
+  };
+  auto over_time = [&](double fraction) { return req.time_limit > 0 && since(t0) > fraction * req.time_limit; };
+
+  // 1. Enumerate, check the memory model, estimate every lane in closed form.
+  std::vector<Enumerated> all = enumerate(req, space, rep.global_batch);
+  if (all.empty())
+    throw std::invalid_argument(fmt::format(
+        "global batch {} cannot be split into micro-batches of {} on {} rank(s) with at most {} accumulation steps",
+        rep.global_batch, fmt::join(space.micro_batches, "/"), req.nodes * req.hw.node.gpus, kMaxAccumulation));
+  rep.enumerated = all.size();
+  std::vector<TuneEntry> entries;
+  entries.reserve(all.size());
+  for (const auto& e : all) {
+    TuneEntry t;
+    t.candidate = e.candidate;
+    t.memory_fits = e.fits;
+    t.estimate = estimate_lanes(req.model, req.hw, e.candidate.nodes, e.candidate.config);
+    t.score = score_of(t.candidate, t.estimate.step_time);
+    t.found_by = "closed form";
+    rep.memory_fit += e.fits ? 1 : 0;
+    entries.push_back(std::move(t));
+  }
+  // Fitting candidates by estimated objective; then the others, closest to fitting first (the
+  // memory model is a closed form; the planner may still accept what it calls short).
+  std::vector<size_t> order(entries.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (entries[a].memory_fits != entries[b].memory_fits) return entries[a].memory_fits;
+    if (entries[a].memory_fits) return entries[a].score < entries[b].score;
+    return all[a].short_ratio < all[b].short_ratio;
+  });
+  rep.seconds_enumerate = since(t0);
+
+  // 2. Plan and schedule the most promising, a batch at a time.
+  const auto t1 = clock_type::now();
+  std::vector<TuneEntry> planned;
+  size_t next = 0, refused_unfit = 0;
+  std::string first_refusal;
+  const size_t budget = static_cast<size_t>(std::max(1, req.plan_budget));
+  while (next < order.size()) {
+    const bool have = !planned.empty();
+    if (have && (rep.plans >= budget || over_time(0.5))) break;
+    if (!have && over_time(0.8)) break;
+    // With nothing accepted yet, go on through every candidate the memory model accepts and the
+    // `budget` closest of those it refuses.
+    if (!entries[order[next]].memory_fits && refused_unfit >= budget) break;
+    std::vector<size_t> batch;
+    while (next < order.size() && batch.size() < kPlanBatch) batch.push_back(order[next++]);
+    std::vector<TuneCandidate> cs;
+    for (size_t i : batch) cs.push_back(entries[i].candidate);
+    const auto outcomes = eval.schedule(cs);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      TuneEntry& e = entries[batch[k]];
+      ++rep.plans;
+      if (!e.memory_fits) ++refused_unfit;
+      e.planned = outcomes[k];
+      if (!outcomes[k].ok) {
+        ++rep.plans_refused;
+        if (first_refusal.empty())
+          first_refusal = fmt::format("{}: {}", e.candidate.describe(),
+                                      e.memory_fits ? outcomes[k].message : all[batch[k]].short_text);
+        continue;
+      }
+      e.candidate.config.tiling_factor = outcomes[k].tiling_factor;
+      e.score = score_of(e.candidate, outcomes[k].step_time);
+      planned.push_back(e);
+    }
+    if (progress) progress("plan", std::min(rep.plans, budget), budget);
+  }
+  if (planned.empty()) {
+    std::string closest = first_refusal;
+    if (closest.empty() && !order.empty()) closest = entries[order[0]].candidate.describe() + ": " + all[order[0]].short_text;
+    throw core::PlanError(fmt::format("no configuration of {} on {} x {} node(s) fits: {} searched, {} planned; the closest, {}",
+                                      req.model.name, req.hw.name, req.nodes, rep.enumerated, rep.plans, closest));
+  }
+  auto by_score = [](const TuneEntry& a, const TuneEntry& b) { return a.score < b.score; };
+  std::stable_sort(planned.begin(), planned.end(), by_score);
+
+  // 3. Local search over the schedule knobs of the best planned candidates: each knob's values in
+  // turn, keeping any that lowers the idealized objective.
+  // The best planned candidate of each of the first `local_search_top` structures.
+  std::vector<TuneEntry> starts;
+  for (const auto& e : planned) {
+    if (starts.size() >= static_cast<size_t>(std::max(0, req.local_search_top))) break;
+    const std::string k = structure_key(e.candidate);
+    if (std::none_of(starts.begin(), starts.end(), [&](const TuneEntry& x) { return structure_key(x.candidate) == k; }))
+      starts.push_back(e);
+  }
+  for (size_t i = 0; i < starts.size() && !over_time(0.6); ++i) {
+    TuneEntry best = starts[i];
+    auto try_variants = [&](const std::string& knob, const std::vector<std::pair<std::string, RunConfig>>& variants) {
+      if (variants.empty() || over_time(0.6)) return;
+      std::vector<TuneCandidate> cs;
+      for (const auto& v : variants) cs.push_back({v.second, best.candidate.nodes});
+      const auto outcomes = eval.schedule(cs);
+      std::optional<TuneEntry> winner;
+      for (size_t k = 0; k < cs.size(); ++k) {
+        ++rep.plans;
+        if (!outcomes[k].ok) {
+          ++rep.plans_refused;
+          continue;
+        }
+        TuneEntry e = best;
+        e.candidate = cs[k];
+        e.candidate.config.tiling_factor = outcomes[k].tiling_factor;
+        e.planned = outcomes[k];
+        e.estimate = estimate_lanes(req.model, req.hw, e.candidate.nodes, e.candidate.config);
+        e.score = score_of(e.candidate, outcomes[k].step_time);
+        e.found_by = fmt::format("local search: {} {}", knob, variants[k].first);
+        planned.push_back(e);
+        if (e.score < (winner ? winner->score : best.score) * (1 - 1e-9)) winner = e;
+      }
+      if (winner) best = *winner;
+    };
+    const RunConfig& c0 = best.candidate.config;
+    std::vector<std::pair<std::string, RunConfig>> v;
+    for (const auto& p : space.prefetch) {
+      if (p.nvme == c0.nvme_prefetch_distance && p.h2d == c0.h2d_prefetch_distance && p.allgather == c0.allgather_prefetch_distance)
+        continue;
+      RunConfig c = c0;
+      c.nvme_prefetch_distance = p.nvme;
+      c.h2d_prefetch_distance = p.h2d;
+      c.allgather_prefetch_distance = p.allgather;
+      v.push_back({fmt::format("{}/{}/{}", p.nvme, p.h2d, p.allgather), c});
+    }
+    try_variants("prefetch", v);
+    v.clear();
+    for (double live : {best.candidate.config.max_live_bytes * 4}) {
+      RunConfig c = best.candidate.config;
+      c.max_live_bytes = live;
+      v.push_back({core::format_bytes(live), c});
+    }
+    try_variants("live bytes", v);
+    v.clear();
+    for (int64_t sg : space.sub_group_sizes) {
+      if (sg == best.candidate.config.sub_group_size) continue;
+      RunConfig c = best.candidate.config;
+      c.sub_group_size = sg;
+      v.push_back({core::format_count(double(sg)), c});
+    }
+    try_variants("sub-group", v);
+    v.clear();
+    for (OptimizerTiming t : space.timings) {
+      if (t == best.candidate.config.optimizer_timing) continue;
+      RunConfig c = best.candidate.config;
+      c.optimizer_timing = t;
+      v.push_back({t == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward", c});
+    }
+    try_variants("timing", v);
+  }
+  std::stable_sort(planned.begin(), planned.end(), by_score);
+  rep.seconds_plan = since(t1);
+
+  // 4. Simulate the finalists: the best planned candidate of each of the best structures.
+  const auto t2 = clock_type::now();
+  std::vector<TuneEntry> finalists;
+  for (const auto& e : planned) {
+    if (finalists.size() >= static_cast<size_t>(std::max(1, req.finalists))) break;
+    const std::string k = structure_key(e.candidate);
+    if (std::none_of(finalists.begin(), finalists.end(), [&](const TuneEntry& f) { return structure_key(f.candidate) == k; }))
+      finalists.push_back(e);
+  }
+  // With a time limit, simulate what the time left allows (at least the best one).
+  size_t simulated = 0;
+  double last_batch = 0;
+  while (simulated < finalists.size()) {
+    // Another batch would take about as long as the last one: start it only if it ends in time.
+    if (simulated > 0 && req.time_limit > 0 && since(t0) + last_batch > req.time_limit) {
+      rep.time_limited = true;
+      break;
+    }
+    const auto tb = clock_type::now();
+    const size_t n = req.time_limit > 0 ? std::min<size_t>(2, finalists.size() - simulated) : finalists.size() - simulated;
+    std::vector<TuneCandidate> cs;
+    for (size_t k = simulated; k < simulated + n; ++k) cs.push_back(finalists[k].candidate);
+    const auto outcomes = eval.simulate(cs);
+    for (size_t k = 0; k < n; ++k) {
+      TuneEntry& f = finalists[simulated + k];
+      f.simulated = outcomes[k];
+      ++rep.simulations;
+      if (outcomes[k].ok) f.score = score_of(f.candidate, outcomes[k].step_time);
+    }
+    simulated += n;
+    last_batch = since(tb);
+    if (progress) progress("simulate", simulated, finalists.size());
+  }
+  finalists.resize(simulated);
+  std::stable_sort(finalists.begin(), finalists.end(), [](const TuneEntry& a, const TuneEntry& b) {
+    const bool ao = a.simulated && a.simulated->ok, bo = b.simulated && b.simulated->ok;
+    if (ao != bo) return ao;
+    if (a.score != b.score) return a.score < b.score;
+    // Equal predictions: the one that needs less device memory.
+    return a.planned->peak[0] < b.planned->peak[0];
+  });
+  auto samples = [&](TuneEntry& e) {
+    const double step = e.simulated && e.simulated->ok ? e.simulated->step_time
+                        : e.planned && e.planned->ok  ? e.planned->step_time
+                                                      : e.estimate.step_time;
+    e.samples_per_s = step > 0 ? double(rep.global_batch) / step : 0;
+  };
+  for (auto& e : finalists) samples(e);
+  for (auto& e : planned) samples(e);
+  rep.finalists = std::move(finalists);
+  rep.planned = std::move(planned);
+  rep.seconds_simulate = since(t2);
+  rep.seconds_total = since(t0);
+  if (req.time_limit > 0 && rep.plans < budget && next < order.size()) rep.time_limited = true;
+  return rep;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// JSON
+
+namespace {
+
+nlohmann::json config_json(const TuneCandidate& c) {
+  const RunConfig& r = c.config;
+  return {{"nodes", c.nodes},
+          {"params", short_tier(r.params.tier)},
+          {"gradients", short_tier(r.gradients.tier)},
+          {"optimizer", short_tier(r.optimizer.tier)},
+          {"checkpoint_interval", r.checkpoint_interval},
+          {"checkpoints", short_tier(r.checkpoints.tier)},
+          {"tiling_factor", r.tiling_factor},
+          {"micro_batch", r.micro_batch.value_or(0)},
+          {"gradient_accumulation", r.gradient_accumulation},
+          {"prefetch", {r.nvme_prefetch_distance, r.h2d_prefetch_distance, r.allgather_prefetch_distance}},
+          {"max_live_bytes", r.max_live_bytes},
+          {"sub_group_size", r.sub_group_size},
+          {"optimizer_timing", r.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward"},
+          {"partitioning", r.partitioning == Partitioning::OwnerBased ? "owner-based" : "bandwidth-centric"}};
+}
+
+nlohmann::json peak_json(const core::PerTier& p) {
+  return {{"device_per_rank", p[0]}, {"host_per_rank", p[1]}, {"nvme_per_rank", p[2]}};
+}
+
+nlohmann::json entry_json(const TuneEntry& e) {
+  nlohmann::json j;
+  j["describe"] = e.candidate.describe();
+  j["config"] = config_json(e.candidate);
+  j["found_by"] = e.found_by;
+  j["score"] = e.score;
+  j["samples_per_s"] = e.samples_per_s;
+  j["estimate"] = {{"step_time", e.estimate.step_time}, {"bottleneck", e.estimate.bottleneck}};
+  for (const auto& l : e.estimate.lanes) j["estimate"]["lanes"][l.lane] = l.seconds;
+  if (e.planned && e.planned->ok)
+    j["planned"] = {{"step_time", e.planned->step_time}, {"peak", peak_json(e.planned->peak)}};
+  if (e.simulated) {
+    const auto& s = *e.simulated;
+    j["simulated"] = {{"ok", s.ok}, {"step_time", s.step_time}, {"tflops_per_gpu", s.tflops_per_gpu}};
+    if (!s.ok) j["simulated"]["message"] = s.message;
+    for (const auto& [k, v] : s.busy) j["simulated"]["busy"][k] = v;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string tune_report_json(const TuneRequest& req, const TuneReport& rep) {
+  nlohmann::json j;
+  j["model"] = req.model.name;
+  j["hwprofile"] = req.hw.name;
+  j["nodes"] = req.nodes;
+  j["gpus_per_node"] = req.hw.node.gpus;
+  j["global_batch"] = rep.global_batch;
+  j["objective"] = req.objective == TuneObjective::Cost ? "cost" : "throughput";
+  j["budget_per_rank"] = {{"device", req.hw.gpu_budget()},
+                          {"host", req.hw.host_budget() / req.hw.node.gpus},
+                          {"nvme", req.hw.nvme_budget() / req.hw.node.gpus}};
+  j["searched"] = {{"enumerated", rep.enumerated}, {"memory_fit", rep.memory_fit}, {"plans", rep.plans},
+                   {"plans_refused", rep.plans_refused}, {"simulations", rep.simulations},
+                   {"time_limited", rep.time_limited}};
+  j["seconds"] = {{"enumerate", rep.seconds_enumerate}, {"plan", rep.seconds_plan},
+                  {"simulate", rep.seconds_simulate}, {"total", rep.seconds_total}};
+  j["not_searched"] = rep.not_searched;
+  j["finalists"] = nlohmann::json::array();
+  for (const auto& e : rep.finalists) j["finalists"].push_back(entry_json(e));
+  j["planned"] = nlohmann::json::array();
+  for (const auto& e : rep.planned) j["planned"].push_back(entry_json(e));
+  return j.dump(2);
+}
+
+}  // namespace zinf::sim
