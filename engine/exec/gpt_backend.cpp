@@ -810,30 +810,47 @@ void GptCpuBackend::load_state(const GroupReader& master, const GroupReader& m, 
 }
 
 GptCpuBackend::FullState GptCpuBackend::gather_state() {
-  Impl& I = *impl_;
   FullState out;
-  auto gather = [&](const Home<float>& home, Gpt2Params& dst) {
-    std::vector<float> mine(size_t(I.space));
-    home.read(0, I.space, mine.data());
-    for (const auto& pg : I.graph.params) dst.emplace_back(size_t(pg.numel), 0.0f);
-    for (const auto& u : I.P.units()) {
-      std::vector<float> flat;
-      if (I.owner_based) {
-        flat.assign(size_t(u.numel), 0.0f);
-        if (u.owner == I.rank) std::copy_n(mine.data() + u.owner_offset, u.numel, flat.data());
-        I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
-      } else {
-        flat.assign(size_t(u.shard_numel) * size_t(I.P.ranks()), 0.0f);
-        I.comm.all_gather(mine.data() + u.shard_offset, size_t(u.shard_numel) * sizeof(float), flat.data(),
-                          u.name.c_str());
-      }
-      I.unit_into_group(u, flat.data(), dst[size_t(u.group)]);
-    }
-  };
-  gather(I.master, out.master);
-  gather(I.m, out.m);
-  gather(I.v, out.v);
+  for (const auto& pg : impl_->graph.params) {
+    out.master.emplace_back();
+    out.m.emplace_back();
+    out.v.emplace_back();
+    gather_group(pg.id, StateTensor::Master, out.master.back());
+    gather_group(pg.id, StateTensor::AdamM, out.m.back());
+    gather_group(pg.id, StateTensor::AdamV, out.v.back());
+  }
   return out;
+}
+
+void GptCpuBackend::gather_group(int32_t group, StateTensor which, std::vector<float>& out) {
+  Impl& I = *impl_;
+  if (group < 0 || size_t(group) >= I.graph.params.size())
+    throw std::invalid_argument(fmt::format("gather_group: no parameter group {}", group));
+  const Home<float>& home = which == StateTensor::Master ? I.master : which == StateTensor::AdamM ? I.m : I.v;
+  const int64_t numel = I.graph.params[size_t(group)].numel;
+  out.resize(size_t(numel));
+  std::vector<float> tile;
+  for (int32_t id : I.group_units[size_t(group)]) {
+    const auto& u = I.unit(id);
+    const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
+    Staging<float> mine;
+    if (I.holds(u)) {
+      mine = staging<float>(cnt);
+      home.read(off, cnt, mine.data());
+    }
+    // An untiled unit is its whole group: gathered in place (with the ranks' padding, dropped after).
+    std::vector<float>& flat = u.tiles == 1 ? out : tile;
+    if (I.owner_based) {
+      flat.resize(size_t(u.numel));
+      if (u.owner == I.rank) std::copy_n(mine.data(), u.numel, flat.data());
+      I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
+    } else {
+      flat.resize(size_t(u.shard_numel) * size_t(I.P.ranks()));
+      I.comm.all_gather(mine.data(), size_t(u.shard_numel) * sizeof(float), flat.data(), u.name.c_str());
+    }
+    if (u.tiles > 1) I.unit_into_group(u, flat.data(), out);
+  }
+  out.resize(size_t(numel));
 }
 
 int64_t GptCpuBackend::device_peak_bytes() const { return impl_->arena.peak(); }
