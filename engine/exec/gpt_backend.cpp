@@ -134,6 +134,9 @@ struct GptCpuBackend::Impl {
   std::vector<std::vector<int>> ckpt_blocks;
   // (checkpoint, micro-batch) -> task id of the last forward of that run
   std::set<int32_t> last_forward_of_run;
+  // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
+  // in id order), after which the block's intermediates and gradients are no longer needed.
+  std::map<int32_t, int> last_backward_of_block;
   std::vector<int32_t> first_backward_of_mb;  // per micro-batch
   std::vector<int> ckpt_saves_per_mb;         // CopyD2H(Checkpoint) tasks per micro-batch
 
@@ -141,8 +144,10 @@ struct GptCpuBackend::Impl {
   // touched only by the task that the Program orders after their producer.
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int32_t, Staging<bf16>> host_param;               // by unit: read from NVMe, on the host
-  std::map<int32_t, DeviceVector<bf16>> dev_param;           // by unit: this rank's shard on the device
+  // Keyed by the task that staged them (two fetches of one unit may be in flight together: its
+  // forward and backward fetches when gathered copies are not kept between them).
+  std::map<int32_t, Staging<bf16>> host_param;               // by NVMe read task: on the host
+  std::map<int32_t, DeviceVector<bf16>> dev_param;           // by host-to-device copy task: on the device
   std::map<int64_t, DeviceVector<float>> gathered;           // by buffer id of the gathered unit
   std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
   std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_full;   // (unit, mb)
@@ -239,6 +244,13 @@ struct GptCpuBackend::Impl {
       }
     }
     for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
+    std::map<std::pair<int32_t, int>, int32_t> last_bwd;  // (micro-batch, block) -> task
+    for (const auto& t : P.tasks())
+      if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
+        auto& id = last_bwd[{t.micro_batch, graph.ops[size_t(t.op)].block}];
+        id = std::max(id, t.id);
+      }
+    for (const auto& [key, id] : last_bwd) last_backward_of_block[id] = key.second;
   }
 
   const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
@@ -270,14 +282,29 @@ struct GptCpuBackend::Impl {
 
   // ---- parameters ---------------------------------------------------------------------------
 
+  // What the stage of kind `kind` upstream of fetch task t (same unit, through its dependencies)
+  // staged in `from`.
   template <typename Buffer>
-  Buffer take(std::map<int32_t, Buffer>& from, int32_t key, const char* what) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = from.find(key);
-    if (it == from.end()) throw std::logic_error(fmt::format("{} of unit {} is not staged", what, unit(key).name));
-    auto out = std::move(it->second);
-    from.erase(it);
-    return out;
+  Buffer take(std::map<int32_t, Buffer>& from, const Task& t, TaskKind kind, const char* what) {
+    std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
+    for (int depth = 0; depth < 3 && !frontier.empty(); ++depth) {
+      std::vector<int32_t> next;
+      for (int32_t d : frontier) {
+        const Task& dt = P.task(d);
+        if (dt.unit != t.unit) continue;
+        if (dt.kind == kind) {
+          std::lock_guard<std::mutex> lock(mu);
+          auto it = from.find(d);
+          if (it == from.end()) break;
+          auto out = std::move(it->second);
+          from.erase(it);
+          return out;
+        }
+        next.insert(next.end(), P.deps(dt).begin(), P.deps(dt).end());
+      }
+      frontier = std::move(next);
+    }
+    throw std::logic_error(fmt::format("{}: {} of unit {} is not staged", P.label(t), what, unit(t.unit).name));
   }
 
   void fetch_task(const Task& t) {
@@ -288,26 +315,26 @@ struct GptCpuBackend::Impl {
         Staging<bf16> buf = staging<bf16>(n);
         params.read(off, n, buf.data());
         std::lock_guard<std::mutex> lock(mu);
-        host_param[t.unit] = std::move(buf);
+        host_param[t.id] = std::move(buf);
         return;
       }
       case TaskKind::CopyH2D: {
         DeviceVector<bf16> buf(size_t(n), device<bf16>());
         if (plan.params == Tier::Nvme) {
-          const Staging<bf16> host = take(host_param, t.unit, "the NVMe read");
+          const Staging<bf16> host = take(host_param, t, TaskKind::NvmeRead, "the NVMe read");
           std::copy_n(host.data(), n, buf.data());
         } else {
           std::copy_n(params.mem.data() + off, n, buf.data());
         }
         std::lock_guard<std::mutex> lock(mu);
-        dev_param.insert_or_assign(t.unit, std::move(buf));
+        dev_param.insert_or_assign(t.id, std::move(buf));
         return;
       }
       case TaskKind::AllGather: {
         DeviceVector<bf16> held;
         const bf16* shard = params.mem.data() + off;
         if (plan.params != Tier::Device) {
-          held = take(dev_param, t.unit, "the host-to-device copy");
+          held = take(dev_param, t, TaskKind::CopyH2D, "the host-to-device copy");
           shard = held.data();
         }
         DeviceVector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()), device<bf16>());
@@ -317,7 +344,7 @@ struct GptCpuBackend::Impl {
       }
       case TaskKind::Broadcast: {
         const bool staged = u.owner == rank && plan.params != Tier::Device;
-        DeviceVector<bf16> whole = staged ? take(dev_param, t.unit, "the host-to-device copy")
+        DeviceVector<bf16> whole = staged ? take(dev_param, t, TaskKind::CopyH2D, "the host-to-device copy")
                                           : DeviceVector<bf16>(size_t(u.numel), device<bf16>());
         if (u.owner == rank && plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
         comm.broadcast(whole.data(), size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
@@ -406,8 +433,18 @@ struct GptCpuBackend::Impl {
       } else {
         model.backward(t.op, pbufs, gbufs, a);
       }
+      if (auto it = last_backward_of_block.find(t.id); it != last_backward_of_block.end()) drop_after_backward(it->second, a);
     }
     release(t);
+  }
+
+  // After block b's backward: its recomputed intermediates and their gradients, its output and the
+  // output's gradient go (the next use of each is the next step, which allocates them zeroed as
+  // zero_grads would leave them), so backward holds one run's activations, not every block's.
+  void drop_after_backward(int b, Gpt2Activations& a) {
+    a.drop_block(b);
+    Gpt2Activations::release(a.x[size_t(b) + 1]);
+    Gpt2Activations::release(a.dx[size_t(b) + 1]);
   }
 
   DeviceVector<float>& grad_buffer(int32_t u, int32_t mb) {
