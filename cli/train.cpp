@@ -211,9 +211,14 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     fmt::print("{}\n", mem.text);
   }
   if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
+    // After the reset the high-water mark is the RSS the save starts from (freed memory stays in
+    // the heap for the next step), so both are shown: what the save added is their difference.
     const bool measured = engine::reset_peak_rss();
+    const double before = engine::peak_rss_since_reset();
     auto dir = trainer.save_checkpoint();
-    if (lead && measured) fmt::print("checkpoint: {} (peak RSS while saving {})\n", dir, core::format_bytes(engine::peak_rss_since_reset()));
+    if (lead && measured)
+      fmt::print("checkpoint: {} (peak RSS while saving {}, {} when it began)\n", dir,
+                 core::format_bytes(engine::peak_rss_since_reset()), core::format_bytes(before));
     else if (lead) fmt::print("checkpoint: {}\n", dir);
   }
   if (stopped) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 namespace zinf::engine {
 
@@ -800,46 +801,47 @@ void GptCpuBackend::load_state(const FullState& full) {
 
 void GptCpuBackend::load_state(const GroupReader& master, const GroupReader& m, const GroupReader& v) {
   Impl& I = *impl_;
-  std::vector<float> group_master, group_m, group_v;
+  std::vector<float> group;
   const auto& units = I.P.units();  // in group order, a group's tiles together
   size_t next_unit = 0;
   for (const auto& pg : I.graph.params) {
-    auto read = [&](const GroupReader& r, std::vector<float>& into, const char* what) {
-      if (!r) return;
-      r(pg.id, into);
-      if (int64_t(into.size()) != pg.numel)
-        throw std::invalid_argument(fmt::format("{}: group {} has {} elements, the model's has {}", what, pg.name, into.size(), pg.numel));
-    };
-    read(master, group_master, "master weights");
-    read(m, group_m, "Adam m");
-    read(v, group_v, "Adam v");
-    for (; next_unit < units.size() && units[next_unit].group == pg.id; ++next_unit) {
-      const auto& u = units[next_unit];
-      if (!I.holds(u)) continue;
-      const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
-      const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
-      // This rank's slice of the unit, zero past the unit's end and in the aligned padding, so
-      // that an NVMe home's padded span is written whole. An untiled unit is its whole group, read
-      // in place; absent moments share one zero slice.
-      auto slice = [&](const std::vector<float>& group) {
-        auto out = staging<float>(cnt);
-        std::fill(out.begin(), out.begin() + cnt, 0.0f);
-        if (group.empty()) return out;
-        std::vector<float> tile;
-        if (u.tiles > 1) tile = I.unit_from_group(u, group);
-        const float* flat = u.tiles > 1 ? tile.data() : group.data();
-        for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) out[size_t(i)] = flat[begin + i];
-        return out;
-      };
-      const auto sm = slice(group_master);
-      const auto zero = group_m.empty() || group_v.empty() ? slice({}) : Staging<float>{};
-      const auto sv_m = group_m.empty() ? Staging<float>{} : slice(group_m);
-      const auto sv_v = group_v.empty() ? Staging<float>{} : slice(group_v);
-      auto params = staging<bf16>(cnt);
-      for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(sm[size_t(i)]);
-      wait_all({I.params.write_async(off, cnt, params.data()), I.master.write_async(off, cnt, sm.data()),
-                I.m.write_async(off, cnt, (group_m.empty() ? zero : sv_m).data()),
-                I.v.write_async(off, cnt, (group_v.empty() ? zero : sv_v).data())});
+    const size_t first_unit = next_unit;
+    while (next_unit < units.size() && units[next_unit].group == pg.id) ++next_unit;
+    // One state at a time, in the order a checkpoint holds them: host memory holds one group's
+    // tensor and one unit's slice of it, never the three states together.
+    const std::tuple<const GroupReader*, Home<float>*, const char*> states[] = {
+        {&master, &I.master, "master weights"}, {&m, &I.m, "Adam m"}, {&v, &I.v, "Adam v"}};
+    for (const auto& [reader, home, what] : states) {
+      group.clear();
+      if (*reader) {
+        (*reader)(pg.id, group);
+        if (int64_t(group.size()) != pg.numel)
+          throw std::invalid_argument(
+              fmt::format("{}: group {} has {} elements, the model's has {}", what, pg.name, group.size(), pg.numel));
+      }
+      for (size_t k = first_unit; k < next_unit; ++k) {
+        const auto& u = units[k];
+        if (!I.holds(u)) continue;
+        const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
+        const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
+        // This rank's slice of the unit, zero past the unit's end and in the aligned padding, so
+        // that an NVMe home's padded span is written whole; zero throughout for absent moments.
+        auto slice = staging<float>(cnt);
+        std::fill(slice.begin(), slice.begin() + cnt, 0.0f);
+        if (!group.empty()) {
+          std::vector<float> tile;
+          if (u.tiles > 1) tile = I.unit_from_group(u, group);
+          const float* flat = u.tiles > 1 ? tile.data() : group.data();
+          for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) slice[size_t(i)] = flat[begin + i];
+        }
+        if (home == &I.master) {  // the bf16 parameters are the master weights rounded
+          auto params = staging<bf16>(cnt);
+          for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(slice[size_t(i)]);
+          wait_all({I.params.write_async(off, cnt, params.data()), I.master.write_async(off, cnt, slice.data())});
+        } else {
+          home->write(off, cnt, slice.data());
+        }
+      }
     }
   }
   if (next_unit != units.size())

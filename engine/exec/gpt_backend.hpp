@@ -48,8 +48,9 @@ public:
 
   // Supplies one parameter group's full fp32 tensor; called once per group, in group order.
   using GroupReader = std::function<void(int32_t group, std::vector<float>& out)>;
-  // initialize and load_state a group at a time: host memory holds one group and one unit's
-  // shard per state, never the model (a model larger than RAM starts from NVMe this way).
+  // initialize and load_state a group and a state at a time: host memory holds one group's tensor
+  // and one unit's shard of it, never the model (a model larger than RAM starts from NVMe this
+  // way). The readers are called per group in the order master, m, v: a checkpoint's order.
   void initialize(const GroupReader& params) { load_state(params, {}, {}); }
 
   // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
