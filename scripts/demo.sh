@@ -16,7 +16,7 @@ bash scripts/setup.sh build
 cmake --build build -j"$(nproc)" --target zinf
 OUT=${ZINF_DEMO_DIR:-$PWD/out/demo}
 rm -rf "$OUT" && mkdir -p "$OUT/nvme"
-./build/zinf train "${TRAIN_ARGS[@]}" --nvme-dir "$OUT/nvme" --steps ${ZINF_DEMO_STEPS:-120} \
+./build/zinf train "${TRAIN_ARGS[@]}" --nvme-dir "$OUT/nvme" --steps ${ZINF_DEMO_STEPS:-150} \
   --checkpoint-dir "$OUT/checkpoints" --timeline "$OUT/timeline" --export "$OUT/gpt-demo.safetensors"
 echo
 ./build/zinf sim --model gpt-100b --hw dgx2-v100 --config experiments/sim/paper-node-nvme.yaml
