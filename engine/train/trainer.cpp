@@ -113,14 +113,14 @@ struct Trainer::Impl {
 #endif
     } else {
       backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
-      // A fresh start streams its initialization a parameter group at a time into the homes the
-      // plan chose, so the model never sits whole in host memory.
-      // A resumed run loads every home from the checkpoint instead.
-      if (opt.start == CheckpointStart::Resume) {
-      } else if (opt.init_from.empty()) {
+      // A fresh start streams its initialization (or --init-from) a parameter group at a time into
+      // the homes the plan chose, so the model never sits whole in host memory. A resumed run
+      // skips it: resume() loads every home from the checkpoint the same way.
+      const bool resuming = opt.start == CheckpointStart::Resume;
+      if (!resuming && opt.init_from.empty()) {
         Gpt2::InitStream stream(model, opt.init_seed);
         backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
-      } else {
+      } else if (!resuming) {
         backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
       }
       executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
