@@ -172,7 +172,10 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                o.model.name, core::format_count(double(plan.total_params)), comm.size(), o.hw.name, trainer.backend(),
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
-    if (trainer.step_count() > 0) fmt::print("resumed at step {}\n", trainer.step_count());
+    if (trainer.step_count() > 0)
+      fmt::print("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
+                 core::format_bytes(engine::peak_rss()),
+                 core::format_bytes(engine::planned_ram(plan.peak_bytes, std::string(trainer.backend()) == "cpu")));
   }
   const bool tty = ::isatty(STDOUT_FILENO);
   auto stop_requested = [&] { return trainer.any_rank(g_stop_signal != 0); };
@@ -215,8 +218,15 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     fmt::print("{}\n", mem.text);
   }
   if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
+    // After the reset the high-water mark is the RSS the save starts from (freed memory stays in
+    // the heap for the next step), so both are shown: what the save added is their difference.
+    const bool measured = engine::reset_peak_rss();
+    const double before = engine::peak_rss_since_reset();
     auto dir = trainer.save_checkpoint();
-    if (lead) fmt::print("checkpoint: {}\n", dir);
+    if (lead && measured)
+      fmt::print("checkpoint: {} (peak RSS while saving {}, {} when it began)\n", dir,
+                 core::format_bytes(engine::peak_rss_since_reset()), core::format_bytes(before));
+    else if (lead) fmt::print("checkpoint: {}\n", dir);
   }
   if (stopped) {
     const int sig = g_stop_signal != 0 ? int(g_stop_signal) : SIGTERM;  // another rank's signal

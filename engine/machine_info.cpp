@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -128,9 +129,29 @@ double peak_rss() {
   return double(u.ru_maxrss) * 1024.0;
 }
 
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return bool(f);
+}
+
+double peak_rss_since_reset() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;  // "VmHWM:  1234 kB"
+  return 0;
+}
+
+double planned_ram(const core::PerTier& peak, bool device_in_host_memory) {
+  return peak[size_t(core::Tier::Host)] + (device_in_host_memory ? peak[size_t(core::Tier::Device)] : 0.0) +
+         kProcessOverhead;
+}
+
 MemoryComparison compare_memory(const core::PerTier& peak, bool device_in_host_memory, double arena_peak, double rss) {
-  const double device = peak[size_t(core::Tier::Device)], host = peak[size_t(core::Tier::Host)];
-  const double ram = host + (device_in_host_memory ? device : 0.0) + kProcessOverhead;
+  const double device = peak[size_t(core::Tier::Device)];
+  const double ram = planned_ram(peak, device_in_host_memory);
   MemoryComparison c;
   c.text = "memory per rank, planned vs measured: device " + core::format_bytes(device) + " vs arena peak " +
            (arena_peak >= 0 ? core::format_bytes(arena_peak) : std::string("(none)")) + "; RAM " + core::format_bytes(ram) +

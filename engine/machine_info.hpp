@@ -26,6 +26,14 @@ void check_plan_fits_ram(const core::PerTier& per_rank_peak, bool device_in_host
 
 // This process's peak resident set size in bytes (getrusage).
 double peak_rss();
+// One phase's peak RSS (a checkpoint's save): reset_peak_rss() starts the kernel's high-water mark
+// (VmHWM) again from the current RSS, through /proc/self/clear_refs, and returns false where that
+// is refused; peak_rss_since_reset() reads VmHWM from /proc/self/status (0 when unreadable).
+bool reset_peak_rss();
+double peak_rss_since_reset();
+// The RAM a plan counts per rank: the host tier, the device arena when it is in host memory (the
+// CPU backend), and kProcessOverhead.
+double planned_ram(const core::PerTier& per_rank_peak, bool device_in_host_memory);
 
 // The planned and the measured memory of a run side by side, per rank: the plan's device and host
 // peaks, the device arena's measured peak (-1: no arena) and the process's peak RSS against the

@@ -80,6 +80,32 @@ TEST_CASE("a saved checkpoint loads back verified, and latest names it", "[check
   CHECK(slurp(c.state_path) == "state one");
 }
 
+TEST_CASE("a streamed state is checksummed as written; a writer that fails midway leaves latest as it was",
+          "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000001", [](const engine::ByteSink& sink) {
+    sink("state ", 6);
+    sink("in ", 3);
+    sink("pieces", 6);
+  }, meta(1));
+  auto c = engine::load_latest_checkpoint(env, root);
+  CHECK(c.verified);
+  CHECK(slurp(c.state_path) == "state in pieces");
+  CHECK(c.meta["checksums"]["state.safetensors"]["bytes"] == 15);
+
+  CHECK_THROWS_WITH(dir.save("step-00000002", [](const engine::ByteSink& sink) {
+    sink("half a sta", 10);
+    throw std::runtime_error("the tier could not be read");
+  }, meta(2)), Contains("could not be read"));
+  c = engine::load_latest_checkpoint(env, root);
+  CHECK(c.meta["step"] == 1);
+  CHECK(slurp(c.state_path) == "state in pieces");
+  CHECK_FALSE(fs::exists(root + "/step-00000002"));
+}
+
 TEST_CASE("re-saving the step latest names swaps it in whole; a failed swap leaves the old one", "[checkpoint]") {
   TempDir tmp;
   FailingEnv env;

@@ -115,6 +115,9 @@ TEST_CASE("executor: offloaded and tiled configurations match the device-residen
       "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\ntiling_factor: 4\nactivation_checkpoint: {interval: 1, tier: nvme}\n"
       "prefetch: {nvme_distance: 5, h2d_distance: 3, allgather_distance: 2}\n",
       "zero_stage: 3\nprefetch: {nvme_distance: 1, h2d_distance: 1, allgather_distance: 0}\n",
+      // Parameters fetched again for backward: a unit's forward and backward fetches overlap.
+      "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: host}\n"
+      "prefetch: {max_live_bytes: 1 MB, reuse_distance_bytes: 0}\n",
   };
   for (const char* v : variants) {
     INFO(v);

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -296,4 +297,28 @@ TEST_CASE("a NaN page written into a swap file stops the run; with aio checksums
     else
       REQUIRE_THROWS_AS(t.step(), engine::TrainingDiverged);
   }
+}
+
+TEST_CASE("backward frees each block's activations once it is done: the device arena does not grow with depth",
+          "[trainer][memory]") {
+  TempDir dir("depth");
+  engine::LocalCollectives comm;
+  const char* config =
+      "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: host}\n"
+      "prefetch: {max_live_bytes: 1 MB, reuse_distance_bytes: 0}\n";
+  auto arena_peak = [&](int layers) {
+    auto o = options(config, dir.path / std::to_string(layers));
+    o.model.layers = layers;
+    engine::Trainer t(o, comm);
+    int64_t peak = 0;
+    for (int i = 0; i < 2; ++i) peak = std::max(peak, t.step().device_arena_peak);
+    return peak;
+  };
+  const int64_t shallow = arena_peak(2), deep = arena_peak(8);
+  // What may grow per block: its checkpoint (micro_batch x seq x hidden fp32), held on the device
+  // until backward. A block's activations and gradients (about 30 times that) must not.
+  const auto spec = core::load_model_spec(source("models/gpt-tiny.yaml"));
+  const int64_t checkpoint = spec.micro_batch * spec.seq * spec.hidden * 4;
+  INFO("arena peak " << shallow << " bytes at 2 layers, " << deep << " at 8");
+  CHECK(deep - shallow <= 6 * 2 * checkpoint);
 }

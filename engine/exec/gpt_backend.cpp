@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 namespace zinf::engine {
 
@@ -134,6 +135,9 @@ struct GptCpuBackend::Impl {
   std::vector<std::vector<int>> ckpt_blocks;
   // (checkpoint, micro-batch) -> task id of the last forward of that run
   std::set<int32_t> last_forward_of_run;
+  // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
+  // in id order), after which the block's intermediates and gradients are no longer needed.
+  std::map<int32_t, int> last_backward_of_block;
   std::vector<int32_t> first_backward_of_mb;  // per micro-batch
   std::vector<int> ckpt_saves_per_mb;         // CopyD2H(Checkpoint) tasks per micro-batch
 
@@ -141,8 +145,10 @@ struct GptCpuBackend::Impl {
   // touched only by the task that the Program orders after their producer.
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int32_t, Staging<bf16>> host_param;               // by unit: read from NVMe, on the host
-  std::map<int32_t, DeviceVector<bf16>> dev_param;           // by unit: this rank's shard on the device
+  // Keyed by the task that staged them (two fetches of one unit may be in flight together: its
+  // forward and backward fetches when gathered copies are not kept between them).
+  std::map<int32_t, Staging<bf16>> host_param;               // by NVMe read task: on the host
+  std::map<int32_t, DeviceVector<bf16>> dev_param;           // by host-to-device copy task: on the device
   std::map<int64_t, DeviceVector<float>> gathered;           // by buffer id of the gathered unit
   std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
   std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_full;   // (unit, mb)
@@ -239,6 +245,13 @@ struct GptCpuBackend::Impl {
       }
     }
     for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
+    std::map<std::pair<int32_t, int>, int32_t> last_bwd;  // (micro-batch, block) -> task
+    for (const auto& t : P.tasks())
+      if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
+        auto& id = last_bwd[{t.micro_batch, graph.ops[size_t(t.op)].block}];
+        id = std::max(id, t.id);
+      }
+    for (const auto& [key, id] : last_bwd) last_backward_of_block[id] = key.second;
   }
 
   const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
@@ -270,14 +283,29 @@ struct GptCpuBackend::Impl {
 
   // ---- parameters ---------------------------------------------------------------------------
 
+  // What the stage of kind `kind` upstream of fetch task t (same unit, through its dependencies)
+  // staged in `from`.
   template <typename Buffer>
-  Buffer take(std::map<int32_t, Buffer>& from, int32_t key, const char* what) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = from.find(key);
-    if (it == from.end()) throw std::logic_error(fmt::format("{} of unit {} is not staged", what, unit(key).name));
-    auto out = std::move(it->second);
-    from.erase(it);
-    return out;
+  Buffer take(std::map<int32_t, Buffer>& from, const Task& t, TaskKind kind, const char* what) {
+    std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
+    for (int depth = 0; depth < 3 && !frontier.empty(); ++depth) {
+      std::vector<int32_t> next;
+      for (int32_t d : frontier) {
+        const Task& dt = P.task(d);
+        if (dt.unit != t.unit) continue;
+        if (dt.kind == kind) {
+          std::lock_guard<std::mutex> lock(mu);
+          auto it = from.find(d);
+          if (it == from.end()) break;
+          auto out = std::move(it->second);
+          from.erase(it);
+          return out;
+        }
+        next.insert(next.end(), P.deps(dt).begin(), P.deps(dt).end());
+      }
+      frontier = std::move(next);
+    }
+    throw std::logic_error(fmt::format("{}: {} of unit {} is not staged", P.label(t), what, unit(t.unit).name));
   }
 
   void fetch_task(const Task& t) {
@@ -288,26 +316,26 @@ struct GptCpuBackend::Impl {
         Staging<bf16> buf = staging<bf16>(n);
         params.read(off, n, buf.data());
         std::lock_guard<std::mutex> lock(mu);
-        host_param[t.unit] = std::move(buf);
+        host_param[t.id] = std::move(buf);
         return;
       }
       case TaskKind::CopyH2D: {
         DeviceVector<bf16> buf(size_t(n), device<bf16>());
         if (plan.params == Tier::Nvme) {
-          const Staging<bf16> host = take(host_param, t.unit, "the NVMe read");
+          const Staging<bf16> host = take(host_param, t, TaskKind::NvmeRead, "the NVMe read");
           std::copy_n(host.data(), n, buf.data());
         } else {
           std::copy_n(params.mem.data() + off, n, buf.data());
         }
         std::lock_guard<std::mutex> lock(mu);
-        dev_param.insert_or_assign(t.unit, std::move(buf));
+        dev_param.insert_or_assign(t.id, std::move(buf));
         return;
       }
       case TaskKind::AllGather: {
         DeviceVector<bf16> held;
         const bf16* shard = params.mem.data() + off;
         if (plan.params != Tier::Device) {
-          held = take(dev_param, t.unit, "the host-to-device copy");
+          held = take(dev_param, t, TaskKind::CopyH2D, "the host-to-device copy");
           shard = held.data();
         }
         DeviceVector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()), device<bf16>());
@@ -317,7 +345,7 @@ struct GptCpuBackend::Impl {
       }
       case TaskKind::Broadcast: {
         const bool staged = u.owner == rank && plan.params != Tier::Device;
-        DeviceVector<bf16> whole = staged ? take(dev_param, t.unit, "the host-to-device copy")
+        DeviceVector<bf16> whole = staged ? take(dev_param, t, TaskKind::CopyH2D, "the host-to-device copy")
                                           : DeviceVector<bf16>(size_t(u.numel), device<bf16>());
         if (u.owner == rank && plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
         comm.broadcast(whole.data(), size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
@@ -406,8 +434,18 @@ struct GptCpuBackend::Impl {
       } else {
         model.backward(t.op, pbufs, gbufs, a);
       }
+      if (auto it = last_backward_of_block.find(t.id); it != last_backward_of_block.end()) drop_after_backward(it->second, a);
     }
     release(t);
+  }
+
+  // After block b's backward: its recomputed intermediates and their gradients, its output and the
+  // output's gradient go (the next use of each is the next step, which allocates them zeroed as
+  // zero_grads would leave them), so backward holds one run's activations, not every block's.
+  void drop_after_backward(int b, Gpt2Activations& a) {
+    a.drop_block(b);
+    Gpt2Activations::release(a.x[size_t(b) + 1]);
+    Gpt2Activations::release(a.dx[size_t(b) + 1]);
   }
 
   DeviceVector<float>& grad_buffer(int32_t u, int32_t mb) {
@@ -763,46 +801,47 @@ void GptCpuBackend::load_state(const FullState& full) {
 
 void GptCpuBackend::load_state(const GroupReader& master, const GroupReader& m, const GroupReader& v) {
   Impl& I = *impl_;
-  std::vector<float> group_master, group_m, group_v;
+  std::vector<float> group;
   const auto& units = I.P.units();  // in group order, a group's tiles together
   size_t next_unit = 0;
   for (const auto& pg : I.graph.params) {
-    auto read = [&](const GroupReader& r, std::vector<float>& into, const char* what) {
-      if (!r) return;
-      r(pg.id, into);
-      if (int64_t(into.size()) != pg.numel)
-        throw std::invalid_argument(fmt::format("{}: group {} has {} elements, the model's has {}", what, pg.name, into.size(), pg.numel));
-    };
-    read(master, group_master, "master weights");
-    read(m, group_m, "Adam m");
-    read(v, group_v, "Adam v");
-    for (; next_unit < units.size() && units[next_unit].group == pg.id; ++next_unit) {
-      const auto& u = units[next_unit];
-      if (!I.holds(u)) continue;
-      const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
-      const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
-      // This rank's slice of the unit, zero past the unit's end and in the aligned padding, so
-      // that an NVMe home's padded span is written whole. An untiled unit is its whole group, read
-      // in place; absent moments share one zero slice.
-      auto slice = [&](const std::vector<float>& group) {
-        auto out = staging<float>(cnt);
-        std::fill(out.begin(), out.begin() + cnt, 0.0f);
-        if (group.empty()) return out;
-        std::vector<float> tile;
-        if (u.tiles > 1) tile = I.unit_from_group(u, group);
-        const float* flat = u.tiles > 1 ? tile.data() : group.data();
-        for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) out[size_t(i)] = flat[begin + i];
-        return out;
-      };
-      const auto sm = slice(group_master);
-      const auto zero = group_m.empty() || group_v.empty() ? slice({}) : Staging<float>{};
-      const auto sv_m = group_m.empty() ? Staging<float>{} : slice(group_m);
-      const auto sv_v = group_v.empty() ? Staging<float>{} : slice(group_v);
-      auto params = staging<bf16>(cnt);
-      for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(sm[size_t(i)]);
-      wait_all({I.params.write_async(off, cnt, params.data()), I.master.write_async(off, cnt, sm.data()),
-                I.m.write_async(off, cnt, (group_m.empty() ? zero : sv_m).data()),
-                I.v.write_async(off, cnt, (group_v.empty() ? zero : sv_v).data())});
+    const size_t first_unit = next_unit;
+    while (next_unit < units.size() && units[next_unit].group == pg.id) ++next_unit;
+    // One state at a time, in the order a checkpoint holds them: host memory holds one group's
+    // tensor and one unit's slice of it, never the three states together.
+    const std::tuple<const GroupReader*, Home<float>*, const char*> states[] = {
+        {&master, &I.master, "master weights"}, {&m, &I.m, "Adam m"}, {&v, &I.v, "Adam v"}};
+    for (const auto& [reader, home, what] : states) {
+      group.clear();
+      if (*reader) {
+        (*reader)(pg.id, group);
+        if (int64_t(group.size()) != pg.numel)
+          throw std::invalid_argument(
+              fmt::format("{}: group {} has {} elements, the model's has {}", what, pg.name, group.size(), pg.numel));
+      }
+      for (size_t k = first_unit; k < next_unit; ++k) {
+        const auto& u = units[k];
+        if (!I.holds(u)) continue;
+        const int64_t begin = I.owner_based ? 0 : int64_t(I.rank) * u.shard_numel;
+        const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
+        // This rank's slice of the unit, zero past the unit's end and in the aligned padding, so
+        // that an NVMe home's padded span is written whole; zero throughout for absent moments.
+        auto slice = staging<float>(cnt);
+        std::fill(slice.begin(), slice.begin() + cnt, 0.0f);
+        if (!group.empty()) {
+          std::vector<float> tile;
+          if (u.tiles > 1) tile = I.unit_from_group(u, group);
+          const float* flat = u.tiles > 1 ? tile.data() : group.data();
+          for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) slice[size_t(i)] = flat[begin + i];
+        }
+        if (home == &I.master) {  // the bf16 parameters are the master weights rounded
+          auto params = staging<bf16>(cnt);
+          for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(slice[size_t(i)]);
+          wait_all({I.params.write_async(off, cnt, params.data()), I.master.write_async(off, cnt, slice.data())});
+        } else {
+          home->write(off, cnt, slice.data());
+        }
+      }
     }
   }
   if (next_unit != units.size())
@@ -810,30 +849,47 @@ void GptCpuBackend::load_state(const GroupReader& master, const GroupReader& m, 
 }
 
 GptCpuBackend::FullState GptCpuBackend::gather_state() {
-  Impl& I = *impl_;
   FullState out;
-  auto gather = [&](const Home<float>& home, Gpt2Params& dst) {
-    std::vector<float> mine(size_t(I.space));
-    home.read(0, I.space, mine.data());
-    for (const auto& pg : I.graph.params) dst.emplace_back(size_t(pg.numel), 0.0f);
-    for (const auto& u : I.P.units()) {
-      std::vector<float> flat;
-      if (I.owner_based) {
-        flat.assign(size_t(u.numel), 0.0f);
-        if (u.owner == I.rank) std::copy_n(mine.data() + u.owner_offset, u.numel, flat.data());
-        I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
-      } else {
-        flat.assign(size_t(u.shard_numel) * size_t(I.P.ranks()), 0.0f);
-        I.comm.all_gather(mine.data() + u.shard_offset, size_t(u.shard_numel) * sizeof(float), flat.data(),
-                          u.name.c_str());
-      }
-      I.unit_into_group(u, flat.data(), dst[size_t(u.group)]);
-    }
-  };
-  gather(I.master, out.master);
-  gather(I.m, out.m);
-  gather(I.v, out.v);
+  for (const auto& pg : impl_->graph.params) {
+    out.master.emplace_back();
+    out.m.emplace_back();
+    out.v.emplace_back();
+    gather_group(pg.id, StateTensor::Master, out.master.back());
+    gather_group(pg.id, StateTensor::AdamM, out.m.back());
+    gather_group(pg.id, StateTensor::AdamV, out.v.back());
+  }
   return out;
+}
+
+void GptCpuBackend::gather_group(int32_t group, StateTensor which, std::vector<float>& out) {
+  Impl& I = *impl_;
+  if (group < 0 || size_t(group) >= I.graph.params.size())
+    throw std::invalid_argument(fmt::format("gather_group: no parameter group {}", group));
+  const Home<float>& home = which == StateTensor::Master ? I.master : which == StateTensor::AdamM ? I.m : I.v;
+  const int64_t numel = I.graph.params[size_t(group)].numel;
+  out.resize(size_t(numel));
+  std::vector<float> tile;
+  for (int32_t id : I.group_units[size_t(group)]) {
+    const auto& u = I.unit(id);
+    const int64_t off = I.mine_offset(u), cnt = I.mine_count(u);
+    Staging<float> mine;
+    if (I.holds(u)) {
+      mine = staging<float>(cnt);
+      home.read(off, cnt, mine.data());
+    }
+    // An untiled unit is its whole group: gathered in place (with the ranks' padding, dropped after).
+    std::vector<float>& flat = u.tiles == 1 ? out : tile;
+    if (I.owner_based) {
+      flat.resize(size_t(u.numel));
+      if (u.owner == I.rank) std::copy_n(mine.data(), u.numel, flat.data());
+      I.comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
+    } else {
+      flat.resize(size_t(u.shard_numel) * size_t(I.P.ranks()));
+      I.comm.all_gather(mine.data(), size_t(u.shard_numel) * sizeof(float), flat.data(), u.name.c_str());
+    }
+    if (u.tiles > 1) I.unit_into_group(u, flat.data(), out);
+  }
+  out.resize(size_t(numel));
 }
 
 int64_t GptCpuBackend::device_peak_bytes() const { return impl_->arena.peak(); }

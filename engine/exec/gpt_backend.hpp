@@ -48,8 +48,9 @@ public:
 
   // Supplies one parameter group's full fp32 tensor; called once per group, in group order.
   using GroupReader = std::function<void(int32_t group, std::vector<float>& out)>;
-  // initialize and load_state a group at a time: host memory holds one group and one unit's
-  // shard per state, never the model (a model larger than RAM starts from NVMe this way).
+  // initialize and load_state a group and a state at a time: host memory holds one group's tensor
+  // and one unit's shard of it, never the model (a model larger than RAM starts from NVMe this
+  // way). The readers are called per group in the order master, m, v: a checkpoint's order.
   void initialize(const GroupReader& params) { load_state(params, {}, {}); }
 
   // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
@@ -78,6 +79,14 @@ public:
   };
   // Assembles the full state from every rank's shards (a collective: every rank calls it).
   FullState gather_state();
+
+  // The same a group at a time (a checkpoint of a model larger than RAM is written this way).
+  // Collective: every rank makes the same calls in the same order, and every rank gets the tensor.
+  // Group `group`'s full fp32 tensor of one state is put together in `out` from every rank's
+  // shards, read unit by unit from their tier: host memory holds that tensor and one unit's shard,
+  // never the model.
+  enum class StateTensor { Master, AdamM, AdamV };
+  void gather_group(int32_t group, StateTensor which, std::vector<float>& out);
   // Takes this rank's shards of a full state (any rank count wrote it: this is how a checkpoint
   // is re-sharded). `m` and `v` may be empty for a fresh start.
   void load_state(const FullState& s);

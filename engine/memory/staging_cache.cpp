@@ -66,6 +66,7 @@ void* StagingCache::allocate(size_t bytes) {
   std::byte* p = free_[cls].back();
   free_[cls].pop_back();
   stats_.in_use_bytes += cls;
+  stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
   ++stats_.allocations;
   return p;
 }
@@ -94,6 +95,11 @@ void StagingCache::trim() {
     }
   }
   mappings_ = std::move(kept);
+}
+
+void StagingCache::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_in_use_bytes = stats_.in_use_bytes;
 }
 
 StagingCache::Stats StagingCache::stats() const {

@@ -45,10 +45,13 @@ public:
   struct Stats {
     uint64_t mapped_bytes = 0;     // held from the kernel
     uint64_t in_use_bytes = 0;     // handed out (class sizes)
+    uint64_t peak_in_use_bytes = 0;  // the most handed out at once since the last reset_peak()
     uint64_t maps = 0;             // mmap calls so far: stops growing once steps repeat
     uint64_t allocations = 0;
   };
   Stats stats() const;
+  // Starts peak_in_use_bytes again from what is handed out now.
+  void reset_peak();
 
 private:
   struct Mapping {

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "engine/bf16.hpp"
@@ -110,29 +112,37 @@ const TensorInfo& SafetensorsReader::info(const std::string& name) const {
 }
 
 std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
+  std::vector<float> out;
+  read_f32(name, out);
+  return out;
+}
+
+void SafetensorsReader::read_f32(const std::string& name, std::vector<float>& out) const {
   const TensorInfo& t = info(name);
   if (t.dtype != "F32" && t.dtype != "BF16")
     fail(path_, "tensor '" + name + "': dtype " + t.dtype + " is not supported (F32 or BF16)");
   std::ifstream f(path_, std::ios::binary);
-  std::string raw(size_t(t.end - t.begin), '\0');
   f.seekg(std::streamoff(data_offset_ + t.begin));
-  if (!f || !f.read(raw.data(), std::streamsize(raw.size()))) fail(path_, "tensor '" + name + "': read failed");
-  std::vector<float> out;
+  auto read = [&](char* into, uint64_t bytes) {
+    if (!f || !f.read(into, std::streamsize(bytes))) fail(path_, "tensor '" + name + "': read failed");
+  };
+  const uint64_t bytes = t.end - t.begin;
   if (t.dtype == "F32") {
-    out.resize(raw.size() / 4);
-    std::memcpy(out.data(), raw.data(), raw.size());
-  } else {
-    out.resize(raw.size() / 2);
-    for (size_t i = 0; i < out.size(); ++i) {
-      bf16 h;
-      std::memcpy(&h.bits, raw.data() + 2 * i, 2);
-      out[i] = to_float(h);
-    }
+    out.resize(size_t(bytes / 4));
+    read(reinterpret_cast<char*>(out.data()), bytes);
+    return;
   }
-  return out;
+  out.resize(size_t(bytes / 2));
+  constexpr size_t kChunk = 1 << 16;  // elements converted per read
+  std::vector<uint16_t> raw(std::min(out.size(), kChunk));
+  for (size_t begin = 0; begin < out.size(); begin += kChunk) {
+    const size_t count = std::min(kChunk, out.size() - begin);
+    read(reinterpret_cast<char*>(raw.data()), count * 2);
+    for (size_t i = 0; i < count; ++i) out[begin + i] = to_float(bf16{raw[i]});
+  }
 }
 
-std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDtype dtype,
+std::string safetensors_header(std::span<const TensorToWrite> tensors, TensorDtype dtype,
                                const std::map<std::string, std::string>& metadata) {
   const int64_t esize = dtype == TensorDtype::F32 ? 4 : 2;
   nlohmann::json header = nlohmann::json::object();
@@ -151,42 +161,60 @@ std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDty
 
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
-  bytes += h;
-  bytes.reserve(bytes.size() + offset);
+  return bytes + h;
+}
+
+void write_tensor_data(const ByteSink& sink, const float* data, int64_t n, TensorDtype dtype) {
+  if (dtype == TensorDtype::F32) {
+    sink(reinterpret_cast<const char*>(data), size_t(n) * 4);
+    return;
+  }
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<uint16_t> chunk(size_t(std::min(n, kChunk)));
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t count = std::min(kChunk, n - begin);
+    for (int64_t i = 0; i < count; ++i) chunk[size_t(i)] = to_bf16(data[begin + i]).bits;
+    sink(reinterpret_cast<const char*>(chunk.data()), size_t(count) * 2);
+  }
+}
+
+std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDtype dtype,
+                               const std::map<std::string, std::string>& metadata) {
+  std::string bytes = safetensors_header(tensors, dtype, metadata);
+  const ByteSink append = [&bytes](const char* p, size_t n) { bytes.append(p, n); };
   for (const TensorToWrite& t : tensors) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    if (dtype == TensorDtype::F32) {
-      bytes.append(reinterpret_cast<const char*>(t.data), size_t(numel) * 4);
-    } else {
-      for (int64_t i = 0; i < numel; ++i) {
-        const bf16 v = to_bf16(t.data[i]);
-        bytes.append(reinterpret_cast<const char*>(&v.bits), 2);
-      }
-    }
+    write_tensor_data(append, t.data, numel, dtype);
   }
   return bytes;
 }
 
-void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors, TensorDtype dtype,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::string bytes = encode_safetensors(tensors, dtype, metadata);
+namespace {
+
+// Writes `path` through `body` into a temporary file that is fsynced and renamed over it, and
+// fsyncs the directory: a crash, or an exception from `body`, leaves the old file (or none).
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& body) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   // O_EXCL | O_NOFOLLOW: never write through a file or link someone else put at the temporary name.
   ::unlink(tmp.c_str());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "cannot create " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(path, std::string("write failed: ") + std::strerror(e));
+  const ByteSink sink = [&](const char* p, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t w = ::write(fd, p + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail(path, std::string("write failed: ") + std::strerror(errno));
+      done += size_t(w);
     }
-    done += size_t(w);
+  };
+  try {
+    body(sink);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int e = errno;
@@ -209,6 +237,21 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
   ::close(dfd);
 }
 
+}  // namespace
+
+void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors, TensorDtype dtype,
+                       const std::map<std::string, std::string>& metadata) {
+  write_file_atomically(path, [&](const ByteSink& sink) {
+    const std::string header = safetensors_header(tensors, dtype, metadata);
+    sink(header.data(), header.size());
+    for (const TensorToWrite& t : tensors) {
+      int64_t numel = 1;
+      for (int64_t d : t.shape) numel *= d;
+      write_tensor_data(sink, t.data, numel, dtype);
+    }
+  });
+}
+
 // ---- GPT-2 --------------------------------------------------------------------------------
 
 namespace {
@@ -224,34 +267,33 @@ GroupKind kind_of(const core::ParamGroup& g) {
 
 }  // namespace
 
-Gpt2Params load_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph) {
-  SafetensorsReader r(path);
-  auto resolve = [&](const std::string& name) {
-    if (r.has(name)) return name;
-    if (r.has("transformer." + name)) return "transformer." + name;
-    fail(path, "tensor '" + name + "' is missing (model " + graph.spec.name + ")");
-  };
-  auto load = [&](const std::string& name, const std::vector<int64_t>& want) {
-    const std::string key = resolve(name);
-    const TensorInfo& t = r.info(key);
-    if (t.shape != want)
-      fail(path, "tensor '" + key + "' has shape " + shape_str(t.shape) + ", model " + graph.spec.name + " needs " +
-                     shape_str(want));
-    return r.read_f32(key);
-  };
-
-  Gpt2Params p;
-  for (const core::ParamGroup& g : graph.params) {
-    std::vector<float> v(size_t(g.numel));
+GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGraph& graph) {
+  auto r = std::make_shared<const SafetensorsReader>(path);
+  return [r, path, &graph](int32_t group, std::vector<float>& v) {
+    auto resolve = [&](const std::string& name) {
+      if (r->has(name)) return name;
+      if (r->has("transformer." + name)) return "transformer." + name;
+      fail(path, "tensor '" + name + "' is missing (model " + graph.spec.name + ")");
+    };
+    auto load = [&](const std::string& name, const std::vector<int64_t>& want) {
+      const std::string key = resolve(name);
+      const TensorInfo& t = r->info(key);
+      if (t.shape != want)
+        fail(path, "tensor '" + key + "' has shape " + shape_str(t.shape) + ", model " + graph.spec.name + " needs " +
+                       shape_str(want));
+      return r->read_f32(key);
+    };
+    const core::ParamGroup& g = graph.params.at(size_t(group));
+    v.assign(size_t(g.numel), 0.0f);
     switch (kind_of(g)) {
       case GroupKind::Embedding: {
         if (g.name == "wpe") {  // the file may hold more positions than the model uses
           const std::string key = resolve("wpe.weight");
-          const TensorInfo& t = r.info(key);
+          const TensorInfo& t = r->info(key);
           if (t.shape.size() != 2 || t.shape[1] != g.cols || t.shape[0] < g.rows)
             fail(path, "tensor '" + key + "' has shape " + shape_str(t.shape) + ", model " + graph.spec.name +
                            " needs [>= " + std::to_string(g.rows) + ", " + std::to_string(g.cols) + "]");
-          auto all = r.read_f32(key);
+          auto all = r->read_f32(key);
           std::copy(all.begin(), all.begin() + g.rows * g.cols, v.begin());
         } else {
           v = load(g.name + ".weight", {g.rows, g.cols});
@@ -274,8 +316,13 @@ Gpt2Params load_gpt2_safetensors(const std::string& path, const core::ModelGraph
       }
       case GroupKind::Linear: v = load(g.name + ".weight", {g.rows, g.cols}); break;
     }
-    p.push_back(std::move(v));
-  }
+  };
+}
+
+Gpt2Params load_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph) {
+  const GroupSource groups = gpt2_safetensors_groups(path, graph);
+  Gpt2Params p(graph.params.size());
+  for (const core::ParamGroup& g : graph.params) groups(g.id, p[size_t(g.id)]);
   return p;
 }
 
@@ -284,33 +331,58 @@ void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& grap
   if (params.size() != graph.params.size())
     fail(path, "model " + graph.spec.name + " has " + std::to_string(graph.params.size()) +
                    " parameter groups, got " + std::to_string(params.size()));
-  std::vector<std::vector<float>> transposed;  // Conv1D weights in HF's in x out order
-  transposed.reserve(graph.params.size());
-  std::vector<TensorToWrite> out;
+  save_gpt2_safetensors(path, graph, [&params](int32_t g, std::vector<float>& out) { out = params[size_t(g)]; }, dtype);
+}
+
+void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph, const GroupSource& group,
+                           TensorDtype dtype) {
+  std::vector<TensorToWrite> layout;  // in the order the groups supply them
   for (const core::ParamGroup& g : graph.params) {
-    const std::vector<float>& v = params[size_t(g.id)];
-    if (int64_t(v.size()) != g.numel)
-      fail(path, "parameter group " + g.name + " has " + std::to_string(v.size()) + " elements, expected " +
-                     std::to_string(g.numel));
     switch (kind_of(g)) {
       case GroupKind::Embedding:
-      case GroupKind::Linear: out.push_back({g.name + ".weight", {g.rows, g.cols}, v.data()}); break;
+      case GroupKind::Linear: layout.push_back({g.name + ".weight", {g.rows, g.cols}, nullptr}); break;
       case GroupKind::LayerNorm:
-        out.push_back({g.name + ".weight", {g.cols}, v.data()});
-        out.push_back({g.name + ".bias", {g.cols}, v.data() + g.cols});
+        layout.push_back({g.name + ".weight", {g.cols}, nullptr});
+        layout.push_back({g.name + ".bias", {g.cols}, nullptr});
         break;
-      case GroupKind::Conv1D: {
-        std::vector<float> w(size_t(g.rows * g.cols));
-        for (int64_t o = 0; o < g.rows; ++o)
-          for (int64_t i = 0; i < g.cols; ++i) w[size_t(i * g.rows + o)] = v[size_t(o * g.cols + i)];
-        transposed.push_back(std::move(w));
-        out.push_back({g.name + ".weight", {g.cols, g.rows}, transposed.back().data()});
-        out.push_back({g.name + ".bias", {g.rows}, v.data() + g.rows * g.cols});
+      case GroupKind::Conv1D:
+        layout.push_back({g.name + ".weight", {g.cols, g.rows}, nullptr});
+        layout.push_back({g.name + ".bias", {g.rows}, nullptr});
         break;
-      }
     }
   }
-  write_safetensors(path, out, dtype, {{"format", "pt"}});
+  write_file_atomically(path, [&](const ByteSink& sink) {
+    const std::string header = safetensors_header(layout, dtype, {{"format", "pt"}});
+    sink(header.data(), header.size());
+    std::vector<float> v, columns;
+    for (const core::ParamGroup& g : graph.params) {
+      group(g.id, v);
+      if (int64_t(v.size()) != g.numel)
+        fail(path, "parameter group " + g.name + " has " + std::to_string(v.size()) + " elements, expected " +
+                       std::to_string(g.numel));
+      switch (kind_of(g)) {
+        case GroupKind::Embedding:
+        case GroupKind::Linear: write_tensor_data(sink, v.data(), g.numel, dtype); break;
+        case GroupKind::LayerNorm:
+          write_tensor_data(sink, v.data(), g.cols, dtype);
+          write_tensor_data(sink, v.data() + g.cols, g.cols, dtype);
+          break;
+        case GroupKind::Conv1D: {
+          // HF's in x out order, transposed a bounded band of input columns at a time.
+          const int64_t band = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(g.rows, 1));
+          columns.resize(size_t(std::min(band, g.cols) * g.rows));
+          for (int64_t i0 = 0; i0 < g.cols; i0 += band) {
+            const int64_t i1 = std::min(g.cols, i0 + band);
+            for (int64_t i = i0; i < i1; ++i)
+              for (int64_t o = 0; o < g.rows; ++o) columns[size_t((i - i0) * g.rows + o)] = v[size_t(o * g.cols + i)];
+            write_tensor_data(sink, columns.data(), (i1 - i0) * g.rows, dtype);
+          }
+          write_tensor_data(sink, v.data() + g.rows * g.cols, g.rows, dtype);
+          break;
+        }
+      }
+    }
+  });
 }
 
 }  // namespace zinf::engine

@@ -5,6 +5,7 @@
 // crash leaves either the old file or the new one.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -44,6 +45,9 @@ class SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The tensor's elements converted to fp32 (F32 and BF16 are supported).
   std::vector<float> read_f32(const std::string& name) const;
+  // The same into `out` (resized; its memory reused), read straight from the file: a streamed
+  // load holds one tensor, not two copies of it.
+  void read_f32(const std::string& name, std::vector<float>& out) const;
 
  private:
   std::string path_;
@@ -58,6 +62,17 @@ struct TensorToWrite {
   const float* data = nullptr;  // product(shape) fp32 elements, converted to the file's dtype
 };
 
+// Where a streamed writer sends a file's bytes, in order; it throws to stop the writer.
+using ByteSink = std::function<void(const char* data, size_t bytes)>;
+
+// A safetensors file written a tensor at a time: its header (length and JSON) comes first, then
+// each tensor's data in the order given, so a writer never holds more than the tensor in hand.
+// The `data` pointers of the tensors are not used here.
+std::string safetensors_header(std::span<const TensorToWrite> tensors, TensorDtype dtype,
+                               const std::map<std::string, std::string>& metadata = {});
+// Sends n fp32 elements to `sink` in the file's dtype (converted a bounded chunk at a time).
+void write_tensor_data(const ByteSink& sink, const float* data, int64_t n, TensorDtype dtype);
+
 // The file's bytes (header and data), for writers that put them somewhere themselves.
 std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDtype dtype,
                                const std::map<std::string, std::string>& metadata = {});
@@ -70,7 +85,17 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
 // (GPT-2 has 1024 positions) contributes its first seq rows. Tensors the model does not use
 // (HF's attn.bias mask buffers, a tied lm_head.weight) are ignored.
 Gpt2Params load_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph);
+// Parameter group g's fp32 tensor, read from the file when asked:
+// the header is read and checked at once, each group's tensors on its call, so an import into
+// NVMe-resident states holds one group. `graph` must outlive the returned function.
+using GroupSource = std::function<void(int32_t group, std::vector<float>& out)>;
+GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGraph& graph);
 void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph, const Gpt2Params& params,
+                           TensorDtype dtype);
+// The same, streamed: `group(g, out)` supplies parameter group g's fp32 tensor, called once per
+// group in group order, and each is written before the next is asked for (the file is still
+// written to a temporary name, fsynced and renamed).
+void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph, const GroupSource& group,
                            TensorDtype dtype);
 
 }  // namespace zinf::engine

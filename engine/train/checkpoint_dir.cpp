@@ -33,7 +33,7 @@ struct Fd {
 // CRC32C and size of a file, read in pieces.
 std::pair<uint32_t, uint64_t> file_crc(IoEnv& env, const std::string& path) {
   Fd f{env, open_own_file(env, path, O_RDONLY, 0, kWho)};
-  std::vector<char> buf(8 << 20);
+  std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
   uint64_t off = 0;
   for (;;) {
@@ -118,6 +118,10 @@ bool CheckpointDir::holds_checkpoints() const {
 }
 
 std::vector<std::string> CheckpointDir::save(const std::string& name, const std::string& state_bytes, nlohmann::json meta) {
+  return save(name, [&state_bytes](const ByteSink& sink) { sink(state_bytes.data(), state_bytes.size()); }, std::move(meta));
+}
+
+std::vector<std::string> CheckpointDir::save(const std::string& name, const StateWriter& write_state, nlohmann::json meta) {
   if (!is_step_name(name)) throw std::invalid_argument("checkpoint: bad checkpoint name '" + name + "'");
   std::vector<std::string> notes;
   const std::string tmp = root_ + "/" + name + ".tmp", final_dir = root_ + "/" + name;
@@ -125,17 +129,27 @@ std::vector<std::string> CheckpointDir::save(const std::string& name, const std:
   int r = env_.make_dir(tmp, 0700);
   if (r < 0) throw FileError(kWho, "create directory", tmp, -r);
   ensure_own_directory(env_, tmp, kWho);
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
   {
     const std::string path = tmp + "/state.safetensors";
     Fd f{env_, open_own_file(env_, path, O_WRONLY | O_CREAT | O_EXCL, 0600, kWho)};
-    int64_t w = env_.pwrite(f.fd, state_bytes.data(), state_bytes.size(), 0);
-    if (w < 0) throw FileError(kWho, "write", path, int(-w));
+    write_state([&](const char* data, size_t n) {
+      size_t done = 0;
+      while (done < n) {  // a short write is continued; an error or no progress is a failure
+        int64_t w = env_.pwrite(f.fd, data + done, n - done, bytes + done);
+        if (w < 0) throw FileError(kWho, "write", path, int(-w));
+        if (w == 0) throw FileError(kWho, "write", path, EIO, "the write made no progress");
+        done += size_t(w);
+      }
+      crc = crc32c(data, n, crc);
+      bytes += n;
+    });
     fsync_checked(env_, f.fd, path, kWho);
     r = env_.close(std::exchange(f.fd, -1));
     if (r < 0) throw FileError(kWho, "close", path, -r);
   }
-  meta["checksums"] = {{"state.safetensors",
-                        {{"crc32c", crc32c(state_bytes.data(), state_bytes.size())}, {"bytes", state_bytes.size()}}}};
+  meta["checksums"] = {{"state.safetensors", {{"crc32c", crc}, {"bytes", bytes}}}};
   write_file_durable(env_, tmp + "/meta.json", meta.dump(2), kWho);  // fsyncs tmp as well
 
   const std::string latest = latest_checkpoint_name(env_, root_);

@@ -8,7 +8,10 @@
 // Loading verifies the checksum and refuses a `latest` that names anything but a step directory.
 // All file system writes go through an IoEnv, so tests can fail each one; every fsync is checked.
 // One object per process (rank 0 writes); not thread-safe.
+// The state file is written as it streams in (save with a StateWriter): the checksum is computed on
+// the way, and reading it back verifies it a bounded buffer at a time.
 #pragma once
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +19,7 @@
 
 #include "engine/io/io_env.hpp"
 #include "engine/io/safe_files.hpp"
+#include "engine/model/safetensors.hpp"
 
 namespace zinf::engine {
 
@@ -48,6 +52,11 @@ public:
   // checksum is added to `meta`), then points `latest` at it. Returns notes for the user (a step
   // directory kept aside); throws FileError naming the path at fault, leaving `latest` as it was.
   std::vector<std::string> save(const std::string& name, const std::string& state_bytes, nlohmann::json meta);
+  // The same, streamed: `write_state` sends the state file's bytes to the sink it is given, in
+  // order, and each piece goes to the file (and into its checksum) at once, so the state is never
+  // whole in memory. An exception from `write_state` (or the sink) leaves only <name>.tmp behind.
+  using StateWriter = std::function<void(const ByteSink& sink)>;
+  std::vector<std::string> save(const std::string& name, const StateWriter& write_state, nlohmann::json meta);
 
 private:
   IoEnv& env_;

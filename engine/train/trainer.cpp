@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/data/token_data.hpp"
@@ -113,13 +114,15 @@ struct Trainer::Impl {
 #endif
     } else {
       backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
-      // A fresh start streams its initialization a parameter group at a time into the homes the
-      // plan chose, so the model never sits whole in host memory.
-      if (opt.init_from.empty()) {
+      // A fresh start streams its initialization (or --init-from) a parameter group at a time into
+      // the homes the plan chose, so the model never sits whole in host memory. A resumed run
+      // skips it: resume() loads every home from the checkpoint the same way.
+      const bool resuming = opt.start == CheckpointStart::Resume;
+      if (!resuming && opt.init_from.empty()) {
         Gpt2::InitStream stream(model, opt.init_seed);
         backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
-      } else {
-        backend->initialize(load_gpt2_safetensors(opt.init_from, graph));
+      } else if (!resuming) {
+        backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
       }
       executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     }
@@ -220,19 +223,66 @@ struct Trainer::Impl {
     return s;
   }
 
+  using StateTensor = GptCpuBackend::StateTensor;
+
+  // One group's tensor of the state, gathered from every rank (a collective). The CPU backend
+  // gathers just that group; a backend with only the whole-state form (CUDA) gathers the whole
+  // state into `whole` on first use and serves the groups from it.
+  void gather_group(int32_t g, StateTensor which, std::vector<float>& out, std::optional<GptCpuBackend::FullState>& whole) {
+    with_backend([&](auto& b) {
+      if constexpr (requires { b.gather_group(g, which, out); }) {
+        b.gather_group(g, which, out);
+      } else {
+        if (!whole) whole = b.gather_state();
+        const auto& from = which == StateTensor::Master ? whole->master : which == StateTensor::AdamM ? whole->m : whole->v;
+        out = from[size_t(g)];
+      }
+    });
+  }
+
+  // Every rank runs the same sequence of group gathers whether or not its writes succeed (a rank
+  // that stopped early would leave the others waiting in a collective): `gathered` counts what
+  // rank 0's writer consumed, and finish() gathers the rest for nothing.
+  struct GatherSequence {
+    Impl& trainer;
+    std::vector<std::pair<int32_t, StateTensor>> order;
+    size_t gathered = 0;
+    std::optional<GptCpuBackend::FullState> whole;
+    std::vector<float> scratch;
+
+    void next(std::vector<float>& out) {
+      const auto [g, which] = order.at(gathered++);
+      trainer.gather_group(g, which, out, whole);
+    }
+    void finish() {
+      while (gathered < order.size()) next(scratch);
+    }
+  };
+
+  GatherSequence gather_sequence(bool moments) {
+    GatherSequence seq{*this, {}, 0, std::nullopt, {}};
+    for (const auto& pg : graph.params) {
+      seq.order.push_back({pg.id, StateTensor::Master});
+      if (moments) {
+        seq.order.push_back({pg.id, StateTensor::AdamM});
+        seq.order.push_back({pg.id, StateTensor::AdamV});
+      }
+    }
+    return seq;
+  }
+
+  // Rank 0 writes the state file as the groups are gathered, one group's tensor at a time, so a
+  // checkpoint of a model larger than RAM is written from the tiers straight to the file.
   std::string save_checkpoint() {
     if (opt.checkpoint_dir.empty()) throw std::runtime_error("no checkpoint directory was given (--checkpoint-dir)");
-    auto state = with_backend([](auto& b) { return b.gather_state(); });
     const std::string name = fmt::format("step-{:08d}", steps_done);
+    GatherSequence seq = gather_sequence(true);
     std::string error;
     if (comm.rank() == 0) {
       try {
-        std::vector<TensorToWrite> tensors;
-        for (size_t g = 0; g < graph.params.size(); ++g) {
-          const auto& pg = graph.params[g];
-          for (auto [suffix, src] : {std::pair{"master", &state.master}, {"adam_m", &state.m}, {"adam_v", &state.v}})
-            tensors.push_back({pg.name + "." + suffix, {pg.numel}, (*src)[g].data()});
-        }
+        std::vector<TensorToWrite> layout;  // in the order the sequence gathers them
+        for (const auto& pg : graph.params)
+          for (const char* suffix : {"master", "adam_m", "adam_v"}) layout.push_back({pg.name + "." + suffix, {pg.numel}, nullptr});
         nlohmann::json meta = {{"format", "zinf-checkpoint-1"},
                                {"model", {{"name", opt.model.name}, {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
                                           {"heads", opt.model.heads}, {"seq", opt.model.seq}, {"vocab", opt.model.vocab},
@@ -242,12 +292,21 @@ struct Trainer::Impl {
                                {"data_position", loader->position() * uint64_t(comm.size())},
                                {"data_seed", opt.data_seed},
                                {"ranks", comm.size()}};
-        for (const auto& n : checkpoints->save(name, encode_safetensors(tensors, TensorDtype::F32), std::move(meta)))
-          note(n);
+        const auto write_state = [&](const ByteSink& sink) {
+          const std::string header = safetensors_header(layout, TensorDtype::F32);
+          sink(header.data(), header.size());
+          std::vector<float> tensor;
+          while (seq.gathered < seq.order.size()) {
+            seq.next(tensor);
+            write_tensor_data(sink, tensor.data(), int64_t(tensor.size()), TensorDtype::F32);
+          }
+        };
+        for (const auto& n : checkpoints->save(name, write_state, std::move(meta))) note(n);
       } catch (const std::exception& e) {
         error = e.what();
       }
     }
+    seq.finish();
     double failed = error.empty() ? 0 : 1;
     comm.all_reduce(&failed, 1, "checkpoint saved");
     if (!error.empty()) throw std::runtime_error(error);
@@ -272,17 +331,30 @@ struct Trainer::Impl {
       if (!meta.contains(key) || !meta[key].is_number_unsigned())
         throw std::runtime_error(fmt::format("checkpoint {}: field '{}' must be a non-negative integer", c.meta_path, key));
     if (!c.verified) note(fmt::format("checkpoint {} records no checksum (an older zinf wrote it): loaded unverified", c.dir));
+    // Group by group from the file into the tiers, each tensor checked before it is used.
     SafetensorsReader reader(c.state_path);
-    GptCpuBackend::FullState state;
-    for (const auto& pg : graph.params) {
-      state.master.push_back(reader.read_f32(pg.name + ".master"));
-      state.m.push_back(reader.read_f32(pg.name + ".adam_m"));
-      state.v.push_back(reader.read_f32(pg.name + ".adam_v"));
-      check_finite(state.master.back(), pg.name + ".master", c.state_path, false);
-      check_finite(state.m.back(), pg.name + ".adam_m", c.state_path, false);
-      check_finite(state.v.back(), pg.name + ".adam_v", c.state_path, true);
-    }
-    with_backend([&](auto& b) { b.load_state(state); });
+    const auto from_file = [&](const std::string& suffix, bool non_negative) -> GptCpuBackend::GroupReader {
+      return [this, &reader, &c, suffix, non_negative](int32_t g, std::vector<float>& out) {
+        const std::string tensor = graph.params[size_t(g)].name + "." + suffix;
+        reader.read_f32(tensor, out);
+        check_finite(out, tensor, c.state_path, non_negative);
+      };
+    };
+    const auto master = from_file("master", false), m = from_file("adam_m", false), v = from_file("adam_v", true);
+    with_backend([&](auto& b) {
+      if constexpr (requires { b.load_state(master, m, v); }) {
+        b.load_state(master, m, v);
+      } else {  // a backend that loads the whole state at once
+        GptCpuBackend::FullState state;
+        for (const auto& pg : graph.params) {
+          for (auto [read, into] : {std::pair{&master, &state.master}, {&m, &state.m}, {&v, &state.v}}) {
+            into->emplace_back();
+            (*read)(pg.id, into->back());
+          }
+        }
+        b.load_state(state);
+      }
+    });
     steps_done = meta["step"].get<int64_t>();
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
@@ -309,9 +381,21 @@ bool Trainer::any_rank(bool mine) {
 }
 
 void Trainer::export_safetensors(const std::string& path) {
-  auto state = impl_->with_backend([](auto& b) { return b.gather_state(); });
-  if (impl_->comm.rank() == 0) save_gpt2_safetensors(path, impl_->graph, state.master, TensorDtype::F32);
-  impl_->comm.barrier("export");
+  Impl& I = *impl_;
+  auto seq = I.gather_sequence(false);
+  std::string error;
+  if (I.comm.rank() == 0) {
+    try {
+      save_gpt2_safetensors(path, I.graph, [&seq](int32_t, std::vector<float>& out) { seq.next(out); }, TensorDtype::F32);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  seq.finish();
+  double failed = error.empty() ? 0 : 1;
+  I.comm.all_reduce(&failed, 1, "export");
+  if (!error.empty()) throw std::runtime_error(error);
+  if (failed > 0) throw std::runtime_error("rank 0 could not export " + path);
 }
 
 }  // namespace zinf::engine

@@ -89,7 +89,10 @@ public:
   bool any_rank(bool mine);
 
   // Collective: every rank calls them. The checkpoint holds the full optimizer state (so it loads
-  // on any number of ranks), the step count and the data position.
+  // on any number of ranks), the step count and the data position. Both stream: each parameter
+  // group's tensors are gathered from the ranks' tiers and written by rank 0 before the next group
+  // is read, and a resume loads the file a group at a time into the tiers, so host memory holds
+  // about one group's master, m and v (the CUDA backend still gathers and loads its whole state).
   std::string save_checkpoint();              // returns the directory written
   void export_safetensors(const std::string& path);  // rank 0 writes the master weights
 

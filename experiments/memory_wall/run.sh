@@ -2,25 +2,33 @@
 # The largest model this machine trains: a GPT whose model states are FACTOR x this machine's RAM
 # (default 2.5), every state on NVMe, trained for STEPS steps (default 3). Reports the plan's memory
 # against the measured peak RSS, the NVMe lanes' bandwidth in the last step and the step against
-# its bounds. Checks free disk first and scales the model down, saying so, when it is short.
+# its bounds. Then (unless CHECKPOINT=0) it saves a checkpoint, resumes from it in a new process for
+# one more step and saves again, reporting the peak RSS while saving and while loading against the
+# plan's RAM: both stream a parameter group at a time, so neither holds the model. Checks free disk
+# first (the states, and with checkpoints two of 12 B/param more) and scales the model down,
+# saying so, when it is short.
 #   bash experiments/memory_wall/run.sh NVME_DIR [FACTOR] [STEPS]
 set -euo pipefail -o pipefail
 cd "$(dirname "$0")/../.."
 NVME=${1:?usage: run.sh NVME_DIR [FACTOR] [STEPS]}
 FACTOR=${2:-2.5}
 STEPS=${3:-3}
+CHECKPOINT=${CHECKPOINT:-1}
 ZINF=${ZINF:-build/zinf}
 mkdir -p "$NVME"
 work=$(mktemp -d)
-trap 'rm -rf "$work" "$NVME"/rank*' EXIT
+trap 'rm -rf "$work" "$NVME"/rank* "$NVME"/checkpoints' EXIT
 
 ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 free_disk=$(df -B1 --output=avail "$NVME" | tail -n 1)
 hidden=3200
 per_layer=$((16 * 12 * hidden * hidden))           # bytes of model states per layer (16 B/param)
 layers=$(python3 -c "import math; print(math.ceil($FACTOR * $ram / $per_layer))")
-# The states once, plus a tenth for swap-file padding and the embedding: must fit the disk.
-max_layers=$(python3 -c "print(int(0.9 * $free_disk / $per_layer) - 1)")
+# The states once (and two checkpoints of master, m and v: 24 B/param), plus a tenth for swap-file
+# padding and the embedding: must fit the disk.
+disk_per_layer=$per_layer
+[ "$CHECKPOINT" = 0 ] || disk_per_layer=$((per_layer * 40 / 16))
+max_layers=$(python3 -c "print(int(0.9 * $free_disk / $disk_per_layer) - 1)")
 if [ "$layers" -gt "$max_layers" ]; then
   echo "memory_wall: $NVME has $(numfmt --to=iec "$free_disk") free: $layers layers ($FACTOR x RAM) do not fit;" \
        "scaling down to $max_layers layers ($(python3 -c "print(round($max_layers * $per_layer / $ram, 2))") x RAM)"
@@ -57,8 +65,10 @@ sed "s/^name: .*/name: local-memory-wall/; s/^\(    capacity:\).*/\1 $free_disk/
 echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round(12 * $layers * $hidden**2 / 1e9, 2))")B params," \
      "$(numfmt --to=iec $((layers * per_layer))) of states = $(python3 -c "print(round($layers * $per_layer / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
 "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
+ckpt_args=()
+[ "$CHECKPOINT" = 0 ] || ckpt_args=(--checkpoint-dir "$NVME/checkpoints")
 if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
-  --nvme-dir "$NVME" --steps "$STEPS" --timeline "$work/last" 2> "$work/time.txt" | tee "$work/train.txt"; then
+  --nvme-dir "$NVME" --steps "$STEPS" --timeline "$work/last" "${ckpt_args[@]}" 2> "$work/time.txt" | tee "$work/train.txt"; then
   grep -v -E '^\s' "$work/time.txt" | head -n 20
   exit 1
 fi
@@ -78,3 +88,16 @@ for name in ("nvme_read", "nvme_write"):
 _, compute = lane("compute")
 print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s")
 PY
+
+[ "$CHECKPOINT" = 0 ] && exit 0
+echo "memory_wall: resuming from $(cat "$NVME/checkpoints/latest") in a new process for one more step"
+if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
+  --nvme-dir "$NVME" --steps $((STEPS + 1)) --checkpoint-dir "$NVME/checkpoints" --resume \
+  2> "$work/time2.txt" | tee "$work/resume.txt"; then
+  grep -v -E '^\s' "$work/time2.txt" | head -n 20
+  exit 1
+fi
+rss2=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 * 1024}' "$work/time2.txt")
+echo "checkpoint: $(du -sh "$NVME/checkpoints/$(cat "$NVME/checkpoints/latest")" | cut -f1) on disk;" \
+     "peak RSS of the resumed process (load, one step, save): $(numfmt --to=iec "$rss2")"
+grep -E "^(resumed at|checkpoint:)" "$work/train.txt" "$work/resume.txt" | sed 's/^[^:]*://'
