@@ -77,7 +77,7 @@ struct PlanResult {
 PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
                      const std::vector<int32_t>& recorded_order = {});
 
-// Checks the Program against DESIGN.md's invariants (1-4; 5 is determinism, tested by comparing
+// Checks the Program against docs/DESIGN.md's invariants (1-4; 5 is determinism, tested by comparing
 // dumps): acyclic with lanes in topological order, every shard fetched before each use and freed
 // after, each gradient shard reduced once per micro-batch and stored, each optimizer shard updated
 // once, memory events balanced (every buffer allocated once and freed once, by a task that depends

@@ -1,5 +1,5 @@
 // A Program is one training step of every data-parallel rank as a DAG of tasks on lanes — the
-// only thing the engine and the simulator execute (DESIGN.md, "core::Program"). Ranks run the same
+// only thing the engine and the simulator execute (docs/DESIGN.md, "core::Program"). Ranks run the same
 // program on different shards, so it is stored once: a task with `owner == -1` is done by every
 // rank (on that rank's own shard); a task with `owner >= 0` (owner-based partitioning) is done only
 // by that rank and is a no-op with zero bytes, zero flops and no memory events on the others, but

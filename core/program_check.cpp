@@ -1,4 +1,4 @@
-// validate_program (core/plan.hpp): DESIGN.md's invariants, checked on the Program itself.
+// validate_program (core/plan.hpp): docs/DESIGN.md's invariants, checked on the Program itself.
 #include <fmt/format.h>
 
 #include <algorithm>

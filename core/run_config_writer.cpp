@@ -2,6 +2,7 @@
 // JSON (the subset of keys that reader maps).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/run_config.hpp"
@@ -43,8 +44,10 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                      c.partitioning == Partitioning::OwnerBased ? "owner-based" : "bandwidth-centric");
   out += fmt::format("offload: {{params: {}, gradients: {}, optimizer: {}}}\n", tier_word(c.params),
                      tier_word(c.gradients), tier_word(c.optimizer));
-  out += fmt::format("activation_checkpoint: {{interval: {}, tier: {}}}\n", c.checkpoint_interval,
-                     tier_word(c.checkpoints));
+  out += fmt::format("activation_checkpoint: {{interval: {}, tier: {}, copies: {}, partitioned: {}}}\n",
+                     c.checkpoint_interval, tier_word(c.checkpoints),
+                     c.checkpoint_copies_synchronous ? "synchronous" : "overlapped", c.checkpoints_partitioned);
+  out += fmt::format("tensor_parallel: {}\n", c.tensor_parallel);
   out += fmt::format("tiling_factor: {}\n", c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto");
   out += fmt::format(
       "prefetch: {{nvme_distance: {}, h2d_distance: {}, allgather_distance: {}, max_live_bytes: {:.0f}, "
@@ -70,7 +73,7 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
   using nlohmann::ordered_json;
   const int64_t mb = c.micro_batch.value_or(model_micro_batch);
   ordered_json j;
-  j["train_batch_size"] = mb * c.gradient_accumulation * ranks;
+  j["train_batch_size"] = mb * c.gradient_accumulation * (ranks / std::max<int64_t>(1, c.tensor_parallel));
   j["train_micro_batch_size_per_gpu"] = mb;
   j["gradient_accumulation_steps"] = c.gradient_accumulation;
   if (c.grad_clip > 0) j["gradient_clipping"] = c.grad_clip;
@@ -100,8 +103,9 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
   j["zero_optimization"] = z;
   j["aio"] = {{"block_size", c.aio_block_size}, {"queue_depth", c.aio_queue_depth}, {"thread_count", 1},
               {"single_submit", false}, {"overlap_events", true}};
+  if (c.tensor_parallel > 1) j["tensor_parallel"] = {{"autotp_size", c.tensor_parallel}};
   if (c.checkpoint_interval > 0)
-    j["activation_checkpointing"] = {{"partition_activations", false},
+    j["activation_checkpointing"] = {{"partition_activations", c.checkpoints_partitioned},
                                      {"cpu_checkpointing", c.checkpoints.tier == Tier::Host},
                                      {"contiguous_memory_optimization", false}};
 
@@ -113,6 +117,8 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
                                         c.checkpoint_interval));
   if (c.checkpoint_interval > 0 && c.checkpoints.tier == Tier::Nvme)
     not_expressed.push_back("activation checkpoints on NVMe (DeepSpeed: device or cpu_checkpointing)");
+  if (c.checkpoint_interval > 0 && c.checkpoints.tier == Tier::Host && !c.checkpoint_copies_synchronous)
+    not_expressed.push_back("overlapped checkpoint copies (DeepSpeed's cpu_checkpointing copies on the compute stream)");
   if (c.tiling_factor != 1)
     not_expressed.push_back(fmt::format("tiling factor {} (DeepSpeed tiles linears in the model code, "
                                         "deepspeed.zero.TiledLinear)",

@@ -413,9 +413,14 @@ std::vector<TuneCandidate> enumerate_candidates(const TuneRequest& req, const Tu
 TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TuneProgress& progress) {
   const auto t0 = clock_type::now();
   TuneReport rep;
+  if (req.base.tensor_parallel != 1)
+    throw std::invalid_argument(fmt::format(
+        "the base config asks for tensor_parallel {}: zinf tune searches tensor_parallel 1 only (its memory-model "
+        "pruning does not count tensor-parallel shares yet); plan or simulate that degree with zinf plan / zinf sim",
+        req.base.tensor_parallel));
   rep.global_batch = resolve_global_batch(req);
   const TuneSpace space = default_tune_space(req);
-  rep.not_searched.push_back("tensor parallelism (the core has no tensor-parallel partitioning yet)");
+  rep.not_searched.push_back("tensor parallelism (planned and simulated by zinf sim; the search keeps degree 1)");
   rep.not_searched.push_back(fmt::format("ZeRO stage (the base config's, {})", req.base.zero_stage));
   rep.not_searched.push_back("gradients on another tier than the parameters");
   if (std::find(space.partitionings.begin(), space.partitionings.end(), Partitioning::OwnerBased) ==

@@ -1,4 +1,4 @@
-// The planner: every Program it makes holds DESIGN.md's invariants; data moved per step matches the
+// The planner: every Program it makes holds docs/DESIGN.md's invariants; data moved per step matches the
 // paper's §4 accounting; tiling keeps FLOPs and bytes and lowers the device peak; plans that cannot
 // fit are refused naming the tier; the same inputs give byte-identical JSON.
 #include <catch2/catch.hpp>

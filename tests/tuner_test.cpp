@@ -181,6 +181,10 @@ TEST_CASE("tune refuses a global batch the ranks cannot split", "[tuner]") {
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.global_batch = 24;  // 16 GPUs
   CHECK_THROWS_WITH(sim::tune(req, in_process(m, req.hw)), Contains("cannot be split"));
+  // A tensor-parallel base config is refused by name rather than searched with the wrong memory.
+  req.global_batch = 32;
+  req.base.tensor_parallel = 2;
+  CHECK_THROWS_WITH(sim::tune(req, in_process(m, req.hw)), Contains("tensor_parallel 2"));
 }
 
 TEST_CASE("the cost objective weighs node counts by GPU-seconds per sample", "[tuner]") {
@@ -233,6 +237,9 @@ TEST_CASE("the run config tune writes as YAML is read back the same", "[tuner][c
   c.lr = 1.234e-4;
   c.eps = 1e-8;
   c.partitioning = Partitioning::OwnerBased;
+  c.checkpoint_copies_synchronous = true;
+  c.checkpoints_partitioned = true;
+  c.tensor_parallel = 4;
   const std::string yaml = run_config_to_yaml(c, "tuned: a \"quoted\" description");
   const RunConfig r = parse_run_config(yaml, "tuned.yaml");
   CHECK(r.params.tier == Tier::Host);
@@ -255,6 +262,9 @@ TEST_CASE("the run config tune writes as YAML is read back the same", "[tuner][c
   CHECK(r.partitioning == Partitioning::OwnerBased);
   CHECK(r.aio_block_size == c.aio_block_size);
   CHECK(r.pinned_buffer_size == c.pinned_buffer_size);
+  CHECK(r.checkpoint_copies_synchronous);
+  CHECK(r.checkpoints_partitioned);
+  CHECK(r.tensor_parallel == 4);
   // Written again, byte for byte the same.
   CHECK(run_config_to_yaml(r, "tuned: a \"quoted\" description") == yaml);
 }
@@ -268,7 +278,15 @@ TEST_CASE("the DeepSpeed config tune writes is read back, and names what it cann
   c.gradient_accumulation = 2;
   c.max_live_bytes = 1e9;
   c.sub_group_size = 50'000'000;
+  c.checkpoint_copies_synchronous = false;
   std::vector<std::string> missing;
+  run_config_to_deepspeed_json(c, 16, 1, missing);
+  REQUIRE(missing.size() == 1);  // cpu_checkpointing copies on the compute stream: overlapped copies are zinf's own
+  CHECK_THAT(missing[0], Contains("overlapped checkpoint copies"));
+  c.checkpoint_copies_synchronous = true;
+  c.checkpoints_partitioned = true;
+  c.tensor_parallel = 2;
+  missing.clear();
   const std::string json = run_config_to_deepspeed_json(c, 16, 1, missing);
   CHECK(missing.empty());
   CHECK(is_deepspeed_json(json));
@@ -283,7 +301,10 @@ TEST_CASE("the DeepSpeed config tune writes is read back, and names what it cann
   CHECK(r.gradient_accumulation == 2);
   CHECK(r.max_live_bytes == 1e9);
   CHECK(r.sub_group_size == 50'000'000);
-  CHECK(nlohmann::json::parse(json)["train_batch_size"] == 4 * 2 * 16);
+  CHECK(r.checkpoint_copies_synchronous);
+  CHECK(r.checkpoints_partitioned);
+  CHECK(r.tensor_parallel == 2);
+  CHECK(nlohmann::json::parse(json)["train_batch_size"] == 4 * 2 * (16 / 2));  // a tensor-parallel pair shares a batch
 
   c.checkpoints = {false, Tier::Nvme};
   c.tiling_factor = 8;

@@ -1,4 +1,4 @@
-// Collectives: the engine's one interface to its data-parallel peers (DESIGN.md): all-gather of
+// Collectives: the engine's one interface to its data-parallel peers (docs/DESIGN.md): all-gather of
 // parameter shards, reduce-scatter of gradients, all-reduce of scalars, broadcast for owner-based
 // partitioning. `LocalCollectives` is the single-rank implementation; `MpiCollectives` (when built
 // with MPI) runs between processes launched by mpirun. An implementation is called from one lane

@@ -8,7 +8,7 @@
 // Adam (states on host or NVMe) or by the device Adam kernel (states on the device).
 //
 // Device memory is one DeviceArena of a fixed budget; host tiers are pinned (cudaHostAlloc).
-// It decides nothing (DESIGN.md): which shard, tier, tile, buffer and order come from the Program.
+// It decides nothing (docs/DESIGN.md): which shard, tier, tile, buffer and order come from the Program.
 // Threading: run() is called concurrently from the Executor's lane threads; each lane has its own
 // CUDA stream and cuBLAS handle, a task enqueues its work on its lane's stream and synchronizes that
 // stream before returning, so the Executor's dependencies order the lanes. (Events between streams

@@ -1,7 +1,7 @@
 // The Executor runs one rank's share of a core::Program for real: one worker thread per lane,
 // each running its lane's tasks in program order, a task starting once its dependencies have
 // finished. What a task *does* is the TaskBackend's business; the Executor makes no decision of its
-// own (DESIGN.md): it only orders, times and accounts. It records a core::Timeline and tracks the
+// own (docs/DESIGN.md): it only orders, times and accounts. It records a core::Timeline and tracks the
 // bytes each task allocates and frees per tier against the Program's budget; going over a budget is
 // reported with the task id as an ExecutionError. One Executor per rank; run_step() is not
 // reentrant, but the backend's run() is called from several lane threads at once.

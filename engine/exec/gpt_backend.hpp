@@ -5,7 +5,7 @@
 // activation checkpoints moved to host or NVMe and back, and optimizer sub-groups updated by CPU
 // Adam with their fp32 master weights and moments read from and written back to their tier.
 //
-// It decides nothing (DESIGN.md): which shard, tier, tile, buffer and order come from the Program;
+// It decides nothing (docs/DESIGN.md): which shard, tier, tile, buffer and order come from the Program;
 // the backend only keeps the data each task names. One backend per rank; run() is called
 // concurrently from the Executor's lane threads and is thread-safe; the other methods are called
 // between steps from one thread. ZeRO stage 3 only: stages 0-2 keep whole parameters on every
