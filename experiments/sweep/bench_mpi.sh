@@ -6,6 +6,11 @@
 # each pair's ratio, the medians, and checks that the two CSVs hold the same results (all but the
 # simulator's own wall time). CPU seconds per point show the sweep's own cost of spreading points
 # over ranks, which load from other processes does not change.
+# Each pair also measures the machine's own ceiling for two simulations at once: two independent
+# single-process sweeps of the same spec, pinned to cores 0 and 1 and started together. Their
+# combined points per second over the one-rank rate is the most any spreading of points over two
+# ranks can reach here (caches and memory are shared; pure arithmetic scales 2x on this machine
+# but the simulator does not), so the two-rank ratio is also printed as a fraction of it.
 #   bash experiments/sweep/bench_mpi.sh [SPEC] [REPS]
 # Environment: ZINF (default build/zinf), MPIEXEC (default mpirun), OUT (default a temporary folder).
 set -eu
@@ -29,8 +34,19 @@ run() {  # run REP NP
   echo "$1 $2 $points $wall $user $sys $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/runs.txt"
   /usr/bin/python3 -c "print(f'pair $1: -np $2: $points points in {$wall:.1f} s = {$points / $wall:.3f} points/s, CPU {($user + $sys) / $points * 1000:.1f} ms per point, load $(cut -d' ' -f1 /proc/loadavg)')"
 }
+ceiling() {  # ceiling REP: two pinned single-process sweeps at once; records the slower one's wall
+  rm -f "$OUT/c0.csv" "$OUT/c1.csv"
+  taskset -c 0 /usr/bin/time -f "%e" -o "$OUT/c0.txt" "$ZINF" sweep "$SPEC" -j 1 -o "$OUT/c0.csv" 2> "$OUT/c0-$1.log" &
+  local pid=$!
+  taskset -c 1 /usr/bin/time -f "%e" -o "$OUT/c1.txt" "$ZINF" sweep "$SPEC" -j 1 -o "$OUT/c1.csv" 2> "$OUT/c1-$1.log"
+  wait "$pid"
+  local points=$(($(wc -l < "$OUT/c0.csv") + $(wc -l < "$OUT/c1.csv") - 2))
+  local wall=$(sort -g "$OUT/c0.txt" "$OUT/c1.txt" | tail -1)
+  echo "$1 c $points $wall 0 0 $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/runs.txt"
+  /usr/bin/python3 -c "print(f'pair $1: two pinned single-process sweeps at once: $points points in {$wall:.1f} s = {$points / $wall:.3f} points/s')"
+}
 for rep in $(seq "$REPS"); do
-  if [ $((rep % 2)) -eq 1 ]; then run "$rep" 1; run "$rep" 2; else run "$rep" 2; run "$rep" 1; fi
+  if [ $((rep % 2)) -eq 1 ]; then run "$rep" 1; run "$rep" 2; ceiling "$rep"; else ceiling "$rep"; run "$rep" 2; run "$rep" 1; fi
 done
 
 /usr/bin/python3 - "$OUT" <<'PY'
@@ -39,10 +55,14 @@ out = sys.argv[1]
 runs = [l.split() for l in open(f"{out}/runs.txt")]
 rate = {(rep, np): int(points) / float(wall) for rep, np, points, wall, *_ in runs}
 cpu = {np: statistics.median((float(u) + float(s)) / int(p) for _, n, p, _, u, s, _ in runs if n == np) for np in "12"}
-med = {np: statistics.median(r for (rep, n), r in rate.items() if n == np) for np in "12"}
+med = {np: statistics.median(r for (rep, n), r in rate.items() if n == np) for np in "12c"}
 pairs = sorted({rep for rep, _ in rate})
 ratios = [rate[(rep, "2")] / rate[(rep, "1")] for rep in pairs]
+ceilings = [rate[(rep, "c")] / rate[(rep, "1")] for rep in pairs]
 print("ratio per pair: " + ", ".join(f"{r:.2f}x" for r in ratios))
+print("ceiling per pair (two pinned processes at once / one rank): " + ", ".join(f"{r:.2f}x" for r in ceilings))
+print(f"median ceiling {statistics.median(ceilings):.2f}x; two ranks reach "
+      f"{statistics.median(r / c for r, c in zip(ratios, ceilings)) * 100:.0f} % of it (median over pairs)")
 print(f"median points/s: -np 1 {med['1']:.3f}, -np 2 {med['2']:.3f}; ratio of medians {med['2'] / med['1']:.2f}x, "
       f"median of pair ratios {statistics.median(ratios):.2f}x")
 print(f"median CPU per point: -np 1 {cpu['1'] * 1000:.1f} ms, -np 2 {cpu['2'] * 1000:.1f} ms")
