@@ -80,13 +80,13 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
     divides("heads", s.heads);
     divides("hidden size", s.hidden);
     divides("MLP size", s.ffn_hidden());
-    divides("vocabulary", s.vocab);
   }
   Builder b;
   b.g.spec = s;
   b.g.tokens = s.micro_batch * s.seq;
   b.g.tensor_parallel = tp;
-  const int64_t h = s.hidden, f = s.ffn_hidden(), v = s.vocab / tp, heads = s.heads / tp;
+  // A vocabulary the degree does not divide is padded, as Megatron pads it: each rank holds ceil(V / t) rows.
+  const int64_t h = s.hidden, f = s.ffn_hidden(), v = (s.vocab + tp - 1) / tp, heads = s.heads / tp;
   const double T = double(b.g.tokens);
   // The bytes of one hidden-state activation, all-reduced over the group where the split ends.
   const double hidden_act = tp > 1 ? kAct * T * double(h) : 0.0;

@@ -9,9 +9,10 @@ namespace zinf::models {
 
 // With tensor_parallel t > 1 the graph is one rank's share of Megatron-style tensor parallelism:
 // c_attn and c_fc split by output columns, both c_proj by input rows (their bias whole), heads and the
-// vocabulary (embedding, LM head, loss) split t ways, layernorms and residuals whole; each operator
-// states the activation bytes all-reduced over the group after it (core/graph.hpp). Throws
-// std::invalid_argument naming the dimension that t does not divide.
+// vocabulary (embedding, LM head, loss; padded to a multiple of t) split t ways, layernorms and
+// residuals whole; each operator states the activation bytes all-reduced over the group after it
+// (core/graph.hpp). Throws std::invalid_argument naming the dimension (heads, hidden, MLP) that t
+// does not divide.
 core::ModelGraph build_gpt(const core::ModelSpec& spec, int64_t tensor_parallel = 1);
 
 
