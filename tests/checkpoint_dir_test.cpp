@@ -14,22 +14,14 @@
 
 #include "engine/train/checkpoint_dir.hpp"
 #include "forwarding_io_env.hpp"
+#include "temp_dir.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;
+using zinf::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("zinf_ckptdir_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 nlohmann::json meta(int step) { return {{"format", "zinf-checkpoint-1"}, {"step", step}}; }
 

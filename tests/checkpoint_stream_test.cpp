@@ -23,6 +23,7 @@
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 #include "forwarding_io_env.hpp"
+#include "temp_dir.hpp"
 #include "test_paths.hpp"
 
 namespace {
@@ -66,19 +67,10 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { uncoun
 
 using namespace zinf;
 using zinf::test::source;
+using zinf::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("zinf_ckstream_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // Host bytes a piece of work held at most beyond what was held when it started (or at mark()).
 struct PeakHostBytes {

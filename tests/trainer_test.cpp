@@ -18,24 +18,16 @@
 #include "engine/model/safetensors.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
+#include "temp_dir.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;
 using zinf::test::source;
+using zinf::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("zinf_trainer_" + tag + "_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 engine::TrainerOptions options(const std::string& config_yaml, const fs::path& dir) {
   engine::TrainerOptions o;

@@ -9,19 +9,9 @@ ZINF=$1
 MPIEXEC=${2:-}
 BASE=$(mktemp -d /var/tmp/zinf-e2e-XXXXXX)
 trap 'rm -rf "$BASE"' EXIT
-PASSED=0
-FAILED=0
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 TINY=(--model gpt-tiny --config train-nvme)
 
-pass() { PASSED=$((PASSED + 1)); echo "ok: $1"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $1"; [ -f "$2" ] && sed 's/^/    /' "$2" | tail -n 15; }
-# expect NAME RC_WANTED REGEX LOG: the last command's exit code and log
-expect() {
-  local name=$1 want=$2 regex=$3 log=$4 rc=$5
-  if [ "$rc" != "$want" ]; then fail "$name: exit code $rc, wanted $want" "$log"; return; fi
-  if [ -n "$regex" ] && ! grep -Eq -- "$regex" "$log"; then fail "$name: no line matches /$regex/" "$log"; return; fi
-  pass "$name"
-}
 fresh() { local d="$BASE/$1"; rm -rf "$d"; mkdir -p "$d/nvme"; echo "$d"; }
 # Waits (up to 60 s) until a run's log shows a step, so that it is training.
 wait_for_step() { for _ in $(seq 1 120); do grep -q "step " "$1" 2>/dev/null && return 0; sleep 0.5; done; return 1; }

@@ -5,18 +5,9 @@
 set -u
 ZINF=$1
 D=$(mktemp -d /var/tmp/zinf-tune-XXXXXX)
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 cd "$(dirname "$0")/../.."
 trap 'rm -rf "$D"' EXIT
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok: $1"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $1"; [ -f "${2:-}" ] && sed 's/^/    /' "$2" | tail -n 15; }
-expect() {
-  local name=$1 want=$2 regex=$3 log=$4 rc=$5
-  if [ "$rc" != "$want" ]; then fail "$name: exit code $rc, wanted $want" "$log"; return; fi
-  if [ -n "$regex" ] && ! grep -Eq -- "$regex" "$log"; then fail "$name: no line matches /$regex/" "$log"; return; fi
-  pass "$name"
-}
 TINY=(--model gpt-tiny --hw cpu-dev --config infinity-nvme --plan-budget 6 --finalists 2)
 
 "$ZINF" tune "${TINY[@]}" --yaml "$D/t.yaml" --deepspeed "$D/t.json" > "$D/table.log" 2> "$D/table.err"; rc=$?
