@@ -53,6 +53,20 @@ std::string structure_key(const TuneCandidate& c) {
                      r.gradient_accumulation, int(r.gradients.tier));
 }
 
+// The first entry of each distinct structure in `ranked`, at most `n` of them.
+std::vector<TuneEntry> best_per_structure(const std::vector<TuneEntry>& ranked, size_t n) {
+  std::vector<TuneEntry> out;
+  std::vector<std::string> seen;
+  for (const auto& e : ranked) {
+    if (out.size() >= n) break;
+    std::string k = structure_key(e.candidate);
+    if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
+    seen.push_back(std::move(k));
+    out.push_back(e);
+  }
+  return out;
+}
+
 double gpu_seconds_per_sample(double step, int nodes, const core::HwProfile& hw, int64_t global_batch) {
   return step * double(nodes * hw.node.gpus) / double(global_batch);
 }
@@ -511,13 +525,7 @@ TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TunePr
   // 3. Local search over the schedule knobs of the best planned candidates: each knob's values in
   // turn, keeping any that lowers the idealized objective.
   // The best planned candidate of each of the first `local_search_top` structures.
-  std::vector<TuneEntry> starts;
-  for (const auto& e : planned) {
-    if (starts.size() >= static_cast<size_t>(std::max(0, req.local_search_top))) break;
-    const std::string k = structure_key(e.candidate);
-    if (std::none_of(starts.begin(), starts.end(), [&](const TuneEntry& x) { return structure_key(x.candidate) == k; }))
-      starts.push_back(e);
-  }
+  const std::vector<TuneEntry> starts = best_per_structure(planned, static_cast<size_t>(std::max(0, req.local_search_top)));
   for (size_t i = 0; i < starts.size() && !over_time(0.6); ++i) {
     TuneEntry best = starts[i];
     auto try_variants = [&](const std::string& knob, const std::vector<std::pair<std::string, RunConfig>>& variants) {
@@ -585,13 +593,7 @@ TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TunePr
 
   // 4. Simulate the finalists: the best planned candidate of each of the best structures.
   const auto t2 = clock_type::now();
-  std::vector<TuneEntry> finalists;
-  for (const auto& e : planned) {
-    if (finalists.size() >= static_cast<size_t>(std::max(1, req.finalists))) break;
-    const std::string k = structure_key(e.candidate);
-    if (std::none_of(finalists.begin(), finalists.end(), [&](const TuneEntry& f) { return structure_key(f.candidate) == k; }))
-      finalists.push_back(e);
-  }
+  std::vector<TuneEntry> finalists = best_per_structure(planned, static_cast<size_t>(std::max(1, req.finalists)));
   // With a time limit, simulate what the time left allows (at least the best one).
   size_t simulated = 0;
   double last_batch = 0;
