@@ -25,7 +25,10 @@ TEST_CASE("arena allocator: aligned first-fit blocks, merged again when freed", 
   CHECK(a.in_use() == 0);
   CHECK(a.largest_free() == 4096);  // every neighbour merged back into one block
   CHECK(a.peak() == 1536);
+  a.reset_peak();  // a step's peak starts from what is held now
+  CHECK(a.peak() == 0);
   CHECK(a.allocate(4096, "all") == 0);
+  CHECK(a.peak() == 4096);
 }
 
 TEST_CASE("arena allocator: going over the budget names the bytes and the budget", "[arena]") {

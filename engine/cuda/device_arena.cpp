@@ -61,6 +61,10 @@ uint64_t ArenaAllocator::peak() const {
   std::lock_guard<std::mutex> lock(mu_);
   return peak_;
 }
+void ArenaAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = in_use_;
+}
 uint64_t ArenaAllocator::largest_free() const {
   std::lock_guard<std::mutex> lock(mu_);
   return largest_free_locked();

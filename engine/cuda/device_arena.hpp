@@ -30,6 +30,7 @@ public:
   uint64_t capacity() const { return capacity_; }
   uint64_t in_use() const;
   uint64_t peak() const;
+  void reset_peak();  // the peak starts again from what is in use now
   uint64_t largest_free() const;
 
 private:
@@ -76,6 +77,7 @@ public:
 
   DeviceBlock allocate(uint64_t bytes, const std::string& what);
   const ArenaAllocator& allocator() const { return alloc_; }
+  ArenaAllocator& allocator() { return alloc_; }
 
 private:
   friend class DeviceBlock;

@@ -805,7 +805,8 @@ GptCudaBackend::GptCudaBackend(const core::Program& program, const core::Plan& p
 GptCudaBackend::~GptCudaBackend() = default;
 
 uint64_t GptCudaBackend::device_budget() const { return impl_->arena->allocator().capacity(); }
-uint64_t GptCudaBackend::device_peak() const { return impl_->arena->allocator().peak(); }
+int64_t GptCudaBackend::device_peak_bytes() const { return int64_t(impl_->arena->allocator().peak()); }
+void GptCudaBackend::reset_device_peak() { impl_->arena->allocator().reset_peak(); }
 
 void GptCudaBackend::load_state(const FullState& full) {
   Impl& I = *impl_;

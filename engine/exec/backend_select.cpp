@@ -3,9 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#ifdef ZINF_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "engine/exec/cuda_plugin.hpp"
 
 namespace zinf::engine {
 
@@ -20,24 +18,15 @@ bool cuda_built() {
 }
 
 bool cuda_device_available(std::string* why) {
-#ifdef ZINF_HAVE_CUDA
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
-    cudaGetLastError();  // clear the sticky error so later calls start clean
-    return false;
+  std::string reason;
+  const CudaPlugin* plugin = cuda_plugin(&reason);
+  const int count = plugin ? plugin->device_count(&reason) : -1;
+  if (count > 0) {
+    if (why) why->clear();
+    return true;
   }
-  if (count == 0) {
-    if (why) *why = "cudaGetDeviceCount: 0 devices";
-    return false;
-  }
-  if (why) why->clear();
-  return true;
-#else
-  if (why) *why = "this zinf was built without CUDA (nvcc was not found when it was configured)";
+  if (why) *why = count == 0 ? "cudaGetDeviceCount: 0 devices" : reason;
   return false;
-#endif
 }
 
 BackendKind select_backend(const std::string& name) {
@@ -45,8 +34,9 @@ BackendKind select_backend(const std::string& name) {
   if (name == "auto") return cuda_device_available() ? BackendKind::Cuda : BackendKind::Cpu;
   if (name == "cuda") {
     std::string why;
-    if (!cuda_built()) throw std::invalid_argument("--backend cuda: " + (cuda_device_available(&why), why));
-    if (!cuda_device_available(&why)) throw std::invalid_argument("--backend cuda: no CUDA device found (" + why + ")");
+    if (!cuda_device_available(&why))  // without the plugin, why says what is missing: the build, the file
+      throw std::invalid_argument(cuda_plugin() ? "--backend cuda: no CUDA device found (" + why + ")"
+                                                : "--backend cuda: " + why);
     return BackendKind::Cuda;
   }
   throw std::invalid_argument("--backend '" + name + "': expected cpu, cuda or auto");
@@ -59,15 +49,8 @@ int cuda_device_for_rank(int rank) {
       local = std::atoi(v);
       break;
     }
-#ifdef ZINF_HAVE_CUDA
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    count = 0;
-  }
-#else
-  const int count = 0;
-#endif
+  const CudaPlugin* plugin = cuda_plugin();
+  const int count = plugin ? plugin->device_count(nullptr) : 0;
   return count > 0 ? local % count : 0;
 }
 

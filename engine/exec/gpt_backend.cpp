@@ -941,8 +941,9 @@ void GptCpuBackend::run(const Task& t) {
   }
 }
 
-double GptCpuBackend::local_grad_sumsq() const { return impl_->sumsq; }
-int64_t GptCpuBackend::nonfinite_weights() const { return impl_->nonfinite.load(std::memory_order_relaxed); }
+std::optional<TrainingBackend::LocalGradCheck> GptCpuBackend::local_grad_check() const {
+  return LocalGradCheck{impl_->sumsq, impl_->nonfinite.load(std::memory_order_relaxed)};
+}
 
 double GptCpuBackend::loss() const {
   double s = 0;

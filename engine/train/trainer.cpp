@@ -13,13 +13,10 @@
 
 #include "engine/data/token_data.hpp"
 #include "engine/exec/backend_select.hpp"
+#include "engine/exec/cuda_plugin.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
 #include "engine/machine_info.hpp"
-#ifdef ZINF_HAVE_CUDA
-#include "engine/cuda/gpt_cuda_backend.hpp"
-#include "engine/cuda/nccl_collectives.hpp"
-#endif
 #include "engine/io/safe_files.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/checkpoint_dir.hpp"
@@ -60,11 +57,9 @@ struct Trainer::Impl {
   Gpt2 model;
   TokenCorpus corpus;
   std::unique_ptr<BatchLoader> loader;
-  std::unique_ptr<GptCpuBackend> backend;
-#ifdef ZINF_HAVE_CUDA
-  std::unique_ptr<Collectives> device_comm;  // NCCL (or device copies for one rank), bootstrapped over `comm`
-  std::unique_ptr<cuda::GptCudaBackend> cuda_backend;
-#endif
+  std::unique_ptr<Collectives> device_comm;  // CUDA: NCCL (or device copies for one rank), bootstrapped over `comm`
+  BackendKind kind = BackendKind::Cpu;
+  std::unique_ptr<TrainingBackend> backend;  // GptCpuBackend, or the CUDA plugin's backend
   std::unique_ptr<Executor> executor;
   IoEnv& env;
   std::unique_ptr<CheckpointDir> checkpoints;  // rank 0's, locked for the run
@@ -102,16 +97,17 @@ struct Trainer::Impl {
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
-    if (select_backend(opt.backend) == BackendKind::Cuda) {
-#ifdef ZINF_HAVE_CUDA
+    kind = select_backend(opt.backend);
+    if (kind == BackendKind::Cuda) {
+      std::string why;
+      const CudaPlugin* cuda = cuda_plugin(&why);
+      if (!cuda) throw std::runtime_error("--backend cuda: " + why);
       auto init = opt.init_from.empty() ? model.init_params(opt.init_seed) : load_gpt2_safetensors(opt.init_from, graph);
       const int device = cuda_device_for_rank(comm.rank());
-      device_comm = cuda::make_device_collectives(comm, device);
-      cuda_backend = std::make_unique<cuda::GptCudaBackend>(planned.program, planned.plan, model, comm.rank(),
-                                                            *device_comm, cuda::GptCudaBackendOptions{bo, device, opt.device_memory});
-      cuda_backend->initialize(init);
-      executor = std::make_unique<Executor>(planned.program, comm.rank(), *cuda_backend);
-#endif
+      device_comm = cuda->make_device_collectives(comm, device);
+      backend = cuda->make_backend(planned.program, planned.plan, model, comm.rank(), *device_comm, bo, device,
+                                   opt.device_memory);
+      backend->initialize(init);
     } else {
       backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
       // A fresh start streams its initialization (or --init-from) a parameter group at a time into
@@ -124,8 +120,8 @@ struct Trainer::Impl {
       } else if (!resuming) {
         backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
       }
-      executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     }
+    executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     if (opt.start == CheckpointStart::Resume) resume();
   }
 
@@ -162,15 +158,6 @@ struct Trainer::Impl {
     if (failed > 0) throw std::runtime_error(fmt::format("rank 0 could not use the checkpoint directory {}", opt.checkpoint_dir));
   }
 
-  // The backend running the steps; both have the same step and state interface.
-  template <class F>
-  decltype(auto) with_backend(F&& f) {
-#ifdef ZINF_HAVE_CUDA
-    if (cuda_backend) return f(*cuda_backend);
-#endif
-    return f(*backend);
-  }
-
   static core::ModelGraph build_graph(TrainerOptions& o) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
     if (o.config.tensor_parallel != 1)
@@ -183,10 +170,8 @@ struct Trainer::Impl {
   StepStats step() {
     std::vector<Batch> batches;
     for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
-    with_backend([&](auto& b) { b.begin_step(steps_done + 1, std::move(batches)); });
-    with_backend([](auto& b) {
-      if constexpr (requires { b.reset_device_peak(); }) b.reset_device_peak();
-    });
+    backend->begin_step(steps_done + 1, std::move(batches));
+    backend->reset_device_peak();
     const auto t0 = std::chrono::steady_clock::now();
     StepStats s;
     s.timeline = executor->run_step();
@@ -194,21 +179,13 @@ struct Trainer::Impl {
     ++steps_done;
     s.step = steps_done;
     // One all-reduce: loss, slowest time, squared gradient norm, weights gone non-finite.
-    double r[4] = {with_backend([](auto& b) { return b.loss(); }), s.seconds, 0, 0};
-    with_backend([&](auto& b) {
-      if constexpr (requires { b.local_grad_sumsq(); }) {
-        r[2] = b.local_grad_sumsq();
-        r[3] = double(b.nonfinite_weights());
-      }
-    });
+    const auto check = backend->local_grad_check();
+    double r[4] = {backend->loss(), s.seconds, check ? check->sumsq : 0, check ? double(check->nonfinite) : 0};
     comm.all_reduce(r, 4, "step loss");
     s.loss = r[0] / comm.size();
     const double slowest = r[1] / comm.size();
     s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * comm.size() / std::max(slowest, 1e-9);
-    s.grad_norm = with_backend([&](auto& b) {
-      if constexpr (requires { b.local_grad_sumsq(); }) return std::sqrt(r[2]);
-      else return b.grad_norm();
-    });
+    s.grad_norm = check ? std::sqrt(r[2]) : backend->grad_norm();
     if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm) || r[3] > 0)
       throw TrainingDiverged(fmt::format(
           "step {}: loss {}, gradient norm {}, {} master weights not finite after the update: the run diverged "
@@ -216,28 +193,20 @@ struct Trainer::Impl {
           s.step, s.loss, s.grad_norm, int64_t(r[3]), opt.config.lr,
           opt.checkpoint_dir.empty() ? "" : "; the last checkpoint in " + opt.checkpoint_dir + " is the last good state"));
     s.peak = executor->peak_bytes();
-    s.device_arena_peak = with_backend([](auto& b) -> int64_t {
-      if constexpr (requires { b.device_peak_bytes(); }) return b.device_peak_bytes();
-      else return -1;
-    });
+    s.device_arena_peak = backend->device_peak_bytes();
     return s;
   }
 
-  using StateTensor = GptCpuBackend::StateTensor;
+  using StateTensor = TrainingBackend::StateTensor;
 
   // One group's tensor of the state, gathered from every rank (a collective). The CPU backend
   // gathers just that group; a backend with only the whole-state form (CUDA) gathers the whole
   // state into `whole` on first use and serves the groups from it.
-  void gather_group(int32_t g, StateTensor which, std::vector<float>& out, std::optional<GptCpuBackend::FullState>& whole) {
-    with_backend([&](auto& b) {
-      if constexpr (requires { b.gather_group(g, which, out); }) {
-        b.gather_group(g, which, out);
-      } else {
-        if (!whole) whole = b.gather_state();
-        const auto& from = which == StateTensor::Master ? whole->master : which == StateTensor::AdamM ? whole->m : whole->v;
-        out = from[size_t(g)];
-      }
-    });
+  void gather_group(int32_t g, StateTensor which, std::vector<float>& out, std::optional<TrainingBackend::FullState>& whole) {
+    if (backend->streams_state()) return backend->gather_group(g, which, out);
+    if (!whole) whole = backend->gather_state();
+    const auto& from = which == StateTensor::Master ? whole->master : which == StateTensor::AdamM ? whole->m : whole->v;
+    out = from[size_t(g)];
   }
 
   // Every rank runs the same sequence of group gathers whether or not its writes succeed (a rank
@@ -247,7 +216,7 @@ struct Trainer::Impl {
     Impl& trainer;
     std::vector<std::pair<int32_t, StateTensor>> order;
     size_t gathered = 0;
-    std::optional<GptCpuBackend::FullState> whole;
+    std::optional<TrainingBackend::FullState> whole;
     std::vector<float> scratch;
 
     void next(std::vector<float>& out) {
@@ -333,7 +302,7 @@ struct Trainer::Impl {
     if (!c.verified) note(fmt::format("checkpoint {} records no checksum (an older zinf wrote it): loaded unverified", c.dir));
     // Group by group from the file into the tiers, each tensor checked before it is used.
     SafetensorsReader reader(c.state_path);
-    const auto from_file = [&](const std::string& suffix, bool non_negative) -> GptCpuBackend::GroupReader {
+    const auto from_file = [&](const std::string& suffix, bool non_negative) -> TrainingBackend::GroupReader {
       return [this, &reader, &c, suffix, non_negative](int32_t g, std::vector<float>& out) {
         const std::string tensor = graph.params[size_t(g)].name + "." + suffix;
         reader.read_f32(tensor, out);
@@ -341,20 +310,18 @@ struct Trainer::Impl {
       };
     };
     const auto master = from_file("master", false), m = from_file("adam_m", false), v = from_file("adam_v", true);
-    with_backend([&](auto& b) {
-      if constexpr (requires { b.load_state(master, m, v); }) {
-        b.load_state(master, m, v);
-      } else {  // a backend that loads the whole state at once
-        GptCpuBackend::FullState state;
-        for (const auto& pg : graph.params) {
-          for (auto [read, into] : {std::pair{&master, &state.master}, {&m, &state.m}, {&v, &state.v}}) {
-            into->emplace_back();
-            (*read)(pg.id, into->back());
-          }
+    if (backend->streams_state()) {
+      backend->load_state(master, m, v);
+    } else {  // a backend that loads the whole state at once
+      TrainingBackend::FullState state;
+      for (const auto& pg : graph.params) {
+        for (auto [read, into] : {std::pair{&master, &state.master}, {&m, &state.m}, {&v, &state.v}}) {
+          into->emplace_back();
+          (*read)(pg.id, into->back());
         }
-        b.load_state(state);
       }
-    });
+      backend->load_state(state);
+    }
     steps_done = meta["step"].get<int64_t>();
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
@@ -371,7 +338,7 @@ Trainer::~Trainer() = default;
 const core::Plan& Trainer::plan() const { return impl_->planned.plan; }
 const core::Program& Trainer::program() const { return impl_->planned.program; }
 int64_t Trainer::step_count() const { return impl_->steps_done; }
-const char* Trainer::backend() const { return impl_->backend ? "cpu" : "cuda"; }
+const char* Trainer::backend() const { return to_string(impl_->kind); }
 StepStats Trainer::step() { return impl_->step(); }
 std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
 bool Trainer::any_rank(bool mine) {
