@@ -183,10 +183,10 @@ void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
              in.config.tiling_factor == 0 ? fmt::format("auto -> {}", rep.tiling_factor) : std::to_string(rep.tiling_factor));
   if (!auto_line.empty()) fmt::print("{}\n\n", auto_line);
   if (in.config.tensor_parallel > 1)
-    fmt::print("tensor_parallel {}: the memory table below counts a rank as if it held whole layers (the memory model "
-               "does not count tensor-parallel shares yet); the Program, which --program writes and zinf sim runs, "
-               "plans each rank's share\n\n",
-               in.config.tensor_parallel);
+    fmt::print("tensor_parallel {}: a rank holds its group's share of every layer; ZeRO partitions it over the {} "
+               "data-parallel ranks that hold the same share{}\n\n",
+               in.config.tensor_parallel, rep.ranks / in.config.tensor_parallel,
+               in.config.checkpoints_partitioned ? "; activation checkpoints are partitioned across the group" : "");
   fmt::print("{:<34}{:>16}{:>16}{:>16}\n", "memory", "device / GPU", "host / node", "NVMe / node");
   auto line = [](const std::string& what, const TierBytes& t) {
     fmt::print("{:<34}{:>16}{:>16}{:>16}\n", what, format_bytes(t.device), format_bytes(t.host), format_bytes(t.nvme));

@@ -72,6 +72,7 @@ std::string differences(const sim::TuneCandidate& a, const sim::TuneCandidate& b
     if (u != v) d.push_back(fmt::format("{} {} (not {})", what, u, v));
   };
   add("nodes", std::to_string(a.nodes), std::to_string(b.nodes));
+  add("tensor parallel", std::to_string(x.tensor_parallel), std::to_string(y.tensor_parallel));
   add("params", to_string(x.params.tier), to_string(y.params.tier));
   add("optimizer", to_string(x.optimizer.tier), to_string(y.optimizer.tier));
   auto ckpt = [](const RunConfig& c) {
@@ -159,19 +160,20 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   fmt::print("\n\n");
 
   const bool cost = req.objective == sim::TuneObjective::Cost;
-  fmt::print("{:<3}{}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", "#",
-             cost ? fmt::format("{:>6}{:>12}", "nodes", "GPU-s/smpl") : "", "samples/s", "TFLOP/s", "step", "params",
+  fmt::print("{:<3}{}{:>11}{:>9}{:>10}{:>4}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", "#",
+             cost ? fmt::format("{:>6}{:>12}", "nodes", "GPU-s/smpl") : "", "samples/s", "TFLOP/s", "step", "tp", "params",
              "optim", "ckpt", "tiling", "mb x ga", "prefetch", "live", "sub-grp", "optim", "busiest lane");
   for (size_t i = 0; i < rep.finalists.size(); ++i) {
     const auto& e = rep.finalists[i];
     const auto& c = e.candidate.config;
     const bool ok = e.simulated && e.simulated->ok;
     const auto [lane, busy] = bottleneck(e);
-    fmt::print("{:<3}{}{:>11}{:>9}{:>10}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", i + 1,
+    fmt::print("{:<3}{}{:>11}{:>9}{:>10}{:>4}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", i + 1,
                cost ? fmt::format("{:>6}{:>12}", e.candidate.nodes, ok ? fmt::format("{:.4g}", e.score) : "-") : "",
                ok ? fmt::format("{:.4g}", e.samples_per_s) : "failed",
                ok ? fmt::format("{:.1f}", e.simulated->tflops_per_gpu) : "-",
-               ok ? format_seconds(e.simulated->step_time) : "-", to_string(c.params.tier), to_string(c.optimizer.tier),
+               ok ? format_seconds(e.simulated->step_time) : "-", c.tensor_parallel, to_string(c.params.tier),
+               to_string(c.optimizer.tier),
                c.checkpoint_interval > 0 ? fmt::format("{}/{}", to_string(c.checkpoints.tier), c.checkpoint_interval)
                                          : "off",
                c.tiling_factor, fmt::format("{}x{}", c.micro_batch.value_or(0), c.gradient_accumulation),

@@ -52,14 +52,16 @@ RunConfig strategy_config(Strategy s, const RunConfig& base) {
   return c;
 }
 
-ParamCounts gpt_param_counts(const ModelSpec& m) {
-  const int64_t h = m.hidden, f = m.ffn_hidden();
+ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel) {
+  const int64_t t = std::max<int64_t>(1, tensor_parallel);
+  const int64_t h = m.hidden, f = m.ffn_hidden(), v = (m.vocab + t - 1) / t;
   ParamCounts c;
-  // ln_1, c_attn (W + b), attn c_proj, ln_2, mlp c_fc, mlp c_proj
-  c.per_block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (f * h + f) + (h * f + h);
-  // wte, wpe, ln_f, and an untied LM head
-  c.outside = m.vocab * h + m.seq * h + 2 * h + (m.tied_embeddings ? 0 : m.vocab * h);
-  c.largest_linear = std::max(f * h, m.tied_embeddings ? int64_t(0) : m.vocab * h);
+  // ln_1, c_attn (W + b, column-parallel), attn c_proj (row-parallel: W split, b whole), ln_2,
+  // mlp c_fc (column-parallel), mlp c_proj (row-parallel)
+  c.per_block = 2 * h + (3 * h * h + 3 * h) / t + (h * h / t + h) + 2 * h + (f * h + f) / t + (h * f / t + h);
+  // wte (vocabulary-parallel), wpe, ln_f, and an untied LM head (vocabulary-parallel)
+  c.outside = v * h + m.seq * h + 2 * h + (m.tied_embeddings ? 0 : v * h);
+  c.largest_linear = std::max(f * h / t, m.tied_embeddings ? int64_t(0) : v * h);
   return c;
 }
 
@@ -84,8 +86,13 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const RunConfig& c = in.config;
   const int G = in.hw.node.gpus;
   const int N = G * in.nodes;
-  const ParamCounts counts = gpt_param_counts(m);
-  const double P = double(counts.total(m.layers));
+  // Tensor parallelism: a rank holds its group's share of every layer (counts), and ZeRO partitions
+  // that share over the N / t data-parallel ranks that hold the same share.
+  const int64_t t = std::max<int64_t>(1, c.tensor_parallel);
+  const ParamCounts counts = gpt_param_counts(m, t);
+  const double P = double(gpt_param_counts(m).total(m.layers));
+  const double P_rank = double(counts.total(m.layers));
+  const double dp = double(N) / double(t);
   const double bsz = double(c.micro_batch.value_or(m.micro_batch));
   const double seq = double(m.seq), hd = double(m.hidden), heads = double(m.heads), nl = double(m.layers);
   const int64_t tiles = std::max<int64_t>(1, c.tiling_factor);
@@ -96,9 +103,9 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   r.tiling_factor = tiles;
 
   // Model states, 16 bytes/param: bf16 params (2) and grads (2), fp32 master, m and v (12).
-  const double params_share = c.zero_stage >= 3 ? P / N : P;
-  const double grads_share = c.zero_stage >= 2 ? P / N : P;
-  const double optim_share = c.zero_stage >= 1 ? P / N : P;
+  const double params_share = c.zero_stage >= 3 ? P_rank / dp : P_rank;
+  const double grads_share = c.zero_stage >= 2 ? P_rank / dp : P_rank;
+  const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
   MemoryRow states{"model states", {}};
   add(states.bytes, tier_of(c.params), 2.0 * params_share, G);
   add(states.bytes, tier_of(c.gradients), 2.0 * grads_share, G);
@@ -106,24 +113,31 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   r.rows.push_back(states);
 
   // Activation checkpoints: 2·bsz·seq·hd·nl/ci per GPU; without checkpointing every block's
-  // activations stay on the device (activation working memory with ci = nl).
+  // activations stay on the device (activation working memory with ci = nl). Under tensor
+  // parallelism every rank of a group holds the same checkpoint unless they are partitioned.
   const double ci = c.checkpoint_interval > 0 ? double(c.checkpoint_interval) : nl;
   if (c.checkpoint_interval > 0) {
     MemoryRow ckpt{"activation checkpoints", {}};
-    add(ckpt.bytes, tier_of(c.checkpoints), 2.0 * bsz * seq * hd * nl / ci, G);
+    const double split = c.checkpoints_partitioned ? double(t) : 1.0;
+    add(ckpt.bytes, tier_of(c.checkpoints), 2.0 * bsz * seq * hd * nl / ci / split, G);
     r.rows.push_back(ckpt);
   }
 
   // Working memory on the device: activations of ci blocks being recomputed, and the model states
   // of the largest operator (param + grad, bf16) split into tiles. When parameters are partitioned
   // (ZeRO-3) the prefetched parameters within the live-bytes bound are resident too.
+  // Under tensor parallelism the attention scores split with the heads, and of the per-token
+  // term the share Korthikanti et al. (2022) find replicated, 10 of 34 bytes per hidden unit
+  // (layernorm inputs, residuals, dropout masks), stays whole; the rest splits t ways.
   MemoryRow awm{"activation working memory", {}};
-  awm.bytes.device = bsz * seq * ci * (16.0 * hd + 2.0 * heads * seq);
+  const double replicated = 10.0 / 34.0;
+  awm.bytes.device = bsz * seq * ci * (16.0 * hd * (replicated + (1.0 - replicated) / double(t)) +
+                                       2.0 * heads * seq / double(t));
   r.rows.push_back(awm);
   MemoryRow mswm{"model-state working memory", {}};
   const double largest_tile = double(counts.largest_linear) / double(tiles);
   mswm.bytes.device = 4.0 * largest_tile;
-  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, 2.0 * P);
+  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, 2.0 * P_rank);
   r.rows.push_back(mswm);
 
   // Pinned staging buffers of the offload engine, per rank, when anything lives off the device.

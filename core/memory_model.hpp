@@ -22,14 +22,17 @@ const std::vector<Strategy>& all_strategies();
 RunConfig strategy_config(Strategy s, const RunConfig& base);
 
 // Parameters of a GPT of this shape as a closed form in layers; models/gpt.cpp builds the graph
-// with exactly these counts (a test holds them together).
+// with exactly these counts (a test holds them together). With tensor parallelism `t`, one rank's
+// share as models::build_gpt(spec, t) builds it: the column- and row-parallel weights, the
+// column-parallel biases and the vocabulary (padded to a multiple of t) split t ways; layernorms
+// and the row-parallel biases whole on every rank.
 struct ParamCounts {
   int64_t per_block = 0;
   int64_t outside = 0;
   int64_t largest_linear = 0;  // elements of the largest linear weight (hd x 4hd in a GPT)
   int64_t total(int64_t layers) const { return per_block * layers + outside; }
 };
-ParamCounts gpt_param_counts(const ModelSpec& m);
+ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel = 1);
 
 struct TierBytes {
   double device = 0;  // per GPU

@@ -48,9 +48,9 @@ double since(clock_type::time_point t0) { return std::chrono::duration<double>(c
 // The structural knobs of a candidate (what the local search leaves alone): finalists differ in these.
 std::string structure_key(const TuneCandidate& c) {
   const RunConfig& r = c.config;
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.nodes, int(r.partitioning), int(r.params.tier), int(r.optimizer.tier),
-                     r.checkpoint_interval, int(r.checkpoints.tier), r.tiling_factor, r.micro_batch.value_or(0),
-                     r.gradient_accumulation, int(r.gradients.tier));
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.nodes, int(r.partitioning), int(r.params.tier),
+                     int(r.optimizer.tier), r.checkpoint_interval, int(r.checkpoints.tier), r.tiling_factor,
+                     r.micro_batch.value_or(0), r.gradient_accumulation, int(r.gradients.tier), r.tensor_parallel);
 }
 
 // The first entry of each distinct structure in `ranked`, at most `n` of them.
@@ -78,9 +78,10 @@ std::string TuneCandidate::describe() const {
   std::string ckpt = c.checkpoint_interval > 0
                          ? fmt::format("ckpt {}/{}", short_tier(c.checkpoints.tier), c.checkpoint_interval)
                          : std::string("ckpt off");
-  return fmt::format("{} node(s), params {}, optimizer {}, {}, tiling {}, mb {} x ga {}, prefetch {}/{}/{}, live {}, "
+  return fmt::format("{} node(s), {}params {}, optimizer {}, {}, tiling {}, mb {} x ga {}, prefetch {}/{}/{}, live {}, "
                      "sub-group {}, optimizer {}{}",
-                     nodes, short_tier(c.params.tier), short_tier(c.optimizer.tier), ckpt, c.tiling_factor,
+                     nodes, c.tensor_parallel > 1 ? fmt::format("tp {}, ", c.tensor_parallel) : std::string(),
+                     short_tier(c.params.tier), short_tier(c.optimizer.tier), ckpt, c.tiling_factor,
                      c.micro_batch.value_or(0), c.gradient_accumulation, c.nvme_prefetch_distance,
                      c.h2d_prefetch_distance, c.allgather_prefetch_distance, core::format_bytes(c.max_live_bytes),
                      core::format_count(double(c.sub_group_size)),
@@ -94,7 +95,11 @@ std::string TuneCandidate::describe() const {
 LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& c) {
   const auto& n = hw.node;
   const double G = n.gpus, R = double(nodes) * G;
-  const double P = double(core::gpt_param_counts(model).total(model.layers));
+  // Tensor parallelism: a rank holds and computes its group's share P of the model; ZeRO partitions
+  // and reduces that share over the D = R / T data-parallel ranks that hold the same share.
+  const int64_t tp = std::max<int64_t>(1, c.tensor_parallel);
+  const double T = double(tp), D = R / T;
+  const double P = double(core::gpt_param_counts(model, tp).total(model.layers));
   const double b = double(c.micro_batch.value_or(model.micro_batch));
   const double s = double(model.seq), h = double(model.hidden), L = double(model.layers);
   const double M = double(c.gradient_accumulation);
@@ -103,13 +108,17 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
 
   // Compute: 2 FLOPs per parameter per token forward plus attention's two s x s GEMMs per layer;
   // backward twice forward, recompute once more.
-  const double forward = 2 * P * b * s * M + 4 * b * s * s * h * L * M;
+  const double forward = 2 * P * b * s * M + 4 * b * s * s * h * L * M / T;
   LaneEstimate out;
   out.flops_per_gpu = forward * (3 + recompute);
   const auto& curve = n.gpu.gemm_forward_efficiency.points.empty() ? n.gpu.gemm_efficiency : n.gpu.gemm_forward_efficiency;
-  const double eff = std::max(1e-3, curve.at(core::gemm_intensity_dim(b * s, double(model.ffn_hidden()) / tiles, h)));
+  const double eff = std::max(1e-3, curve.at(core::gemm_intensity_dim(b * s, double(model.ffn_hidden()) / T / tiles, h)));
   const double kernels = 16 * L * (3 + recompute) * M * tiles;  // launches: about 16 kernels per block and pass
   double compute = out.flops_per_gpu / (n.gpu.peak_flops * eff) + kernels * n.gpu.kernel_launch;
+  // Tensor-parallel all-reduces run on the compute stream inside a node: two per block in forward
+  // (and recompute) and two in backward, each of one bf16 hidden state, as a ring over NVLink.
+  if (tp > 1)
+    compute += L * M * (4 + 2 * recompute) * (2 * (T - 1) / T * 2 * b * s * h / n.nvlink_bandwidth + 2 * (T - 1) * n.nvlink_latency);
 
   const double pcie = n.pcie_bandwidth_all_active();
   const double comm_bw = R <= G ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);
@@ -120,24 +129,24 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
   // Parameters: fetched for forward, backward and recompute of every micro-batch.
   const double fetches = (2 + recompute) * M;
   const bool partitioned = c.zero_stage >= 3;
-  const double shard = partitioned ? 2 * P / R : 2 * P;
+  const double shard = partitioned ? 2 * P / D : 2 * P;
   if (partitioned && c.params.tier != Tier::Device) {
     h2d += fetches * shard / pcie + fetches * groups * n.pcie_latency;
     if (c.params.tier == Tier::Nvme) rd += fetches * shard / nvme_r + fetches * groups * n.nvme_latency;
   }
-  if (R > 1) {
-    if (partitioned) comm += fetches * 2 * P * (R - 1) / R / comm_bw;
-    comm += M * 2 * P * (R - 1) / R / comm_bw * (c.zero_stage >= 2 ? 1 : 2);  // reduce-scatter (all-reduce below stage 2)
+  if (D > 1) {
+    if (partitioned) comm += fetches * 2 * P * (D - 1) / D / comm_bw;
+    comm += M * 2 * P * (D - 1) / D / comm_bw * (c.zero_stage >= 2 ? 1 : 2);  // reduce-scatter (all-reduce below stage 2)
   }
   // Gradient shards leave the device after each micro-batch's reduction.
-  const double grad_shard = c.zero_stage >= 2 ? 2 * P / R : 2 * P;
+  const double grad_shard = c.zero_stage >= 2 ? 2 * P / D : 2 * P;
   if (c.gradients.tier != Tier::Device) {
     d2h += M * grad_shard / pcie;
     if (c.gradients.tier == Tier::Nvme) wr += M * grad_shard / nvme_w + M * groups * n.nvme_latency;
   }
   // Activation checkpoints: saved in forward, loaded in backward.
   if (c.checkpoint_interval > 0 && c.checkpoints.tier != Tier::Device) {
-    const double ckpt = 2 * b * s * h * std::ceil(L / double(c.checkpoint_interval)) * M;
+    const double ckpt = 2 * b * s * h * std::ceil(L / double(c.checkpoint_interval)) * M / (c.checkpoints_partitioned ? T : 1);
     d2h += ckpt / pcie;
     h2d += ckpt / pcie;
     if (c.checkpoints.tier == Tier::Nvme) {
@@ -146,7 +155,7 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
     }
   }
   // The optimizer step over this rank's shard: fp32 master, m and v (12 bytes per parameter).
-  const double opt_params = c.zero_stage >= 1 ? P / R : P;
+  const double opt_params = c.zero_stage >= 1 ? P / D : P;
   double opt_cpu = 0, opt_dev = 0, opt_h2d = 0, opt_d2h = 0, opt_rd = 0, opt_wr = 0;
   if (c.optimizer.tier == Tier::Device) {
     opt_dev = 16 * opt_params / (n.gpu.memory_bandwidth * std::max(0.05, n.gpu.elementwise_efficiency));
@@ -251,7 +260,7 @@ std::vector<TuneOutcome> run_forked(size_t count, int workers, const std::functi
 TuneOutcome schedule_in_process(const core::ModelSpec& model, const core::HwProfile& hw, const TuneCandidate& c) {
   core::ModelSpec spec = model;
   if (c.config.micro_batch) spec.micro_batch = *c.config.micro_batch;
-  const core::ModelGraph graph = models::build_gpt(spec);
+  const core::ModelGraph graph = models::build_gpt(spec, c.config.tensor_parallel);
   TuneOutcome o;
   try {
     const core::PlanResult r = core::make_plan(graph, hw, c.config, c.nodes * hw.node.gpus);
@@ -317,6 +326,14 @@ TuneSpace default_tune_space(const TuneRequest& req) {
     s.partitionings = {Partitioning::BandwidthCentric};
     if (ranks > 1 && ranks <= kOwnerBasedMaxRanks && b.zero_stage == 3) s.partitionings.push_back(Partitioning::OwnerBased);
   }
+  if (s.tensor_parallels.empty())
+    for (int64_t t = 1; t <= req.hw.node.gpus; t *= 2) s.tensor_parallels.push_back(t);
+  // Only degrees the planner accepts: dividing a node's GPUs, the heads and the widths.
+  std::erase_if(s.tensor_parallels, [&](int64_t t) {
+    return t < 1 || req.hw.node.gpus % t != 0 || req.model.heads % t != 0 || req.model.hidden % t != 0 ||
+           req.model.ffn_hidden() % t != 0;
+  });
+  if (s.tensor_parallels.empty()) s.tensor_parallels = {1};
   if (s.node_counts.empty()) {
     if (req.objective == TuneObjective::Cost)
       for (int nn = 1; nn < req.nodes; nn *= 2) s.node_counts.push_back(nn);
@@ -339,66 +356,79 @@ struct Enumerated {
   std::string short_text;
 };
 
+// The largest live-bytes bound, then the smallest tiling factor, with which `c` fits the memory
+// model; or, if none does, how far short the first of them is.
+Enumerated fit(const TuneRequest& req, const TuneSpace& s, RunConfig c, int nodes) {
+  Enumerated e;
+  std::optional<core::MemoryReport> first;
+  for (double live : s.live_bytes) {
+    for (int64_t t : s.tiling_factors) {
+      RunConfig probe = c;
+      probe.max_live_bytes = live;
+      probe.tiling_factor = t;
+      core::MemoryReport r = core::memory_requirement({req.model, req.hw, nodes, probe});
+      if (!first) first = r;
+      if (r.fits) {
+        e.candidate = {probe, nodes};
+        e.fits = true;
+        return e;
+      }
+    }
+  }
+  c.max_live_bytes = s.live_bytes.front();
+  c.tiling_factor = s.tiling_factors.front();
+  const auto& r = *first;
+  const double budget = *r.short_tier == Tier::Device ? r.budget.device
+                        : *r.short_tier == Tier::Host ? r.budget.host
+                                                      : r.budget.nvme;
+  e.short_ratio = budget > 0 ? r.shortfall / budget : 1e30;
+  e.short_text = fmt::format("{} short by {} ({})", core::to_string(*r.short_tier), core::format_bytes(r.shortfall),
+                             *r.short_tier == Tier::Device ? "per GPU" : "per node");
+  e.candidate = {c, nodes};
+  return e;
+}
+
 std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, int64_t global_batch) {
   std::vector<Enumerated> out;
   const RunConfig& base = req.base;
+  // Structural choices first (nodes, tensor parallelism, micro-batch, partitioning) ...
+  struct Shape {
+    int nodes;
+    int64_t tp, mb, ga;
+    Partitioning part;
+  };
+  std::vector<Shape> shapes;
   for (int nodes : s.node_counts) {
-    const int64_t ranks = int64_t(nodes) * req.hw.node.gpus;
-    for (int64_t mb : s.micro_batches) {
-      if (global_batch % (ranks * mb) != 0) continue;
-      const int64_t ga = global_batch / (ranks * mb);
-      if (ga < 1 || ga > kMaxAccumulation) continue;
-      for (Partitioning part : s.partitionings) {
-        if (part == Partitioning::OwnerBased && ranks <= 1) continue;
-        for (Tier pt : s.params_tiers) {
-          if (pt != Tier::Device && base.zero_stage < 3) continue;  // stages 0-2 keep parameters on the device
-          for (Tier ot : s.optimizer_tiers) {
-            for (int64_t ci : s.checkpoint_intervals) {
-              for (Tier ct : s.checkpoint_tiers) {
-                if (ci == 0 && ct != s.checkpoint_tiers.front()) continue;  // no checkpoints: tier is moot
-                RunConfig c = base;
-                c.partitioning = part;
-                c.params = {false, pt};
-                c.gradients = {false, pt};
-                c.optimizer = {false, ot};
-                c.checkpoint_interval = ci;
-                c.checkpoints = {false, ci == 0 ? Tier::Device : ct};
-                c.micro_batch = mb;
-                c.gradient_accumulation = ga;
-                // The largest live-bytes bound, then the smallest tiling factor, that fit.
-                Enumerated e;
-                std::optional<core::MemoryReport> first;
-                for (double live : s.live_bytes) {
-                  for (int64_t t : s.tiling_factors) {
-                    RunConfig probe = c;
-                    probe.max_live_bytes = live;
-                    probe.tiling_factor = t;
-                    core::MemoryReport r = core::memory_requirement({req.model, req.hw, nodes, probe});
-                    if (!first) first = r;
-                    if (r.fits) {
-                      c = probe;
-                      e.fits = true;
-                      break;
-                    }
-                  }
-                  if (e.fits) break;
-                }
-                if (!e.fits) {
-                  c.max_live_bytes = s.live_bytes.front();
-                  c.tiling_factor = s.tiling_factors.front();
-                  const auto& r = *first;
-                  const double budget = *r.short_tier == Tier::Device ? r.budget.device
-                                        : *r.short_tier == Tier::Host ? r.budget.host
-                                                                      : r.budget.nvme;
-                  e.short_ratio = budget > 0 ? r.shortfall / budget : 1e30;
-                  e.short_text = fmt::format("{} short by {} ({})", core::to_string(*r.short_tier),
-                                             core::format_bytes(r.shortfall),
-                                             *r.short_tier == Tier::Device ? "per GPU" : "per node");
-                }
-                e.candidate = {c, nodes};
-                out.push_back(std::move(e));
-              }
-            }
+    for (int64_t tp : s.tensor_parallels) {
+      const int64_t dp = int64_t(nodes) * req.hw.node.gpus / tp;  // data-parallel ranks share the batch
+      for (int64_t mb : s.micro_batches) {
+        if (global_batch % (dp * mb) != 0) continue;
+        const int64_t ga = global_batch / (dp * mb);
+        if (ga < 1 || ga > kMaxAccumulation) continue;
+        for (Partitioning part : s.partitionings)
+          if (part != Partitioning::OwnerBased || (dp > 1 && tp == 1)) shapes.push_back({nodes, tp, mb, ga, part});
+      }
+    }
+  }
+  // ... then the placement of each state and of the checkpoints.
+  for (const Shape& sh : shapes) {
+    for (Tier pt : s.params_tiers) {
+      if (pt != Tier::Device && base.zero_stage < 3) continue;  // stages 0-2 keep parameters on the device
+      for (Tier ot : s.optimizer_tiers) {
+        for (int64_t ci : s.checkpoint_intervals) {
+          for (Tier ct : s.checkpoint_tiers) {
+            if (ci == 0 && ct != s.checkpoint_tiers.front()) continue;  // no checkpoints: tier is moot
+            RunConfig c = base;
+            c.tensor_parallel = sh.tp;
+            c.partitioning = sh.part;
+            c.params = {false, pt};
+            c.gradients = {false, pt};
+            c.optimizer = {false, ot};
+            c.checkpoint_interval = ci;
+            c.checkpoints = {false, ci == 0 ? Tier::Device : ct};
+            c.micro_batch = sh.mb;
+            c.gradient_accumulation = sh.ga;
+            out.push_back(fit(req, s, c, sh.nodes));
           }
         }
       }
@@ -409,8 +439,9 @@ std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, in
 
 int64_t resolve_global_batch(const TuneRequest& req) {
   if (req.global_batch > 0) return req.global_batch;
-  return int64_t(req.nodes) * req.hw.node.gpus * req.base.micro_batch.value_or(req.model.micro_batch) *
-         req.base.gradient_accumulation;
+  // The base config's data-parallel ranks (its tensor-parallel groups share a batch) x its batch per rank.
+  const int64_t dp = std::max<int64_t>(1, int64_t(req.nodes) * req.hw.node.gpus / std::max<int64_t>(1, req.base.tensor_parallel));
+  return dp * req.base.micro_batch.value_or(req.model.micro_batch) * req.base.gradient_accumulation;
 }
 
 }  // namespace
@@ -427,14 +458,10 @@ std::vector<TuneCandidate> enumerate_candidates(const TuneRequest& req, const Tu
 TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TuneProgress& progress) {
   const auto t0 = clock_type::now();
   TuneReport rep;
-  if (req.base.tensor_parallel != 1)
-    throw std::invalid_argument(fmt::format(
-        "the base config asks for tensor_parallel {}: zinf tune searches tensor_parallel 1 only (its memory-model "
-        "pruning does not count tensor-parallel shares yet); plan or simulate that degree with zinf plan / zinf sim",
-        req.base.tensor_parallel));
   rep.global_batch = resolve_global_batch(req);
   const TuneSpace space = default_tune_space(req);
-  rep.not_searched.push_back("tensor parallelism (planned and simulated by zinf sim; the search keeps degree 1)");
+  if (space.tensor_parallels.size() == 1 && space.tensor_parallels.front() == 1)
+    rep.not_searched.push_back("tensor parallelism (no degree above 1 divides this node's GPUs and the model's heads and widths)");
   rep.not_searched.push_back(fmt::format("ZeRO stage (the base config's, {})", req.base.zero_stage));
   rep.not_searched.push_back("gradients on another tier than the parameters");
   if (std::find(space.partitionings.begin(), space.partitionings.end(), Partitioning::OwnerBased) ==
@@ -650,6 +677,7 @@ namespace {
 nlohmann::json config_json(const TuneCandidate& c) {
   const RunConfig& r = c.config;
   return {{"nodes", c.nodes},
+          {"tensor_parallel", r.tensor_parallel},
           {"params", short_tier(r.params.tier)},
           {"gradients", short_tier(r.gradients.tier)},
           {"optimizer", short_tier(r.optimizer.tier)},

@@ -9,9 +9,10 @@
 // What it searches: the tier of parameters (gradients with them), of optimizer states and of
 // activation checkpoints, the checkpoint interval, the tiling factor (the smallest that fits),
 // micro-batch and gradient accumulation for the global batch, the bound on live prefetched bytes,
-// prefetch distances, optimizer sub-group size and timing, and partitioning (bandwidth-centric;
-// owner-based too on up to 16 ranks). ZeRO stage and everything else come from the base config.
-// Tensor parallelism does not exist in the core, so it is not searched.
+// prefetch distances, optimizer sub-group size and timing, partitioning (bandwidth-centric;
+// owner-based too on up to 16 ranks), and the tensor-parallel degree (powers of two that divide the
+// GPUs of a node, the heads and the widths; the global batch is split over the data-parallel ranks
+// that remain). ZeRO stage and everything else come from the base config.
 //
 // Deterministic: nothing is drawn at random, ties go to the earlier candidate; only a time limit
 // that cuts a stage short makes a result depend on the machine's speed. Not thread-safe (forks).
@@ -44,6 +45,7 @@ struct TuneSpace {
   std::vector<int64_t> micro_batches;        // kept where they divide the global batch
   std::vector<double> live_bytes;            // descending; the largest that fits is taken
   std::vector<core::Partitioning> partitionings;
+  std::vector<int64_t> tensor_parallels;     // kept where the model and the node allow them
   std::vector<int> node_counts;              // the Cost objective's cluster sizes
   // Local search over the schedule knobs of the best planned candidates.
   struct Prefetch {

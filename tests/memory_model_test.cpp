@@ -41,6 +41,54 @@ TEST_CASE("closed-form parameter counts match the built graph", "[memory]") {
   CHECK(gpt_param_counts(small).total(small.layers) == 124439808);
 }
 
+TEST_CASE("a tensor-parallel rank's closed-form share matches the graph build_gpt builds for it", "[memory][tp]") {
+  for (const char* name : {"gpt2-small", "gpt2-xl", "gpt-10b"}) {
+    auto spec = load_model_spec(source(std::string("models/") + name + ".yaml"));
+    for (int64_t t : {2, 4}) {
+      if (spec.heads % t != 0) continue;
+      INFO(name << " tensor_parallel " << t);
+      CHECK(zinf::models::build_gpt(spec, t).total_params() == gpt_param_counts(spec, t).total(spec.layers));
+    }
+  }
+}
+
+TEST_CASE("tensor parallelism splits states, working memory and partitioned checkpoints", "[memory][tp]") {
+  auto in = dgx2_input("gpt-10b", "zero3");
+  in.config.checkpoint_interval = 1;
+  auto row = [](const MemoryReport& r, const std::string& what) {
+    for (const auto& x : r.rows)
+      if (x.what == what) return x.bytes.device;
+    FAIL("no row " << what);
+    return 0.0;
+  };
+  const MemoryReport one = memory_requirement(in);
+  in.config.tensor_parallel = 4;
+  const MemoryReport four = memory_requirement(in);
+  CHECK(four.params == one.params);  // the model, not a rank's share
+  // ZeRO-3 over all 16 GPUs either way: states per GPU stay about P/N (layernorms and row-parallel
+  // biases are held by every rank of a group, a fraction of a percent here).
+  CHECK(row(four, "model states") == Approx(row(one, "model states")).epsilon(0.01));
+  CHECK(row(four, "model states") > row(one, "model states"));
+  // The largest linear splits four ways; activations split but for the replicated share.
+  CHECK(row(four, "model-state working memory") < row(one, "model-state working memory"));
+  const double awm1 = row(one, "activation working memory"), awm4 = row(four, "activation working memory");
+  CHECK(awm4 < 0.6 * awm1);
+  CHECK(awm4 > 0.25 * awm1);
+  // Checkpoints: whole on every rank of a group unless partitioned.
+  CHECK(row(four, "activation checkpoints") == Approx(row(one, "activation checkpoints")));
+  in.config.checkpoints_partitioned = true;
+  CHECK(row(memory_requirement(in), "activation checkpoints") == Approx(row(one, "activation checkpoints") / 4));
+  // ZeRO-1 on 16 GPUs: a rank holds its group's whole share of the bf16 parameters and gradients
+  // (4 bytes x P/4 instead of 4 x P) and the optimizer states stay P/16 x 12 either way:
+  // (P + 0.75 P) / (4 P + 0.75 P).
+  in.config.zero_stage = 1;
+  in.config.tensor_parallel = 1;
+  const MemoryReport z1 = memory_requirement(in);
+  in.config.tensor_parallel = 4;
+  const MemoryReport z1t = memory_requirement(in);
+  CHECK(row(z1t, "model states") == Approx(row(z1, "model states") * 1.75 / 4.75).epsilon(0.01));
+}
+
 TEST_CASE("largest trainable model on one DGX-2 per strategy is within 20% of the paper's", "[memory][paper]") {
   auto in = dgx2_input("gpt-10b", "paper-capacity");
   // Paper (Fig. 1 / §3): 1.4B data parallel, 13B ZeRO-Offload, 20B ZeRO-3, 70B ZeRO-Infinity CPU,

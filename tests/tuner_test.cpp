@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "core/errors.hpp"
@@ -179,12 +180,43 @@ TEST_CASE("tune refuses a global batch the ranks cannot split", "[tuner]") {
   req.model = m;
   req.hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
-  req.global_batch = 24;  // 16 GPUs
+  req.global_batch = 17;  // 16 GPUs: 16, 8 or 4 data-parallel ranks under tensor parallelism 1, 2 or 4
   CHECK_THROWS_WITH(sim::tune(req, in_process(m, req.hw)), Contains("cannot be split"));
-  // A tensor-parallel base config is refused by name rather than searched with the wrong memory.
+}
+
+TEST_CASE("tensor parallelism is searched: degrees the node and the model allow, the batch over data-parallel ranks",
+          "[tuner][tp]") {
+  const ModelSpec m = tiny();  // 4 heads
+  sim::TuneRequest req;
+  req.model = m;
+  req.hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));  // 16 GPUs a node
+  req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.global_batch = 32;
-  req.base.tensor_parallel = 2;
-  CHECK_THROWS_WITH(sim::tune(req, in_process(m, req.hw)), Contains("tensor_parallel 2"));
+  const sim::TuneSpace space = sim::default_tune_space(req);
+  CHECK(space.tensor_parallels == std::vector<int64_t>{1, 2, 4});  // 8 and 16 do not divide 4 heads
+  std::set<int64_t> degrees;
+  for (const auto& c : sim::enumerate_candidates(req, space)) {
+    const int64_t t = c.config.tensor_parallel;
+    degrees.insert(t);
+    CHECK(16 / t * *c.config.micro_batch * c.config.gradient_accumulation == 32);
+    if (t > 1) CHECK(c.config.partitioning == Partitioning::BandwidthCentric);
+  }
+  CHECK(degrees == std::set<int64_t>{1, 2, 4});
+  // The closed form: a quarter of the FLOPs per GPU, plus all-reduces on the compute lane.
+  RunConfig c = req.base;
+  c.micro_batch = 2;
+  const auto one = sim::estimate_lanes(m, req.hw, 1, c);
+  c.tensor_parallel = 4;
+  const auto four = sim::estimate_lanes(m, req.hw, 1, c);
+  CHECK(four.flops_per_gpu < 0.3 * one.flops_per_gpu);
+  CHECK(four.flops_per_gpu > 0.25 * one.flops_per_gpu);
+  // Restricted to degree 2, the pick plans with it (the planner builds one rank's share).
+  req.space.tensor_parallels = {2};
+  req.plan_budget = 4;
+  const sim::TuneReport rep = sim::tune(req, in_process(m, req.hw));
+  REQUIRE_FALSE(rep.finalists.empty());
+  CHECK(rep.finalists.front().candidate.config.tensor_parallel == 2);
+  CHECK_THAT(rep.finalists.front().candidate.describe(), Contains("tp 2"));
 }
 
 TEST_CASE("the cost objective weighs node counts by GPU-seconds per sample", "[tuner]") {
