@@ -31,7 +31,7 @@ if [ "$rc" != 0 ] && grep -q "tp2.yaml" "$D/train.log" && grep -q "tensor_parall
 else
   fail "zinf train with tensor_parallel 2 (exit $rc)" "$D/train.log"
 fi
-"$ZINF" tune --model gpt-tiny --hw dgx2-v100 --config "$D/tp2.yaml" --json > "$D/tune.json" 2> "$D/tune.log"; rc=$?
+"$ZINF" tune --model gpt-tiny --hw dgx2-v100 --config "$D/tp2.yaml" --json --yaml "" --deepspeed "" > "$D/tune.json" 2> "$D/tune.log"; rc=$?
 expect "zinf tune searches from a tensor-parallel base config" 0 '"tensor_parallel"' "$D/tune.json" $rc
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -49,7 +49,7 @@ expect "--objective cost: the finalists compared per sample" 0 "#1: .*cheaper pe
 
 "$ZINF" tune --model gpt-1t --hw cpu-dev --config infinity-nvme --plan-budget 2 > "$D/nofit.log" 2>&1; rc=$?
 expect "nothing fits: refused with the short tier" 3 "no configuration of gpt-1t .* short by" "$D/nofit.log" $rc
-"$ZINF" tune --model gpt-tiny --hw dgx2-v100 --global-batch 17 > "$D/batch.log" 2>&1; rc=$?
+"$ZINF" tune --model gpt-tiny --hw dgx2-v100 --global-batch 17 --yaml "" --deepspeed "" > "$D/batch.log" 2>&1; rc=$?
 expect "a global batch the ranks cannot split" 1 "global batch 17 cannot be split" "$D/batch.log" $rc
 
 # `auto` in a run config: zinf plan reports the tiling factor and tiers of the Program it writes.
