@@ -101,7 +101,7 @@ std::string resolve_auto(const Inputs& in, int nodes, MemoryModelInput& mm) {
   ModelSpec spec = in.model;
   spec.micro_batch = c.micro_batch.value_or(spec.micro_batch);
   try {
-    const PlanResult r = make_plan(models::build_gpt(spec), in.hw, c, nodes * in.hw.node.gpus);
+    const PlanResult r = make_plan(models::build_gpt(spec, c.tensor_parallel), in.hw, c, nodes * in.hw.node.gpus);
     mm.config.tiling_factor = r.plan.tiling_factor;
     mm.config.params = {false, r.plan.params};
     mm.config.gradients = {false, r.plan.gradients};
@@ -123,7 +123,7 @@ std::string resolve_auto(const Inputs& in, int nodes, MemoryModelInput& mm) {
   }
 }
 
-void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
+void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
   Inputs in = load_inputs(opts);
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
   const std::string auto_line = resolve_auto(in, opts.nodes, mm);
@@ -144,6 +144,13 @@ void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
     strategies.push_back({s, largest_model(si), memory_requirement(si)});
   }
 
+  // The largest hidden size at this depth, untiled and with the probe's tiling factor (the paper's
+  // §5.1.3 figure uses 16).
+  MemoryModelInput untiled = mm, tiled = mm;
+  untiled.config.tiling_factor = 1;
+  tiled.config.tiling_factor = probe_tiling;
+  const int64_t hidden_untiled = largest_hidden(untiled), hidden_tiled = largest_hidden(tiled);
+
   if (json) {
     nlohmann::json j;
     j["model"] = {{"name", in.model.name}, {"params", rep.params}, {"layers", in.model.layers},
@@ -153,6 +160,21 @@ void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
     j["nodes"] = opts.nodes;
     j["ranks"] = rep.ranks;
     j["tiling_factor"] = rep.tiling_factor;
+    const RunConfig& c = mm.config;  // with `auto` resolved as the planner resolved it
+    j["config"] = {{"name", in.config_name},
+                   {"zero_stage", c.zero_stage},
+                   {"params", to_string(c.params)},
+                   {"gradients", to_string(c.gradients)},
+                   {"optimizer", to_string(c.optimizer)},
+                   {"checkpoints", to_string(c.checkpoints)},
+                   {"checkpoint_interval", c.checkpoint_interval},
+                   {"checkpoints_partitioned", c.checkpoints_partitioned},
+                   {"tiling_factor", rep.tiling_factor},
+                   {"tensor_parallel", c.tensor_parallel},
+                   {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
+                   {"gradient_accumulation", c.gradient_accumulation},
+                   {"max_live_bytes", c.max_live_bytes}};
+    j["largest_hidden"] = {{"untiled", hidden_untiled}, {"tiled", hidden_tiled}, {"tiling_factor", probe_tiling}};
     for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
     j["total"] = tier_json(rep.total);
     j["budget"] = tier_json(rep.budget);
@@ -206,13 +228,8 @@ void run_plan(const InputOptions& opts, bool json, const ProgramOutputs& outs) {
     fmt::print("  {:<22}{:>10}{:>12}   {}\n", to_string(s.s), s.largest.layers, format_count(double(s.largest.params)),
                s.this_model.fits ? "fits" : fmt::format("short on {}", to_string(*s.this_model.short_tier)));
 
-  {
-    MemoryModelInput untiled = mm, tiled = mm;
-    untiled.config.tiling_factor = 1;
-    tiled.config.tiling_factor = 16;
-    fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor 16\n", m.layers,
-               largest_hidden(untiled), largest_hidden(tiled));
-  }
+  fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor {}\n", m.layers,
+             hidden_untiled, hidden_tiled, probe_tiling);
 
   fmt::print("\nbandwidth efficiency (paper §4), peak {} per GPU:\n", format_flops(in.hw.node.gpu.peak_flops));
   for (const auto& e : eff)
@@ -225,13 +242,18 @@ Registration reg(10, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Memory per tier, fit, largest model per strategy, efficiency estimate");
   auto opts = std::make_shared<InputOptions>();
   auto json = std::make_shared<bool>(false);
+  auto probe_tiling = std::make_shared<int64_t>(16);
   auto outs = std::make_shared<ProgramOutputs>();
   add_input_options(*cmd, *opts);
   cmd->add_flag("--json", *json, "Print the report as JSON");
   cmd->add_option("--program", outs->program, "Write the planned Program (one training step, every rank) as JSON");
   cmd->add_option("--trace", outs->trace,
                   "Write a Chrome trace (Perfetto) of the Program under the idealized list scheduler");
-  cmd->callback([opts, json, outs] { run_plan(*opts, *json, *outs); });
+  cmd->add_option("--tiling-probe", *probe_tiling,
+                  "Tiling factor for the 'largest hidden size' line (the paper's §5.1.3 figure uses 16)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  cmd->callback([opts, json, probe_tiling, outs] { run_plan(*opts, *json, *probe_tiling, *outs); });
 });
 
 }  // namespace

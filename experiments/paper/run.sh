@@ -26,12 +26,12 @@ for n in 1 2 4 8 16 32; do
 done
 
 echo "== largest hidden size with and without tiling (zinf plan, paper-tiling assumptions)"
-line=$("$ZINF" plan --model gpt-1t --config paper-tiling | grep "largest hidden size")
-echo "$line"
-/usr/bin/python3 - "$line" "$OUT/tiling.json" <<'PY'
-import json, re, sys
-m = re.search(r"(\d+) untiled, (\d+) with tiling factor (\d+)", sys.argv[1])
-json.dump({"untiled": int(m.group(1)), "tiled": int(m.group(2)), "factor": int(m.group(3))}, open(sys.argv[2], "w"))
+"$ZINF" plan --model gpt-1t --config paper-tiling --tiling-probe 16 --json > "$OUT/plan-tiling.json"
+/usr/bin/python3 - "$OUT/plan-tiling.json" "$OUT/tiling.json" <<'PY'
+import json, sys
+h = json.load(open(sys.argv[1]))["largest_hidden"]
+print(f"largest hidden size: {h['untiled']} untiled, {h['tiled']} with tiling factor {h['tiling_factor']}")
+json.dump({"untiled": h["untiled"], "tiled": h["tiled"], "factor": h["tiling_factor"]}, open(sys.argv[2], "w"))
 PY
 
 for spec in throughput-512 throughput-512-large scaling-1t partitioning prefetch checkpoint-offload; do

@@ -25,6 +25,18 @@ if [ -n "$(states "$D/plan.log")" ] && [ "$(states "$D/plan.log")" != "$(states 
 else
   fail "zinf plan's table with tensor_parallel 2 equals degree 1's" "$D/plan.log"
 fi
+printf 'zero_stage: 3\ntensor_parallel: 2\ntiling_factor: auto\nactivation_checkpoint: {interval: 1, tier: host, partitioned: true}\n' > "$D/tp2auto.yaml"
+"$ZINF" plan --model gpt2-small --hw dgx2-v100 --config "$D/tp2auto.yaml" --tiling-probe 4 --json > "$D/plan.json" 2> "$D/planjson.err"; rc=$?
+if [ "$rc" = 0 ] && /usr/bin/python3 - "$D/plan.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+c, h = j["config"], j["largest_hidden"]
+assert c["tensor_parallel"] == 2 and c["data_parallel_ranks"] == 8 and c["checkpoints_partitioned"], c
+assert c["tiling_factor"] >= 1 and "auto" in j and "planner" in j["auto"], j.get("auto")  # auto resolved by the planner
+assert h["tiling_factor"] == 4 and h["tiled"] >= h["untiled"] > 0, h
+PY
+then pass "zinf plan --json: the config as planned (tensor parallel, auto tiling resolved) and the largest hidden sizes"
+else fail "zinf plan --json with tensor_parallel 2 and tiling auto (exit $rc)" "$D/planjson.err"; fi
 "$ZINF" train --model gpt-tiny --config "$D/tp2.yaml" --steps 1 --checkpoint-dir "$D/ckpt" --nvme-dir "$D/nvme" > "$D/train.log" 2>&1; rc=$?
 if [ "$rc" != 0 ] && grep -q "tp2.yaml" "$D/train.log" && grep -q "tensor_parallel" "$D/train.log"; then
   pass "zinf train refuses tensor_parallel 2, naming the file and the key"
