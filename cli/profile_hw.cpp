@@ -1,4 +1,4 @@
-// `zinf profile-hw`: measures this machine through the engine's own code paths and writes a
+// `zinf profile-hw`: measures this machine through the engine's own code paths (engine/probe) and writes a
 // hwprofile the simulator reads. What the CPU backend calls the "device" is an arena in host
 // memory, so the figures are those of the engine's parts as they run here: GEMM and elementwise
 // kernels (engine/cpu), the host<->device copy as the GPT backend does it (a fresh buffer filled by
@@ -32,16 +32,13 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/plan.hpp"
+#include "core/hwprofile_writer.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "engine/comm/collectives.hpp"
-#include "engine/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
-#include "engine/io/nvme_store.hpp"
 #include "engine/machine_info.hpp"
-#include "engine/memory/device_arena.hpp"
-#include "engine/memory/staging_cache.hpp"
-#include "engine/optim/cpu_adam.hpp"
+#include "engine/probe/machine_probe.hpp"
 #include "engine/train/trainer.hpp"
 #include "sim/calibration.hpp"
 #include "sim/isolate.hpp"
@@ -68,289 +65,8 @@ struct ProfileArgs {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using namespace engine::probe;
 
-// Median wall time of `fn` over `reps` runs after one warm-up run.
-double time_median(int reps, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(seconds_since(t0));
-  }
-  return median(t);
-}
-
-struct LinearFit {
-  double latency = 0;    // seconds
-  double bandwidth = 0;  // bytes/s
-};
-
-// Least squares of t = latency + bytes / bandwidth in relative terms (each point weighted by 1/t^2,
-// so a small request's latency is not drowned by a large one's noise); a negative intercept (noise)
-// is clamped to 0.
-LinearFit fit(const std::vector<std::pair<double, double>>& points) {
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (auto [x, y] : points) {
-    const double w = 1.0 / (y * y);
-    sw += w;
-    sx += w * x;
-    sy += w * y;
-    sxx += w * x * x;
-    sxy += w * x * y;
-  }
-  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
-  const double icept = (sy - slope * sx) / sw;
-  LinearFit f;
-  f.bandwidth = slope > 0 ? 1.0 / slope : points.back().first / points.back().second;
-  f.latency = std::max(0.0, icept);
-  return f;
-}
-
-std::vector<float> touched(size_t n, float value = 0.5f) { return std::vector<float>(n, value); }
-
-// ---- the measurements ---------------------------------------------------------------------------
-
-struct GemmPoint {
-  int64_t dim;      // core::gemm_intensity_dim of the shape measured
-  double forward;   // FLOP/s of the forward alone
-  double backward;  // FLOP/s of the backward alone
-};
-
-// Linear layers (what a compute task of a linear runs) of x inputs and outputs over max(x, 512)
-// tokens, keyed by their intensity dimension (the curves' argument, core::gemm_intensity_dim), forward
-// and backward timed apart (a forward is one GEMM plus the bias, a backward two GEMMs plus the bias
-// gradient; they reach different rates at the same shape).
-std::vector<GemmPoint> measure_gemm(bool quick) {
-  std::vector<int64_t> dims = {8, 16, 32, 64, 128, 256, 512, 1024};
-  if (quick) dims = {16, 64, 256};
-  std::vector<GemmPoint> out;
-  for (int64_t x : dims) {
-    const int64_t T = std::max<int64_t>(x, 512), in = x, outd = x;
-    auto X = touched(size_t(T * in)), W = touched(size_t(outd * in)), B = touched(size_t(outd));
-    auto Y = touched(size_t(T * outd)), dY = touched(size_t(T * outd)), dX = touched(size_t(T * in));
-    auto dW = touched(size_t(outd * in)), dB = touched(size_t(outd));
-    const double flops = 2.0 * double(T) * double(in) * double(outd);
-    const int reps = std::clamp(int(3e8 / flops), 5, quick ? 5 : 60);
-    const double fwd = time_median(reps, [&] {
-      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, in, outd);
-    });
-    const double bwd = time_median(reps, [&] {
-      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, in, outd);
-    });
-    out.push_back({std::lround(core::gemm_intensity_dim(double(T), double(outd), double(in))), flops / fwd, 2.0 * flops / bwd});
-  }
-  return out;
-}
-
-// Elementwise kernels as the Program counts them (models/gpt.cpp): bf16 activations (2 bytes) per
-// element of each tensor read or written, although the CPU backend keeps them in fp32, and 8 / 10 / 1
-// FLOPs per element for layernorm / GELU / residual. The residual add is pure memory traffic: its
-// rate is the elementwise bandwidth. Layernorm and GELU are bound by arithmetic (GELU's tanh above
-// all): the geometric mean of their FLOP rates is the vector rate. Tensors of 1 MiB: the size of the
-// CPU backend's activations for the models it trains here, which stay in cache.
-struct Elementwise {
-  double bandwidth = 0;     // bytes/s, as counted
-  double vector_flops = 0;  // FLOP/s, as counted
-};
-Elementwise measure_elementwise(bool quick) {
-  const int64_t T = 512, C = quick ? 256 : 512, n = T * C;
-  auto x = touched(size_t(n)), y = touched(size_t(n)), z = touched(size_t(n));
-  auto g = touched(size_t(C), 1.0f), b = touched(size_t(C), 0.0f), mean = touched(size_t(T)), rstd = touched(size_t(T));
-  const double ln = time_median(21, [&] {
-    engine::cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), T, C);
-  });
-  const double gelu = time_median(21, [&] { engine::cpu::gelu_forward(y.data(), x.data(), n); });
-  const double res = time_median(21, [&] { engine::cpu::residual_forward(z.data(), x.data(), y.data(), n); });
-  Elementwise e;
-  e.bandwidth = 2.0 * 3 * double(n) / res;
-  e.vector_flops = std::sqrt(8.0 * double(n) / ln * 10.0 * double(n) / gelu);
-  return e;
-}
-
-// The attention core (what an attention task runs), forward and backward timed apart, per head
-// size, against the FLOPs the graph counts for it: 4·T·S·h forward, twice that backward. Sequence
-// 128, two sequences, four heads.
-struct AttentionPoint {
-  int64_t head;
-  double forward, backward;  // FLOP/s
-};
-std::vector<AttentionPoint> measure_attention(bool quick) {
-  std::vector<AttentionPoint> out;
-  for (int64_t hd : quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{16, 32, 64, 128}) {
-    const int64_t B = 2, S = 128, NH = 4, C = hd * NH, T = B * S;
-    auto qkv = touched(size_t(T * 3 * C)), o = touched(size_t(T * C)), dout = touched(size_t(T * C));
-    auto att = touched(size_t(B * NH * S * S)), dqkv = touched(size_t(T * 3 * C));
-    const int reps = quick ? 5 : 15;
-    const double fwd = time_median(reps, [&] { engine::cpu::attention_forward(o.data(), att.data(), qkv.data(), B, S, C, NH); });
-    const double bwd = time_median(reps, [&] {
-      engine::cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, S, C, NH);
-    });
-    const double flops = 4.0 * double(T) * double(S) * double(C);
-    out.push_back({hd, flops / fwd, 2.0 * flops / bwd});
-  }
-  return out;
-}
-
-// STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand, of
-// 4 MiB buffers (the working-set size of the kernels above; the CPU "device" is its caches).
-double measure_memory_bandwidth(bool) {
-  const size_t n = 1u << 20;  // floats
-  auto a = touched(n), b = touched(n);
-  const double t = time_median(41, [&] { std::memcpy(b.data(), a.data(), n * sizeof(float)); });
-  return 2.0 * double(n * sizeof(float)) / t;
-}
-
-// The GPT backend's host-to-device copy: a staged shard copied into a buffer of the device arena
-// (both from the engine's reused huge-page cache, as in a training step).
-LinearFit measure_copy(bool quick) {
-  engine::DeviceArena arena(1e12);
-  engine::Staging<uint16_t> src(size_t(8) << 20, 1);
-  std::vector<std::pair<double, double>> pts;
-  for (size_t bytes : {size_t(16) << 10, size_t(256) << 10, size_t(4) << 20, size_t(quick ? 4 : 16) << 20}) {
-    const size_t n = std::min(bytes / 2, src.size());
-    const double t = time_median(7, [&] {
-      engine::DeviceVector<uint16_t> dst(n, engine::DeviceAllocator<uint16_t>(&arena));
-      std::copy_n(src.data(), n, dst.data());
-      if (dst.empty()) std::abort();
-    });
-    pts.push_back({double(n * 2), t});
-  }
-  return fit(pts);
-}
-
-struct DiskFit {
-  LinearFit read, write;
-  double overlap = 0;  // small requests moved by a reader and a writer together over a reader alone
-};
-
-// The NVMe store with the default aio settings, as the GPT backend's tasks use it: page-aligned
-// spans (shards and sub-groups start at aligned offsets, core::kShardAlignment) in staging buffers
-// from the engine's huge-page cache; the file is written before it is read (recently written data
-// reads at the speed an engine's own swap files see).
-DiskFit measure_nvme(const std::string& dir_root, bool quick) {
-  const fs::path dir = fs::path(dir_root) / fmt::format("zinf-profile-{}", ::getpid());
-  engine::NvmeStoreOptions o;
-  o.dir = dir.string();
-  DiskFit f;
-  {
-    engine::NvmeStore store(o);
-    const uint64_t file = uint64_t(quick ? 32 : 128) << 20;
-    auto id = store.create("bench", file);
-    engine::Staging<char> buf(file, 7);
-    store.write(id, 0, buf.data(), file).wait_or_throw();
-    std::vector<std::pair<double, double>> rd, wr;
-    // From one page (a small model's shard) to half the file: the fit's latency comes from the small ones.
-    for (uint64_t bytes : {uint64_t(4) << 10, uint64_t(16) << 10, uint64_t(64) << 10, uint64_t(1) << 20, uint64_t(8) << 20, file / 2}) {
-      const int reps = bytes >= (uint64_t(16) << 20) ? 3 : 7;
-      uint64_t off = 0;
-      auto next = [&] {
-        const uint64_t at = off;
-        off = off + 2 * bytes + 4096 > file ? 0 : off + bytes + 4096;
-        return at;
-      };
-      wr.push_back({double(bytes), time_median(reps, [&] { store.write(id, next(), buf.data(), bytes).wait_or_throw(); })});
-      rd.push_back({double(bytes), time_median(reps, [&] { store.read(id, next(), buf.data(), bytes).wait_or_throw(); })});
-    }
-    f.read = fit(rd);
-    f.write = fit(wr);
-    // Do a read and a write in flight together overlap their latencies (a drive with deep queues)
-    // or queue behind each other (a single-queue virtual disk)? 16 KiB requests, latency-bound: a
-    // reader alone, then a reader and a writer on the two halves of the file.
-    const uint64_t req = uint64_t(16) << 10;
-    const double window = quick ? 0.1 : 0.3;
-    auto stream = [&](bool write, uint64_t base) {
-      uint64_t n = 0;
-      const auto t0 = Clock::now();
-      while (seconds_since(t0) < window) {
-        const uint64_t at = base + (n * req) % (file / 2 - req);
-        (write ? store.write(id, at, buf.data() + base, req) : store.read(id, at, buf.data() + base, req)).wait_or_throw();
-        ++n;
-      }
-      return double(n) / seconds_since(t0);
-    };
-    const double alone = stream(false, 0);
-    double reads = 0, writes = 0;
-    std::thread writer([&] { writes = stream(true, file / 2); });
-    reads = stream(false, 0);
-    writer.join();
-    f.overlap = (reads + writes) / alone;
-    store.remove(id);
-  }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  return f;
-}
-
-double measure_adam(bool quick) {
-  const size_t n = quick ? (1u << 20) : (4u << 20);
-  auto master = touched(n), m = touched(n, 0.0f), v = touched(n, 0.0f);
-  std::vector<engine::bf16> g(n, engine::to_bf16(0.01f)), p(n);
-  engine::CpuAdam adam(engine::AdamOptions{}, 1);
-  int64_t step = 0;
-  const double t = time_median(5, [&] { adam.step(++step, n, master.data(), m.data(), v.data(), g.data(), p.data()); });
-  return double(n) / t;
-}
-
-// The Executor's own cost per task: a real Program (gpt-tiny, states on the host) run with a
-// backend that does nothing, so the time is lane threads waking on their dependencies.
-double measure_task_overhead(const core::HwProfile& hw) {
-  struct Noop : engine::TaskBackend {
-    void run(const core::Task&) override {}
-  } noop;
-  auto spec = models::find_model("gpt-tiny", source_dir());
-  auto graph = models::build_gpt(spec);
-  core::RunConfig cfg;
-  cfg.params = {false, core::Tier::Host};
-  cfg.optimizer = {false, core::Tier::Host};
-  auto planned = core::make_plan(graph, hw, cfg, 1);
-  engine::Executor ex(planned.program, 0, noop);
-  std::vector<double> t;
-  for (int i = 0; i < 7; ++i) {
-    const auto tl = ex.run_step();
-    t.push_back(tl.makespan());
-  }
-  size_t active = 0;
-  for (const auto& task : planned.program.tasks())
-    if (task.kind != core::TaskKind::Alloc && task.kind != core::TaskKind::Free) ++active;
-  return median(t) / double(std::max<size_t>(1, active));
-}
-
-// How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
-// a mid-sized GEMM (512 x 256 x 256) on buffers of its own: the sum of their rates over the rate of the
-// same loop run alone just before. `cores` on a machine whose cores are independent; less when
-// virtual cores share a physical one (SMT) or the host throttles. OpenBLAS must run one thread per
-// caller (OPENBLAS_NUM_THREADS=1) for this to mean anything.
-double measure_parallel_throughput(unsigned cores, bool quick) {
-  const int64_t T = 512, x = 256;
-  const double flops = 6.0 * double(T) * double(x) * double(x);
-  auto rate_of = [&](double seconds) {
-    auto X = touched(size_t(T * x)), W = touched(size_t(x * x)), B = touched(size_t(x));
-    auto Y = touched(size_t(T * x)), dY = touched(size_t(T * x)), dX = touched(size_t(T * x));
-    auto dW = touched(size_t(x * x)), dB = touched(size_t(x));
-    const auto t0 = Clock::now();
-    int64_t n = 0;
-    while (seconds_since(t0) < seconds) {
-      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, x, x);
-      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, x, x);
-      ++n;
-    }
-    return double(n) * flops / seconds_since(t0);
-  };
-  const double seconds = quick ? 0.1 : 0.4;
-  const double alone = rate_of(seconds);
-  std::vector<double> rates(cores, 0.0);
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < cores; ++i) threads.emplace_back([&rates, &rate_of, i, seconds] { rates[i] = rate_of(seconds); });
-  for (auto& t : threads) t.join();
-  const double together = std::accumulate(rates.begin(), rates.end(), 0.0);
-  return std::clamp(together / alone, 1.0, double(cores));
-}
 
 // What a Trainer's steps show, over `steps` steps after `warmup` ones: each task's durations on
 // the chosen lanes (by task id), and per step the mean dispatch delay of its tasks: from the
@@ -501,28 +217,6 @@ NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double 
   return r;
 }
 
-// Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
-// and each reads its own CPU time; with b other threads competing, each gets cores / (cores + b)
-// of a core (the scheduler is fair per thread), so b = cores / share - cores. Zero on an idle
-// machine. The simulator puts that load beside the ranks' threads on the shared core pool.
-double measure_background_threads(unsigned cores, double seconds) {
-  std::vector<double> share(cores, 1.0);
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < cores; ++i)
-    threads.emplace_back([&share, i, seconds] {
-      timespec c0{}, c1{};
-      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-      const auto t0 = Clock::now();
-      volatile uint64_t spin = 0;
-      while (seconds_since(t0) < seconds)
-        for (int k = 0; k < 1000; ++k) spin = spin + 1;
-      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-      const double cpu = double(c1.tv_sec - c0.tv_sec) + 1e-9 * double(c1.tv_nsec - c0.tv_nsec);
-      share[i] = std::clamp(cpu / seconds_since(t0), 1e-3, 1.0);
-    });
-  for (auto& t : threads) t.join();
-  return std::max(0.0, double(cores) / median(share) - double(cores));
-}
 
 // One rank of the collective measurement (under mpirun): all-gathers of small and large buffers.
 void comm_worker(const std::string& out_path) {
@@ -647,8 +341,6 @@ std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& profile_yaml,
 
 // ---- the profile --------------------------------------------------------------------------------
 
-std::string num(double v) { return fmt::format("{:.4g}", v); }
-
 void run_profile(const ProfileArgs& a) {
   if (!a.comm_worker.empty()) return comm_worker(a.comm_worker);
   const auto t_start = Clock::now();
@@ -767,80 +459,60 @@ void run_profile(const ProfileArgs& a) {
   }
   fmt::print("  NVMe in a step         x the store's time: read {:.2f}, write {:.2f}\n", nvme_read_in_step, nvme_write_in_step);
 
-  // The curves as the profile holds them (filled above for the backend measurement).
-  auto curve = [](const core::Curve& c) {
-    std::string s;
-    for (const auto& [x, y] : c.points) s += fmt::format("{}[{}, {:.3f}]", s.empty() ? "" : ", ", x, y);
-    return s;
-  };
-  const auto& gpu = hw.node.gpu;
+  // The rest of the profile: what the measurements above give the simulator's other fields.
   const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
-  const core::MachineRecord machine = engine::this_machine(a.nvme_dir);
+  hw.description = fmt::format("measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}", cores,
+                               blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
+  hw.measured_on = engine::this_machine(a.nvme_dir);
+  hw.node.gpu.name = "cpu-arena";
+  hw.node.gpu.kernel_launch = per_task;
+  hw.node.nvme_latency = nvme_latency + per_task;
+  hw.node.nvme_read_in_step = nvme_read_in_step;
+  hw.node.nvme_write_in_step = nvme_write_in_step;
+  hw.node.pcie_latency = copy.latency + per_task;
+  hw.node.nvlink_bandwidth = link.bandwidth;  // ranks on this machine exchange through MPI shared memory
+  hw.node.nvlink_latency = link.latency + per_task;
+  hw.node.nic_bandwidth = link.bandwidth;
+  hw.fabric = {"full", link.latency + per_task};
+  core::HwProfileNotes notes;
+  notes.header = {
+      "This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own",
+      "code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe",
+      "is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between",
+      "local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw."};
+  notes.sources = {"zinf profile-hw"};
+  notes.significant_digits = 4;
+  std::string in_step_tasks;
+  for (const auto& [key, count] : in_step.tasks) in_step_tasks += fmt::format("{}{} {}", in_step_tasks.empty() ? "" : ", ", key, count);
+  notes.fields = {
+      {"measured_on", "the machine these figures describe (zinf validate warns on another)"},
+      {"node.gpu.memory", "the CPU backend's device budget (--device-memory), not measured"},
+      {"node.gpu.peak_flops", "best rate of a linear's forward or backward over the shapes below"},
+      {"node.gpu.memory_bandwidth", "memcpy, bytes read + written per second"},
+      {"node.gpu.kernel_launch", fmt::format("the Executor's hand-off per task in a step ({} alone, with a no-op backend)",
+                                             core::format_seconds(executor_task))},
+      {"node.gpu.gemm_efficiency", "backward GEMMs by gemm_intensity_dim (3 / (1/m + 1/n + 1/k)), of peak_flops"},
+      {"node.gpu.gemm_forward_efficiency", "forward GEMMs, the same"},
+      {"node.gpu.elementwise_efficiency", "residual add, bf16-counted bytes, of memory_bandwidth"},
+      {"node.gpu.vector_flops", "layernorm and GELU, graph-counted FLOPs (geometric mean)"},
+      {"node.gpu.attention_forward_efficiency", "attention core by head size, graph-counted FLOPs, of peak_flops"},
+      {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")"},
+      {"node.host.adam_params_per_s", "CpuAdam, 1 thread, bf16 gradients"},
+      {"node.host.device_shares_cores", "the CPU backend: compute, Adam and copies share these cores"},
+      {"node.host.parallel_throughput", fmt::format("one-thread GEMM rates that {} busy threads deliver together", cores)},
+      {"node.host.background_threads", "other processes' runnable threads while measuring"},
+      {"node.host.rank_skew", "[ranks, s a collective waits per s of compute since the last one] (two GPTs under mpirun)"},
+      {"node.nvme.latency", fmt::format("per request (read {}, write {}) plus the hand-off",
+                                        core::format_seconds(disk.read.latency), core::format_seconds(disk.write.latency))},
+      {"node.nvme.serial_requests", fmt::format("a reader and a writer together: {:.2f} x one alone", disk.overlap)},
+      {"node.nvme.in_step_slowdown", "requests in a training step (a small GPT, states on NVMe) over the simulated ones"},
+      {"node.pcie.bandwidth_per_gpu", "fresh buffer filled by a copy, as the GPT backend stages shards"},
+      {"node.nvlink", "ranks on this machine exchange through MPI shared memory"},
+      {"node.nic.bandwidth", "no network: the local MPI rate"}};
   auto render = [&](const core::Curve& skew) {
-    std::string y;
-    y += "# This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own\n";
-    y += "# code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe\n";
-    y += "# is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between\n";
-    y += "# local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw.\n";
-    y += fmt::format("name: {}\n", a.name);
-    y += fmt::format("description: measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}\n", cores,
-                     blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
-    y += "sources:\n  - zinf profile-hw\n";
-    y += "measured_on:                   # the machine these figures describe (zinf validate warns on another)\n";
-    y += fmt::format("  cpu: \"{}\"\n  cpu_flags: \"{}\"\n  cores: {}\n  memory: {}\n  disk: \"{}\"\n", machine.cpu,
-                     fmt::join(machine.cpu_flags, " "), machine.cores, num(machine.memory), machine.disk);
-    y += "node:\n  gpus: 1\n  gpu:\n    name: cpu-arena\n";
-    y += fmt::format("    memory: {}                # the CPU backend's device budget (--device-memory), not measured\n", num(*device_memory));
-    y += fmt::format("    peak_flops: {}            # best rate of a linear's forward or backward over the shapes below\n", num(peak));
-    y += fmt::format("    memory_bandwidth: {}      # memcpy, bytes read + written per second\n", num(membw));
-    y += fmt::format("    kernel_launch: {}         # the Executor's hand-off per task in a step ({} alone, with a no-op backend)\n",
-                     num(per_task), num(executor_task));
-    y += "    # GEMMs by the side of the square GEMM of the same FLOPs per element moved (3 / (1/m + 1/n + 1/k))\n";
-    y += fmt::format("    gemm_efficiency: [{}]   # backward\n", curve(gpu.gemm_efficiency));
-    y += fmt::format("    gemm_forward_efficiency: [{}]\n", curve(gpu.gemm_forward_efficiency));
-    y += fmt::format("    elementwise_efficiency: {:.3f}  # residual add, bf16-counted bytes, of memory_bandwidth\n",
-                     gpu.elementwise_efficiency);
-    y += fmt::format("    vector_flops: {}          # layernorm and GELU, graph-counted FLOPs (geometric mean)\n",
-                     num(elementwise.vector_flops));
-    y += "    # attention core by head size, graph-counted FLOPs, of peak_flops\n";
-    y += fmt::format("    attention_forward_efficiency: [{}]\n", curve(gpu.attention_forward_efficiency));
-    y += fmt::format("    attention_backward_efficiency: [{}]\n", curve(gpu.attention_backward_efficiency));
-    y += "    # each kind of kernel inside a training step over the same kernel alone (gpt-overlap and a small GPT,\n";
-    y += "    # every state on the device; the backend's own work per task included)\n";
-    y += "    in_step_slowdown:\n";
-    for (const auto& [key, f] : gpu.in_step_slowdown)
-      y += fmt::format("      {}: {:.3f}{}# {} tasks\n", key, f, std::string(std::max<size_t>(1, 20 - key.size()), ' '), in_step.tasks.at(key));
-    y += "  host:\n";
-    y += fmt::format("    memory: {}\n    memory_bandwidth: {}\n    sockets: 1\n    cores: {}\n", num(host_memory), num(membw), cores);
-    y += fmt::format("    adam_params_per_s: {}     # CpuAdam, 1 thread, bf16 gradients\n", num(adam));
-    y += "    device_shares_cores: true        # the CPU backend: compute, Adam and copies share these cores\n";
-    y += fmt::format("    parallel_throughput: {:.2f}      # one-thread GEMM rates that {} busy threads deliver together\n",
-                     throughput, cores);
-    y += fmt::format("    background_threads: {:.2f}       # other processes' runnable threads while measuring (spinning threads' CPU share)\n",
-                     background);
-    if (!skew.points.empty())
-      y += fmt::format("    rank_skew: [{}]   # [ranks, s a collective waits per s of compute since the last one] (fitted to two GPTs' steps under mpirun)\n",
-                       curve(skew));
-    y += "  nvme:\n";
-    y += fmt::format("    capacity: {}\n    drives: 1\n", num(nvme_capacity));
-    y += fmt::format("    read_bandwidth: {}\n    write_bandwidth: {}\n", num(disk.read.bandwidth), num(disk.write.bandwidth));
-    y += fmt::format("    latency: {}               # per request (read {}, write {})\n", num(nvme_latency + per_task),
-                     num(disk.read.latency), num(disk.write.latency));
-    y += fmt::format("    serial_requests: {}          # a reader and a writer of 16 KiB requests together: {:.2f} x one alone\n",
-                     serial_requests ? "true" : "false", disk.overlap);
-    y += "    # requests inside a training step (a small GPT, parameters and optimizer on NVMe) over the simulated ones\n";
-    y += fmt::format("    in_step_slowdown: {{read: {:.3f}, write: {:.3f}}}\n", nvme_read_in_step, nvme_write_in_step);
-    y += "  pcie:\n";
-    y += fmt::format("    bandwidth_per_gpu: {}     # fresh buffer filled by a copy, as the GPT backend stages shards\n",
-                     num(copy.bandwidth));
-    y += fmt::format("    latency: {}\n", num(copy.latency + per_task));
-    y += "  nvlink:                      # ranks on this machine exchange through MPI shared memory\n";
-    y += fmt::format("    bandwidth_per_gpu: {}\n    latency: {}\n", num(link.bandwidth), num(link.latency + per_task));
-    y += "  nic:\n    count: 1\n";
-    y += fmt::format("    bandwidth: {}             # no network: the local MPI rate\n", num(link.bandwidth));
-    y += fmt::format("fabric:\n  topology: full\n  latency: {}\n", num(link.latency + per_task));
-    y += "reserve:\n  gpu: 0.0\n  host: 0.25\n  nvme: 0.05\n";
-    return y;
+    core::HwProfile out = hw;
+    out.node.rank_skew = skew;
+    return core::hwprofile_to_yaml(out, notes);
   };
 
   // Ranks drifting apart: measured against a simulation on the profile so far (without it).

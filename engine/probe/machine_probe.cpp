@@ -1,0 +1,278 @@
+#include "engine/probe/machine_probe.hpp"
+
+#include <fmt/format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+
+#include "core/plan.hpp"
+#include "engine/cpu/kernels.hpp"
+#include "engine/exec/executor.hpp"
+#include "engine/io/nvme_store.hpp"
+#include "engine/memory/device_arena.hpp"
+#include "engine/memory/staging_cache.hpp"
+#include "engine/optim/cpu_adam.hpp"
+#include "models/gpt.hpp"
+
+namespace zinf::engine::probe {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+std::vector<float> touched(size_t n, float value = 0.5f) { return std::vector<float>(n, value); }
+
+}  // namespace
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double time_median(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(seconds_since(t0));
+  }
+  return median(t);
+}
+
+LinearFit fit(const std::vector<std::pair<double, double>>& points) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : points) {
+    const double w = 1.0 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double icept = (sy - slope * sx) / sw;
+  LinearFit f;
+  f.bandwidth = slope > 0 ? 1.0 / slope : points.back().first / points.back().second;
+  f.latency = std::max(0.0, icept);
+  return f;
+}
+
+std::vector<GemmPoint> measure_gemm(bool quick) {
+  std::vector<int64_t> dims = {8, 16, 32, 64, 128, 256, 512, 1024};
+  if (quick) dims = {16, 64, 256};
+  std::vector<GemmPoint> out;
+  for (int64_t x : dims) {
+    const int64_t T = std::max<int64_t>(x, 512), in = x, outd = x;
+    auto X = touched(size_t(T * in)), W = touched(size_t(outd * in)), B = touched(size_t(outd));
+    auto Y = touched(size_t(T * outd)), dY = touched(size_t(T * outd)), dX = touched(size_t(T * in));
+    auto dW = touched(size_t(outd * in)), dB = touched(size_t(outd));
+    const double flops = 2.0 * double(T) * double(in) * double(outd);
+    const int reps = std::clamp(int(3e8 / flops), 5, quick ? 5 : 60);
+    const double fwd = time_median(reps, [&] {
+      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, in, outd);
+    });
+    const double bwd = time_median(reps, [&] {
+      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, in, outd);
+    });
+    out.push_back({std::lround(core::gemm_intensity_dim(double(T), double(outd), double(in))), flops / fwd, 2.0 * flops / bwd});
+  }
+  return out;
+}
+
+Elementwise measure_elementwise(bool quick) {
+  const int64_t T = 512, C = quick ? 256 : 512, n = T * C;
+  auto x = touched(size_t(n)), y = touched(size_t(n)), z = touched(size_t(n));
+  auto g = touched(size_t(C), 1.0f), b = touched(size_t(C), 0.0f), mean = touched(size_t(T)), rstd = touched(size_t(T));
+  const double ln = time_median(21, [&] {
+    engine::cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), T, C);
+  });
+  const double gelu = time_median(21, [&] { engine::cpu::gelu_forward(y.data(), x.data(), n); });
+  const double res = time_median(21, [&] { engine::cpu::residual_forward(z.data(), x.data(), y.data(), n); });
+  Elementwise e;
+  e.bandwidth = 2.0 * 3 * double(n) / res;
+  e.vector_flops = std::sqrt(8.0 * double(n) / ln * 10.0 * double(n) / gelu);
+  return e;
+}
+
+std::vector<AttentionPoint> measure_attention(bool quick) {
+  std::vector<AttentionPoint> out;
+  for (int64_t hd : quick ? std::vector<int64_t>{32, 64} : std::vector<int64_t>{16, 32, 64, 128}) {
+    const int64_t B = 2, S = 128, NH = 4, C = hd * NH, T = B * S;
+    auto qkv = touched(size_t(T * 3 * C)), o = touched(size_t(T * C)), dout = touched(size_t(T * C));
+    auto att = touched(size_t(B * NH * S * S)), dqkv = touched(size_t(T * 3 * C));
+    const int reps = quick ? 5 : 15;
+    const double fwd = time_median(reps, [&] { engine::cpu::attention_forward(o.data(), att.data(), qkv.data(), B, S, C, NH); });
+    const double bwd = time_median(reps, [&] {
+      engine::cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, S, C, NH);
+    });
+    const double flops = 4.0 * double(T) * double(S) * double(C);
+    out.push_back({hd, flops / fwd, 2.0 * flops / bwd});
+  }
+  return out;
+}
+
+double measure_memory_bandwidth(bool) {
+  const size_t n = 1u << 20;  // floats
+  auto a = touched(n), b = touched(n);
+  const double t = time_median(41, [&] { std::memcpy(b.data(), a.data(), n * sizeof(float)); });
+  return 2.0 * double(n * sizeof(float)) / t;
+}
+
+LinearFit measure_copy(bool quick) {
+  engine::DeviceArena arena(1e12);
+  engine::Staging<uint16_t> src(size_t(8) << 20, 1);
+  std::vector<std::pair<double, double>> pts;
+  for (size_t bytes : {size_t(16) << 10, size_t(256) << 10, size_t(4) << 20, size_t(quick ? 4 : 16) << 20}) {
+    const size_t n = std::min(bytes / 2, src.size());
+    const double t = time_median(7, [&] {
+      engine::DeviceVector<uint16_t> dst(n, engine::DeviceAllocator<uint16_t>(&arena));
+      std::copy_n(src.data(), n, dst.data());
+      if (dst.empty()) std::abort();
+    });
+    pts.push_back({double(n * 2), t});
+  }
+  return fit(pts);
+}
+
+DiskFit measure_nvme(const std::string& dir_root, bool quick) {
+  const fs::path dir = fs::path(dir_root) / fmt::format("zinf-profile-{}", ::getpid());
+  engine::NvmeStoreOptions o;
+  o.dir = dir.string();
+  DiskFit f;
+  {
+    engine::NvmeStore store(o);
+    const uint64_t file = uint64_t(quick ? 32 : 128) << 20;
+    auto id = store.create("bench", file);
+    engine::Staging<char> buf(file, 7);
+    store.write(id, 0, buf.data(), file).wait_or_throw();
+    std::vector<std::pair<double, double>> rd, wr;
+    // From one page (a small model's shard) to half the file: the fit's latency comes from the small ones.
+    for (uint64_t bytes : {uint64_t(4) << 10, uint64_t(16) << 10, uint64_t(64) << 10, uint64_t(1) << 20, uint64_t(8) << 20, file / 2}) {
+      const int reps = bytes >= (uint64_t(16) << 20) ? 3 : 7;
+      uint64_t off = 0;
+      auto next = [&] {
+        const uint64_t at = off;
+        off = off + 2 * bytes + 4096 > file ? 0 : off + bytes + 4096;
+        return at;
+      };
+      wr.push_back({double(bytes), time_median(reps, [&] { store.write(id, next(), buf.data(), bytes).wait_or_throw(); })});
+      rd.push_back({double(bytes), time_median(reps, [&] { store.read(id, next(), buf.data(), bytes).wait_or_throw(); })});
+    }
+    f.read = fit(rd);
+    f.write = fit(wr);
+    // Do a read and a write in flight together overlap their latencies (a drive with deep queues)
+    // or queue behind each other (a single-queue virtual disk)? 16 KiB requests, latency-bound: a
+    // reader alone, then a reader and a writer on the two halves of the file.
+    const uint64_t req = uint64_t(16) << 10;
+    const double window = quick ? 0.1 : 0.3;
+    auto stream = [&](bool write, uint64_t base) {
+      uint64_t n = 0;
+      const auto t0 = Clock::now();
+      while (seconds_since(t0) < window) {
+        const uint64_t at = base + (n * req) % (file / 2 - req);
+        (write ? store.write(id, at, buf.data() + base, req) : store.read(id, at, buf.data() + base, req)).wait_or_throw();
+        ++n;
+      }
+      return double(n) / seconds_since(t0);
+    };
+    const double alone = stream(false, 0);
+    double reads = 0, writes = 0;
+    std::thread writer([&] { writes = stream(true, file / 2); });
+    reads = stream(false, 0);
+    writer.join();
+    f.overlap = (reads + writes) / alone;
+    store.remove(id);
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return f;
+}
+
+double measure_adam(bool quick) {
+  const size_t n = quick ? (1u << 20) : (4u << 20);
+  auto master = touched(n), m = touched(n, 0.0f), v = touched(n, 0.0f);
+  std::vector<engine::bf16> g(n, engine::to_bf16(0.01f)), p(n);
+  engine::CpuAdam adam(engine::AdamOptions{}, 1);
+  int64_t step = 0;
+  const double t = time_median(5, [&] { adam.step(++step, n, master.data(), m.data(), v.data(), g.data(), p.data()); });
+  return double(n) / t;
+}
+
+double measure_task_overhead(const core::HwProfile& hw) {
+  struct Noop : engine::TaskBackend {
+    void run(const core::Task&) override {}
+  } noop;
+  // gpt-tiny's shape (models/gpt-tiny.yaml)
+  const core::ModelSpec spec{.name = "gpt-tiny", .layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256, .micro_batch = 2};
+  auto graph = models::build_gpt(spec);
+  core::RunConfig cfg;
+  cfg.params = {false, core::Tier::Host};
+  cfg.optimizer = {false, core::Tier::Host};
+  auto planned = core::make_plan(graph, hw, cfg, 1);
+  engine::Executor ex(planned.program, 0, noop);
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i) {
+    const auto tl = ex.run_step();
+    t.push_back(tl.makespan());
+  }
+  size_t active = 0;
+  for (const auto& task : planned.program.tasks())
+    if (task.kind != core::TaskKind::Alloc && task.kind != core::TaskKind::Free) ++active;
+  return median(t) / double(std::max<size_t>(1, active));
+}
+
+double measure_parallel_throughput(unsigned cores, bool quick) {
+  const int64_t T = 512, x = 256;
+  const double flops = 6.0 * double(T) * double(x) * double(x);
+  auto rate_of = [&](double seconds) {
+    auto X = touched(size_t(T * x)), W = touched(size_t(x * x)), B = touched(size_t(x));
+    auto Y = touched(size_t(T * x)), dY = touched(size_t(T * x)), dX = touched(size_t(T * x));
+    auto dW = touched(size_t(x * x)), dB = touched(size_t(x));
+    const auto t0 = Clock::now();
+    int64_t n = 0;
+    while (seconds_since(t0) < seconds) {
+      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, x, x);
+      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, x, x);
+      ++n;
+    }
+    return double(n) * flops / seconds_since(t0);
+  };
+  const double seconds = quick ? 0.1 : 0.4;
+  const double alone = rate_of(seconds);
+  std::vector<double> rates(cores, 0.0);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < cores; ++i) threads.emplace_back([&rates, &rate_of, i, seconds] { rates[i] = rate_of(seconds); });
+  for (auto& t : threads) t.join();
+  const double together = std::accumulate(rates.begin(), rates.end(), 0.0);
+  return std::clamp(together / alone, 1.0, double(cores));
+}
+
+double measure_background_threads(unsigned cores, double seconds) {
+  std::vector<double> share(cores, 1.0);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < cores; ++i)
+    threads.emplace_back([&share, i, seconds] {
+      timespec c0{}, c1{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+      const auto t0 = Clock::now();
+      volatile uint64_t spin = 0;
+      while (seconds_since(t0) < seconds)
+        for (int k = 0; k < 1000; ++k) spin = spin + 1;
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+      const double cpu = double(c1.tv_sec - c0.tv_sec) + 1e-9 * double(c1.tv_nsec - c0.tv_nsec);
+      share[i] = std::clamp(cpu / seconds_since(t0), 1e-3, 1.0);
+    });
+  for (auto& t : threads) t.join();
+  return std::max(0.0, double(cores) / median(share) - double(cores));
+}
+
+}  // namespace zinf::engine::probe

@@ -1,0 +1,107 @@
+// Measurements of this machine through the engine's own code paths, for `zinf profile-hw`: GEMM,
+// elementwise and attention kernels (engine/cpu), the memory copy, the GPT backend's host-to-device
+// copy, the NVMe store, CPU Adam, the Executor's cost per task, the cores' parallel throughput and
+// other processes' load. Each figure is the median of several repetitions; latencies and
+// bandwidths are least-squares fits of t = latency + bytes / bandwidth. What needs the simulator
+// or other processes (in-step slowdowns, collectives under mpirun, rank skew) stays in
+// cli/profile_hw.cpp. Not thread-safe: each call runs its own threads and owns the machine.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/hwprofile.hpp"
+
+namespace zinf::engine::probe {
+
+// The median of `v` (the mean of the middle two for an even count).
+double median(std::vector<double> v);
+
+// Median wall time of `fn` over `reps` runs after one warm-up run.
+double time_median(int reps, const std::function<void()>& fn);
+
+struct LinearFit {
+  double latency = 0;    // seconds
+  double bandwidth = 0;  // bytes/s
+};
+
+// Least squares of t = latency + bytes / bandwidth in relative terms (each point weighted by 1/t^2,
+// so a small request's latency is not drowned by a large one's noise); a negative intercept (noise)
+// is clamped to 0.
+LinearFit fit(const std::vector<std::pair<double, double>>& points);
+
+struct GemmPoint {
+  int64_t dim;      // core::gemm_intensity_dim of the shape measured
+  double forward;   // FLOP/s of the forward alone
+  double backward;  // FLOP/s of the backward alone
+};
+
+// Linear layers (what a compute task of a linear runs) of x inputs and outputs over max(x, 512)
+// tokens, keyed by their intensity dimension (the curves' argument, core::gemm_intensity_dim), forward
+// and backward timed apart (a forward is one GEMM plus the bias, a backward two GEMMs plus the bias
+// gradient; they reach different rates at the same shape).
+std::vector<GemmPoint> measure_gemm(bool quick);
+
+// Elementwise kernels as the Program counts them (models/gpt.cpp): bf16 activations (2 bytes) per
+// element of each tensor read or written, although the CPU backend keeps them in fp32, and 8 / 10 / 1
+// FLOPs per element for layernorm / GELU / residual. The residual add is pure memory traffic: its
+// rate is the elementwise bandwidth. Layernorm and GELU are bound by arithmetic (GELU's tanh above
+// all): the geometric mean of their FLOP rates is the vector rate. Tensors of 1 MiB: the size of the
+// CPU backend's activations for the models it trains here, which stay in cache.
+struct Elementwise {
+  double bandwidth = 0;     // bytes/s, as counted
+  double vector_flops = 0;  // FLOP/s, as counted
+};
+Elementwise measure_elementwise(bool quick);
+
+// The attention core (what an attention task runs), forward and backward timed apart, per head
+// size, against the FLOPs the graph counts for it: 4·T·S·h forward, twice that backward. Sequence
+// 128, two sequences, four heads.
+struct AttentionPoint {
+  int64_t head;
+  double forward, backward;  // FLOP/s
+};
+
+std::vector<AttentionPoint> measure_attention(bool quick);
+
+// STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand, of
+// 4 MiB buffers (the working-set size of the kernels above; the CPU "device" is its caches).
+double measure_memory_bandwidth(bool);
+
+// The GPT backend's host-to-device copy: a staged shard copied into a buffer of the device arena
+// (both from the engine's reused huge-page cache, as in a training step).
+LinearFit measure_copy(bool quick);
+
+struct DiskFit {
+  LinearFit read, write;
+  double overlap = 0;  // small requests moved by a reader and a writer together over a reader alone
+};
+
+// The NVMe store with the default aio settings, as the GPT backend's tasks use it: page-aligned
+// spans (shards and sub-groups start at aligned offsets, core::kShardAlignment) in staging buffers
+// from the engine's huge-page cache; the file is written before it is read (recently written data
+// reads at the speed an engine's own swap files see).
+DiskFit measure_nvme(const std::string& dir_root, bool quick);
+
+double measure_adam(bool quick);
+
+// The Executor's own cost per task: a real Program (gpt-tiny, states on the host) run with a
+// backend that does nothing, so the time is lane threads waking on their dependencies.
+double measure_task_overhead(const core::HwProfile& hw);
+
+// How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
+// a mid-sized GEMM (512 x 256 x 256) on buffers of its own: the sum of their rates over the rate of the
+// same loop run alone just before. `cores` on a machine whose cores are independent; less when
+// virtual cores share a physical one (SMT) or the host throttles. OpenBLAS must run one thread per
+// caller (OPENBLAS_NUM_THREADS=1) for this to mean anything.
+double measure_parallel_throughput(unsigned cores, bool quick);
+
+// Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
+// and each reads its own CPU time; with b other threads competing, each gets cores / (cores + b)
+// of a core (the scheduler is fair per thread), so b = cores / share - cores. Zero on an idle
+// machine. The simulator puts that load beside the ranks' threads on the shared core pool.
+double measure_background_threads(unsigned cores, double seconds);
+
+}  // namespace zinf::engine::probe
