@@ -65,7 +65,7 @@ for model in ("gpt-500b", "gpt-1t", "gpt-10t", "gpt-20t"):
     f = t["finalists"][0]
     c = f["config"]
     ck = f"ckpt {c['checkpoints']}/{c['checkpoint_interval']}" if c["checkpoint_interval"] else "ckpt off"
-    pick = (f"params {c['params']}, optimizer {c['optimizer']}, {ck}, tiling {c['tiling_factor']}, "
+    pick = (f"tp {c.get('tensor_parallel', 1)}, params {c['params']}, optimizer {c['optimizer']}, {ck}, tiling {c['tiling_factor']}, "
             f"mb {c['micro_batch']} x ga {c['gradient_accumulation']}, prefetch {'/'.join(map(str, c['prefetch']))}, "
             f"{c['optimizer_timing']}")
     busy = f["simulated"].get("busy", {})
