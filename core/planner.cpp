@@ -1479,10 +1479,81 @@ PlanResult Planner::run() {
 
 }  // namespace
 
+namespace {
+
+// `auto` placements are chosen greedily (each state in turn takes the fastest tier that fits given
+// the others). When that choice is refused, every combination of tiers for the `auto` states is
+// planned, fastest first (fewest states off the device, then host before NVMe, in the order
+// params, gradients, checkpoints, optimizer), with the tiling factor left as the config gives it;
+// the first the planner accepts is the plan. So `auto` finds a fitting combination whenever one
+// exists among these choices (tests/planner_test.cpp checks it against an exhaustive search). A
+// combination whose states alone are too large is refused before any scheduling, so the search
+// costs little more than the greedy attempt unless many combinations nearly fit.
+PlanResult search_auto_tiers(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
+                             const std::vector<int32_t>& recorded_order, const PlanError& greedy) {
+  struct Auto {
+    const char* state;
+    Placement RunConfig::*field;
+  };
+  std::vector<Auto> autos;
+  for (Auto a : {Auto{"params", &RunConfig::params}, Auto{"gradients", &RunConfig::gradients},
+                 Auto{"checkpoints", &RunConfig::checkpoints}, Auto{"optimizer", &RunConfig::optimizer}})
+    if ((config.*a.field).automatic) autos.push_back(a);
+  const std::vector<Tier> tiers{Tier::Device, Tier::Host, Tier::Nvme};
+  std::vector<std::vector<Tier>> combos{{}};
+  for (size_t k = 0; k < autos.size(); ++k) {
+    std::vector<std::vector<Tier>> next;
+    for (const auto& c : combos)
+      for (Tier t : tiers) {
+        next.push_back(c);
+        next.back().push_back(t);
+      }
+    combos = std::move(next);
+  }
+  auto cost = [](const std::vector<Tier>& c) {
+    int off = 0, rank = 0;
+    for (Tier t : c) {
+      off += t != Tier::Device;
+      rank += t == Tier::Nvme ? 2 : t == Tier::Host ? 1 : 0;
+    }
+    return std::pair{off, rank};
+  };
+  std::stable_sort(combos.begin(), combos.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
+  int tried = 0;
+  for (const auto& combo : combos) {
+    RunConfig c = config;
+    for (size_t k = 0; k < autos.size(); ++k) c.*autos[k].field = {false, combo[k]};
+    ++tried;
+    try {
+      PlanResult r = make_plan(graph, hw, c, ranks, recorded_order);
+      for (auto& d : r.plan.placements)
+        for (const auto& a : autos)
+          if (d.state == a.state) {
+            d.automatic = true;
+            d.reason = fmt::format("the greedy choice was refused ({}); the first of {} combinations of the auto "
+                                   "tiers that the planner accepts, fastest first ({} tried)",
+                                   greedy.what(), combos.size(), tried);
+          }
+      return r;
+    } catch (const PlanError&) {
+    }
+  }
+  throw greedy;
+}
+
+}  // namespace
+
 PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
                      const std::vector<int32_t>& recorded_order) {
-  Planner p(graph, hw, config, ranks, recorded_order);
-  return p.run();
+  try {
+    Planner p(graph, hw, config, ranks, recorded_order);
+    return p.run();
+  } catch (const PlanError& greedy) {
+    const bool any_auto = config.params.automatic || config.gradients.automatic || config.optimizer.automatic ||
+                          config.checkpoints.automatic;
+    if (!any_auto) throw;
+    return search_auto_tiers(graph, hw, config, ranks, recorded_order, greedy);
+  }
 }
 
 }  // namespace zinf::core

@@ -2,6 +2,7 @@
 // paper's §4 accounting; tiling keeps FLOPs and bytes and lowers the device peak; plans that cannot
 // fit are refused naming the tier; the same inputs give byte-identical JSON.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -604,4 +605,64 @@ TEST_CASE("tensor parallelism: the graph is one rank's share, the Program all-re
   CHECK(parse_deepspeed_config(R"({"tensor_parallel": {"autotp_size": 4}, "activation_checkpointing": {"partition_activations": true}})",
                                "ds.json", w).tensor_parallel == 4);
   CHECK(w.empty());
+}
+
+TEST_CASE("auto finds a fitting combination whenever an exhaustive search of the same choices finds one",
+          "[planner][placement][auto]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
+  RunConfig autos;
+  autos.params = autos.gradients = autos.optimizer = autos.checkpoints = {true, Tier::Device};
+  autos.checkpoint_interval = 1;
+  autos.tiling_factor = 0;
+  const std::vector<Tier> tiers{Tier::Device, Tier::Host, Tier::Nvme};
+  int grids = 0, fitting = 0;
+  // Budgets around what the model needs (a few MB of states and activations): from everything on
+  // the device to almost nothing anywhere.
+  for (double device : {2e5, 6e5, 1.5e6, 4e6, 1e7})
+    for (double host : {1e5, 3e6, 1e8})
+      for (double nvme : {1e5, 1e9}) {
+        HwProfile hw = roomy_hw();
+        hw.node.gpu.memory = device;
+        hw.node.host_memory = host;
+        hw.node.nvme_capacity = nvme;
+        hw.reserve = {};
+        std::string found;
+        for (Tier p : tiers)
+          for (Tier o : tiers)
+            for (Tier ck : tiers)
+              for (int64_t t : {1, 2, 4, 8}) {
+                if (!found.empty()) break;
+                RunConfig c = autos;
+                c.params = c.gradients = {false, p};
+                c.optimizer = {false, o};
+                c.checkpoints = {false, ck};
+                c.tiling_factor = t;
+                try {
+                  make_plan(g, hw, c, 2);
+                  found = fmt::format("params {}, optimizer {}, checkpoints {}, tiling {}", to_string(p), to_string(o),
+                                      to_string(ck), t);
+                } catch (const PlanError&) {
+                }
+              }
+        ++grids;
+        INFO("device " << device << ", host " << host << ", nvme " << nvme << "; exhaustive search found: " << found);
+        if (found.empty()) {
+          CHECK_THROWS_AS(make_plan(g, hw, autos, 2), PlanError);
+          continue;
+        }
+        ++fitting;
+        PlanResult r = [&] {
+          try {
+            return make_plan(g, hw, autos, 2);
+          } catch (const PlanError& e) {
+            FAIL("auto refused what the exhaustive search planned: " << e.what());
+            throw;
+          }
+        }();
+        require_valid(r, hw);
+        for (const auto& d : r.plan.placements) CHECK(d.automatic);
+      }
+  CHECK(grids == 30);
+  CHECK(fitting > 3);  // the grid has both fitting and refused points
+  CHECK(fitting < grids);
 }
