@@ -12,6 +12,7 @@
 
 #include "cli/command.hpp"
 #include "core/errors.hpp"
+#include "core/program.hpp"
 #include "core/units.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/io/stream_io.hpp"
@@ -54,7 +55,9 @@ void run_io_bench(const IoBenchOptions& opt) {
   std::vector<uint64_t> blocks;
   for (const auto& b : opt.block_sizes) {
     uint64_t v = parse_bytes(b, "--block-sizes");
-    if (v % 4096 != 0) throw core::ConfigError("", "--block-sizes", fmt::format("{} is not a multiple of 4096 (O_DIRECT)", b));
+    if (v % core::kIoAlignmentBytes != 0)
+      throw core::ConfigError("", "--block-sizes",
+                              fmt::format("{} is not a multiple of {} (O_DIRECT)", b, core::kIoAlignmentBytes));
     blocks.push_back(v);
   }
   if (!std::filesystem::is_directory(opt.dir))
@@ -68,7 +71,7 @@ void run_io_bench(const IoBenchOptions& opt) {
   for (size_t i = 0; i < kBuffers; ++i) {
     loans.push_back(pool.acquire());
     buffers.push_back(loans.back().data());
-    for (size_t j = 0; j < kBufferBytes; j += 4096) buffers.back()[j] = std::byte(j + i);
+    for (size_t j = 0; j < kBufferBytes; j += core::kIoAlignmentBytes) buffers.back()[j] = std::byte(j + i);
   }
   auto regions = pool.regions();
 

@@ -61,11 +61,15 @@ const char* to_string(Phase p);
 enum class Data : uint8_t { None, Param, Grad, OptimizerState, Checkpoint, Activation, Scalar };
 const char* to_string(Data d);
 
+// The alignment of every direct (O_DIRECT) transfer and of pinned and staging buffers, in bytes:
+// the page size. The one place this number is written; everything else derives from it.
+inline constexpr int64_t kIoAlignmentBytes = 4096;
+
 // Shard offsets in a rank's shard space and sub-group boundaries are multiples of this many
 // elements (4 KiB of bf16, 8 KiB of fp32), and the space after each shard up to the next multiple
 // is padding that belongs to nobody: so every shard and sub-group of every state can move to and
 // from NVMe with O_DIRECT, whole pages at aligned offsets, without a bounce copy.
-inline constexpr int64_t kShardAlignment = 2048;
+inline constexpr int64_t kShardAlignment = kIoAlignmentBytes / 2;  // bf16 elements
 inline int64_t shard_aligned(int64_t elements) {
   return (elements + kShardAlignment - 1) / kShardAlignment * kShardAlignment;
 }

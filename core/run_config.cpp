@@ -1,5 +1,7 @@
 #include "core/run_config.hpp"
 
+#include "core/program.hpp"
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -84,13 +86,14 @@ RunConfig read_yaml(ConfigReader& r) {
     c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
     c.aio_rings = a->int_in("rings", 1, kMaxRings, c.aio_rings);
     c.swap_checksums = a->boolean("checksums", false);
-    if (c.aio_block_size % 4096 != 0)
-      a->fail("block_size", fmt::format("must be a multiple of 4096 bytes for O_DIRECT, got {}", c.aio_block_size));
+    if (c.aio_block_size % kIoAlignmentBytes != 0)
+      a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,
+                                        c.aio_block_size));
   }
   if (auto p = r.maybe_child("pinned")) {
     c.pinned_buffer_count = p->int_in("buffer_count", 1, kMaxBuffers, c.pinned_buffer_count);
     c.pinned_buffer_size =
-        static_cast<int64_t>(p->number_in("buffer_size", U::Bytes, 4096, kMaxBufferBytes, double(c.pinned_buffer_size)));
+        static_cast<int64_t>(p->number_in("buffer_size", U::Bytes, double(kIoAlignmentBytes), kMaxBufferBytes, double(c.pinned_buffer_size)));
   }
   if (auto o = r.maybe_child("optimizer")) {
     c.optimizer_type = o->choice("type", {"adam", "adamw"}, "adamw");
@@ -184,8 +187,9 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
   }
   if (auto a = r.maybe_child("aio")) {
     c.aio_block_size = a->int_in("block_size", 1, int64_t(kMaxBlock), c.aio_block_size);
-    if (c.aio_block_size % 4096 != 0)
-      a->fail("block_size", fmt::format("must be a multiple of 4096 bytes for O_DIRECT, got {}", c.aio_block_size));
+    if (c.aio_block_size % kIoAlignmentBytes != 0)
+      a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,
+                                        c.aio_block_size));
     c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
     a->positive_int("thread_count", 1);
     a->boolean("single_submit", false);

@@ -5,12 +5,14 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/program.hpp"
 #include "engine/cuda/cuda_check.hpp"
 
 namespace zinf::engine::cuda {
 
 namespace {
-size_t page_round(size_t bytes) { return std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096); }
+constexpr size_t kPage = core::kIoAlignmentBytes;
+size_t page_round(size_t bytes) { return std::max<size_t>(kPage, (bytes + kPage - 1) / kPage * kPage); }
 }  // namespace
 
 void* CudaHostMemory::allocate(size_t bytes, std::string& error) {

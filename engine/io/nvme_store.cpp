@@ -447,7 +447,8 @@ struct NvmeStore::Impl {
 NvmeStore::NvmeStore(NvmeStoreOptions options, IoEnv& env) : options_(std::move(options)) {
   auto& o = options_;
   if (o.block_size == 0 || o.block_size % kDirectIoAlignment != 0 || o.block_size > (1u << 30))
-    throw std::invalid_argument("nvme store: block_size must be a positive multiple of 4096 up to 1 GiB, got " +
+    throw std::invalid_argument("nvme store: block_size must be a positive multiple of " + std::to_string(kDirectIoAlignment) +
+                                " up to 1 GiB, got " +
                                 std::to_string(o.block_size));
   if (o.queue_depth == 0 || o.rings == 0) throw std::invalid_argument("nvme store: queue_depth and rings must be positive");
   if (o.dir.empty()) throw std::invalid_argument("nvme store: no directory given");
@@ -584,7 +585,7 @@ NvmeStore::TensorId NvmeStore::open(const std::string& name) {
   }
   if (uint64_t(size) % kDirectIoAlignment != 0) {
     env.close(fd);
-    throw IoError("open", t->path, EINVAL, "size " + std::to_string(size) + " is not a multiple of 4096: not a store file");
+    throw IoError("open", t->path, EINVAL, "size " + std::to_string(size) + " is not a multiple of " + std::to_string(kDirectIoAlignment) + ": not a store file");
   }
   t->bytes = t->capacity = uint64_t(size);
   if (options_.checksums) {

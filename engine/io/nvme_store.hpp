@@ -25,16 +25,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/program.hpp"
 #include "core/run_config.hpp"
 #include "engine/io/io_env.hpp"
 
 namespace zinf::engine {
 
-inline constexpr uint64_t kDirectIoAlignment = 4096;
+inline constexpr uint64_t kDirectIoAlignment = core::kIoAlignmentBytes;
 
 struct NvmeStoreOptions {
   std::string dir;                 // created (last component only, mode 0700) if missing; locked
-  uint64_t block_size = 1 << 20;   // largest single transfer; a multiple of 4096
+  uint64_t block_size = 1 << 20;   // largest single transfer; a multiple of kDirectIoAlignment
   unsigned queue_depth = 32;       // transfers in flight per ring
   unsigned rings = 1;
   bool checksums = false;          // CRC32C per 4 KiB page, verified on every read

@@ -9,9 +9,13 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/program.hpp"
+
 namespace zinf::engine {
 
 namespace {
+
+constexpr size_t kPage = core::kIoAlignmentBytes;
 
 std::string mib(uint64_t bytes) {
   if (bytes == UINT64_MAX) return "unlimited";
@@ -101,7 +105,7 @@ HostMemory& default_host_memory() {
 PinnedPool::PinnedPool(PinnedPoolOptions options) : PinnedPool(options, default_host_memory()) {}
 
 PinnedPool::PinnedPool(PinnedPoolOptions options, HostMemory& memory)
-    : memory_(memory), count_(options.count), size_((options.buffer_size + 4095) / 4096 * 4096), head_(0), available_(options.count) {
+    : memory_(memory), count_(options.count), size_((options.buffer_size + kPage - 1) / kPage * kPage), head_(0), available_(options.count) {
   if (count_ == 0 || size_ == 0) throw std::invalid_argument("pinned pool: buffer count and size must be positive");
   if (count_ >= kNone) throw std::invalid_argument("pinned pool: too many buffers");
   constexpr size_t kHuge = 2 << 20;

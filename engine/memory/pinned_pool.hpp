@@ -53,7 +53,7 @@ private:
 
 struct PinnedPoolOptions {
   size_t count = 8;
-  size_t buffer_size = 64 << 20;  // rounded up to a multiple of 4096 (O_DIRECT alignment)
+  size_t buffer_size = 64 << 20;  // rounded up to a multiple of core::kIoAlignmentBytes (O_DIRECT)
 
   static PinnedPoolOptions from_run_config(const core::RunConfig& config);
 };

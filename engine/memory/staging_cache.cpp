@@ -7,11 +7,13 @@
 #include <cstring>
 #include <new>
 
+#include "core/program.hpp"
+
 namespace zinf::engine {
 
 namespace {
 
-constexpr size_t kPage = 4096;
+constexpr size_t kPage = core::kIoAlignmentBytes;
 constexpr size_t kHuge = 2u << 20;
 
 // A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of 2 MiB), advised as huge pages and
