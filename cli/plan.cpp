@@ -67,9 +67,7 @@ std::ofstream open_output(const std::string& path) {
 // Plans the Program for every GPU of the cluster and writes what was asked for. Returns a line for
 // the report.
 std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutputs& outs) {
-  ModelSpec spec = in.model;
-  spec.micro_batch = in.config.micro_batch.value_or(spec.micro_batch);
-  const ModelGraph graph = models::build_gpt(spec, in.config.tensor_parallel);
+  const ModelGraph graph = models::build_gpt(in.model, in.config);
   const int ranks = nodes * in.hw.node.gpus;
   PlanResult r = make_plan(graph, in.hw, in.config, ranks);
   std::string line = fmt::format("program: {} tasks per rank, {} units, {} optimizer sub-groups, tiling {}",
@@ -98,10 +96,8 @@ std::string resolve_auto(const Inputs& in, int nodes, MemoryModelInput& mm) {
   const bool any_auto = c.tiling_factor == 0 || c.params.automatic || c.gradients.automatic ||
                         c.optimizer.automatic || c.checkpoints.automatic;
   if (!any_auto) return "";
-  ModelSpec spec = in.model;
-  spec.micro_batch = c.micro_batch.value_or(spec.micro_batch);
   try {
-    const PlanResult r = make_plan(models::build_gpt(spec, c.tensor_parallel), in.hw, c, nodes * in.hw.node.gpus);
+    const PlanResult r = make_plan(models::build_gpt(in.model, c), in.hw, c, nodes * in.hw.node.gpus);
     mm.config.tiling_factor = r.plan.tiling_factor;
     mm.config.params = {false, r.plan.params};
     mm.config.gradients = {false, r.plan.gradients};

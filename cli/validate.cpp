@@ -139,9 +139,7 @@ void run_validate(const ValidateArgs& a) {
   if (!mismatch.empty()) fmt::print(stderr, "zinf validate: warning: {}\n", mismatch);
 
   // The same Program the Trainer will plan (same graph, profile, config and ranks).
-  auto spec = l.model;
-  if (l.config.micro_batch) spec.micro_batch = *l.config.micro_batch;
-  const auto graph = models::build_gpt(spec);
+  const auto graph = models::build_gpt(l.model, l.config);
   const auto planned = core::make_plan(graph, l.hw, l.config, a.ranks);
 
   // Measure.

@@ -157,6 +157,12 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
   return std::move(b.g);
 }
 
+core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& config) {
+  core::ModelSpec s = spec;
+  if (config.micro_batch) s.micro_batch = *config.micro_batch;
+  return build_gpt(s, config.tensor_parallel);
+}
+
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir) {
   return core::load_model_spec(core::resolve_config(name_or_path, "models", core::zinf_root(source_dir)));
 }

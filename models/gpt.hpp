@@ -4,6 +4,7 @@
 #pragma once
 #include "core/graph.hpp"
 #include "core/model_spec.hpp"
+#include "core/run_config.hpp"
 
 namespace zinf::models {
 
@@ -14,6 +15,11 @@ namespace zinf::models {
 // (core/graph.hpp). Throws std::invalid_argument naming the dimension (heads, hidden, MLP) that t
 // does not divide.
 core::ModelGraph build_gpt(const core::ModelSpec& spec, int64_t tensor_parallel = 1);
+
+// The graph `config` trains: `spec` with the config's micro-batch when it sets one, as the config's
+// tensor-parallel share. Everything that plans a run (the Trainer, zinf plan, sim, validate and
+// tune) builds its graph this way, so all of them plan the same Program.
+core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& config);
 
 
 // Finds models/<name>.yaml (or a path) and loads it; throws ConfigError naming what was tried.

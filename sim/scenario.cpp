@@ -9,12 +9,10 @@ namespace zinf::sim {
 
 ScenarioResult run_scenario(const Scenario& s, const SimOptions& options) {
   using clock = std::chrono::steady_clock;
-  core::ModelSpec spec = s.model;
-  if (s.config.micro_batch) spec.micro_batch = *s.config.micro_batch;
   const int ranks = s.nodes * s.hw.node.gpus;
 
   auto t0 = clock::now();
-  core::ModelGraph graph = models::build_gpt(spec, s.config.tensor_parallel);
+  core::ModelGraph graph = models::build_gpt(s.model, s.config);
   core::PlanResult planned = core::make_plan(graph, s.hw, s.config, ranks);
   auto t1 = clock::now();
 
@@ -24,7 +22,7 @@ ScenarioResult run_scenario(const Scenario& s, const SimOptions& options) {
   out.ideal_step_time = core::estimate_step_time(planned.program, s.hw);
   SimOptions opts = options;
   // A tensor-parallel group trains one micro-batch together.
-  opts.samples_per_step = double(ranks / std::max<int64_t>(1, s.config.tensor_parallel)) * double(spec.micro_batch) *
+  opts.samples_per_step = double(ranks / std::max<int64_t>(1, s.config.tensor_parallel)) * double(graph.spec.micro_batch) *
                           planned.program.micro_batches();
   auto t2 = clock::now();
   out.report = simulate(planned.program, s.hw, opts);

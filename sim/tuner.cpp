@@ -258,9 +258,7 @@ std::vector<TuneOutcome> run_forked(size_t count, int workers, const std::functi
 }  // namespace
 
 TuneOutcome schedule_in_process(const core::ModelSpec& model, const core::HwProfile& hw, const TuneCandidate& c) {
-  core::ModelSpec spec = model;
-  if (c.config.micro_batch) spec.micro_batch = *c.config.micro_batch;
-  const core::ModelGraph graph = models::build_gpt(spec, c.config.tensor_parallel);
+  const core::ModelGraph graph = models::build_gpt(model, c.config);
   TuneOutcome o;
   try {
     const core::PlanResult r = core::make_plan(graph, hw, c.config, c.nodes * hw.node.gpus);

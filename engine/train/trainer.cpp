@@ -164,7 +164,7 @@ struct Trainer::Impl {
       throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
                                               "only (zinf plan and zinf sim plan and simulate tensor parallelism)",
                                               o.config.tensor_parallel));
-    return models::build_gpt(o.model);
+    return models::build_gpt(o.model, o.config);
   }
 
   StepStats step() {
