@@ -155,6 +155,9 @@ private:
   void schedule_prefetch();
   // pass 4
   void emit();
+  void schedule_run_loads(std::vector<std::vector<int32_t>>& ckpt_load_at, std::vector<std::vector<int32_t>>& act_load_at) const;
+  void run_memory_events(const Step& st, std::vector<int32_t>& deps, std::vector<MemEvent>& allocs,
+                         std::vector<MemEvent>& frees);
   void emit_fetch_stage(Fetch& f, int stage, int32_t prev_compute);
   void emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task);
   void emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task);
@@ -406,7 +409,8 @@ void Planner::place() {
                   {"optimizer", &c_.optimizer, &plan_.optimizer}};
   // Fixed placements first; `auto` ones start on the device and are moved down one at a time.
   for (auto& it : items) *it.out = it.want->automatic ? Tier::Device : it.want->tier;
-  if (c_.checkpoint_interval == 0 && !c_.checkpoints.automatic) plan_.checkpoints = Tier::Device;
+  // Without checkpointing nothing is saved; under an activation policy, recomputed segments are.
+  if (c_.checkpoint_interval == 0 && !c_.checkpoints.automatic && !activation_policy_on()) plan_.checkpoints = Tier::Device;
 
   auto ckpt_total = [&] {
     int64_t n = 0;
@@ -1295,6 +1299,66 @@ void Planner::pump_optimizer(bool backward_done) {
   }
 }
 
+// The compute step's part in its run's activations and checkpoints: the run's activation buffer,
+// the next run's checkpoint, the loads it waits for and the saves that hold it back.
+void Planner::run_memory_events(const Step& st, std::vector<int32_t>& deps, std::vector<MemEvent>& allocs,
+                                std::vector<MemEvent>& frees) {
+  const size_t ri = static_cast<size_t>(st.run);
+  const auto& run = runs_[ri];
+  if (st.first_fwd_of_run || st.first_recompute) {
+    act_buf_[ri] = b_.buffer();
+    allocs.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+    if (run.action == ActivationAction::Offload && act_saves_.size() >= kCheckpointSavesInFlight)
+      deps.push_back(act_saves_[act_saves_.size() - kCheckpointSavesInFlight]);
+  }
+  if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(act_load_task_[ri]);
+  if (st.first_recompute) deps.push_back(ckpt_load_task_[ri]);
+  if (sync_ckpt_save_ >= 0) {
+    deps.push_back(sync_ckpt_save_);
+    sync_ckpt_save_ = -1;
+  }
+  const bool next_is_ckpt = ri + 1 < runs_.size() && runs_[ri + 1].recompute;
+  if (st.last_fwd_of_run && next_is_ckpt) {
+    if (ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ckpt_saves_[ckpt_saves_.size() - kCheckpointSavesInFlight]);
+    ckpt_dev_buf_[ri + 1] = b_.buffer();
+    allocs.push_back({Tier::Device, ckpt_dev_buf_[ri + 1], ckpt_bytes_});
+  }
+  if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+  if (st.last_bwd_of_run) {
+    frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+    if (run.recompute) frees.push_back({Tier::Device, ckpt_dev_buf_[ri], ckpt_bytes_});
+  }
+}
+
+// Which step each run's load is issued before, per micro-batch: checkpoint loads of recomputed
+// runs and loads of offloaded runs' activations.
+void Planner::schedule_run_loads(std::vector<std::vector<int32_t>>& ckpt_load_at,
+                                 std::vector<std::vector<int32_t>>& act_load_at) const {
+  const size_t S = steps_.size();
+  // A recomputed run's checkpoint is loaded while the run after it (in forward order) runs its
+  // backward, one run ahead of its own recompute; with synchronous copies, when its recompute is next.
+  std::vector<int32_t> start_of(runs_.size(), -1);
+  for (size_t i = 0; i < S; ++i) {
+    const auto& s = steps_[i];
+    if (s.starts_bwd_of_run) start_of[static_cast<size_t>(s.run)] = static_cast<int32_t>(i);
+    if (s.last_bwd_of_run && s.run == 0) {  // the micro-batch's backward is complete: assign loads
+      for (size_t r = 0; r < runs_.size(); ++r) {
+        if (!runs_[r].recompute) continue;
+        const int32_t at =
+            r + 1 < runs_.size() && !c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
+        ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
+      }
+      // An offloaded run comes back when the backward of the run prefetch_blocks after it begins;
+      // loads issued together go in the order backward needs them (the later run first).
+      for (size_t r = runs_.size(); r-- > 0;) {
+        if (runs_[r].action != ActivationAction::Offload) continue;
+        const size_t from = std::min(runs_.size() - 1, r + static_cast<size_t>(c_.activation_prefetch_blocks));
+        act_load_at[static_cast<size_t>(start_of[from])].push_back(static_cast<int32_t>(r));
+      }
+    }
+  }
+}
+
 void Planner::emit() {
   const size_t S = steps_.size();
   compute_task_.assign(S, -1);
@@ -1317,30 +1381,8 @@ void Planner::emit() {
     at_h2d[static_cast<size_t>(fetches_[f].t_h2d)].push_back(static_cast<int32_t>(f));
     at_ag[static_cast<size_t>(fetches_[f].t_ag)].push_back(static_cast<int32_t>(f));
   }
-  // A recomputed run's checkpoint is loaded while the run after it (in forward order) runs its
-  // backward, one run ahead of its own recompute; with synchronous copies, when its recompute is next.
   std::vector<std::vector<int32_t>> ckpt_load_at(S), act_load_at(S);
-  {
-    std::vector<int32_t> start_of(runs_.size(), -1);
-    for (size_t i = 0; i < S; ++i) {
-      const auto& s = steps_[i];
-      if (s.starts_bwd_of_run) start_of[static_cast<size_t>(s.run)] = static_cast<int32_t>(i);
-      if (s.last_bwd_of_run && s.run == 0) {  // the micro-batch's backward is complete: assign loads
-        for (size_t r = 0; r < runs_.size(); ++r) {
-          if (!runs_[r].recompute) continue;
-          const int32_t at =
-              r + 1 < runs_.size() && !c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
-          ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
-        }
-        // An offloaded run comes back when the backward of the run prefetch_blocks after it begins.
-        for (size_t r = 0; r < runs_.size(); ++r) {
-          if (runs_[r].action != ActivationAction::Offload) continue;
-          const size_t from = std::min(runs_.size() - 1, r + static_cast<size_t>(c_.activation_prefetch_blocks));
-          act_load_at[static_cast<size_t>(start_of[from])].push_back(static_cast<int32_t>(r));
-        }
-      }
-    }
-  }
+  schedule_run_loads(ckpt_load_at, act_load_at);
 
   int32_t prev = -1;
   for (size_t i = 0; i < S; ++i) {
@@ -1384,30 +1426,7 @@ void Planner::emit() {
         frees.push_back({Tier::Device, fe.gathered_buf, kParamBytes * double(owner_based() ? units_[static_cast<size_t>(fe.unit)].numel
                                                                                              : units_[static_cast<size_t>(fe.unit)].shard_numel * D_)});
     }
-    // Activations and checkpoints of the run.
-    if (st.first_fwd_of_run || st.first_recompute) {
-      act_buf_[ri] = b_.buffer();
-      allocs.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
-      if (run.action == ActivationAction::Offload && act_saves_.size() >= kCheckpointSavesInFlight)
-        deps.push_back(act_saves_[act_saves_.size() - kCheckpointSavesInFlight]);
-    }
-    if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(act_load_task_[ri]);
-    if (st.first_recompute) deps.push_back(ckpt_load_task_[ri]);
-    if (sync_ckpt_save_ >= 0) {
-      deps.push_back(sync_ckpt_save_);
-      sync_ckpt_save_ = -1;
-    }
-    const bool next_is_ckpt = ri + 1 < runs_.size() && runs_[ri + 1].recompute;
-    if (st.last_fwd_of_run && next_is_ckpt) {
-      if (ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ckpt_saves_[ckpt_saves_.size() - kCheckpointSavesInFlight]);
-      ckpt_dev_buf_[ri + 1] = b_.buffer();
-      allocs.push_back({Tier::Device, ckpt_dev_buf_[ri + 1], ckpt_bytes_});
-    }
-    if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
-    if (st.last_bwd_of_run) {
-      frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
-      if (run.recompute) frees.push_back({Tier::Device, ckpt_dev_buf_[ri], ckpt_bytes_});
-    }
+    run_memory_events(st, deps, allocs, frees);
     // Gradients of whole units live from their first to their last backward use.
     if (st.kind == TaskKind::Backward) {
       for (uint32_t k = 0; k < st.units_count; ++k) {
@@ -1439,7 +1458,8 @@ void Planner::emit() {
       prev = b_.add(a, {computed}, {}, {});
     }
 
-    if (st.last_fwd_of_run && next_is_ckpt) emit_checkpoint_save(static_cast<int32_t>(ri + 1), st.mb, prev);
+    if (st.last_fwd_of_run && ri + 1 < runs_.size() && runs_[ri + 1].recompute)
+      emit_checkpoint_save(static_cast<int32_t>(ri + 1), st.mb, prev);
     if (st.last_fwd_of_run && run.action == ActivationAction::Offload) emit_activation_save(ri, st.mb, prev);
     if (st.kind == TaskKind::Backward) {
       for (uint32_t k = 0; k < st.units_count; ++k) {

@@ -201,7 +201,7 @@ TEST_CASE("a device too small to keep every block's activations: the lifetime pa
   CHECK(r.plan.activation_bytes_restored == r.plan.activation_bytes_offloaded);
 }
 
-TEST_CASE("offloading activations over a fast path costs little step time; recomputing them costs a forward") {
+TEST_CASE("offloading activations over a fast path costs little step time, and recomputing them costs a forward") {
   const ModelGraph g = zinf::models::build_gpt(spec());
   const HwProfile hw = load_hwprofile(source("hwprofiles/h200-node.yaml"));
   const double keep = estimate_step_time(make_plan(g, hw, config("activation_checkpoint: {interval: 0}\n"), 1).program, hw);
