@@ -93,6 +93,7 @@ std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const 
       l.idle_seconds += fwd[q] + bwd[q];
     }
     l.first_backward_use = forward_ops + after;
+    for (size_t q = r + 1; q < runs.size(); ++q) l.later_backward_seconds.push_back(bwd[q]);
     l.forward_seconds = fwd[r];
     out.push_back(l);
   }
@@ -133,14 +134,22 @@ std::vector<Option> options_for(const ActivationLifetime& l, const ActivationPas
     const double t = o.choice.transfer_seconds;
     o.pcie_load = path == ActivationPath::Gds ? 0 : t;
     o.nvme_load = path == ActivationPath::Host ? 0 : t;
-    // The save and the load of one segment are serial; what the window cannot hide stalls.
+    // The save and the load of one segment are serial; what the window cannot hide stalls. The
+    // load starts prefetch_runs runs ahead of its backward: the fewest whose backward hides it.
     const double window_stall = std::max(0.0, 2.0 * t - l.idle_seconds);
+    double ahead = 0;
+    int64_t d = 0;
+    const auto later = static_cast<int64_t>(l.later_backward_seconds.size());
+    while (d < later && (d < in.min_prefetch_runs || ahead < t)) ahead += l.later_backward_seconds[static_cast<size_t>(d++)];
+    o.choice.prefetch_runs = std::max<int64_t>(1, d);
+    const double load_stall = std::max(0.0, t - ahead);
     const double lane_stall = std::max(overflow(st.pcie_load, o.pcie_load, in.pcie_free_seconds),
                                        overflow(st.nvme_load, o.nvme_load, in.nvme_free_seconds));
-    o.choice.predicted_cost = window_stall + lane_stall;
-    o.choice.reason = fmt::format("offload to {} ({}): {} each way in {:.3g} s, idle window {:.3g} s, predicted stall {:.3g} s",
-                                  to_string(tier), to_string(path), format_bytes(l.bytes), t, l.idle_seconds,
-                                  o.choice.predicted_cost);
+    o.choice.predicted_cost = std::max(window_stall, load_stall) + lane_stall;
+    o.choice.reason = fmt::format(
+        "offload to {} ({}): {} each way in {:.3g} s, idle window {:.3g} s, loaded {} run(s) ahead, predicted stall {:.3g} s",
+        to_string(tier), to_string(path), format_bytes(l.bytes), t, l.idle_seconds, o.choice.prefetch_runs,
+        o.choice.predicted_cost);
     o.saved = l.bytes;
     (to_host ? o.host_bytes : o.nvme_bytes) = l.bytes;
     opts.push_back(o);

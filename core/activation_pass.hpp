@@ -32,6 +32,9 @@ struct ActivationLifetime {
   int32_t first_backward_use = 0;  // its first backward operator
   double idle_seconds = 0;         // predicted compute time between the last two (the idle window)
   double forward_seconds = 0;      // its forward: what recomputing it costs
+  // Backward seconds of the runs after it, nearest first: what a load issued that many runs
+  // ahead of its own backward can hide behind.
+  std::vector<double> later_backward_seconds;
 };
 
 // The lifetimes of the activation segments of `runs` (operator ids per run, forward order; the
@@ -50,6 +53,7 @@ const char* to_string(ActivationPath p);
 struct ActivationPassInput {
   ActivationPolicy policy = ActivationPolicy::Lifetime;
   Placement tier{true, Tier::Host};  // host, nvme or auto
+  int64_t min_prefetch_runs = 1;     // an offloaded segment is loaded at least this many runs ahead
   double device_bytes_for_activations = 0;  // kept segments of one micro-batch must fit in this
   double checkpoint_bytes = 0;    // what a recomputed segment keeps on the device meanwhile (0: off it)
   bool can_recompute = true;      // a segment may be recomputed (checkpoints possible)
@@ -70,6 +74,9 @@ struct ActivationChoice {
   Tier tier = Tier::Device;
   ActivationPath path = ActivationPath::Host;
   double transfer_seconds = 0;   // one way, on the chosen path
+  // Offloaded: the load is issued when the backward of the run this many after it begins — the
+  // fewest (at least min_prefetch_runs) whose backward hides the transfer.
+  int64_t prefetch_runs = 0;
   double predicted_cost = 0;     // seconds the choice adds to a micro-batch's step
   std::string reason;
 };

@@ -105,6 +105,7 @@ struct Run {
   double act_bytes = 0;      // activation working memory while it runs
   ActivationAction action = ActivationAction::Keep;  // the activation pass's choice (policy not `none`)
   int32_t segment = -1;      // its activation segment when offloaded
+  int64_t prefetch_runs = 0; // offloaded: loaded when the backward of the run this many after it begins
 };
 
 struct Step {
@@ -1031,6 +1032,7 @@ void Planner::apply_activation_pass(double device_bytes) {
   ActivationPassInput in;
   in.policy = c_.activation_policy;
   in.tier = c_.activation_tier;
+  in.min_prefetch_runs = c_.activation_prefetch_blocks;
   in.device_bytes_for_activations = device_bytes;
   in.checkpoint_bytes = plan_.checkpoints == Tier::Device ? ckpt_bytes_ : 0;
   in.host_seconds_per_byte = 1.0 / n.pcie_bandwidth_all_active();
@@ -1058,11 +1060,13 @@ void Planner::apply_activation_pass(double device_bytes) {
     r.recompute = false;
     r.checkpoint = -1;
     r.segment = -1;
+    r.prefetch_runs = 0;
   }
   for (size_t i = 0; i < lifetimes.size(); ++i) {
     auto& r = runs_[static_cast<size_t>(lifetimes[i].run)];
     r.action = choices[i].action;
     r.recompute = r.action == ActivationAction::Recompute;
+    r.prefetch_runs = choices[i].prefetch_runs;
     if (r.action == ActivationAction::Offload) {
       r.segment = static_cast<int32_t>(segments_.size());
       segments_.push_back({r.segment, lifetimes[i].first_block, lifetimes[i].last_block, r.act_bytes, choices[i].tier,
@@ -1348,11 +1352,12 @@ void Planner::schedule_run_loads(std::vector<std::vector<int32_t>>& ckpt_load_at
             r + 1 < runs_.size() && !c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
         ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
       }
-      // An offloaded run comes back when the backward of the run prefetch_blocks after it begins;
-      // loads issued together go in the order backward needs them (the later run first).
+      // An offloaded run comes back when the backward of the run prefetch_runs after it begins (the
+      // pass's choice: early enough to hide the load, at least activation_prefetch_blocks); loads
+      // issued together go in the order backward needs them (the later run first).
       for (size_t r = runs_.size(); r-- > 0;) {
         if (runs_[r].action != ActivationAction::Offload) continue;
-        const size_t from = std::min(runs_.size() - 1, r + static_cast<size_t>(c_.activation_prefetch_blocks));
+        const size_t from = std::min(runs_.size() - 1, r + static_cast<size_t>(runs_[r].prefetch_runs));
         act_load_at[static_cast<size_t>(start_of[from])].push_back(static_cast<int32_t>(r));
       }
     }

@@ -56,8 +56,9 @@ struct RunConfig {
   // Where offloaded activations go: host, nvme, or auto (the pass picks per block the faster path
   // that fits the tier's budget).
   Placement activation_tier{true, Tier::Host};
-  // An offloaded block's activations are loaded back when the backward of the block this many
-  // blocks after it begins (1: one block ahead, as checkpoints are).
+  // An offloaded segment's activations are loaded back at least this many segments ahead of its
+  // backward (1: when the backward of the one after it begins, as checkpoints are); the pass loads
+  // earlier where the transfer needs longer to hide.
   int64_t activation_prefetch_blocks = 2;
 
   int64_t tiling_factor = 1;                 // 0 = auto

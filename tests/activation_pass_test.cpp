@@ -63,6 +63,7 @@ ActivationLifetime lifetime(int32_t seg, double bytes, double idle, double fwd) 
   l.bytes = bytes;
   l.idle_seconds = idle;
   l.forward_seconds = fwd;
+  l.later_backward_seconds = {idle / 2};  // one run after it, whose backward is half the window
   return l;
 }
 
@@ -115,6 +116,16 @@ TEST_CASE("the activation pass keeps what fits and frees the longest idle window
   CHECK(cs[2].action == ActivationAction::Offload);  // 2 s window: exactly hidden
   CHECK(cs[3].action == ActivationAction::Recompute);
   CHECK_THAT(cs[3].reason, Contains("recompute"));
+
+  // The load goes as many runs ahead as its transfer needs (at least min_prefetch_runs).
+  for (const auto& c : cs) CHECK((c.action != ActivationAction::Offload || c.prefetch_runs == 1));
+  std::vector<ActivationLifetime> deep{lifetime(0, 100, 10.0, 1.0)};
+  deep[0].later_backward_seconds = {0.3, 0.3, 0.3, 0.3, 0.3, 0.3};
+  in.device_bytes_for_activations = 0;
+  CHECK(choose_activation_actions(deep, in)[0].prefetch_runs == 4);  // 1 s: four runs of 0.3 s
+  in.min_prefetch_runs = 5;
+  CHECK(choose_activation_actions(deep, in)[0].prefetch_runs == 5);
+  in.min_prefetch_runs = 1;
 
   in.policy = ActivationPolicy::OffloadAll;  // offloads even where it fits, and never recomputes
   in.device_bytes_for_activations = 1e9;

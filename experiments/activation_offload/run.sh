@@ -7,11 +7,13 @@
 #    Configurations run interleaved within a round; it prints the median last-step time, its median
 #    ratio to the reference of the same round, the device arena's peak and the NVMe bytes of the
 #    last step (from its Timeline).
-# 2. Simulated on GPU profiles: a 70B-class GPT (125 layers x 8192, 32 heads, seq 1024, micro-batch
-#    MB, default 8) on one H200 node (8 GPUs) with parameters and optimizer states in host memory:
-#    recompute (ZeRO-Infinity's way), lifetime-aware offload through the host, and lifetime-aware
-#    offload with a GDS path; each against an unlimited-memory GPU (everything resident, nothing
-#    recomputed). Prints throughput, fraction of the unlimited GPU's, device peak and NVMe traffic.
+# 2. Simulated on GPU profiles: a 70B-class GPT (80 layers x 8192, 64 heads: Llama-70B's depth and
+#    width, 65B parameters as zinf counts a GPT; seq 1024, micro-batch MB (default 8) x 4 accumulated)
+#    on one H200 node (8 GPUs) with parameters and optimizer states in host memory: recompute
+#    (ZeRO-Infinity's way) and lifetime-aware offload to the host, to NVMe through the host, to NVMe
+#    over GDS, or either; each against an unlimited-memory GPU (everything resident, nothing
+#    recomputed). Prints step time, throughput, fraction of the unlimited GPU's, device peak, NVMe
+#    traffic and the pass's split.
 #   bash experiments/activation_offload/run.sh NVME_DIR [ROUNDS] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -72,9 +74,9 @@ PY
 
 cat > "$work/gpt-70b.yaml" <<YAML
 name: gpt-70b
-layers: 125
+layers: 80
 hidden: 8192
-heads: 32
+heads: 64
 seq: 1024
 vocab: 50257
 micro_batch: $MB
@@ -83,34 +85,45 @@ YAML
 # PCIe switches, about two Gen4 drives (~13 GB/s read) per switch (our estimate).
 sed 's/^name: .*/name: h200-unlimited/; s/^\(    memory:\) 141 GB/\1 100 TB/' hwprofiles/h200-node.yaml > "$work/h200-unlimited.yaml"
 sed 's/^name: .*/name: h200-gds/; s/^  nvlink:/  gds: {bandwidth_per_switch: 13 GB\/s}\n  nvlink:/' hwprofiles/h200-node.yaml > "$work/h200-gds.yaml"
+common="zero_stage: 3
+gradient_accumulation: 4
+optimizer: {timing: overlap-backward}"
 states="offload: {params: cpu, optimizer: cpu}"
-printf 'zero_stage: 3\nactivation_checkpoint: {interval: 0}\n' > "$work/unlimited.yaml"
-printf 'zero_stage: 3\n%s\nactivation_checkpoint: {interval: 1, tier: host}\n' "$states" > "$work/recompute.yaml"
-printf 'zero_stage: 3\n%s\nactivation_offload: {policy: lifetime, tier: nvme}\n' "$states" > "$work/lifetime-nvme.yaml"
-printf 'zero_stage: 3\n%s\nactivation_offload: {policy: lifetime, tier: auto}\n' "$states" > "$work/lifetime-auto.yaml"
-sim() {  # name hw config
+printf '%s\nactivation_checkpoint: {interval: 0}\n' "$common" > "$work/unlimited.yaml"
+printf '%s\n%s\nactivation_checkpoint: {interval: 1, tier: host}\n' "$common" "$states" > "$work/recompute.yaml"
+for t in host nvme auto; do
+  printf '%s\n%s\nactivation_offload: {policy: lifetime, tier: %s}\n' "$common" "$states" "$t" > "$work/lifetime-$t.yaml"
+done
+sim() {  # hw config name
   "$ZINF" sim --model "$work/gpt-70b.yaml" --hw "$1" --config "$2" --nodes 1 --json --timeline "$work/$3.csv" --timeline-ranks 0 > "$work/$3.json"
+  "$ZINF" plan --model "$work/gpt-70b.yaml" --hw "$1" --config "$2" | grep "^activation offload" > "$work/$3.plan" || true
 }
 echo
-echo "== simulated: GPT 125 x 8192 (70B), seq 1024, micro-batch $MB, one H200 node (8 GPUs), params and optimizer in host memory"
+echo "== simulated: GPT 80 x 8192, 64 heads (65B, Llama-70B's depth and width), seq 1024, micro-batch $MB x 4 accumulated," \
+     "one H200 node (8 GPUs); params and optimizer states in host memory, optimizer overlapping backward"
 sim "$work/h200-unlimited.yaml" "$work/unlimited.yaml" unlimited
 sim hwprofiles/h200-node.yaml "$work/recompute.yaml" recompute
+sim hwprofiles/h200-node.yaml "$work/lifetime-host.yaml" lifetime-host
 sim hwprofiles/h200-node.yaml "$work/lifetime-nvme.yaml" lifetime-nvme
 sim "$work/h200-gds.yaml" "$work/lifetime-nvme.yaml" lifetime-nvme-gds
 sim hwprofiles/h200-node.yaml "$work/lifetime-auto.yaml" lifetime-auto
+sim "$work/h200-gds.yaml" "$work/lifetime-auto.yaml" lifetime-auto-gds
 python3 - "$work" <<'PY'
-import csv, json, sys
+import csv, json, re, sys
 work = sys.argv[1]
-rows = ["unlimited", "recompute", "lifetime-nvme", "lifetime-nvme-gds", "lifetime-auto"]
+rows = ["unlimited", "recompute", "lifetime-host", "lifetime-nvme", "lifetime-nvme-gds", "lifetime-auto", "lifetime-auto-gds"]
 label = {"unlimited": "unlimited-memory GPU (reference)", "recompute": "checkpoint + recompute (ZeRO-Infinity)",
-         "lifetime-nvme": "lifetime offload to NVMe via host", "lifetime-nvme-gds": "lifetime offload to NVMe via GDS",
-         "lifetime-auto": "lifetime offload, host or NVMe"}
+         "lifetime-host": "lifetime: host", "lifetime-nvme": "lifetime: NVMe via host", "lifetime-nvme-gds": "lifetime: NVMe via GDS",
+         "lifetime-auto": "lifetime: host or NVMe", "lifetime-auto-gds": "lifetime: host or NVMe (GDS)"}
 ref = json.load(open(f"{work}/unlimited.json"))
-print(f"{'run':<40}{'step s':>9}{'TFLOP/s/GPU':>13}{'of unlimited':>14}{'device peak':>13}{'NVMe GB/step/GPU':>18}")
+print(f"{'run':<40}{'step s':>8}{'TFLOP/s/GPU':>12}{'of unlimited':>13}{'device peak':>13}{'NVMe GB/step/GPU':>17}  kept/offloaded/recomputed")
 for r in rows:
     j = json.load(open(f"{work}/{r}.json"))
     nvme = sum(float(x["bytes"]) for x in csv.DictReader(open(f"{work}/{r}.csv")) if x["lane"].startswith("nvme"))
-    print(f"{label[r]:<40}{j['step_time']:>9.2f}{j['tflops_per_gpu']:>13.1f}{ref['step_time'] / j['step_time']:>13.1%}"
-          f"{j['peak_memory']['device_per_gpu'] / 1e9:>10.1f} GB{nvme / 1e9:>18.1f}")
+    plan = open(f"{work}/{r}.plan").read()
+    m = re.search(r"(\d+) segment\(s\) kept, (\d+) offloaded, (\d+) recomputed", plan)
+    split = "/".join(m.groups()) if m else ("80/0/0" if r == "unlimited" else "0/0/80")
+    print(f"{label[r]:<40}{j['step_time']:>8.2f}{j['tflops_per_gpu']:>12.0f}{ref['step_time'] / j['step_time']:>12.1%}"
+          f"{j['peak_memory']['device_per_gpu'] / 1e9:>10.1f} GB{nvme / 1e9:>17.1f}  {split}")
 print("published: TERAIO 80.7 % of an unlimited-memory GPU, ZeRO-Infinity 43 % (Llama-70B, TERAIO's paper)")
 PY
