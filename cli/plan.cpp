@@ -119,12 +119,39 @@ std::string resolve_auto(const Inputs& in, int nodes, MemoryModelInput& mm) {
   }
 }
 
+// With an activation_offload policy, what the planner's activation pass chose per segment: the
+// memory table above counts activations as activation_checkpoint alone would (the closed-form
+// memory model does not know the pass).
+std::vector<std::string> activation_lines(const Inputs& in, int nodes) {
+  if (in.config.activation_policy == ActivationPolicy::None) return {};
+  std::vector<std::string> out;
+  try {
+    const PlanResult r = make_plan(models::build_gpt(in.model, in.config), in.hw, in.config, nodes * in.hw.node.gpus);
+    int counts[3] = {0, 0, 0};
+    for (const auto& d : r.plan.activations) ++counts[static_cast<int>(d.choice.action)];
+    out.push_back(fmt::format("activation offload ({}): {} segment(s) kept, {} offloaded, {} recomputed; device peak {} of {}; "
+                              "{} offloaded and {} written to NVMe per step ({})",
+                              to_string(in.config.activation_policy), counts[0], counts[1], counts[2],
+                              format_bytes(at(r.plan.peak_bytes, Tier::Device)), format_bytes(at(r.plan.budget, Tier::Device)),
+                              format_bytes(r.plan.activation_bytes_offloaded), format_bytes(r.plan.nvme_bytes_written),
+                              r.plan.activation_note.empty() ? "everything it kept fit at once" : r.plan.activation_note));
+    for (const auto& d : r.plan.activations)
+      out.push_back(fmt::format("  blocks {}-{} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.last_block,
+                                format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason));
+  } catch (const PlanError& e) {
+    out.push_back(fmt::format("activation offload ({}): the planner refused this configuration ({})",
+                              to_string(in.config.activation_policy), e.what()));
+  }
+  return out;
+}
+
 void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
   Inputs in = load_inputs(opts);
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
   const std::string auto_line = resolve_auto(in, opts.nodes, mm);
   MemoryReport rep = memory_requirement(mm);
   auto eff = efficiency_rows(in, mm.config);
+  const std::vector<std::string> act_lines = activation_lines(in, opts.nodes);
   std::string program_line;
   if (!outs.program.empty() || !outs.trace.empty()) program_line = write_program_outputs(in, opts.nodes, outs);
 
@@ -186,6 +213,7 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
                                  {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
     if (!program_line.empty()) j["program"] = program_line;
     if (!auto_line.empty()) j["auto"] = auto_line;
+    for (const auto& l : act_lines) j["activation_offload"].push_back(l);
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -231,6 +259,8 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   for (const auto& e : eff)
     fmt::print("  {:<24} from {:<6} ait {:>9.0f}  bw/GPU {:>12}  efficiency {:5.1f}%\n", e.what, to_string(e.tier), e.ait,
                format_bandwidth(e.bandwidth), 100.0 * e.efficiency);
+  if (!act_lines.empty()) fmt::print("\n");
+  for (const auto& l : act_lines) fmt::print("{}\n", l);
   if (!program_line.empty()) fmt::print("\n{}\n", program_line);
 }
 

@@ -21,6 +21,11 @@ double Curve::at(double x) const {
   return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
 }
 
+double NodeSpec::gds_bandwidth_all_active() const {
+  const int per_switch = std::max(1, std::min(gpus_per_pcie_switch, gpus));
+  return std::min(pcie_bandwidth, gds_bandwidth / per_switch);
+}
+
 double NodeSpec::pcie_bandwidth_all_active() const {
   int per_switch = std::min(gpus_per_pcie_switch, gpus);
   double share = pcie_switch_uplink > 0 ? pcie_switch_uplink / per_switch : pcie_bandwidth;
@@ -128,6 +133,11 @@ HwProfile read(ConfigReader& r) {
   hw.node.gpus_per_pcie_switch = static_cast<int>(p.int_in("gpus_per_switch", 1, 65536, 1));
   hw.node.pcie_switch_uplink = p.non_negative_number("switch_uplink", U::BytesPerSecond, 0);
   hw.node.pcie_latency = p.non_negative_number("latency", U::Seconds, 2e-6);
+
+  if (auto gds = n.maybe_child("gds")) {
+    hw.node.gds_bandwidth = gds->number_in("bandwidth_per_switch", U::BytesPerSecond, kMinRate, 1e18);
+    gds->reject_unread();
+  }
 
   auto l = n.child("nvlink");
   hw.node.nvlink_bandwidth = l.number_in("bandwidth_per_gpu", U::BytesPerSecond, kMinRate, 1e18);

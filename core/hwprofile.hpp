@@ -103,6 +103,13 @@ struct NodeSpec {
   int gpus_per_pcie_switch = 1;      // GPUs sharing one switch uplink to the host
   double pcie_switch_uplink = 0;     // bytes/s of that uplink, one direction
   double pcie_latency = 0;           // seconds per transfer
+  // GPUDirect Storage (`node.gds`, optional): NVMe <-> GPU peer to peer through the PCIe switch,
+  // not through host memory. Bytes/s one direction per PCIe switch, shared by the switch's GPUs;
+  // the drives' own bandwidth still bounds it. 0: no GDS path, NVMe traffic goes through the host.
+  double gds_bandwidth = 0;
+  bool has_gds() const { return gds_bandwidth > 0; }
+  // One GPU's share of the GDS path when every GPU of its switch uses it.
+  double gds_bandwidth_all_active() const;
   double nvlink_bandwidth = 0;       // bytes/s per GPU, one direction, into the NVLink/NVSwitch fabric
   double nvlink_latency = 0;
   int nics = 1;

@@ -143,6 +143,11 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   e.integer("count", n.nics);
   e.number("bandwidth", n.nic_bandwidth);
   e.close();
+  if (n.has_gds()) {
+    e.open("gds");
+    e.number("bandwidth_per_switch", n.gds_bandwidth);
+    e.close();
+  }
   e.close();  // node
   e.open("fabric");
   e.text("topology", hw.fabric.topology);

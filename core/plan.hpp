@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/activation_pass.hpp"
 #include "core/graph.hpp"
 #include "core/hwprofile.hpp"
 #include "core/program.hpp"
@@ -23,6 +24,12 @@ struct PlacementDecision {
   std::string reason;
 };
 
+// One activation segment's lifetime and what the activation pass chose for it.
+struct ActivationDecision {
+  ActivationLifetime lifetime;
+  ActivationChoice choice;
+};
+
 struct Plan {
   int ranks = 1;
   int gpus_per_node = 1;
@@ -35,6 +42,10 @@ struct Plan {
   Tier optimizer = Tier::Device;
   Tier checkpoints = Tier::Device;
   std::vector<PlacementDecision> placements;
+
+  ActivationPolicy activation_policy = ActivationPolicy::None;
+  std::vector<ActivationDecision> activations;  // per segment, when the policy is not `none`
+  std::string activation_note;                  // the device bytes the pass aimed for, and its retries
 
   int64_t tiling_factor = 1;
   std::string tiling_reason;
@@ -64,6 +75,10 @@ struct Plan {
   double optimizer_bytes_written = 0;
   double checkpoint_bytes_saved = 0;
   double checkpoint_bytes_loaded = 0;
+  double activation_bytes_offloaded = 0;  // leaving the device (all micro-batches)
+  double activation_bytes_restored = 0;   // coming back before backward
+  double nvme_bytes_written = 0;          // everything written to / read from NVMe per step
+  double nvme_bytes_read = 0;
 };
 
 struct PlanResult {

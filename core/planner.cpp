@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <limits>
 #include <queue>
 
+#include "core/activation_pass.hpp"
 #include "core/errors.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
@@ -69,6 +71,7 @@ public:
   auto& units() { return p_.units_; }
   auto& budget() { return p_.budget_; }
   auto& ops() { return p_.ops_; }
+  auto& activations() { return p_.activations_; }
   auto& static_bytes() { return p_.static_bytes_; }
   auto& peak() { return p_.peak_; }
   Program& program() { return p_; }
@@ -100,6 +103,9 @@ struct Run {
   bool recompute = false;    // checkpointed at its input and recomputed in backward
   int32_t checkpoint = -1;   // checkpoint index within a micro-batch
   double act_bytes = 0;      // activation working memory while it runs
+  ActivationAction action = ActivationAction::Keep;  // the activation pass's choice (policy not `none`)
+  int32_t segment = -1;      // its activation segment when offloaded
+  int64_t prefetch_runs = 0; // offloaded: loaded when the backward of the run this many after it begins
 };
 
 struct Step {
@@ -150,10 +156,18 @@ private:
   void schedule_prefetch();
   // pass 4
   void emit();
+  void schedule_run_loads(std::vector<std::vector<int32_t>>& ckpt_load_at, std::vector<std::vector<int32_t>>& act_load_at) const;
+  void run_memory_events(const Step& st, std::vector<int32_t>& deps, std::vector<MemEvent>& allocs,
+                         std::vector<MemEvent>& frees);
   void emit_fetch_stage(Fetch& f, int stage, int32_t prev_compute);
   void emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task);
   void emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task);
   void emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute);
+  void emit_activation_save(size_t run, int32_t mb, int32_t compute_task);
+  void emit_activation_load(size_t run, int32_t mb, int32_t prev_compute);
+  // the activation pass (core/activation_pass.hpp): its inputs from this plan, its choices applied to the runs
+  void apply_activation_pass(double device_bytes);
+  bool activation_policy_on() const { return c_.activation_policy != ActivationPolicy::None; }
   void make_sub_groups();
   void pump_optimizer(bool backward_done);
   bool advance_sub_group(int32_t sg);
@@ -211,6 +225,10 @@ private:
   std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
   std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
   std::vector<int32_t> grad_stores_, ckpt_saves_;    // in emission order, for backpressure
+  std::vector<ActivationSegment> segments_;           // offloaded activation segments
+  std::vector<int32_t> act_save_task_, act_load_task_;  // per run (current micro-batch)
+  std::vector<int64_t> act_home_buf_;                 // per run: the offloaded copy's buffer
+  std::vector<int32_t> act_saves_;                    // in emission order, for backpressure
   int32_t sync_ckpt_save_ = -1;  // a synchronous checkpoint copy the next compute task waits for
   std::vector<std::vector<int32_t>> run_ckpt_load_trigger_;  // per step: runs whose checkpoint load is issued there
   int32_t backward_done_ = -1;
@@ -392,7 +410,8 @@ void Planner::place() {
                   {"optimizer", &c_.optimizer, &plan_.optimizer}};
   // Fixed placements first; `auto` ones start on the device and are moved down one at a time.
   for (auto& it : items) *it.out = it.want->automatic ? Tier::Device : it.want->tier;
-  if (c_.checkpoint_interval == 0 && !c_.checkpoints.automatic) plan_.checkpoints = Tier::Device;
+  // Without checkpointing nothing is saved; under an activation policy, recomputed segments are.
+  if (c_.checkpoint_interval == 0 && !c_.checkpoints.automatic && !activation_policy_on()) plan_.checkpoints = Tier::Device;
 
   auto ckpt_total = [&] {
     int64_t n = 0;
@@ -510,7 +529,7 @@ void Planner::make_runs() {
     const int64_t k = key(o);
     if (runs_.empty() || k != prev_key) {
       runs_.push_back({});
-      runs_.back().recompute = ci > 0 && k >= 0;
+      runs_.back().recompute = ci > 0 && k >= 0 && !activation_policy_on();
     }
     prev_key = k;
     runs_.back().ops.push_back(id);
@@ -933,6 +952,134 @@ void Planner::emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute
   }
 }
 
+// An offloaded run's activations leave the device after its last forward: copied to the host
+// (and written to NVMe), or written to NVMe straight from the device over GPUDirect Storage.
+void Planner::emit_activation_save(size_t r, int32_t mb, int32_t compute_task) {
+  const auto& run = runs_[r];
+  const auto& seg = segments_[static_cast<size_t>(run.segment)];
+  const double bytes = run.act_bytes;
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
+    Task t = make_task(k, l, Data::Activation, Phase::Forward);
+    t.activation = run.segment;
+    t.micro_batch = mb;
+    t.from = from;
+    t.to = to;
+    t.bytes = bytes;
+    return t;
+  };
+  const int64_t home = b_.buffer();
+  int32_t t = -1;
+  if (seg.gds) {
+    t = b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Device, Tier::Nvme), {compute_task},
+               {{Tier::Nvme, home, bytes}}, {{Tier::Device, act_buf_[r], bytes}});
+  } else {
+    t = b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task}, {{Tier::Host, home, bytes}},
+               {{Tier::Device, act_buf_[r], bytes}});
+    act_home_buf_[r] = home;
+    if (seg.tier == Tier::Nvme) {
+      const int64_t nvme = b_.buffer();
+      t = b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t}, {{Tier::Nvme, nvme, bytes}},
+                 {{Tier::Host, home, bytes}});
+      act_home_buf_[r] = nvme;
+    }
+  }
+  if (seg.gds) act_home_buf_[r] = home;
+  act_save_task_[r] = t;
+  act_saves_.push_back(t);
+}
+
+// ... and come back into a new device buffer before its backward, which the run's last backward frees.
+void Planner::emit_activation_load(size_t r, int32_t mb, int32_t prev_compute) {
+  const auto& run = runs_[r];
+  const auto& seg = segments_[static_cast<size_t>(run.segment)];
+  const double bytes = run.act_bytes;
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
+    Task t = make_task(k, l, Data::Activation, Phase::Backward);
+    t.activation = run.segment;
+    t.micro_batch = mb;
+    t.from = from;
+    t.to = to;
+    t.bytes = bytes;
+    return t;
+  };
+  int32_t t = act_save_task_[r];
+  int64_t home = act_home_buf_[r];
+  const int64_t dev = b_.buffer();
+  if (seg.gds) {
+    t = b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Device), {prev_compute, t},
+               {{Tier::Device, dev, bytes}}, {{Tier::Nvme, home, bytes}});
+  } else {
+    if (seg.tier == Tier::Nvme) {
+      const int64_t staging = b_.buffer();
+      t = b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
+                 {{Tier::Host, staging, bytes}}, {{Tier::Nvme, home, bytes}});
+      home = staging;
+    }
+    t = b_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t}, {{Tier::Device, dev, bytes}},
+               {{Tier::Host, home, bytes}});
+  }
+  act_buf_[r] = dev;
+  act_load_task_[r] = t;
+}
+
+void Planner::apply_activation_pass(double device_bytes) {
+  std::vector<std::vector<int32_t>> run_ops;
+  for (const auto& r : runs_) run_ops.push_back(r.ops);
+  std::vector<ActivationLifetime> lifetimes = activation_lifetimes(g_, hw_.node.gpu, run_ops);
+  const auto& n = hw_.node;
+  const double G = std::max(1, n.gpus);
+  const double nvme_spb = G / std::min(n.nvme_read_bandwidth, n.nvme_write_bandwidth);
+  ActivationPassInput in;
+  in.policy = c_.activation_policy;
+  in.tier = c_.activation_tier;
+  in.min_prefetch_runs = c_.activation_prefetch_blocks;
+  in.device_bytes_for_activations = device_bytes;
+  in.checkpoint_bytes = plan_.checkpoints == Tier::Device ? ckpt_bytes_ : 0;
+  in.host_seconds_per_byte = 1.0 / n.pcie_bandwidth_all_active();
+  in.nvme_seconds_per_byte = std::max(in.host_seconds_per_byte, nvme_spb);
+  in.gds_seconds_per_byte = n.has_gds() ? std::max(1.0 / n.gds_bandwidth_all_active(), nvme_spb) : 0;
+  double forward = 0;
+  for (auto& l : lifetimes) {
+    l.bytes = runs_[static_cast<size_t>(l.run)].act_bytes;
+    forward += l.forward_seconds;
+  }
+  // Parameters fetched in forward already use the same paths.
+  double shard_bytes = 0;
+  for (const auto& u : units_) shard_bytes += kParamBytes * double(shard_elems(u));
+  in.pcie_free_seconds = forward - (plan_.params != Tier::Device ? shard_bytes * in.host_seconds_per_byte : 0);
+  in.nvme_free_seconds = forward - (plan_.params == Tier::Nvme ? shard_bytes * nvme_spb : 0);
+  const PerTier st = max_static();
+  in.host_bytes_free = at(plan_.budget, Tier::Host) - at(st, Tier::Host);
+  in.nvme_bytes_free = at(plan_.budget, Tier::Nvme) - at(st, Tier::Nvme);
+  const std::vector<ActivationChoice> choices = choose_activation_actions(lifetimes, in);
+
+  segments_.clear();
+  plan_.activations.clear();
+  for (auto& r : runs_) {
+    r.action = ActivationAction::Keep;
+    r.recompute = false;
+    r.checkpoint = -1;
+    r.segment = -1;
+    r.prefetch_runs = 0;
+  }
+  for (size_t i = 0; i < lifetimes.size(); ++i) {
+    auto& r = runs_[static_cast<size_t>(lifetimes[i].run)];
+    r.action = choices[i].action;
+    r.recompute = r.action == ActivationAction::Recompute;
+    r.prefetch_runs = choices[i].prefetch_runs;
+    if (r.action == ActivationAction::Offload) {
+      r.segment = static_cast<int32_t>(segments_.size());
+      segments_.push_back({r.segment, lifetimes[i].first_block, lifetimes[i].last_block, r.act_bytes, choices[i].tier,
+                           choices[i].path == ActivationPath::Gds});
+    }
+    plan_.activations.push_back({lifetimes[i], choices[i]});
+  }
+  int32_t ckpt = 0;
+  for (auto& r : runs_)
+    if (r.recompute) r.checkpoint = ckpt++;
+  plan_.checkpoints_per_micro_batch = ckpt;
+}
+
 void Planner::make_sub_groups() {
   // A rank's shard space is its shards (bandwidth-centric) or the units it owns (owner-based), in
   // unit order; sub-groups are consecutive ranges of at most sub_group_size elements (aligned).
@@ -1156,6 +1303,67 @@ void Planner::pump_optimizer(bool backward_done) {
   }
 }
 
+// The compute step's part in its run's activations and checkpoints: the run's activation buffer,
+// the next run's checkpoint, the loads it waits for and the saves that hold it back.
+void Planner::run_memory_events(const Step& st, std::vector<int32_t>& deps, std::vector<MemEvent>& allocs,
+                                std::vector<MemEvent>& frees) {
+  const size_t ri = static_cast<size_t>(st.run);
+  const auto& run = runs_[ri];
+  if (st.first_fwd_of_run || st.first_recompute) {
+    act_buf_[ri] = b_.buffer();
+    allocs.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+    if (run.action == ActivationAction::Offload && act_saves_.size() >= kCheckpointSavesInFlight)
+      deps.push_back(act_saves_[act_saves_.size() - kCheckpointSavesInFlight]);
+  }
+  if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(act_load_task_[ri]);
+  if (st.first_recompute) deps.push_back(ckpt_load_task_[ri]);
+  if (sync_ckpt_save_ >= 0) {
+    deps.push_back(sync_ckpt_save_);
+    sync_ckpt_save_ = -1;
+  }
+  const bool next_is_ckpt = ri + 1 < runs_.size() && runs_[ri + 1].recompute;
+  if (st.last_fwd_of_run && next_is_ckpt) {
+    if (ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ckpt_saves_[ckpt_saves_.size() - kCheckpointSavesInFlight]);
+    ckpt_dev_buf_[ri + 1] = b_.buffer();
+    allocs.push_back({Tier::Device, ckpt_dev_buf_[ri + 1], ckpt_bytes_});
+  }
+  if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+  if (st.last_bwd_of_run) {
+    frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+    if (run.recompute) frees.push_back({Tier::Device, ckpt_dev_buf_[ri], ckpt_bytes_});
+  }
+}
+
+// Which step each run's load is issued before, per micro-batch: checkpoint loads of recomputed
+// runs and loads of offloaded runs' activations.
+void Planner::schedule_run_loads(std::vector<std::vector<int32_t>>& ckpt_load_at,
+                                 std::vector<std::vector<int32_t>>& act_load_at) const {
+  const size_t S = steps_.size();
+  // A recomputed run's checkpoint is loaded while the run after it (in forward order) runs its
+  // backward, one run ahead of its own recompute; with synchronous copies, when its recompute is next.
+  std::vector<int32_t> start_of(runs_.size(), -1);
+  for (size_t i = 0; i < S; ++i) {
+    const auto& s = steps_[i];
+    if (s.starts_bwd_of_run) start_of[static_cast<size_t>(s.run)] = static_cast<int32_t>(i);
+    if (s.last_bwd_of_run && s.run == 0) {  // the micro-batch's backward is complete: assign loads
+      for (size_t r = 0; r < runs_.size(); ++r) {
+        if (!runs_[r].recompute) continue;
+        const int32_t at =
+            r + 1 < runs_.size() && !c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
+        ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
+      }
+      // An offloaded run comes back when the backward of the run prefetch_runs after it begins (the
+      // pass's choice: early enough to hide the load, at least activation_prefetch_blocks); loads
+      // issued together go in the order backward needs them (the later run first).
+      for (size_t r = runs_.size(); r-- > 0;) {
+        if (runs_[r].action != ActivationAction::Offload) continue;
+        const size_t from = std::min(runs_.size() - 1, r + static_cast<size_t>(runs_[r].prefetch_runs));
+        act_load_at[static_cast<size_t>(start_of[from])].push_back(static_cast<int32_t>(r));
+      }
+    }
+  }
+}
+
 void Planner::emit() {
   const size_t S = steps_.size();
   compute_task_.assign(S, -1);
@@ -1166,6 +1374,9 @@ void Planner::emit() {
   ckpt_home_buf_.assign(runs_.size(), -1);
   ckpt_save_task_.assign(runs_.size(), -1);
   ckpt_load_task_.assign(runs_.size(), -1);
+  act_save_task_.assign(runs_.size(), -1);
+  act_load_task_.assign(runs_.size(), -1);
+  act_home_buf_.assign(runs_.size(), -1);
   make_sub_groups();
 
   // Fetch stages and checkpoint loads grouped by the step before which they are issued.
@@ -1175,24 +1386,8 @@ void Planner::emit() {
     at_h2d[static_cast<size_t>(fetches_[f].t_h2d)].push_back(static_cast<int32_t>(f));
     at_ag[static_cast<size_t>(fetches_[f].t_ag)].push_back(static_cast<int32_t>(f));
   }
-  // A recomputed run's checkpoint is loaded while the run after it (in forward order) runs its
-  // backward, one run ahead of its own recompute; with synchronous copies, when its recompute is next.
-  std::vector<std::vector<int32_t>> ckpt_load_at(S);
-  {
-    std::vector<int32_t> start_of(runs_.size(), -1);
-    for (size_t i = 0; i < S; ++i) {
-      const auto& s = steps_[i];
-      if (s.starts_bwd_of_run) start_of[static_cast<size_t>(s.run)] = static_cast<int32_t>(i);
-      if (s.last_bwd_of_run && s.run == 0) {  // the micro-batch's backward is complete: assign loads
-        for (size_t r = 0; r < runs_.size(); ++r) {
-          if (!runs_[r].recompute) continue;
-          const int32_t at =
-              r + 1 < runs_.size() && !c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
-          ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
-        }
-      }
-    }
-  }
+  std::vector<std::vector<int32_t>> ckpt_load_at(S), act_load_at(S);
+  schedule_run_loads(ckpt_load_at, act_load_at);
 
   int32_t prev = -1;
   for (size_t i = 0; i < S; ++i) {
@@ -1201,6 +1396,7 @@ void Planner::emit() {
     for (int32_t f : at_h2d[i]) emit_fetch_stage(fetches_[static_cast<size_t>(f)], 1, prev);
     for (int32_t f : at_ag[i]) emit_fetch_stage(fetches_[static_cast<size_t>(f)], 2, prev);
     for (int32_t r : ckpt_load_at[i]) emit_checkpoint_load(r, st.mb, prev);
+    for (int32_t r : act_load_at[i]) emit_activation_load(static_cast<size_t>(r), st.mb, prev);
 
     const Operator& op = g_.ops[static_cast<size_t>(st.op)];
     const auto& run = runs_[static_cast<size_t>(st.run)];
@@ -1235,27 +1431,7 @@ void Planner::emit() {
         frees.push_back({Tier::Device, fe.gathered_buf, kParamBytes * double(owner_based() ? units_[static_cast<size_t>(fe.unit)].numel
                                                                                              : units_[static_cast<size_t>(fe.unit)].shard_numel * D_)});
     }
-    // Activations and checkpoints of the run.
-    if (st.first_fwd_of_run || st.first_recompute) {
-      act_buf_[ri] = b_.buffer();
-      allocs.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
-    }
-    if (st.first_recompute) deps.push_back(ckpt_load_task_[ri]);
-    if (sync_ckpt_save_ >= 0) {
-      deps.push_back(sync_ckpt_save_);
-      sync_ckpt_save_ = -1;
-    }
-    const bool next_is_ckpt = ri + 1 < runs_.size() && runs_[ri + 1].recompute;
-    if (st.last_fwd_of_run && next_is_ckpt) {
-      if (ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ckpt_saves_[ckpt_saves_.size() - kCheckpointSavesInFlight]);
-      ckpt_dev_buf_[ri + 1] = b_.buffer();
-      allocs.push_back({Tier::Device, ckpt_dev_buf_[ri + 1], ckpt_bytes_});
-    }
-    if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
-    if (st.last_bwd_of_run) {
-      frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
-      if (run.recompute) frees.push_back({Tier::Device, ckpt_dev_buf_[ri], ckpt_bytes_});
-    }
+    run_memory_events(st, deps, allocs, frees);
     // Gradients of whole units live from their first to their last backward use.
     if (st.kind == TaskKind::Backward) {
       for (uint32_t k = 0; k < st.units_count; ++k) {
@@ -1287,7 +1463,9 @@ void Planner::emit() {
       prev = b_.add(a, {computed}, {}, {});
     }
 
-    if (st.last_fwd_of_run && next_is_ckpt) emit_checkpoint_save(static_cast<int32_t>(ri + 1), st.mb, prev);
+    if (st.last_fwd_of_run && ri + 1 < runs_.size() && runs_[ri + 1].recompute)
+      emit_checkpoint_save(static_cast<int32_t>(ri + 1), st.mb, prev);
+    if (st.last_fwd_of_run && run.action == ActivationAction::Offload) emit_activation_save(ri, st.mb, prev);
     if (st.kind == TaskKind::Backward) {
       for (uint32_t k = 0; k < st.units_count; ++k) {
         const int32_t u = step_units_[st.units_begin + k];
@@ -1316,6 +1494,7 @@ void Planner::finish_program() {
   b_.units() = units_;
   b_.op_order() = order_;
   b_.budget() = plan_.budget;
+  b_.activations() = segments_;
   b_.ops().clear();
   for (const auto& o : g_.ops) {
     OpInfo info;
@@ -1361,6 +1540,10 @@ void Planner::account() {
       plan_.checkpoint_bytes_saved += t.bytes;
     if (t.data == Data::Checkpoint && moves && t.phase == Phase::Backward && t.from == plan_.checkpoints)
       plan_.checkpoint_bytes_loaded += t.bytes;
+    if (t.data == Data::Activation && moves && t.from == Tier::Device) plan_.activation_bytes_offloaded += t.bytes;
+    if (t.data == Data::Activation && moves && t.to == Tier::Device) plan_.activation_bytes_restored += t.bytes;
+    if (t.kind == TaskKind::NvmeWrite) plan_.nvme_bytes_written += t.bytes;
+    if (t.kind == TaskKind::NvmeRead) plan_.nvme_bytes_read += t.bytes;
   }
   int64_t space = 0;
   for (int rr = 0; rr < (owner_based() ? R_ : 1); ++rr) space = std::max(space, prog_.shard_space(rr));
@@ -1374,6 +1557,7 @@ void Planner::reset_emission() {
   sg_ready_order_.clear();
   grad_stores_.clear();
   ckpt_saves_.clear();
+  act_saves_.clear();
   sync_ckpt_save_ = -1;
   sg_cursor_ = 0;
   backward_done_ = -1;
@@ -1449,7 +1633,14 @@ PlanResult Planner::run() {
   // check their own Timelines against the same budget. An `auto` tiling factor whose estimate was
   // too hopeful is doubled until the schedule fits.
   PerTier peak{};
+  // The activation pass first keeps every segment it can (the room its estimate leaves, or all of
+  // them); where the schedule's device peak is over budget, it aims lower by the excess and plans
+  // again (at most 6 times).
+  plan_.activation_policy = c_.activation_policy;
+  double act_room = std::numeric_limits<double>::infinity();
+  int act_attempts = 0;
   for (int attempt = 0;; ++attempt) {
+    if (activation_policy_on()) apply_activation_pass(act_room);
     make_steps();
     make_fetches();
     schedule_prefetch();
@@ -1457,6 +1648,20 @@ PlanResult Planner::run() {
     finish_program();
     peak = schedule_peak();
     const bool device_short = at(peak, Tier::Device) > at(plan_.budget, Tier::Device);
+    if (device_short && c_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 &&
+        plan_.activations.size() > segments_.size() + static_cast<size_t>(plan_.checkpoints_per_micro_batch)) {
+      const double excess = at(peak, Tier::Device) - at(plan_.budget, Tier::Device);
+      double kept = 0;
+      for (const auto& d : plan_.activations)
+        if (d.choice.action == ActivationAction::Keep) kept += d.lifetime.bytes;
+      act_room = std::min(act_room, kept) - excess;
+      plan_.activation_note += fmt::format("{}device peak {} over budget with {} kept: keep at most {}",
+                                           plan_.activation_note.empty() ? "" : "; ", bytes_text(excess), bytes_text(kept),
+                                           bytes_text(std::max(0.0, act_room)));
+      ++act_attempts;
+      reset_emission();
+      continue;
+    }
     if (!(device_short && c_.tiling_factor == 0 && attempt < 3)) break;
     plan_.tiling_factor *= 2;
     plan_.tiling_reason += fmt::format("; the schedule's device peak {} is over budget: {}", bytes_text(at(peak, Tier::Device)),

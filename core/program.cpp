@@ -120,6 +120,11 @@ std::string Program::label(const Task& t) const {
     if (t.op < 0 || u.tiles > 1) s += " " + u.name;
   }
   if (t.checkpoint >= 0) s += fmt::format(" ckpt{}", t.checkpoint);
+  if (t.activation >= 0) {
+    const auto& a = activations_[static_cast<size_t>(t.activation)];
+    s += a.first_block == a.last_block ? fmt::format(" h.{}", a.first_block)
+                                       : fmt::format(" h.{}-{}", a.first_block, a.last_block);
+  }
   if (t.sub_group >= 0) s += fmt::format(" sg{}", t.sub_group);
   if (!is_compute(t.kind) && t.data != Data::None) s += fmt::format(" {} ({})", to_string(t.data), to_string(t.phase));
   if (t.micro_batch >= 0) s += fmt::format(" mb{}", t.micro_batch);
@@ -182,16 +187,22 @@ void Program::write_json(std::ostream& out) const {
     out << fmt::format("{{\"id\":{},\"offset\":{},\"count\":{},\"owner\":{}}}{}\n", g.id, g.offset, g.count, g.owner,
                        i + 1 < sub_groups_.size() ? "," : "");
   }
+  out << "],\n\"activations\":[\n";
+  for (size_t i = 0; i < activations_.size(); ++i) {
+    const auto& a = activations_[i];
+    out << fmt::format("{{\"id\":{},\"blocks\":[{},{}],\"bytes\":{},\"tier\":\"{}\",\"gds\":{}}}{}\n", a.id, a.first_block,
+                       a.last_block, num(a.bytes), to_string(a.tier), a.gds, i + 1 < activations_.size() ? "," : "");
+  }
   out << "],\n\"tasks\":[\n";
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const auto& t = tasks_[i];
     out << fmt::format(
         "{{\"id\":{},\"kind\":\"{}\",\"lane\":\"{}\",\"data\":\"{}\",\"phase\":\"{}\",\"from\":\"{}\",\"to\":\"{}\","
         "\"bytes\":{},\"flops\":{},\"gemm_dim\":{},\"op\":{},\"unit\":{},\"micro_batch\":{},\"checkpoint\":{},"
-        "\"sub_group\":{},\"sg_offset\":{},\"sg_count\":{},\"participants\":{},\"root\":{},\"owner\":{},\"deps\":[",
+        "\"activation\":{},\"sub_group\":{},\"sg_offset\":{},\"sg_count\":{},\"participants\":{},\"root\":{},\"owner\":{},\"deps\":[",
         t.id, to_string(t.kind), to_string(t.lane), to_string(t.data), to_string(t.phase), to_string(t.from),
         to_string(t.to), num(t.bytes), num(t.flops), t.gemm_dim, t.op, t.unit, t.micro_batch, t.checkpoint,
-        t.sub_group, t.sg_offset, t.sg_count, t.participants, t.root, t.owner);
+        t.activation, t.sub_group, t.sg_offset, t.sg_count, t.participants, t.root, t.owner);
     auto d = deps(t);
     for (size_t j = 0; j < d.size(); ++j) out << (j ? "," : "") << d[j];
     out << "],\"allocs\":";

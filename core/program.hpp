@@ -109,6 +109,17 @@ struct OpInfo {
   int32_t block = -1;
 };
 
+// The activations one run of blocks keeps from its forward to its backward, when the planner
+// offloads them (core/activation_pass.hpp): blocks [first_block, last_block], `bytes` per
+// micro-batch as the planner counts them, and where they go. Tasks name it by Task::activation.
+struct ActivationSegment {
+  int32_t id = 0;
+  int32_t first_block = 0, last_block = 0;
+  double bytes = 0;
+  Tier tier = Tier::Host;  // host or nvme
+  bool gds = false;        // NVMe <-> device directly (GPUDirect Storage), not through host memory
+};
+
 struct MemEvent {
   Tier tier = Tier::Device;
   int64_t buffer = 0;  // unique within one rank's step; alloc and free of a buffer name the same id
@@ -134,6 +145,7 @@ struct Task {
   int32_t unit = -1;           // ParamUnit id
   int32_t micro_batch = -1;
   int32_t checkpoint = -1;     // activation checkpoint index (segment)
+  int32_t activation = -1;     // offloaded activation segment (Program::activations index)
   int32_t sub_group = -1;      // SubGroup id
   int64_t sg_offset = 0;       // sub-group range in the shard space (elements)
   int64_t sg_count = 0;
@@ -174,6 +186,7 @@ public:
   const std::vector<ParamUnit>& units() const { return units_; }
   const std::vector<SubGroup>& sub_groups() const { return sub_groups_; }
   const std::vector<OpInfo>& ops() const { return ops_; }
+  const std::vector<ActivationSegment>& activations() const { return activations_; }
   // Operator ids in the forward order the program was built from (graph order or a recorded one).
   const std::vector<int32_t>& op_order() const { return op_order_; }
   // Elements of `rank`'s shard space (sum of its shards; owner-based: of the units it owns).
@@ -204,6 +217,7 @@ private:
   std::vector<ParamUnit> units_;
   std::vector<SubGroup> sub_groups_;
   std::vector<OpInfo> ops_;
+  std::vector<ActivationSegment> activations_;
   std::vector<int32_t> op_order_;
   std::vector<int64_t> shard_space_;     // per rank (owner-based) or one entry (bandwidth-centric)
   std::vector<PerTier> static_bytes_;    // per rank (owner-based) or one entry (bandwidth-centric)

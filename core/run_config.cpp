@@ -20,6 +20,15 @@ const char* to_string(Tier t) {
   return "?";
 }
 
+const char* to_string(ActivationPolicy p) {
+  switch (p) {
+    case ActivationPolicy::None: return "none";
+    case ActivationPolicy::Lifetime: return "lifetime";
+    case ActivationPolicy::OffloadAll: return "offload_all";
+  }
+  return "?";
+}
+
 std::string to_string(const Placement& p) { return p.automatic ? "auto" : to_string(p.tier); }
 
 namespace {
@@ -67,6 +76,15 @@ RunConfig read_yaml(ConfigReader& r) {
     c.checkpoints = parse_placement(a->choice("tier", kTierWords, "device"));
     c.checkpoint_copies_synchronous = a->choice("copies", {"overlapped", "synchronous"}, "overlapped") == "synchronous";
     c.checkpoints_partitioned = a->boolean("partitioned", false);
+  }
+  if (auto a = r.maybe_child("activation_offload")) {
+    const std::string policy = a->choice("policy", {"none", "lifetime", "offload_all"}, "none");
+    c.activation_policy = policy == "lifetime"      ? ActivationPolicy::Lifetime
+                          : policy == "offload_all" ? ActivationPolicy::OffloadAll
+                                                    : ActivationPolicy::None;
+    const std::string tier = a->choice("tier", {"auto", "cpu", "host", "nvme"}, "auto");
+    c.activation_tier = parse_placement(tier);
+    c.activation_prefetch_blocks = a->int_in("prefetch_blocks", 1, kMaxDistance, 2);
   }
   if (r.has("tiling_factor")) {
     std::string t = r.str("tiling_factor");

@@ -21,6 +21,14 @@ struct Placement {
 std::string to_string(const Placement& p);
 
 enum class Partitioning { BandwidthCentric, OwnerBased };
+
+// What the planner does with the activations a block keeps from its forward to its backward
+// (core/activation_pass.hpp): `none` keeps them, or checkpoints and recomputes as
+// activation_checkpoint says; `lifetime` chooses per block — keep, offload and prefetch back, or
+// recompute — from each block's idle window and each path's bandwidth, under the device budget
+// (TERAIO's lifetime-aware offload); `offload_all` offloads every block that has an idle window.
+enum class ActivationPolicy { None, Lifetime, OffloadAll };
+const char* to_string(ActivationPolicy p);
 enum class OptimizerTiming { AfterBackward, OverlapBackward };
 
 struct RunConfig {
@@ -43,6 +51,15 @@ struct RunConfig {
   // With tensor parallelism: each rank of a group keeps 1/tensor_parallel of every checkpoint in its
   // tier, and the group all-gathers it before the recompute (DeepSpeed's partition_activations).
   bool checkpoints_partitioned = false;
+
+  ActivationPolicy activation_policy = ActivationPolicy::None;
+  // Where offloaded activations go: host, nvme, or auto (the pass picks per block the faster path
+  // that fits the tier's budget).
+  Placement activation_tier{true, Tier::Host};
+  // An offloaded segment's activations are loaded back at least this many segments ahead of its
+  // backward (1: when the backward of the one after it begins, as checkpoints are); the pass loads
+  // earlier where the transfer needs longer to hide.
+  int64_t activation_prefetch_blocks = 2;
 
   int64_t tiling_factor = 1;                 // 0 = auto
   int64_t nvme_prefetch_distance = 3;        // operators ahead: NVMe -> host

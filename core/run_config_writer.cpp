@@ -47,6 +47,9 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
   out += fmt::format("activation_checkpoint: {{interval: {}, tier: {}, copies: {}, partitioned: {}}}\n",
                      c.checkpoint_interval, tier_word(c.checkpoints),
                      c.checkpoint_copies_synchronous ? "synchronous" : "overlapped", c.checkpoints_partitioned);
+  if (c.activation_policy != ActivationPolicy::None)
+    out += fmt::format("activation_offload: {{policy: {}, tier: {}, prefetch_blocks: {}}}\n", to_string(c.activation_policy),
+                       to_string(c.activation_tier), c.activation_prefetch_blocks);
   out += fmt::format("tensor_parallel: {}\n", c.tensor_parallel);
   out += fmt::format("tiling_factor: {}\n", c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto");
   out += fmt::format(
@@ -119,6 +122,9 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
     not_expressed.push_back("activation checkpoints on NVMe (DeepSpeed: device or cpu_checkpointing)");
   if (c.checkpoint_interval > 0 && c.checkpoints.tier == Tier::Host && !c.checkpoint_copies_synchronous)
     not_expressed.push_back("overlapped checkpoint copies (DeepSpeed's cpu_checkpointing copies on the compute stream)");
+  if (c.activation_policy != ActivationPolicy::None)
+    not_expressed.push_back(fmt::format("activation offload ({}; DeepSpeed has no per-block offload of activations)",
+                                        to_string(c.activation_policy)));
   if (c.tiling_factor != 1)
     not_expressed.push_back(fmt::format("tiling factor {} (DeepSpeed tiles linears in the model code, "
                                         "deepspeed.zero.TiledLinear)",

@@ -189,8 +189,16 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
       return task_kernel_seconds(n.gpu, p, t);
     case TaskKind::CopyH2D:
     case TaskKind::CopyD2H: return n.pcie_latency + t.bytes / n.pcie_bandwidth_all_active();
-    case TaskKind::NvmeRead: return n.nvme_read_in_step * (n.nvme_latency + t.bytes / (n.nvme_read_bandwidth / G));
-    case TaskKind::NvmeWrite: return n.nvme_write_in_step * (n.nvme_latency + t.bytes / (n.nvme_write_bandwidth / G));
+    case TaskKind::NvmeRead:
+    case TaskKind::NvmeWrite: {
+      const bool read = t.kind == TaskKind::NvmeRead;
+      const double in_step = read ? n.nvme_read_in_step : n.nvme_write_in_step;
+      const double disk = in_step * (n.nvme_latency + t.bytes / ((read ? n.nvme_read_bandwidth : n.nvme_write_bandwidth) / G));
+      // GPUDirect Storage (a device end): the drives and the switch's peer-to-peer path, pipelined.
+      if (t.from == Tier::Device || t.to == Tier::Device)
+        return n.has_gds() ? std::max(disk, t.bytes / n.gds_bandwidth_all_active()) : disk;
+      return disk;
+    }
     case TaskKind::AllGather:
     case TaskKind::ReduceScatter:
     case TaskKind::AllReduce:

@@ -97,6 +97,18 @@ void Platform::build_node(sg4::NetZone* fabric, int n) {
       zone->add_route(gpus[g]->get_netpoint(), gpus[h]->get_netpoint(), nullptr, nullptr, {up(nvlink[g]), down(nvlink[h])},
                       true);
   }
+  if (node.has_gds()) {
+    // GPUDirect Storage: the drives sit behind the PCIe switches; a transfer crosses the GPU's PCIe
+    // link and its switch's peer-to-peer path, shared by the switch's GPUs.
+    auto* endpoint = zone->create_host(name(n, "nvme_p2p"), 1.0)->seal();
+    gds_.push_back(endpoint);
+    std::vector<sg4::Link*> gds;
+    for (int s = 0; s < (node.gpus + per_switch - 1) / per_switch; ++s)
+      gds.push_back(zone->create_split_duplex_link(name(n, "gds", s), node.gds_bandwidth)->set_latency(0)->seal());
+    for (int g = 0; g < node.gpus; ++g)
+      zone->add_route(gpus[g]->get_netpoint(), endpoint->get_netpoint(), nullptr, nullptr,
+                      {up(pcie[g]), up(gds[g / per_switch])}, true);
+  }
   zone->seal();
 
   auto* port = fabric->create_split_duplex_link(name(n, "fabric_port"), node.nic_bandwidth_total())->set_latency(0)->seal();

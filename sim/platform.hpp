@@ -7,6 +7,8 @@
 //   GPU <-> GPU, same node : nvlink(src) up, nvlink(dst) down
 //   GPU <-> its CPU socket  : pcie(gpu), switch uplink (when shared), host memory of the socket
 //   GPU <-> other node     : pcie(gpu), nic(gpu), fabric port(node) | fabric port(node'), nic, pcie
+//   GPU <-> NVMe over GDS  : pcie(gpu), gds(switch) to the node's `nvme_p2p` endpoint — not the host
+//                            memory link, not the switch uplink (only when the profile has node.gds)
 // The fabric is full-bisection (a fat-tree without oversubscription, or a full crossbar): each node
 // has one port link of the bandwidth of all its NICs into a non-blocking core.
 //
@@ -58,6 +60,8 @@ public:
   sg4::Host* cpu_of(int rank) const;
   sg4::Host* cpu(int node, int socket) const { return cpus_[node * hw_.node.cpu_sockets + socket]; }
   sg4::Disk* nvme(int node) const { return disks_[node]; }
+  // The NVMe array's end of the GPUDirect Storage routes, or nullptr when the profile has no GDS.
+  sg4::Host* gds_endpoint(int node) const { return gds_.empty() ? nullptr : gds_[node]; }
   // The node's shared core pool, or nullptr when the profile's device has cores of its own.
   sg4::Host* cores(int node) const { return cores_.empty() ? nullptr : cores_[node]; }
   sg4::Engine& engine() { return *engine_; }
@@ -78,6 +82,7 @@ private:
   core::HwProfile hw_;
   int nodes_;
   std::unique_ptr<sg4::Engine> engine_;
+  std::vector<sg4::Host*> gds_;
   std::vector<sg4::Host*> gpus_;
   std::vector<sg4::Host*> cpus_;
   std::vector<sg4::Disk*> disks_;

@@ -229,6 +229,25 @@ private:
     sg4::Comm::sendto_async(from, to, static_cast<uint64_t>(bytes))->wait();
   }
 
+  // NVMe <-> GPU over GPUDirect Storage: the drives' I/O and the PCIe flow to the GPU run together
+  // (the transfer streams in chunks), so it takes the longer of the two; host memory is not touched.
+  void gds_transfer(const Task& t, int rank) {
+    auto* endpoint = platform_.gds_endpoint(platform_.node_of(rank));
+    if (!endpoint)
+      throw std::runtime_error(fmt::format("{}: moves NVMe <-> device directly, but the profile has no node.gds path",
+                                           program_.label(t)));
+    const bool read = t.kind == TaskKind::NvmeRead;
+    auto* disk = platform_.nvme(platform_.node_of(rank));
+    latency(cost_.nvme_in_step(read) * cost_.nvme_latency());
+    activities_ += 2;
+    const auto bytes = static_cast<sg_size_t>(t.bytes * cost_.nvme_in_step(read));
+    auto io = read ? disk->read_async(bytes) : disk->write_async(bytes);
+    auto comm = read ? sg4::Comm::sendto_async(endpoint, platform_.gpu(rank), static_cast<uint64_t>(t.bytes))
+                     : sg4::Comm::sendto_async(platform_.gpu(rank), endpoint, static_cast<uint64_t>(t.bytes));
+    io->wait();
+    comm->wait();
+  }
+
   void execute(const Task& t, int rank) {
     switch (t.kind) {
       case TaskKind::Forward:
@@ -253,6 +272,10 @@ private:
       case TaskKind::NvmeRead:
       case TaskKind::NvmeWrite: {
         if (t.bytes <= 0) break;
+        if (t.from == core::Tier::Device || t.to == core::Tier::Device) {
+          gds_transfer(t, rank);
+          break;
+        }
         auto* disk = platform_.nvme(platform_.node_of(rank));
         const bool read = t.kind == TaskKind::NvmeRead;
         const double slowdown = cost_.nvme_in_step(read);

@@ -7,12 +7,14 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "core/hwprofile.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/data/token_data.hpp"
+#include "engine/exec/backend_select.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
 #include "engine/reference_trainer.hpp"
@@ -39,12 +41,31 @@ engine::TokenCorpus test_corpus() {
   return engine::TokenCorpus::from_text(text);
 }
 
+struct TrainExtras {
+  core::Timeline* last = nullptr;
+  std::function<void(core::HwProfile&)> edit_hw;   // applied to the profile before planning
+  std::function<void(core::ModelSpec&)> edit_model;  // applied to gpt-tiny's spec
+  std::function<void(const core::PlanResult&)> on_plan;
+  int64_t* device_peak = nullptr;                  // the backend's arena peak over the run
+};
+
+std::vector<double> train(const std::string& config_yaml, int steps, const TrainExtras& x);
 std::vector<double> train(const std::string& config_yaml, int steps, core::Timeline* last = nullptr) {
+  TrainExtras x;
+  x.last = last;
+  return train(config_yaml, steps, x);
+}
+
+std::vector<double> train(const std::string& config_yaml, int steps, const TrainExtras& x) {
+  core::Timeline* last = x.last;
   auto spec = core::load_model_spec(source("models/gpt-tiny.yaml"));
+  if (x.edit_model) x.edit_model(spec);
   auto graph = models::build_gpt(spec);
   auto hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  if (x.edit_hw) x.edit_hw(hw);
   auto config = core::parse_run_config(config_yaml, "test-config");
   auto planned = core::make_plan(graph, hw, config, 1);
+  if (x.on_plan) x.on_plan(planned);
   REQUIRE(core::validate_program(planned.program).empty());
   engine::Gpt2 model(graph);
   engine::LocalCollectives comm;
@@ -69,6 +90,7 @@ std::vector<double> train(const std::string& config_yaml, int steps, core::Timel
     if (last) *last = tl;
     losses.push_back(backend.loss());
   }
+  if (x.device_peak) *x.device_peak = backend.device_peak_bytes();
   return losses;
 }
 
@@ -196,4 +218,71 @@ TEST_CASE("the init stream gives init_params group by group and refuses groups o
   }
   engine::Gpt2::InitStream other(model, 3);
   CHECK_THROWS_WITH(other.next(1, g), Catch::Contains("group 1 asked for, next is 0"));
+}
+
+TEST_CASE("executor: offloaded activations (host, NVMe, NVMe over GDS) give the losses of kept ones, bit for bit",
+          "[executor][equivalence][activation]") {
+  const int steps = 6;
+  const auto ref = train("zero_stage: 3\nactivation_checkpoint: {interval: 0}\n", steps);
+  struct Variant {
+    const char* yaml;
+    bool gds;
+  };
+  const Variant variants[] = {
+      {"zero_stage: 3\nactivation_offload: {policy: offload_all, tier: host}\n", false},
+      {"zero_stage: 3\nactivation_offload: {policy: offload_all, tier: nvme, prefetch_blocks: 1}\n", false},
+      {"zero_stage: 3\nactivation_offload: {policy: offload_all, tier: nvme}\n", true},
+  };
+  for (const auto& v : variants) {
+    INFO(v.yaml << (v.gds ? " with node.gds" : ""));
+    TrainExtras x;
+    x.edit_hw = [&](core::HwProfile& hw) {
+      if (v.gds) hw.node.gds_bandwidth = 4e9;
+    };
+    size_t segments = 0;
+    bool any_gds = false;
+    x.on_plan = [&](const core::PlanResult& r) {
+      segments = r.program.activations().size();
+      for (const auto& a : r.program.activations()) any_gds |= a.gds;
+    };
+    const auto got = train(v.yaml, steps, x);
+    CHECK(segments > 0);
+    CHECK(any_gds == v.gds);
+    for (int i = 0; i < steps; ++i) CHECK(got[size_t(i)] == ref[size_t(i)]);
+  }
+}
+
+TEST_CASE("executor: offloading a deep model's activations lowers the device arena's peak", "[executor][activation]") {
+  // Six blocks, each loaded back one block ahead of its backward: the arena holds about two
+  // blocks' activations at a time instead of six.
+  auto deeper = [](core::ModelSpec& s) { s.layers = 6; };
+  TrainExtras keep;
+  int64_t keep_peak = 0;
+  keep.edit_model = deeper;
+  keep.device_peak = &keep_peak;
+  const auto ref = train("zero_stage: 3\nactivation_checkpoint: {interval: 0}\n", 2, keep);
+  TrainExtras off = keep;
+  int64_t off_peak = 0;
+  off.device_peak = &off_peak;
+  const auto got = train("zero_stage: 3\nactivation_offload: {policy: offload_all, tier: host, prefetch_blocks: 1}\n", 2, off);
+  CHECK(got == ref);
+  CHECK(off_peak < keep_peak);
+}
+
+TEST_CASE("executor: gradient accumulation with offloaded activations matches keeping them", "[executor][equivalence][activation]") {
+  const int steps = 4;
+  const auto ref = train("zero_stage: 3\ngradient_accumulation: 2\nactivation_checkpoint: {interval: 0}\n", steps);
+  const auto got = train("zero_stage: 3\ngradient_accumulation: 2\nactivation_offload: {policy: offload_all, tier: nvme}\n", steps);
+  for (int i = 0; i < steps; ++i) CHECK(got[size_t(i)] == ref[size_t(i)]);
+}
+
+TEST_CASE("the cuda backend refuses a plan that offloads activations, naming the key; the cpu backend takes it") {
+  auto graph = models::build_gpt(core::load_model_spec(source("models/gpt-tiny.yaml")));
+  auto hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  auto offload = core::make_plan(graph, hw, core::parse_run_config("activation_offload: {policy: offload_all}\n", "c.yaml"), 1);
+  auto keep = core::make_plan(graph, hw, core::parse_run_config("zero_stage: 3\n", "c.yaml"), 1);
+  CHECK_THROWS_WITH(engine::require_backend_runs(engine::BackendKind::Cuda, offload.program),
+                    Catch::Matchers::Contains("activation_offload"));
+  CHECK_NOTHROW(engine::require_backend_runs(engine::BackendKind::Cpu, offload.program));
+  CHECK_NOTHROW(engine::require_backend_runs(engine::BackendKind::Cuda, keep.program));
 }

@@ -62,6 +62,7 @@ void check_same(const HwProfile& a, const HwProfile& b) {
   CHECK(n.nvlink_latency == m.nvlink_latency);
   CHECK(n.nics == m.nics);
   CHECK(n.nic_bandwidth == m.nic_bandwidth);
+  CHECK(n.gds_bandwidth == m.gds_bandwidth);
   CHECK(a.fabric.topology == b.fabric.topology);
   CHECK(a.fabric.latency == b.fabric.latency);
   CHECK(a.reserve.gpu == b.reserve.gpu);
@@ -109,6 +110,7 @@ TEST_CASE("a profile with every field away from its default reads back field by 
   n.gpus_per_pcie_switch = 2;
   n.pcie_switch_uplink = 1.6e10;
   n.nics = 8;
+  n.gds_bandwidth = 2.4e10;
   hw.fabric.topology = "full";
   hw.fabric.latency = 1.7e-6;
   hw.reserve = {0.02, 0.06, 0.05};

@@ -58,7 +58,7 @@ void require_valid(const PlanResult& r, const HwProfile& hw) {
 TEST_CASE("the shipped configs plan a tiny GPT on 4 ranks", "[planner]") {
   const ModelGraph g = zinf::models::build_gpt(tiny_spec());
   const HwProfile hw = roomy_hw();
-  for (const char* name : {"infinity-nvme", "infinity-cpu", "zero3", "zero-offload", "data-parallel"}) {
+  for (const char* name : {"infinity-nvme", "infinity-cpu", "zero3", "zero-offload", "data-parallel", "activation-offload"}) {
     INFO(name);
     RunConfig c = load_run_config(source(std::string("configs/") + name + ".yaml"));
     for (auto part : {Partitioning::BandwidthCentric, Partitioning::OwnerBased}) {

@@ -42,6 +42,13 @@ BackendKind select_backend(const std::string& name) {
   throw std::invalid_argument("--backend '" + name + "': expected cpu, cuda or auto");
 }
 
+void require_backend_runs(BackendKind kind, const core::Program& program) {
+  if (kind == BackendKind::Cuda && !program.activations().empty())
+    throw std::invalid_argument(
+        "activation_offload: the plan offloads activations, which the cuda backend does not run yet; use "
+        "--backend cpu, or activation_offload.policy: none with activation_checkpoint for the cuda backend");
+}
+
 int cuda_device_for_rank(int rank) {
   int local = rank;
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})

@@ -1,5 +1,7 @@
 #include "engine/exec/gpt_backend.hpp"
 
+#include "engine/exec/activation_offload.hpp"
+
 #include "engine/memory/device_arena.hpp"
 #include "engine/memory/staging_cache.hpp"
 
@@ -163,6 +165,7 @@ struct GptCpuBackend::Impl {
   std::set<std::pair<int32_t, int32_t>> ckpt_restored;                      // (checkpoint, mb) back on the device
 
   std::vector<Gpt2Activations> acts;
+  std::unique_ptr<ActivationOffloader> offloader;  // the Program's Data::Activation transfers
   std::vector<double> losses;
   int64_t step = 0;
   double sumsq = 0;     // this rank's part of the squared gradient norm
@@ -184,12 +187,15 @@ struct GptCpuBackend::Impl {
                                               P.ranks(), comm.rank(), comm.size()));
     space = P.shard_space(rank);
     const bool any_nvme = plan.params == Tier::Nvme || plan.gradients == Tier::Nvme ||
-                          plan.optimizer == Tier::Nvme || plan.checkpoints == Tier::Nvme;
+                          plan.optimizer == Tier::Nvme || plan.checkpoints == Tier::Nvme ||
+                          std::any_of(P.activations().begin(), P.activations().end(),
+                                      [](const core::ActivationSegment& s) { return s.tier == Tier::Nvme; });
     if (any_nvme) {
       if (opt.nvme_dir.empty())
         throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
       store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
     }
+    offloader = std::make_unique<ActivationOffloader>(P, store.get());
     params.init(plan.params, space, store.get(), arena, "params");
     grads.init(plan.gradients, space, store.get(), arena, "grads");
     master.init(plan.optimizer, space, store.get(), arena, "master");
@@ -927,6 +933,7 @@ void GptCpuBackend::run(const Task& t) {
       I.fetch_task(t);
       return I.release(t);
     case Data::Checkpoint: return I.checkpoint_task(t);
+    case Data::Activation: return I.offloader->run(t, I.acts[size_t(t.micro_batch)]);
     case Data::Grad:
       if (t.phase == Phase::Optimizer) return I.optimizer_task(t);
       return I.grad_task(t);

@@ -78,6 +78,7 @@ struct Trainer::Impl {
     mallopt(M_TRIM_THRESHOLD, INT32_MAX);
     // Say so up front when the plan cannot fit in this machine's RAM, instead of meeting the OOM
     // killer halfway through initialization.
+    require_backend_runs(select_backend(opt.backend), planned.program);
     const bool device_in_ram = select_backend(opt.backend) != BackendKind::Cuda;
     check_plan_fits_ram(planned.plan.peak_bytes, device_in_ram, ranks_on_this_node(c.size()), available_memory());
     corpus = TokenCorpus::load(opt.data);

@@ -1,0 +1,278 @@
+// Lifetime-aware activation offload (core/activation_pass.hpp and the planner's use of it): each
+// block's activations get a lifetime from the graph; the pass keeps what fits, frees the longest
+// idle windows first and recomputes where no path can hide a transfer; the Program carries the
+// choices as ordinary transfer tasks hung off the right compute tasks; a GDS profile moves NVMe
+// traffic straight to the device; bad keys are named.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "core/activation_pass.hpp"
+#include "core/errors.hpp"
+#include "core/plan.hpp"
+#include "core/timeline.hpp"
+#include "models/gpt.hpp"
+#include "test_paths.hpp"
+
+using namespace zinf::core;
+using Catch::Matchers::Contains;
+using zinf::test::source;
+
+namespace {
+
+ModelSpec spec(int64_t layers = 6) {
+  ModelSpec s = load_model_spec(source("models/gpt-tiny.yaml"));
+  s.layers = layers;
+  s.hidden = 256;
+  s.heads = 4;
+  s.seq = 128;
+  s.vocab = 256;
+  s.micro_batch = 4;
+  return s;
+}
+
+// Operators grouped as the planner cuts runs with one block per run.
+std::vector<std::vector<int32_t>> block_runs(const ModelGraph& g) {
+  std::vector<std::vector<int32_t>> runs;
+  int prev = -2;
+  for (const auto& o : g.ops) {
+    if (runs.empty() || o.block != prev) runs.emplace_back();
+    runs.back().push_back(o.id);
+    prev = o.block;
+  }
+  return runs;
+}
+
+RunConfig config(const std::string& extra, const std::string& offload = "offload: {params: cpu, optimizer: cpu}\n") {
+  return parse_run_config("zero_stage: 3\n" + offload + extra, "test-config.yaml");
+}
+
+void require_valid(const PlanResult& r, const HwProfile& hw) {
+  auto errors = validate_program(r.program);
+  INFO((errors.empty() ? std::string() : errors.front()));
+  REQUIRE(errors.empty());
+  TimelineCheck chk = check_timeline(r.program, schedule_ideal(r.program, hw));
+  INFO((chk.errors.empty() ? std::string() : chk.errors.front()));
+  REQUIRE(chk.ok());
+}
+
+ActivationLifetime lifetime(int32_t seg, double bytes, double idle, double fwd) {
+  ActivationLifetime l;
+  l.segment = l.run = seg;
+  l.first_block = l.last_block = seg;
+  l.bytes = bytes;
+  l.idle_seconds = idle;
+  l.forward_seconds = fwd;
+  l.later_backward_seconds = {idle / 2};  // one run after it, whose backward is half the window
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("activation lifetimes: one segment per block, produced in order, idle windows shrink toward the head") {
+  const ModelGraph g = zinf::models::build_gpt(spec());
+  const HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
+  const auto ls = activation_lifetimes(g, hw.node.gpu, block_runs(g));
+  REQUIRE(ls.size() == 6);
+  const double per_block = double(g.tokens) * (16.0 * 256 + 2.0 * 4 * 128);
+  for (size_t i = 0; i < ls.size(); ++i) {
+    CHECK(ls[i].first_block == int(i));
+    CHECK(ls[i].bytes == per_block);
+    CHECK(ls[i].produced <= ls[i].last_forward_use);
+    CHECK(ls[i].last_forward_use < ls[i].first_backward_use);
+    CHECK(ls[i].forward_seconds > 0);
+    if (i > 0) {
+      CHECK(ls[i].produced > ls[i - 1].last_forward_use);
+      CHECK(ls[i].first_backward_use < ls[i - 1].first_backward_use);  // backward runs in reverse
+      CHECK(ls[i].idle_seconds < ls[i - 1].idle_seconds);
+    }
+  }
+  CHECK(ls.back().idle_seconds > 0);  // the head's forward and backward still come between
+}
+
+TEST_CASE("the activation pass keeps what fits and frees the longest idle windows first") {
+  std::vector<ActivationLifetime> ls{lifetime(0, 100, 10.0, 1.0), lifetime(1, 100, 6.0, 1.0), lifetime(2, 100, 2.0, 1.0),
+                                     lifetime(3, 100, 0.1, 1.0)};
+  ActivationPassInput in;
+  in.host_seconds_per_byte = 0.01;  // 1 s each way per segment
+  in.pcie_free_seconds = 100;
+  in.host_bytes_free = 1e9;
+  in.nvme_bytes_free = 1e9;
+  in.device_bytes_for_activations = 400;
+  for (const auto& c : choose_activation_actions(ls, in)) CHECK(c.action == ActivationAction::Keep);
+
+  in.device_bytes_for_activations = 200;  // two must go: the two longest windows hide their transfers
+  auto cs = choose_activation_actions(ls, in);
+  CHECK(cs[0].action == ActivationAction::Offload);
+  CHECK(cs[0].tier == Tier::Host);
+  CHECK(cs[0].predicted_cost == 0);
+  CHECK(cs[1].action == ActivationAction::Offload);
+  CHECK(cs[2].action == ActivationAction::Keep);
+  CHECK(cs[3].action == ActivationAction::Keep);
+  CHECK_THAT(cs[0].reason, Contains("idle window"));
+
+  in.device_bytes_for_activations = 0;  // all must go: a 2 s round trip cannot hide in a 0.1 s window
+  cs = choose_activation_actions(ls, in);
+  CHECK(cs[2].action == ActivationAction::Offload);  // 2 s window: exactly hidden
+  CHECK(cs[3].action == ActivationAction::Recompute);
+  CHECK_THAT(cs[3].reason, Contains("recompute"));
+
+  // The load goes as many runs ahead as its transfer needs (at least min_prefetch_runs).
+  for (const auto& c : cs) CHECK((c.action != ActivationAction::Offload || c.prefetch_runs == 1));
+  std::vector<ActivationLifetime> deep{lifetime(0, 100, 10.0, 1.0)};
+  deep[0].later_backward_seconds = {0.3, 0.3, 0.3, 0.3, 0.3, 0.3};
+  in.device_bytes_for_activations = 0;
+  CHECK(choose_activation_actions(deep, in)[0].prefetch_runs == 4);  // 1 s: four runs of 0.3 s
+  in.min_prefetch_runs = 5;
+  CHECK(choose_activation_actions(deep, in)[0].prefetch_runs == 5);
+  in.min_prefetch_runs = 1;
+
+  in.policy = ActivationPolicy::OffloadAll;  // offloads even where it fits, and never recomputes
+  in.device_bytes_for_activations = 1e9;
+  for (const auto& c : choose_activation_actions(ls, in)) CHECK(c.action == ActivationAction::Offload);
+}
+
+TEST_CASE("the activation pass recomputes when the path is too slow, and uses GDS for NVMe when there is one") {
+  std::vector<ActivationLifetime> ls{lifetime(0, 100, 1.0, 0.2)};
+  ActivationPassInput in;
+  in.tier = {false, Tier::Nvme};
+  in.nvme_seconds_per_byte = 0.05;  // 5 s each way: far beyond the window
+  in.nvme_free_seconds = in.pcie_free_seconds = 100;
+  in.nvme_bytes_free = 1e9;
+  CHECK(choose_activation_actions(ls, in)[0].action == ActivationAction::Recompute);
+  in.gds_seconds_per_byte = 0.001;  // 0.1 s each way: hidden
+  const auto c = choose_activation_actions(ls, in)[0];
+  CHECK(c.action == ActivationAction::Offload);
+  CHECK(c.path == ActivationPath::Gds);
+  CHECK(c.tier == Tier::Nvme);
+  in.nvme_bytes_free = 50;  // no room on the tier: recompute instead
+  CHECK(choose_activation_actions(ls, in)[0].action == ActivationAction::Recompute);
+  in.policy = ActivationPolicy::OffloadAll;
+  CHECK_THROWS_WITH(choose_activation_actions(ls, in), Contains("no room to offload blocks 0-0"));
+}
+
+TEST_CASE("a device too small to keep every block's activations: the lifetime pass fits it with ordinary tasks") {
+  const ModelGraph g = zinf::models::build_gpt(spec());
+  HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
+  // Parameters stay on the device, and PCIe is fast enough for a tiny block's transfer to hide
+  // behind its idle window (at the profile's own rate, recomputing a tiny block is cheaper).
+  hw.node.pcie_bandwidth = 1e13;
+  hw.node.pcie_switch_uplink = 0;
+  const RunConfig keep = config("activation_checkpoint: {interval: 0}\n", "");
+  const RunConfig offload = config("activation_offload: {policy: offload_all, tier: host}\n", "");
+  const RunConfig lifetime = config("activation_offload: {policy: lifetime}\n", "");
+  const double keep_peak = at(make_plan(g, hw, keep, 1).plan.peak_bytes, Tier::Device);
+  const double off_peak = at(make_plan(g, hw, offload, 1).plan.peak_bytes, Tier::Device);
+  REQUIRE(off_peak < keep_peak);
+  // A budget between the two.
+  hw.node.gpu.memory = 0.5 * (keep_peak + off_peak) / (1.0 - hw.reserve.gpu);
+  CHECK_THROWS_AS(make_plan(g, hw, keep, 1), PlanError);
+  const PlanResult r = make_plan(g, hw, lifetime, 1);
+  require_valid(r, hw);
+  CHECK(at(r.plan.peak_bytes, Tier::Device) <= at(r.plan.budget, Tier::Device));
+  REQUIRE(r.plan.activations.size() == 6);
+  int moved = 0;
+  for (const auto& d : r.plan.activations) moved += d.choice.action != ActivationAction::Keep;
+  CHECK(moved > 0);
+  CHECK(moved < 6);
+  // What goes first is an early block (long idle window); the last block (shortest window) stays.
+  CHECK(r.plan.activations.front().choice.action != ActivationAction::Keep);
+  CHECK(r.plan.activations.back().choice.action == ActivationAction::Keep);
+
+  // Each offloaded segment: a save right after its block's last forward, a load before its first backward.
+  const Program& p = r.program;
+  for (const auto& seg : p.activations()) {
+    const Task* save = nullptr;
+    const Task* load = nullptr;
+    for (const auto& t : p.tasks()) {
+      if (t.activation != seg.id || t.data != Data::Activation) continue;
+      if (t.phase == Phase::Forward && t.from == Tier::Device) save = &t;
+      if (t.phase == Phase::Backward && t.to == Tier::Device) load = &t;
+    }
+    REQUIRE(save);  // checked for every offloaded segment; that there are some is checked below
+    REQUIRE(load);
+    CHECK(save->kind == TaskKind::CopyD2H);
+    CHECK(load->kind == TaskKind::CopyH2D);
+    const Task& fwd = p.task(p.deps(*save).front());
+    CHECK(fwd.kind == TaskKind::Forward);
+    CHECK(g.ops[size_t(fwd.op)].block == seg.last_block);
+    CHECK(g.ops[size_t(fwd.op + 1)].block != seg.last_block);  // its block's last forward
+    const Task* first_bwd = nullptr;
+    for (const auto& t : p.tasks())
+      if (t.kind == TaskKind::Backward && g.ops[size_t(t.op)].block == seg.last_block) {
+        first_bwd = &t;
+        break;
+      }
+    REQUIRE(first_bwd);
+    const auto deps = p.deps(*first_bwd);
+    CHECK(std::find(deps.begin(), deps.end(), load->id) != deps.end());
+  }
+  CHECK(!p.activations().empty());
+  CHECK(r.plan.activation_bytes_offloaded > 0);
+  CHECK(r.plan.activation_bytes_restored == r.plan.activation_bytes_offloaded);
+}
+
+TEST_CASE("offloading activations over a fast path costs little step time, and recomputing them costs a forward") {
+  const ModelGraph g = zinf::models::build_gpt(spec());
+  const HwProfile hw = load_hwprofile(source("hwprofiles/h200-node.yaml"));
+  const double keep = estimate_step_time(make_plan(g, hw, config("activation_checkpoint: {interval: 0}\n"), 1).program, hw);
+  const double offload =
+      estimate_step_time(make_plan(g, hw, config("activation_offload: {policy: offload_all, tier: host}\n"), 1).program, hw);
+  const double recompute =
+      estimate_step_time(make_plan(g, hw, config("activation_checkpoint: {interval: 1, tier: device}\n"), 1).program, hw);
+  CHECK(keep > 0);
+  CHECK(offload >= keep * 0.999);
+  CHECK(recompute > keep);
+}
+
+TEST_CASE("with node.gds, NVMe-bound activations move straight between NVMe and the device") {
+  const ModelGraph g = zinf::models::build_gpt(spec());
+  HwProfile hw = load_hwprofile(source("hwprofiles/h200-node.yaml"));
+  const RunConfig c = config("activation_offload: {policy: offload_all, tier: nvme}\n");
+  auto kinds = [&](const Program& p) {
+    std::vector<std::string> out;
+    for (const auto& t : p.tasks())
+      if (t.data == Data::Activation && t.activation == 0 && t.micro_batch == 0)
+        out.push_back(std::string(to_string(t.kind)) + ":" + to_string(t.from) + ">" + to_string(t.to));
+    return out;
+  };
+  const PlanResult via_host = make_plan(g, hw, c, 1);
+  require_valid(via_host, hw);
+  CHECK(kinds(via_host.program) ==
+        std::vector<std::string>{"copy_d2h:device>host", "nvme_write:host>nvme", "nvme_read:nvme>host", "copy_h2d:host>device"});
+  CHECK_FALSE(via_host.program.activations().front().gds);
+  hw.node.gds_bandwidth = 50e9;
+  const PlanResult gds = make_plan(g, hw, c, 1);
+  require_valid(gds, hw);
+  CHECK(kinds(gds.program) == std::vector<std::string>{"nvme_write:device>nvme", "nvme_read:nvme>device"});
+  CHECK(gds.program.activations().front().gds);
+  CHECK(gds.plan.nvme_bytes_written == via_host.plan.nvme_bytes_written);
+  // The host tier holds none of it on the GDS path.
+  CHECK(at(gds.plan.peak_bytes, Tier::Host) < at(via_host.plan.peak_bytes, Tier::Host));
+}
+
+TEST_CASE("activation_offload and node.gds: bad values are named") {
+  CHECK_THROWS_WITH(parse_run_config("activation_offload: {policy: sometimes}\n", "c.yaml"), Contains("policy"));
+  CHECK_THROWS_WITH(parse_run_config("activation_offload: {tier: device}\n", "c.yaml"), Contains("tier"));
+  CHECK_THROWS_WITH(parse_run_config("activation_offload: {prefetch_blocks: 0}\n", "c.yaml"), Contains("prefetch_blocks"));
+  CHECK_THROWS_WITH(parse_run_config("activation_offload: {polcy: lifetime}\n", "c.yaml"), Contains("polcy"));
+  const RunConfig c = parse_run_config("activation_offload: {policy: lifetime, tier: nvme, prefetch_blocks: 3}\n", "c.yaml");
+  CHECK(c.activation_policy == ActivationPolicy::Lifetime);
+  CHECK_FALSE(c.activation_tier.automatic);
+  CHECK(c.activation_tier.tier == Tier::Nvme);
+  CHECK(c.activation_prefetch_blocks == 3);
+  // The writer round-trips it.
+  const RunConfig back = parse_run_config(run_config_to_yaml(c, "round trip"), "back.yaml");
+  CHECK(back.activation_policy == ActivationPolicy::Lifetime);
+  CHECK(back.activation_tier.tier == Tier::Nvme);
+  CHECK(back.activation_prefetch_blocks == 3);
+
+  std::string yaml = "name: t\nnode:\n  gpus: 1\n  gpu: {name: g, memory: 1 GB, peak_flops: 1 TFLOP/s, memory_bandwidth: 1 TB/s}\n"
+                     "  host: {memory: 1 TB, memory_bandwidth: 100 GB/s, cores: 8, adam_params_per_s: 1e9}\n"
+                     "  nvme: {capacity: 1 TB, read_bandwidth: 1 GB/s, write_bandwidth: 1 GB/s}\n"
+                     "  pcie: {bandwidth_per_gpu: 10 GB/s}\n  nvlink: {bandwidth_per_gpu: 10 GB/s}\n"
+                     "  nic: {count: 1, bandwidth: 1 GB/s}\n";
+  CHECK_FALSE(parse_hwprofile(yaml, "t.yaml").node.has_gds());
+  CHECK(parse_hwprofile(yaml + "  gds: {bandwidth_per_switch: 20 GB/s}\n", "t.yaml").node.gds_bandwidth == 20e9);
+  CHECK_THROWS_WITH(parse_hwprofile(yaml + "  gds: {bandwidth: 20 GB/s}\n", "t.yaml"), Contains("bandwidth_per_switch"));
+}

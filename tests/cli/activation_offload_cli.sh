@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Activation offload as a user meets it on the command line: zinf plan prints what the planner's
+# activation pass chose per block, zinf train runs an offloading plan on the CPU backend to the
+# end, zinf sim simulates one over GDS, and a bad policy is an error naming the key.
+# Usage: activation_offload_cli.sh ZINF_BINARY. Prints "N passed, M failed".
+set -u
+ZINF=$1
+D=$(mktemp -d /var/tmp/zinf-act-XXXXXX)
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
+cd "$(dirname "$0")/../.."
+trap 'rm -rf "$D"' EXIT
+printf 'zero_stage: 3\nactivation_offload: {policy: offload_all, tier: nvme}\n' > "$D/nvme.yaml"
+printf 'zero_stage: 3\nactivation_offload: {policy: whenever}\n' > "$D/bad.yaml"
+sed 's/^  nvlink:/  gds: {bandwidth_per_switch: 13 GB\/s}\n  nvlink:/' hwprofiles/h200-node.yaml > "$D/h200-gds.yaml"
+
+"$ZINF" plan --model gpt-tiny --hw cpu-dev --config configs/activation-offload.yaml > "$D/plan.log" 2>&1; rc=$?
+expect "zinf plan prints the activation pass's choices" 0 "activation offload \\(lifetime\\): [0-9]+ segment" "$D/plan.log" $rc
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/nvme.yaml" --steps 2 --nvme-dir "$D" > "$D/train.log" 2>&1; rc=$?
+expect "zinf train runs activations offloaded to NVMe" 0 "step 2/2" "$D/train.log" $rc
+"$ZINF" sim --model gpt2-small --hw "$D/h200-gds.yaml" --config "$D/nvme.yaml" --json > "$D/sim.json" 2> "$D/sim.err"; rc=$?
+expect "zinf sim simulates activation offload over GDS" 0 '"samples_per_s"' "$D/sim.json" $rc
+"$ZINF" plan --model gpt-tiny --hw cpu-dev --config "$D/bad.yaml" > "$D/bad.log" 2>&1; rc=$?
+if [ "$rc" != 0 ] && grep -q "policy" "$D/bad.log" && grep -q "bad.yaml" "$D/bad.log"; then
+  pass "a bad activation_offload.policy is refused naming the file and the key"
+else
+  fail "activation_offload.policy: whenever (exit $rc)" "$D/bad.log"
+fi
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
