@@ -164,6 +164,9 @@ struct Trainer::Impl {
       throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
                                               "only (zinf plan and zinf sim plan and simulate tensor parallelism)",
                                               o.config.tensor_parallel));
+    // The CPU backend's kernels keep fp32 activations, gathered parameters and gradients: its plan
+    // counts them at that size, whatever working precision the profile gives its device.
+    if (select_backend(o.backend) != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
     return models::build_gpt(o.model);
   }
 
