@@ -123,6 +123,9 @@ struct Trainer::Impl {
     }
     executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     if (opt.start == CheckpointStart::Resume) resume();
+    // The group tensors initialization or resume read went through the heap, which keeps freed
+    // memory (above); the steps stage through the StagingCache, so that memory goes back now.
+    malloc_trim(0);
   }
 
   void note(const std::string& text) const {
