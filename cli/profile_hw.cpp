@@ -465,6 +465,7 @@ void run_profile(const ProfileArgs& a) {
                                blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
   hw.measured_on = engine::this_machine(a.nvme_dir);
   hw.node.gpu.name = "cpu-arena";
+  hw.node.gpu.working_bytes = 4;  // the CPU backend keeps fp32 working tensors
   hw.node.gpu.kernel_launch = per_task;
   hw.node.nvme_latency = nvme_latency + per_task;
   hw.node.nvme_read_in_step = nvme_read_in_step;
@@ -487,6 +488,7 @@ void run_profile(const ProfileArgs& a) {
   notes.fields = {
       {"measured_on", "the machine these figures describe (zinf validate warns on another)"},
       {"node.gpu.memory", "the CPU backend's device budget (--device-memory), not measured"},
+      {"node.gpu.working_precision", "the CPU backend keeps fp32 activations, gathered parameters and gradients"},
       {"node.gpu.peak_flops", "best rate of a linear's forward or backward over the shapes below"},
       {"node.gpu.memory_bandwidth", "memcpy, bytes read + written per second"},
       {"node.gpu.kernel_launch", fmt::format("the Executor's hand-off per task in a step ({} alone, with a no-op backend)",

@@ -21,6 +21,7 @@
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/backend_select.hpp"
 #include "engine/machine_info.hpp"
+#include "engine/memory/staging_cache.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 
@@ -216,6 +217,11 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   if (lead) {
     const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
     fmt::print("{}\n", mem.text);
+    // Device tensors and host staging share one cache of mapped blocks, reused by size class: what
+    // it maps beyond the most in use at once is memory the RSS shows and the plan does not count.
+    const auto cache = engine::StagingCache::instance().stats();
+    fmt::print("buffers: {} mapped, at most {} in use at once\n", core::format_bytes(double(cache.mapped_bytes)),
+               core::format_bytes(double(cache.peak_in_use_bytes)));
   }
   if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
     // After the reset the high-water mark is the RSS the save starts from (freed memory stays in

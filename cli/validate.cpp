@@ -19,6 +19,7 @@
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "engine/comm/collectives.hpp"
+#include "engine/exec/backend_select.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 #include "sim/simulator.hpp"
@@ -63,6 +64,10 @@ Loaded load(const ValidateArgs& a) {
   }
   l.hw_path = hw_path;
   l.hw = core::colocate(core::load_hwprofile(hw_path), a.ranks);
+  // As the Trainer plans it: the CPU backend keeps fp32 working tensors, whatever the profile says,
+  // so the simulated Program is the measured one.
+  if (engine::select_backend(engine::TrainerOptions{}.backend) != engine::BackendKind::Cuda)
+    l.hw.node.gpu.working_bytes = 4;
   std::vector<std::string> warnings;
   l.config = core::load_any_run_config(core::resolve_config(a.config, "configs", root), warnings);
   return l;

@@ -85,6 +85,7 @@ HwProfile read(ConfigReader& r) {
   hw.node.gpu.elementwise_efficiency = g.fraction("elementwise_efficiency", 0.8);
   hw.node.gpu.vector_flops = g.non_negative_number("vector_flops", U::FlopsPerSecond, 0.0);
   efficiency_curve("gemm_forward_efficiency", hw.node.gpu.gemm_forward_efficiency);
+  hw.node.gpu.working_bytes = g.choice("working_precision", {"bf16", "fp32"}, "bf16") == "fp32" ? 4 : 2;
   efficiency_curve("attention_forward_efficiency", hw.node.gpu.attention_forward_efficiency);
   efficiency_curve("attention_backward_efficiency", hw.node.gpu.attention_backward_efficiency);
   if (auto s = g.maybe_child("in_step_slowdown")) {

@@ -44,6 +44,12 @@ struct GpuSpec {
   // backend; a kernel not listed: 1 (the curves above describe it as it runs in a step).
   std::map<std::string, double> in_step_slowdown;
   double in_step(const std::string& key) const;
+  // Bytes per element of what the device holds while it computes: activations and their
+  // gradients, gathered parameters, gradients before their reduction. 2 (`working_precision:
+  // bf16`, the default): a GPU's bf16 kernels, activations counted by the paper's formula. 4
+  // (`fp32`): the CPU backend, whose kernels keep fp32 working copies and every intermediate of a
+  // block; the planner then counts the tensors those kernels keep (core/kernel_activations.hpp).
+  int working_bytes = 2;
 };
 
 // 3 / (1/m + 1/n + 1/k): the side of the square GEMM with the arithmetic intensity of an m x n x k

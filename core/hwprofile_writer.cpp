@@ -91,6 +91,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
     e.open("gpu");
     e.text("name", g.name);
     e.number("memory", g.memory);
+    if (g.working_bytes == 4) e.text("working_precision", "fp32");  // bf16, the default, is left out
     e.number("peak_flops", g.peak_flops);
     e.number("memory_bandwidth", g.memory_bandwidth);
     e.number("kernel_launch", g.kernel_launch);

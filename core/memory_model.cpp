@@ -1,4 +1,5 @@
 #include "core/memory_model.hpp"
+#include "core/kernel_activations.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -96,6 +97,9 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double bsz = double(c.micro_batch.value_or(m.micro_batch));
   const double seq = double(m.seq), hd = double(m.hidden), heads = double(m.heads), nl = double(m.layers);
   const int64_t tiles = std::max<int64_t>(1, c.tiling_factor);
+  // The device's working precision (HwProfile): bf16 gives the paper's formulas; fp32 counts the
+  // tensors the CPU backend's kernels keep, as the planner does.
+  const double wb = double(in.hw.node.gpu.working_bytes);
 
   MemoryReport r;
   r.params = static_cast<int64_t>(P);
@@ -119,7 +123,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   if (c.checkpoint_interval > 0) {
     MemoryRow ckpt{"activation checkpoints", {}};
     const double split = c.checkpoints_partitioned ? double(t) : 1.0;
-    add(ckpt.bytes, tier_of(c.checkpoints), 2.0 * bsz * seq * hd * nl / ci / split, G);
+    add(ckpt.bytes, tier_of(c.checkpoints), wb * bsz * seq * hd * nl / ci / split, G);
     r.rows.push_back(ckpt);
   }
 
@@ -130,13 +134,17 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   // term the share Korthikanti et al. (2022) find replicated, 10 of 34 bytes per hidden unit
   // (layernorm inputs, residuals, dropout masks), stays whole; the rest splits t ways.
   MemoryRow awm{"activation working memory", {}};
-  const double replicated = 10.0 / 34.0;
-  awm.bytes.device = bsz * seq * ci * (16.0 * hd * (replicated + (1.0 - replicated) / double(t)) +
-                                       2.0 * heads * seq / double(t));
+  if (wb == 2.0) {
+    const double replicated = 10.0 / 34.0;
+    awm.bytes.device = bsz * seq * ci * (16.0 * hd * (replicated + (1.0 - replicated) / double(t)) +
+                                         2.0 * heads * seq / double(t));
+  } else {  // ci blocks' activations and one block's gradients as the fp32 kernels keep them (tensor parallel 1)
+    awm.bytes.device = wb * bsz * seq * (ci * block_forward_elements(m) + block_backward_elements(m));
+  }
   r.rows.push_back(awm);
   MemoryRow mswm{"model-state working memory", {}};
   const double largest_tile = double(counts.largest_linear) / double(tiles);
-  mswm.bytes.device = 4.0 * largest_tile;
+  mswm.bytes.device = 2.0 * wb * largest_tile;
   if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, 2.0 * P_rank);
   r.rows.push_back(mswm);
 

@@ -21,6 +21,7 @@
 
 #include "core/activation_pass.hpp"
 #include "core/errors.hpp"
+#include "core/kernel_activations.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "core/units.hpp"
@@ -103,6 +104,7 @@ struct Run {
   bool recompute = false;    // checkpointed at its input and recomputed in backward
   int32_t checkpoint = -1;   // checkpoint index within a micro-batch
   double act_bytes = 0;      // activation working memory while it runs
+  double grad_bytes = 0;     // activation gradients during its backward (fp32 working precision only)
   ActivationAction action = ActivationAction::Keep;  // the activation pass's choice (policy not `none`)
   int32_t segment = -1;      // its activation segment when offloaded
   int64_t prefetch_runs = 0; // offloaded: loaded when the backward of the run this many after it begins
@@ -135,7 +137,7 @@ class Planner {
 public:
   Planner(const ModelGraph& g, const HwProfile& hw, const RunConfig& c, int ranks, const std::vector<int32_t>& order)
       : g_(g), hw_(hw), c_(c), R_(ranks), T_(std::max<int64_t>(1, g.tensor_parallel)), D_(std::max(1, ranks / static_cast<int>(T_))),
-        recorded_(order) {}
+        recorded_(order), wb_(double(hw.node.gpu.working_bytes)) {}
 
   PlanResult run();
 
@@ -197,6 +199,9 @@ private:
   int64_t T_;  // tensor-parallel degree: ranks that split each layer (the graph is one rank's share)
   int D_;      // data-parallel degree, R_ / T_: the ranks a ZeRO partition is split over
   std::vector<int32_t> recorded_;
+  // Bytes per element of the device's working tensors (activations, gathered parameters, gradients
+  // before their reduction): HwProfile's working precision. Transfers keep their own sizes.
+  double wb_;
   std::vector<int32_t> order_;  // forward operator order the program follows
   Plan plan_;
   Program prog_;
@@ -221,7 +226,7 @@ private:
   std::vector<int32_t> compute_task_;                 // per step
   std::vector<int64_t> grad_buf_;                     // per unit: device buffer of the current micro-batch's grad
   std::vector<int32_t> grad_store_;                   // per unit: last task storing its gradient (latest mb)
-  std::vector<int64_t> act_buf_;                      // per run
+  std::vector<int64_t> act_buf_, act_grad_buf_;       // per run
   std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
   std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
   std::vector<int32_t> grad_stores_, ckpt_saves_;    // in emission order, for backpressure
@@ -386,7 +391,7 @@ double Planner::device_working_estimate() const {
   // largest gradient held across backward uses (tied weights); activations of the largest run.
   int64_t largest = 0;
   for (const auto& u : units_) largest = std::max(largest, u.numel);
-  const double unit = kParamBytes * double(largest);
+  const double unit = wb_ * double(largest);
   double ckpt = 0;
   if (plan_.checkpoints == Tier::Device) {
     int64_t n = 0;
@@ -551,9 +556,17 @@ void Planner::make_runs() {
     std::sort(blocks.begin(), blocks.end());
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
     r.act_bytes = per_block * double(blocks.size()) + outside;
-    act_peak_ = std::max(act_peak_, r.act_bytes);
+    if (wb_ != 2.0) {  // the tensors the fp32 kernels keep, in place of the paper's formula
+      const RunActivations k = run_activation_elements(g_, r.ops, r.recompute);
+      r.act_bytes = wb_ * k.forward;
+      r.grad_bytes = wb_ * k.backward;
+    }
   }
-  ckpt_bytes_ = 2.0 * tokens * double(s.hidden);
+  ckpt_bytes_ = wb_ * tokens * double(s.hidden);
+  if (wb_ != 2.0)  // the output of a run before a checkpointed one is that checkpoint, counted apart
+    for (size_t i = 0; i + 1 < runs_.size(); ++i)
+      if (runs_[i + 1].recompute) runs_[i].act_bytes -= ckpt_bytes_;
+  for (const auto& r : runs_) act_peak_ = std::max(act_peak_, r.act_bytes + r.grad_bytes);
   plan_.checkpoints_per_micro_batch = ckpt;
 }
 
@@ -732,6 +745,8 @@ void Planner::emit_fetch_stage(Fetch& f, int stage, int32_t prev_compute) {
   const double shard = kParamBytes * double(shard_elems(u));
   const double whole = kParamBytes * double(u.numel);
   const double gathered = owner_based() ? whole : kParamBytes * double(u.shard_numel) * D_;
+  // What the gathered copy holds on the device, in the working precision.
+  const double gathered_mem = wb_ * double(owner_based() ? u.numel : u.shard_numel * D_);
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
     Task t = make_task(k, l, Data::Param, phase);
     t.unit = u.id;
@@ -755,7 +770,7 @@ void Planner::emit_fetch_stage(Fetch& f, int stage, int32_t prev_compute) {
     if (owner_based()) {
       f.gathered_buf = b_.buffer();
       Task a = base(TaskKind::Alloc, Lane::H2D, Tier::Device, Tier::Device);
-      const int32_t alloc = b_.add(a, {prev_compute}, {{Tier::Device, f.gathered_buf, whole}});
+      const int32_t alloc = b_.add(a, {prev_compute}, {{Tier::Device, f.gathered_buf, gathered_mem}});
       f.last_task = alloc;
       if (plan_.params == Tier::Device) return;  // the owner broadcasts from its resident copy
       Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
@@ -789,7 +804,7 @@ void Planner::emit_fetch_stage(Fetch& f, int stage, int32_t prev_compute) {
   f.gathered_buf = b_.buffer();
   std::vector<MemEvent> frees;
   if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
-  f.last_task = b_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered}}, frees);
+  f.last_task = b_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
 }
 
 // After the unit's last backward use in micro-batch `mb`: reduce its gradient to the shard owner(s)
@@ -801,6 +816,10 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
   // The whole gradient as this rank holds it before the reduction (padded for a reduce-scatter).
   const double padded = owner_based() || !grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * D_;
   const double shard = grads_partitioned() ? kGradBytes * double(shard_elems(u)) : whole;
+  // The same before accumulation, as the device (and the host staging on its way to NVMe) holds
+  // them: in the working precision. The accumulated shard on its tier is bf16.
+  const double to_mem = wb_ / kGradBytes;
+  const double whole_mem = whole * to_mem, padded_mem = padded * to_mem, shard_mem = shard * to_mem;
   const int64_t full_buf = grad_buf_[static_cast<size_t>(unit)];
   const int32_t prev_store = grad_store_[static_cast<size_t>(unit)];
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
@@ -817,7 +836,7 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
     Task t = base(TaskKind::AllReduce, Lane::Comm, Tier::Device, Tier::Device);
     t.bytes = whole;
     t.participants = R_;
-    last = b_.add(t, {compute_task, prev_store}, {}, {{Tier::Device, full_buf, padded}});
+    last = b_.add(t, {compute_task, prev_store}, {}, {{Tier::Device, full_buf, padded_mem}});
   } else if (owner_based()) {
     Task t = base(TaskKind::Reduce, Lane::Comm, Tier::Device, Tier::Device);
     t.bytes = whole;
@@ -831,9 +850,9 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
     std::vector<MemEvent> allocs;
     if (plan_.gradients != Tier::Device) {
       shard_buf = b_.buffer();
-      allocs.push_back({Tier::Device, shard_buf, shard});
+      allocs.push_back({Tier::Device, shard_buf, shard_mem});
     }
-    last = b_.add(t, {compute_task, prev_store}, allocs, {{Tier::Device, full_buf, padded}});
+    last = b_.add(t, {compute_task, prev_store}, allocs, {{Tier::Device, full_buf, padded_mem}});
   }
   const int32_t reduce = last;
   if (plan_.gradients != Tier::Device) {
@@ -845,12 +864,12 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
     int64_t host_buf = -1;
     if (plan_.gradients == Tier::Nvme) {
       host_buf = b_.buffer();
-      allocs.push_back({Tier::Host, host_buf, shard});
+      allocs.push_back({Tier::Host, host_buf, shard_mem});
     }
-    if (shard_buf >= 0) frees.push_back({Tier::Device, shard_buf, shard});
+    if (shard_buf >= 0) frees.push_back({Tier::Device, shard_buf, shard_mem});
     last = b_.add(t, std::vector<int32_t>{reduce, prev_store}, allocs, frees);
     if (plan_.gradients == Tier::Nvme) {
-      std::vector<MemEvent> wfrees{{Tier::Host, host_buf, shard}};
+      std::vector<MemEvent> wfrees{{Tier::Host, host_buf, shard_mem}};
       int32_t partial = -1;
       if (mb > 0) {  // read the partial sum of the earlier micro-batches, add, write back
         Task r = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
@@ -868,7 +887,7 @@ void Planner::emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task
   }
   if (owner_based() && grads_partitioned()) {  // every rank drops its copy of the whole gradient once the owner has it
     Task fr = base(TaskKind::Free, Lane::D2H, Tier::Device, Tier::Device);
-    last = b_.add(fr, {reduce, last}, {}, {{Tier::Device, full_buf, whole}});
+    last = b_.add(fr, {reduce, last}, {}, {{Tier::Device, full_buf, whole_mem}});
   }
   grad_store_[static_cast<size_t>(unit)] = last;
   grad_stores_.push_back(last);
@@ -1328,7 +1347,13 @@ void Planner::run_memory_events(const Step& st, std::vector<int32_t>& deps, std:
     allocs.push_back({Tier::Device, ckpt_dev_buf_[ri + 1], ckpt_bytes_});
   }
   if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
+  if (run.grad_bytes > 0 && st.kind == TaskKind::Backward && act_grad_buf_[ri] < 0) {
+    act_grad_buf_[ri] = b_.buffer();
+    allocs.push_back({Tier::Device, act_grad_buf_[ri], run.grad_bytes});
+  }
   if (st.last_bwd_of_run) {
+    if (act_grad_buf_[ri] >= 0) frees.push_back({Tier::Device, act_grad_buf_[ri], run.grad_bytes});
+    act_grad_buf_[ri] = -1;
     frees.push_back({Tier::Device, act_buf_[ri], run.act_bytes});
     if (run.recompute) frees.push_back({Tier::Device, ckpt_dev_buf_[ri], ckpt_bytes_});
   }
@@ -1370,6 +1395,7 @@ void Planner::emit() {
   grad_buf_.assign(units_.size(), -1);
   grad_store_.assign(units_.size(), -1);
   act_buf_.assign(runs_.size(), -1);
+  act_grad_buf_.assign(runs_.size(), -1);
   ckpt_dev_buf_.assign(runs_.size(), -1);
   ckpt_home_buf_.assign(runs_.size(), -1);
   ckpt_save_task_.assign(runs_.size(), -1);
@@ -1428,7 +1454,7 @@ void Planner::emit() {
       if (fe.release == static_cast<int32_t>(i) &&
           std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
               frees.end())
-        frees.push_back({Tier::Device, fe.gathered_buf, kParamBytes * double(owner_based() ? units_[static_cast<size_t>(fe.unit)].numel
+        frees.push_back({Tier::Device, fe.gathered_buf, wb_ * double(owner_based() ? units_[static_cast<size_t>(fe.unit)].numel
                                                                                              : units_[static_cast<size_t>(fe.unit)].shard_numel * D_)});
     }
     run_memory_events(st, deps, allocs, frees);
@@ -1440,8 +1466,8 @@ void Planner::emit() {
           if (grad_stores_.size() >= kGradStoresInFlight) deps.push_back(grad_stores_[grad_stores_.size() - kGradStoresInFlight]);
           grad_buf_[static_cast<size_t>(u)] = b_.buffer();
           const auto& un = units_[static_cast<size_t>(u)];
-          const double gb = owner_based() || !grads_partitioned() ? kGradBytes * double(un.numel)
-                                                                  : kGradBytes * double(un.shard_numel) * D_;
+          const double gb = owner_based() || !grads_partitioned() ? wb_ * double(un.numel)
+                                                                  : wb_ * double(un.shard_numel) * D_;
           allocs.push_back({Tier::Device, grad_buf_[static_cast<size_t>(u)], gb});
         }
       }

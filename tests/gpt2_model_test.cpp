@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/kernel_activations.hpp"
 #include "engine/model/gpt2.hpp"
 #include "models/gpt.hpp"
 
@@ -241,4 +242,29 @@ TEST_CASE("gpt2 rejects wrong buffers and missing inputs with the operator's nam
   CHECK_THROWS_WITH(m.forward(0, pviews(m.graph().ops[0], p), foreign), Catch::Contains("make_activations"));
   std::vector<int32_t> bad(size_t(m.graph().tokens), 13);
   CHECK_THROWS_WITH(m.set_batch(a, bad, bad), Catch::Contains("outside the vocabulary"));
+}
+
+TEST_CASE("core counts the activations these kernels keep: a whole forward holds exactly its fp32 elements",
+          "[gpt2][memory]") {
+  Gpt2 m(zinf::models::build_gpt(micro_spec()));
+  auto a = m.make_activations();
+  set_random_batch(m, a, 3);
+  m.forward(m.init_params(7), a);
+  std::vector<int32_t> ops;
+  for (const auto& o : m.graph().ops) ops.push_back(o.id);
+  const auto counted = zinf::core::run_activation_elements(m.graph(), ops, false);
+  CHECK(double(a.bytes()) == 4.0 * counted.forward);
+  // Backward: every block's gradients (core counts one block's at a time, with its input gradient
+  // and the incoming one; the whole-model backward keeps them all, each dx once), plus the head's
+  // and the embedding's.
+  const double forward_bytes = double(a.bytes());
+  Gpt2Params grads = m.zeros();
+  m.forward_backward(m.init_params(7), grads, a);
+  std::vector<int32_t> outside;
+  for (const auto& o : m.graph().ops)
+    if (o.block < 0) outside.push_back(o.id);
+  const double T = double(m.graph().tokens), TC = T * double(m.spec().hidden), L = double(m.spec().layers);
+  const double per_block = T * zinf::core::block_backward_elements(m.spec()) - 2 * TC;  // without its dx pair
+  const double kept = L * per_block + (L - 1) * TC + zinf::core::run_activation_elements(m.graph(), outside, false).backward;
+  CHECK(double(a.bytes()) - forward_bytes == 4.0 * kept);
 }

@@ -26,6 +26,7 @@ void check_same(const HwProfile& a, const HwProfile& b) {
   CHECK(a.node.gpus == b.node.gpus);
   CHECK(g.name == h.name);
   CHECK(g.memory == h.memory);
+  CHECK(g.working_bytes == h.working_bytes);
   CHECK(g.peak_flops == h.peak_flops);
   CHECK(g.memory_bandwidth == h.memory_bandwidth);
   CHECK(g.kernel_launch == h.kernel_launch);
@@ -114,6 +115,7 @@ TEST_CASE("a profile with every field away from its default reads back field by 
   hw.fabric.topology = "full";
   hw.fabric.latency = 1.7e-6;
   hw.reserve = {0.02, 0.06, 0.05};
+  hw.node.gpu.working_bytes = 4;
   check_same(hw, parse_hwprofile(hwprofile_to_yaml(hw), "written"));
 }
 

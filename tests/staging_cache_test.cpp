@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -58,6 +59,32 @@ TEST_CASE("small blocks are carved from one slab and trim returns only whole fre
   cache.trim();
   CHECK(cache.stats().mapped_bytes == (2u << 20));  // a block is still out: the slab stays
   for (void* p : held) cache.release(p, 100'000);
+  cache.trim();
+  CHECK(cache.stats().mapped_bytes == 0);
+}
+
+TEST_CASE("large blocks of different sizes share memory: a freed range serves other sizes, merged", "[staging]") {
+  StagingCache cache;
+  const size_t MiB = 1u << 20;
+  std::vector<std::byte*> quarters;
+  for (int i = 0; i < 4; ++i) quarters.push_back(static_cast<std::byte*>(cache.allocate(8 * MiB)));
+  for (size_t i = 0; i + 1 < quarters.size(); ++i) CHECK(quarters[i + 1] >= quarters[i] + 8 * MiB);  // disjoint
+  const auto first = cache.stats();
+  for (std::byte* q : quarters) cache.release(q, 8 * MiB);
+  void* whole = cache.allocate(40 * MiB);  // the four freed ranges merged, and the mapping's rest
+  CHECK(whole == quarters[0]);
+  std::vector<std::pair<void*, size_t>> mixed{{cache.allocate(6 * MiB), 6 * MiB}, {cache.allocate(12 * MiB), 12 * MiB}};
+  cache.release(whole, 40 * MiB);
+  for (size_t b : {10 * MiB, 4 * MiB, 20 * MiB}) mixed.push_back({cache.allocate(b), b});
+  CHECK(cache.stats().maps == first.maps);  // 58 MiB, then 52 MiB in use: one 64 MiB mapping serves both
+  CHECK(cache.stats().mapped_bytes == first.mapped_bytes);
+  std::sort(mixed.begin(), mixed.end());
+  for (size_t i = 0; i + 1 < mixed.size(); ++i)
+    CHECK(static_cast<std::byte*>(mixed[i + 1].first) >= static_cast<std::byte*>(mixed[i].first) + mixed[i].second);
+  void* beyond = cache.allocate(16 * MiB);  // 68 MiB in use: more than one mapping holds
+  CHECK(cache.stats().maps == first.maps + 1);
+  cache.release(beyond, 16 * MiB);
+  for (auto [p, b] : mixed) cache.release(p, b);
   cache.trim();
   CHECK(cache.stats().mapped_bytes == 0);
 }

@@ -314,3 +314,30 @@ TEST_CASE("backward frees each block's activations once it is done: the device a
   INFO("arena peak " << shallow << " bytes at 2 layers, " << deep << " at 8");
   CHECK(deep - shallow <= 6 * 2 * checkpoint);
 }
+
+TEST_CASE("the device arena holds what the Program counts: its peak is within 10 % of the planned device peak",
+          "[trainer][memory]") {
+  TempDir dir("agree");
+  engine::LocalCollectives comm;
+  const char* configs[] = {
+      "zero_stage: 3\nactivation_checkpoint: {interval: 0}\n",
+      "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: host}\n",
+      "zero_stage: 3\noffload: {optimizer: cpu}\ntiling_factor: 4\nactivation_checkpoint: {interval: 1, tier: device}\n",
+      "zero_stage: 3\noffload: {params: cpu, gradients: cpu, optimizer: nvme}\ntiling_factor: 4\n"
+      "activation_checkpoint: {interval: 2, tier: nvme}\ngradient_accumulation: 2\n",
+      "zero_stage: 3\npartitioning: owner-based\noffload: {params: nvme, optimizer: nvme}\n"
+      "activation_checkpoint: {interval: 1, tier: host}\nprefetch: {max_live_bytes: 1 MB, reuse_distance_bytes: 0}\n",
+  };
+  int i = 0;
+  for (const char* config : configs) {
+    INFO(config);
+    auto o = options(config, dir.path / std::to_string(i++));
+    engine::Trainer t(o, comm);
+    const double planned = core::at(t.plan().peak_bytes, core::Tier::Device);
+    int64_t measured = 0;
+    for (int s = 0; s < 2; ++s) measured = std::max(measured, t.step().device_arena_peak);
+    INFO("arena peak " << measured << " bytes, the Program's device peak " << planned);
+    CHECK(double(measured) <= 1.1 * planned);
+    CHECK(double(measured) >= 0.9 * planned);
+  }
+}

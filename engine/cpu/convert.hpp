@@ -2,7 +2,9 @@
 // are moved and stored as bf16, kernels compute on fp32 (the paper's mixed precision). The caller
 // owns both buffers; the functions keep no state and are thread-safe on disjoint buffers.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "engine/bf16.hpp"
 
@@ -14,6 +16,28 @@ inline void bf16_to_fp32(float* out, const bf16* in, int64_t n) {
 
 inline void fp32_to_bf16(bf16* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+// Widens n bf16 values that lie in the upper half of `f` (the bytes of n floats, from byte
+// 2n on) into n floats in `f` itself, so a gathered bf16 tensor becomes its fp32 working copy in
+// one buffer of the working size. A chunk is copied out before its floats are written, and the
+// floats of chunks up to element i end at byte 4i, never past the unread bf16 values at 2n + 2i.
+inline void widen_upper_half_in_place(float* f, int64_t n) {
+  auto* bytes = reinterpret_cast<unsigned char*>(f);
+  const unsigned char* src = bytes + size_t(n) * sizeof(bf16);
+  constexpr int64_t kChunk = 2048;
+  bf16 in[kChunk];
+  float out[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t c = std::min(kChunk, n - i);
+    std::memcpy(in, src + size_t(i) * sizeof(bf16), size_t(c) * sizeof(bf16));
+    bf16_to_fp32(out, in, c);
+    std::memcpy(bytes + size_t(i) * sizeof(float), out, size_t(c) * sizeof(float));
+  }
+}
+// Where the bf16 values for widen_upper_half_in_place go: the upper half of n floats.
+inline bf16* upper_half_as_bf16(float* f, int64_t n) {
+  return reinterpret_cast<bf16*>(reinterpret_cast<unsigned char*>(f) + size_t(n) * sizeof(bf16));
 }
 
 // Rounds an fp32 tensor to bf16 precision in place: what a round trip through bf16 storage does.

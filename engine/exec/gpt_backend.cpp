@@ -1,6 +1,8 @@
 #include "engine/exec/gpt_backend.hpp"
 
+#include "engine/cpu/convert.hpp"
 #include "engine/exec/activation_offload.hpp"
+#include "engine/exec/home.hpp"
 
 #include "engine/memory/device_arena.hpp"
 #include "engine/memory/staging_cache.hpp"
@@ -23,88 +25,6 @@ using core::Task;
 using core::TaskKind;
 using core::Tier;
 
-namespace {
-
-
-// A home that survives between steps: a flat array of a rank's shard space, in memory (device or
-// host tier) or in a tensor of the NVMe store. A transfer of n elements at an aligned offset moves
-// the whole padded span (core::shard_aligned(n), the padding after a shard belongs to nobody), so
-// it goes to the disk without a bounce copy; the caller's buffer holds at least that many elements
-// (a Staging vector of core::shard_aligned(n)).
-template <typename T>
-struct Home {
-  Tier tier = Tier::Device;
-  std::vector<T> mem;
-  NvmeStore* store = nullptr;
-  NvmeStore::TensorId id = 0;
-  int64_t size = 0;
-  DeviceArena* arena = nullptr;  // a home on the device is charged to the device arena
-
-  Home() = default;
-  Home(const Home&) = delete;
-  Home& operator=(const Home&) = delete;
-  ~Home() {
-    if (arena) arena->uncharge(mem.size() * sizeof(T));
-  }
-
-  void init(Tier t, int64_t n, NvmeStore* s, DeviceArena& device, const std::string& name) {
-    tier = t;
-    size = n;
-    if (t == Tier::Nvme) {
-      store = s;
-      id = s->create(name, uint64_t(n) * sizeof(T));
-      return;
-    }
-    if (t == Tier::Device) {
-      device.charge(size_t(n) * sizeof(T), name.c_str());
-      arena = &device;
-    }
-    mem.assign(size_t(n), T{});
-  }
-  // Elements an NVMe transfer of [off, off + n) moves.
-  int64_t span(int64_t off, int64_t n) const {
-    if (off % core::kShardAlignment != 0) return n;
-    return std::min(core::shard_aligned(n), size - off);
-  }
-  void read(int64_t off, int64_t n, T* dst) const {
-    if (IoHandle h = read_async(off, n, dst); h.valid()) h.wait_or_throw();
-  }
-  void write(int64_t off, int64_t n, const T* src) {
-    if (IoHandle h = write_async(off, n, src); h.valid()) h.wait_or_throw();
-  }
-  T* resident(int64_t off) { return tier == Tier::Nvme ? nullptr : mem.data() + off; }
-  // Asynchronous forms: an NVMe transfer is submitted and its handle returned (memory tiers copy
-  // at once and return an empty handle), so several states of one sub-group move together.
-  IoHandle read_async(int64_t off, int64_t n, T* dst) const {
-    if (tier == Tier::Nvme)
-      return store->read(id, uint64_t(off) * sizeof(T), dst, uint64_t(span(off, n)) * sizeof(T));
-    std::copy_n(mem.data() + off, n, dst);
-    return {};
-  }
-  IoHandle write_async(int64_t off, int64_t n, const T* src) {
-    if (tier == Tier::Nvme)
-      return store->write(id, uint64_t(off) * sizeof(T), src, uint64_t(span(off, n)) * sizeof(T));
-    std::copy_n(src, n, mem.data() + off);
-    return {};
-  }
-};
-
-// A staging buffer for n elements of a shard or sub-group: room for the padded span a Home moves.
-// Its first n elements are for the data (left uninitialized: the transfer fills them); the padding
-// is zero, so what lands in a home's padding is always the same.
-template <typename T>
-Staging<T> staging(int64_t n) {
-  Staging<T> s(size_t(core::shard_aligned(n)));
-  std::fill(s.begin() + n, s.end(), T{});
-  return s;
-}
-
-void wait_all(std::initializer_list<IoHandle> handles) {
-  for (const auto& h : handles)
-    if (h.valid()) h.wait_or_throw();
-}
-
-}  // namespace
 
 struct GptCpuBackend::Impl {
   const core::Program& P;
@@ -152,7 +72,8 @@ struct GptCpuBackend::Impl {
   std::map<int32_t, Staging<bf16>> host_param;               // by NVMe read task: on the host
   std::map<int32_t, DeviceVector<bf16>> dev_param;           // by host-to-device copy task: on the device
   std::map<int64_t, DeviceVector<float>> gathered;           // by buffer id of the gathered unit
-  std::vector<int64_t> gathered_buffer_of_task;                  // AllGather/Broadcast task -> buffer id
+  // AllGather/Broadcast task, and owner-based Alloc and CopyH2D tasks -> the gathered buffer's id
+  std::vector<int64_t> gathered_buffer_of_task;
   std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_full;   // (unit, mb)
   std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_shard;  // (unit, mb): reduced, on the device
   std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_host;        // (unit, mb): copied to the host for NVMe
@@ -163,6 +84,10 @@ struct GptCpuBackend::Impl {
   std::map<int32_t, Staging<bf16>> sg_grad, sg_param;
   std::vector<int> ckpt_saved;                                             // per mb, CopyD2H done
   std::set<std::pair<int32_t, int32_t>> ckpt_restored;                      // (checkpoint, mb) back on the device
+  // (checkpoint, mb) copied off the device, and whose run's forward is done: an offloaded
+  // checkpoint leaves the device when both are (the Program frees it after its copy; its run's
+  // forward, which reads it too, counts it among that run's activations).
+  std::set<std::pair<int32_t, int32_t>> ckpt_copied, ckpt_forward_done;
 
   std::vector<Gpt2Activations> acts;
   std::unique_ptr<ActivationOffloader> offloader;  // the Program's Data::Activation transfers
@@ -212,7 +137,6 @@ struct GptCpuBackend::Impl {
     ckpt_saved.assign(size_t(mbs), 0);
     std::map<std::pair<int32_t, int32_t>, int32_t> last_fwd;
     gathered_buffer_of_task.assign(P.tasks().size(), -1);
-    std::map<int32_t, int64_t> alloc_buffer;  // owner-based: Alloc task of a unit -> buffer
     for (const auto& t : P.tasks()) {
       if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
         const int block = graph.ops[size_t(t.op)].block;
@@ -230,8 +154,12 @@ struct GptCpuBackend::Impl {
       if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
       if (t.data == Data::Param && t.phase != Phase::Optimizer) {
         auto al = P.allocs(t, rank);
-        if (t.kind == TaskKind::Alloc && !al.empty()) alloc_buffer[t.id] = al[0].buffer;
-        if (t.kind == TaskKind::AllGather && !al.empty()) gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
+        if ((t.kind == TaskKind::Alloc || t.kind == TaskKind::AllGather) && !al.empty())
+          gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
+        if (t.kind == TaskKind::CopyH2D && owner_based)  // the owner stages into the gathered buffer
+          for (int32_t d : P.deps(t))
+            if (P.task(d).kind == TaskKind::Alloc && P.task(d).unit == t.unit)
+              gathered_buffer_of_task[size_t(t.id)] = gathered_buffer_of_task[size_t(d)];
         if (t.kind == TaskKind::Broadcast) {
           // The owner-based gathered buffer is allocated by an Alloc task of the same unit, a
           // direct dependency or one through the host-to-device copy.
@@ -240,7 +168,7 @@ struct GptCpuBackend::Impl {
             std::vector<int32_t> next;
             for (int32_t d : frontier) {
               if (P.task(d).unit != t.unit) continue;
-              if (auto it = alloc_buffer.find(d); it != alloc_buffer.end()) gathered_buffer_of_task[size_t(t.id)] = it->second;
+              if (P.task(d).kind == TaskKind::Alloc) gathered_buffer_of_task[size_t(t.id)] = gathered_buffer_of_task[size_t(d)];
               next.insert(next.end(), P.deps(P.task(d)).begin(), P.deps(P.task(d)).end());
             }
             frontier = std::move(next);
@@ -326,13 +254,18 @@ struct GptCpuBackend::Impl {
         return;
       }
       case TaskKind::CopyH2D: {
-        DeviceVector<bf16> buf(size_t(n), device<bf16>());
+        const bf16* src = params.mem.data() + off;
+        Staging<bf16> host;
         if (plan.params == Tier::Nvme) {
-          const Staging<bf16> host = take(host_param, t, TaskKind::NvmeRead, "the NVMe read");
-          std::copy_n(host.data(), n, buf.data());
-        } else {
-          std::copy_n(params.mem.data() + off, n, buf.data());
+          host = take(host_param, t, TaskKind::NvmeRead, "the NVMe read");
+          src = host.data();
         }
+        if (owner_based) {  // the owner's whole unit, straight into the gathered buffer it broadcasts
+          std::memcpy(cpu::upper_half_as_bf16(gathered_data(t), u.numel), src, size_t(n) * sizeof(bf16));
+          return;
+        }
+        DeviceVector<bf16> buf(size_t(n), device<bf16>());
+        std::copy_n(src, n, buf.data());
         std::lock_guard<std::mutex> lock(mu);
         dev_param.insert_or_assign(t.id, std::move(buf));
         return;
@@ -344,33 +277,41 @@ struct GptCpuBackend::Impl {
           held = take(dev_param, t, TaskKind::CopyH2D, "the host-to-device copy");
           shard = held.data();
         }
-        DeviceVector<bf16> full(size_t(u.shard_numel) * size_t(P.ranks()), device<bf16>());
-        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), full.data(), u.name.c_str());
-        publish_gathered(t, full.data(), u.numel);
+        // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
+        // widened in place: the device holds the working size the Program counts, no bf16 copy.
+        const int64_t padded = u.shard_numel * P.ranks();
+        DeviceVector<float> full(size_t(padded), device<float>());
+        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), cpu::upper_half_as_bf16(full.data(), padded),
+                        u.name.c_str());
+        cpu::widen_upper_half_in_place(full.data(), padded);
+        std::lock_guard<std::mutex> lock(mu);
+        gathered.insert_or_assign(gathered_buffer_of_task[size_t(t.id)], std::move(full));
         return;
       }
       case TaskKind::Broadcast: {
-        const bool staged = u.owner == rank && plan.params != Tier::Device;
-        DeviceVector<bf16> whole = staged ? take(dev_param, t, TaskKind::CopyH2D, "the host-to-device copy")
-                                          : DeviceVector<bf16>(size_t(u.numel), device<bf16>());
-        if (u.owner == rank && plan.params == Tier::Device) std::copy_n(params.mem.data() + off, u.numel, whole.data());
-        comm.broadcast(whole.data(), size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
-        publish_gathered(t, whole.data(), u.numel);
+        float* whole = gathered_data(t);
+        bf16* landing = cpu::upper_half_as_bf16(whole, u.numel);
+        if (u.owner == rank && plan.params == Tier::Device)
+          std::memcpy(landing, params.mem.data() + off, size_t(u.numel) * sizeof(bf16));
+        comm.broadcast(landing, size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
+        cpu::widen_upper_half_in_place(whole, u.numel);
         return;
       }
-      case TaskKind::Alloc:
-        return;  // the owner-based gathered buffer is filled by the broadcast
+      case TaskKind::Alloc: {  // the owner-based gathered buffer, filled by the broadcast
+        DeviceVector<float> whole(size_t(u.numel), device<float>());
+        std::lock_guard<std::mutex> lock(mu);
+        gathered.insert_or_assign(gathered_buffer_of_task[size_t(t.id)], std::move(whole));
+        return;
+      }
       default:
         throw std::logic_error(fmt::format("no parameter fetch of kind {}", core::to_string(t.kind)));
     }
   }
 
-  void publish_gathered(const Task& t, const bf16* src, int64_t n) {
-    DeviceVector<float> f(static_cast<size_t>(n), device<float>());
-    for (int64_t i = 0; i < n; ++i) f[size_t(i)] = to_float(src[i]);
-    const int64_t buf = gathered_buffer_of_task[size_t(t.id)];
+  // The gathered buffer an owner-based fetch task fills (allocated by its Alloc task).
+  float* gathered_data(const Task& t) {
     std::lock_guard<std::mutex> lock(mu);
-    gathered.insert_or_assign(buf, std::move(f));
+    return gathered.at(gathered_buffer_of_task[size_t(t.id)]).data();
   }
 
   // The gathered fp32 copy of unit u that compute task t depends on.
@@ -415,7 +356,7 @@ struct GptCpuBackend::Impl {
     }
     std::vector<const DeviceVector<float>*> data;
     for (int32_t u : units) data.push_back(&gathered_for(t, u));
-    for (size_t i = 0; i < units.size(); ++i) pbufs.push_back({data[i]->data(), int64_t(data[i]->size())});
+    for (size_t i = 0; i < units.size(); ++i) pbufs.push_back({data[i]->data(), unit(units[i]).numel});
 
     if (t.kind == TaskKind::Forward || t.kind == TaskKind::Recompute) {
       if (tiled_unit >= 0) {
@@ -427,7 +368,7 @@ struct GptCpuBackend::Impl {
         model.forward(t.op, pbufs, a);
       }
       if (op.kind == core::OpKind::Loss) losses[size_t(t.micro_batch)] = a.loss;
-      if (t.kind == TaskKind::Forward && last_forward_of_run.count(t.id)) drop_run(t.checkpoint, a);
+      if (t.kind == TaskKind::Forward && last_forward_of_run.count(t.id)) drop_run(t.checkpoint, t.micro_batch, a);
     } else {
       std::vector<GradBuf> gbufs;
       for (int32_t u : units) {
@@ -441,6 +382,7 @@ struct GptCpuBackend::Impl {
         model.backward(t.op, pbufs, gbufs, a);
       }
       if (auto it = last_backward_of_block.find(t.id); it != last_backward_of_block.end()) drop_after_backward(it->second, a);
+      if (op.block < 0) drop_outside_after_backward(op.kind, a);
     }
     release(t);
   }
@@ -450,8 +392,22 @@ struct GptCpuBackend::Impl {
   // zero_grads would leave them), so backward holds one run's activations, not every block's.
   void drop_after_backward(int b, Gpt2Activations& a) {
     a.drop_block(b);
+    Gpt2Activations::release(a.x[size_t(b)]);  // its input: only ln1's backward reads it
     Gpt2Activations::release(a.x[size_t(b) + 1]);
     Gpt2Activations::release(a.dx[size_t(b) + 1]);
+  }
+
+  // The same for the operators outside the blocks, at the Program's free points: after ln_f's
+  // backward (the last of its run: lm_head and the loss precede it) the head's tensors go, after
+  // the embedding's the first block's input gradient.
+  static void drop_outside_after_backward(core::OpKind kind, Gpt2Activations& a) {
+    if (kind == core::OpKind::LayerNorm)
+      for (Activation* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.d_lnf, &a.logits, &a.probs, &a.losses, &a.d_logits})
+        Gpt2Activations::release(*v);
+    if (kind == core::OpKind::Embedding) {
+      Gpt2Activations::release(a.x[0]);
+      Gpt2Activations::release(a.dx[0]);
+    }
   }
 
   DeviceVector<float>& grad_buffer(int32_t u, int32_t mb) {
@@ -466,13 +422,17 @@ struct GptCpuBackend::Impl {
 
   // After a checkpointed run's forward: its blocks' intermediates and inner inputs go; the run's
   // input (the checkpoint) and output stay.
-  void drop_run(int32_t c, Gpt2Activations& a) {
+  void drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
     const auto& blocks = ckpt_blocks[size_t(c)];
     const int first = ckpt_first_block[size_t(c)];
     for (int b : blocks) {
       a.drop_block(b);
       if (b != first) Gpt2Activations::release(a.x[size_t(b)]);
     }
+    if (plan.checkpoints == Tier::Device) return;
+    std::lock_guard<std::mutex> lock(mu);
+    ckpt_forward_done.insert({c, mb});
+    if (ckpt_copied.count({c, mb})) Gpt2Activations::release(a.x[size_t(first)]);
   }
 
   // Before a micro-batch's backward: offloaded checkpoints leave the device (their copies are
@@ -501,6 +461,8 @@ struct GptCpuBackend::Impl {
         Staging<float> copy(x.begin(), x.end());
         std::lock_guard<std::mutex> lock(mu);
         ckpt_host[key] = std::move(copy);
+        ckpt_copied.insert(key);
+        if (ckpt_forward_done.count(key)) Gpt2Activations::release(x);
         ++ckpt_saved[size_t(t.micro_batch)];
         cv.notify_all();
         return;
@@ -921,6 +883,8 @@ void GptCpuBackend::begin_step(int64_t step, std::vector<Batch> batches) {
   I.losses.assign(batches.size(), 0.0);
   std::fill(I.ckpt_saved.begin(), I.ckpt_saved.end(), 0);
   I.ckpt_restored.clear();
+  I.ckpt_copied.clear();
+  I.ckpt_forward_done.clear();
   for (size_t i = 0; i < batches.size(); ++i) I.model.set_batch(I.acts[i], batches[i].inputs, batches[i].targets);
 }
 

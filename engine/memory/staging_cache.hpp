@@ -7,8 +7,11 @@
 // huge pages and touched once when mapped.
 //
 // Sizes are rounded to a class: powers of two from 4 KiB up to 2 MiB (carved out of 2 MiB slabs),
-// multiples of 2 MiB above. A returned block goes to its class's free list and is unmapped only by
-// trim() or when the cache is destroyed. All methods are thread-safe (one mutex: a task allocates a
+// multiples of 2 MiB above. A returned small block goes to its class's free list. Larger blocks are
+// carved best-fit out of free ranges of mappings of at least 64 MiB, and a returned one merges with
+// its free neighbours, so a step's buffers of many sizes share memory: what is mapped follows the
+// most in use at once, not the sum of each size's most. Memory is unmapped only by trim() or when
+// the cache is destroyed. All methods are thread-safe (one mutex: a task allocates a
 // handful of buffers, each far more expensive to fill than to lock for).
 #pragma once
 #include <algorithm>
@@ -57,12 +60,16 @@ private:
   struct Mapping {
     std::byte* base;
     size_t bytes;
-    size_t block;   // class of the blocks carved from it
+    size_t block;   // class of the blocks carved from it; 0: a mapping for large blocks
   };
   void map_class(size_t cls);
+  std::byte* take_large(size_t cls);
+  void give_large(std::byte* p, size_t cls);
 
   mutable std::mutex mu_;
-  std::map<size_t, std::vector<std::byte*>> free_;  // class -> free blocks
+  std::map<size_t, std::vector<std::byte*>> free_;  // class -> free blocks (2 MiB and under)
+  std::map<std::byte*, size_t> large_free_;         // free ranges of the large mappings, by address
+  std::map<std::byte*, size_t> large_maps_;         // the large mappings: base -> bytes
   std::vector<Mapping> mappings_;
   Stats stats_;
 };

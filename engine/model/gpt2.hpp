@@ -39,8 +39,8 @@ using Gpt2Params = std::vector<std::vector<float>>;
 // Activations of one micro-batch. Block l's input x[l] is its activation checkpoint; the
 // intermediates inside a block can be dropped (drop_block) and rebuilt by recomputing the block's
 // operators from x[l]. Tensors are allocated on first write; gradients start at zero. They are
-// fp32, twice the bf16 bytes core's memory model counts; convert a checkpoint with
-// cpu::fp32_to_bf16 to store or offload it at the modelled size.
+// fp32: a device whose hwprofile says `working_precision: fp32` is planned with exactly these
+// tensors (core/kernel_activations.hpp).
 // An activation tensor: device memory, from the arena make_activations() was given (or the heap).
 using Activation = DeviceVector<float>;
 

@@ -124,6 +124,9 @@ struct Trainer::Impl {
     }
     executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     if (opt.start == CheckpointStart::Resume) resume();
+    // The group tensors initialization or resume read went through the heap, which keeps freed
+    // memory (above); the steps stage through the StagingCache, so that memory goes back now.
+    malloc_trim(0);
   }
 
   void note(const std::string& text) const {
@@ -165,6 +168,9 @@ struct Trainer::Impl {
       throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
                                               "only (zinf plan and zinf sim plan and simulate tensor parallelism)",
                                               o.config.tensor_parallel));
+    // The CPU backend's kernels keep fp32 activations, gathered parameters and gradients: its plan
+    // counts them at that size, whatever working precision the profile gives its device.
+    if (select_backend(o.backend) != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
     return models::build_gpt(o.model, o.config);
   }
 

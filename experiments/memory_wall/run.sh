@@ -56,8 +56,8 @@ optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000}
 reserve_nvme_for_checkpoint: false
 YAML
 # This machine's profile with room for the states on its disk and a device arena of DEVICE_GIB
-# (default 8): the arena holds more than the plan counts (the largest layer's gathered parameters
-# with its gradients), so the profile's 2 GiB is too tight for hidden 3200.
+# (default 8): the largest layer's fp32 gathered parameters with their gradients, and the auto tiling
+# that bounds them, need more than the profile's 2 GiB at hidden 3200.
 DEVICE_GIB=${DEVICE_GIB:-8}
 sed "s/^name: .*/name: local-memory-wall/; s/^\(    capacity:\).*/\1 $free_disk/; s/^\(    memory:\).*\(# the CPU backend.*\)/\1 $DEVICE_GIB GiB  \2/" \
   hwprofiles/local.yaml > "$work/hw.yaml"

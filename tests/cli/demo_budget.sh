@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo's training run (scripts/demo.sh --train-args) shows the point of the engine: its model
 # states are at least ten times its device budget, and it trains within that budget (the CPU
-# backend's arena refuses any allocation past it, which would end the run with an error).
+# backend's arena refuses any allocation past it, which would end the run with an error), and its
+# measured memory (device arena, peak RSS) is not over what the plan counts.
 # Usage: demo_budget.sh ZINF_BINARY SOURCE_DIR
 set -euo pipefail
 ZINF=$1
@@ -31,3 +32,6 @@ print(f"demo: {params / 1e6:.1f}M params, states {states / 1e6:.0f} MB, device b
 sys.exit(0 if ratio >= 10 else 1)
 PY
 grep "memory per rank" "$work/log"
+if grep -q "measured memory is over the plan" "$work/log"; then
+  echo "FAILED: the demo's run holds more memory than its plan:"; grep -A1 "memory per rank" "$work/log"; exit 1
+fi

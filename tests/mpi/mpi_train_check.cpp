@@ -1,15 +1,19 @@
 // ZeRO-3 training over MPI ranks, checked against a single-process run of the same global batch:
 // N ranks with 4/N micro-batches each see exactly the micro-batches one rank sees with 4, so the
 // losses must agree to floating-point tolerance (only reduction order differs). Also checks that
-// a checkpoint written by N ranks resumes bitwise on N ranks and re-shards onto one process.
+// a checkpoint written by N ranks resumes bitwise on N ranks and re-shards onto one process, and
+// that every rank's device arena peaks within 10 % of the Program's device peak.
 // Usage: mpirun -np N mpi_train_check [--owner-based] [--resume]. Prints "N passed, M failed".
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <filesystem>
 
 #include "core/hwprofile.hpp"
+#include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/train/trainer.hpp"
@@ -69,10 +73,22 @@ int main(int argc, char** argv) {
     std::vector<double> losses;
     {
       engine::Trainer t(options(4 / N, owner_based, dir / "mpi"), *comm);
+      double arena = 0;
       for (int s = 0; s < steps; ++s) {
-        losses.push_back(t.step().loss);
+        const auto st = t.step();
+        losses.push_back(st.loss);
+        arena = std::max(arena, double(st.device_arena_peak));
         if (resume && s == 4) t.save_checkpoint();
       }
+      // Every rank's device arena within 10 % of the Program's device peak (the worst rank's).
+      const double planned = core::at(t.plan().peak_bytes, core::Tier::Device);
+      std::vector<double> peaks(static_cast<size_t>(N));
+      comm->all_gather(&arena, sizeof(double), peaks.data(), "arena peaks");
+      const double worst = *std::max_element(peaks.begin(), peaks.end());
+      expect(arena <= 1.1 * planned, fmt::format("rank {}: device arena peaked at {:.0f} bytes, the Program counts {:.0f}",
+                                                 comm->rank(), arena, planned));
+      expect(worst >= 0.9 * planned, fmt::format("the largest device arena peak {:.0f} bytes is under 90 % of the "
+                                                 "Program's {:.0f}", worst, planned));
     }
     if (resume) {  // the same N resumes bitwise from the checkpoint after step 5
       auto o = options(4 / N, owner_based, dir / "mpi");

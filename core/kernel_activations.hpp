@@ -1,0 +1,32 @@
+// The activations a device keeps when its working precision is fp32: the tensors the CPU backend's
+// GPT-2 kernels (engine/model/gpt2) write and keep for backward, counted as those kernels allocate
+// them, so the planner's and the memory model's device bytes are the backend's. (With bf16 the
+// paper's formula is used instead: a GPU's fused kernels keep fewer intermediates.) Pure functions.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/graph.hpp"
+
+namespace zinf::core {
+
+// Elements per token of one transformer block. Forward: ln1 and ln2 with a mean and rstd each,
+// qkv (3 hidden), the attention output, attn.c_proj's output, both residuals (the second is the
+// block's output), the MLP's inner activation before and after GELU (ffn each) and mlp.c_proj's
+// output, plus the heads x seq attention probabilities. Backward: the gradient of each
+// hidden-sized one, of qkv and of the MLP's two, the block's input gradient and the incoming one.
+double block_forward_elements(const ModelSpec& s);
+double block_backward_elements(const ModelSpec& s);
+
+// A run of operators (a checkpointed segment, or the operators outside the blocks): elements held
+// through its forward (through its backward when not recomputed), and the activation gradients its
+// backward adds, one block at a time (each block frees its own when its backward is done). ln_f,
+// the logits, the probabilities and their gradients belong to the run of the head; a recomputed
+// run's input, its checkpoint, is read until its forward ends.
+struct RunActivations {
+  double forward = 0;
+  double backward = 0;
+};
+RunActivations run_activation_elements(const ModelGraph& g, const std::vector<int32_t>& ops, bool recompute);
+
+}  // namespace zinf::core
