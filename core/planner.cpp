@@ -165,6 +165,7 @@ private:
   void emit_grad_reduction(int32_t unit, int32_t mb, int32_t compute_task);
   void emit_checkpoint_save(int32_t run, int32_t mb, int32_t compute_task);
   void emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute);
+  Task activation_task(size_t run, int32_t mb, Phase phase, TaskKind kind, Lane lane, Tier from, Tier to);
   void emit_activation_save(size_t run, int32_t mb, int32_t compute_task);
   void emit_activation_load(size_t run, int32_t mb, int32_t prev_compute);
   // the activation pass (core/activation_pass.hpp): its inputs from this plan, its choices applied to the runs
@@ -971,21 +972,24 @@ void Planner::emit_checkpoint_load(int32_t run, int32_t mb, int32_t prev_compute
   }
 }
 
+// One transfer of run r's offloaded activations (its segment, all its bytes) for micro-batch mb.
+Task Planner::activation_task(size_t r, int32_t mb, Phase phase, TaskKind kind, Lane lane, Tier from, Tier to) {
+  Task t = make_task(kind, lane, Data::Activation, phase);
+  t.activation = runs_[r].segment;
+  t.micro_batch = mb;
+  t.from = from;
+  t.to = to;
+  t.bytes = runs_[r].act_bytes;
+  return t;
+}
+
 // An offloaded run's activations leave the device after its last forward: copied to the host
 // (and written to NVMe), or written to NVMe straight from the device over GPUDirect Storage.
 void Planner::emit_activation_save(size_t r, int32_t mb, int32_t compute_task) {
   const auto& run = runs_[r];
   const auto& seg = segments_[static_cast<size_t>(run.segment)];
   const double bytes = run.act_bytes;
-  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
-    Task t = make_task(k, l, Data::Activation, Phase::Forward);
-    t.activation = run.segment;
-    t.micro_batch = mb;
-    t.from = from;
-    t.to = to;
-    t.bytes = bytes;
-    return t;
-  };
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(r, mb, Phase::Forward, k, l, from, to); };
   const int64_t home = b_.buffer();
   int32_t t = -1;
   if (seg.gds) {
@@ -1012,15 +1016,7 @@ void Planner::emit_activation_load(size_t r, int32_t mb, int32_t prev_compute) {
   const auto& run = runs_[r];
   const auto& seg = segments_[static_cast<size_t>(run.segment)];
   const double bytes = run.act_bytes;
-  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
-    Task t = make_task(k, l, Data::Activation, Phase::Backward);
-    t.activation = run.segment;
-    t.micro_batch = mb;
-    t.from = from;
-    t.to = to;
-    t.bytes = bytes;
-    return t;
-  };
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(r, mb, Phase::Backward, k, l, from, to); };
   int32_t t = act_save_task_[r];
   int64_t home = act_home_buf_[r];
   const int64_t dev = b_.buffer();
