@@ -52,13 +52,13 @@ int ranks_on_this_node(int ranks) {
 struct Trainer::Impl {
   TrainerOptions opt;
   Collectives& comm;
+  BackendKind kind;  // resolved once, first: the graph's working precision and the RAM check depend on it
   core::ModelGraph graph;
   core::PlanResult planned;
   Gpt2 model;
   TokenCorpus corpus;
   std::unique_ptr<BatchLoader> loader;
   std::unique_ptr<Collectives> device_comm;  // CUDA: NCCL (or device copies for one rank), bootstrapped over `comm`
-  BackendKind kind = BackendKind::Cpu;
   std::unique_ptr<TrainingBackend> backend;  // GptCpuBackend, or the CUDA plugin's backend
   std::unique_ptr<Executor> executor;
   IoEnv& env;
@@ -66,7 +66,8 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), comm(c), graph(build_graph(opt)), planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
+      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), graph(build_graph(opt, kind)),
+        planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
         model(graph), env(opt.env ? *opt.env : default_io_env()) {
     // Checkpoint directory first: a run that cannot save (unwritable, locked, or holding an
     // earlier run's checkpoints) is refused before it trains, not after.
@@ -78,8 +79,8 @@ struct Trainer::Impl {
     mallopt(M_TRIM_THRESHOLD, INT32_MAX);
     // Say so up front when the plan cannot fit in this machine's RAM, instead of meeting the OOM
     // killer halfway through initialization.
-    require_backend_runs(select_backend(opt.backend), planned.program);
-    const bool device_in_ram = select_backend(opt.backend) != BackendKind::Cuda;
+    require_backend_runs(kind, planned.program);
+    const bool device_in_ram = kind != BackendKind::Cuda;
     check_plan_fits_ram(planned.plan.peak_bytes, device_in_ram, ranks_on_this_node(c.size()), available_memory());
     corpus = TokenCorpus::load(opt.data);
     if (corpus.vocab > opt.model.vocab)
@@ -98,7 +99,6 @@ struct Trainer::Impl {
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
-    kind = select_backend(opt.backend);
     if (kind == BackendKind::Cuda) {
       std::string why;
       const CudaPlugin* cuda = cuda_plugin(&why);
@@ -162,7 +162,7 @@ struct Trainer::Impl {
     if (failed > 0) throw std::runtime_error(fmt::format("rank 0 could not use the checkpoint directory {}", opt.checkpoint_dir));
   }
 
-  static core::ModelGraph build_graph(TrainerOptions& o) {
+  static core::ModelGraph build_graph(TrainerOptions& o, BackendKind kind) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
     if (o.config.tensor_parallel != 1)
       throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
@@ -170,7 +170,7 @@ struct Trainer::Impl {
                                               o.config.tensor_parallel));
     // The CPU backend's kernels keep fp32 activations, gathered parameters and gradients: its plan
     // counts them at that size, whatever working precision the profile gives its device.
-    if (select_backend(o.backend) != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
+    if (kind != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
     return models::build_gpt(o.model, o.config);
   }
 
