@@ -12,6 +12,9 @@
 # ranks can reach here (caches and memory are shared; pure arithmetic scales 2x on this machine
 # but the simulator does not), so the two-rank ratio is also printed as a fraction of it.
 #   bash experiments/sweep/bench_mpi.sh [SPEC] [REPS]
+# Each run also prints the share of the cores the hypervisor took (steal time, /proc/stat): a pair
+# where it differs between the two runs is not a fair comparison. Under other load, run it as
+# `chrt -r 10 bash ...` so that the sweep preempts the other work.
 # Environment: ZINF (default build/zinf), MPIEXEC (default mpirun), OUT (default a temporary folder).
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,14 +28,17 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "spec $SPEC, $REPS pair(s), $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 : > "$OUT/runs.txt"
+steal() { awk '/^cpu /{print $9}' /proc/stat; }  # jiffies the hypervisor took from this VM's CPUs
 run() {  # run REP NP
   local csv="$OUT/np$2.csv"
   rm -f "$csv"
+  local s0=$(steal)
   /usr/bin/time -f "%e %U %S" -o "$OUT/time.txt" "$MPIEXEC" -np "$2" "$ZINF" sweep "$SPEC" -o "$csv" 2> "$OUT/np$2-$1.log"
   local points=$(($(wc -l < "$csv") - 1))
   read -r wall user sys < "$OUT/time.txt"
+  local stolen=$(( $(steal) - s0 ))
   echo "$1 $2 $points $wall $user $sys $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/runs.txt"
-  /usr/bin/python3 -c "print(f'pair $1: -np $2: $points points in {$wall:.1f} s = {$points / $wall:.3f} points/s, CPU {($user + $sys) / $points * 1000:.1f} ms per point, load $(cut -d' ' -f1 /proc/loadavg)')"
+  /usr/bin/python3 -c "print(f'pair $1: -np $2: $points points in {$wall:.1f} s = {$points / $wall:.3f} points/s, CPU {($user + $sys) / $points * 1000:.1f} ms per point, load $(cut -d' ' -f1 /proc/loadavg), stolen by the hypervisor {$stolen / $(getconf CLK_TCK) / ($(nproc) * $wall) * 100:.1f} % of the cores')"
 }
 ceiling() {  # ceiling REP: two pinned single-process sweeps at once; records the slower one's wall
   rm -f "$OUT/c0.csv" "$OUT/c1.csv"
