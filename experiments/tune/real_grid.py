@@ -4,11 +4,14 @@ each also simulated (`zinf sim`) on this machine's profile, and the configuratio
 on that profile trained the same way.
 
     /usr/bin/python3 experiments/tune/real_grid.py [--hw hwprofiles/local.yaml] [--steps 12] [--warmup 3]
-        [--models gpt-mini,gpt-overlap] [--out analysis/tune/real_grid]
+        [--rounds 3] [--models gpt-mini,gpt-overlap] [--out analysis/tune/real_grid]
 
 For each model: 12 configurations (4 placements x 3 splits of a global batch of 4 sequences into
-micro-batch x gradient accumulation), trained for --steps steps each; a step's time is the median
-of the steps after --warmup (all ranks' work is one process here). Reports, per model: the pick's
+micro-batch x gradient accumulation), trained for --steps steps each; a run's step time is the
+median of the steps after --warmup (all ranks' work is one process here). Every configuration is
+trained --rounds times, the rounds interleaved (round 1 of every configuration, then round 2, ...)
+so that a change of load on the machine falls on all of them; its measured step is the median of
+its rounds. Run it as `chrt -r 10 /usr/bin/python3 ...` on a machine shared with other work. Reports, per model: the pick's
 measured step against the best measured one (goal: within 5 %) and Spearman's rank correlation of
 predicted and measured step times over the grid (goal: >= 0.8). Writes OUT/<model>.csv and
 OUT/summary.json; prints a table.
@@ -102,6 +105,7 @@ def main():
     ap.add_argument("--models", default="gpt-mini,gpt-overlap")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "analysis/tune/real_grid"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -109,7 +113,7 @@ def main():
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     start = time.time()
     print(f"profile {a.hw}; load {open('/proc/loadavg').read().split()[:3]}", flush=True)
-    summary = {"hw": a.hw, "steps": a.steps, "warmup": a.warmup, "models": {}}
+    summary = {"hw": a.hw, "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "models": {}}
     for model in a.models.split(","):
         rows = []
         for pname, (p, o, c) in PLACEMENTS.items():
@@ -129,10 +133,17 @@ def main():
         rows.append({"name": "tuner-pick", "config": pick_cfg, "describe": pick["describe"]})
         for r in rows:
             r["predicted"] = simulate(a.zinf, model, r["config"], a.hw)
-            r["measured"], r["steps"] = train(a.zinf, model, r["config"], a.hw, a.steps, a.warmup,
-                                              os.path.join(scratch, "nvme", model, r["name"]))
-            print(f"  {model:<12} {r['name']:<26} predicted {r['predicted']:.4f} s  measured {r['measured']:.4f} s",
-                  flush=True)
+            r["rounds"], r["steps"] = [], []
+        for k in range(a.rounds):
+            for r in rows:
+                median, kept = train(a.zinf, model, r["config"], a.hw, a.steps, a.warmup,
+                                     os.path.join(scratch, "nvme", model, r["name"]))
+                r["rounds"].append(median)
+                r["steps"] += kept
+                print(f"  {model:<12} round {k + 1}/{a.rounds} {r['name']:<26} predicted {r['predicted']:.4f} s  "
+                      f"measured {median:.4f} s", flush=True)
+        for r in rows:
+            r["measured"] = statistics.median(r["rounds"])
         grid = [r for r in rows if r["name"] != "tuner-pick"]
         best = min(rows, key=lambda r: r["measured"])
         pick_row = rows[-1]
@@ -143,9 +154,10 @@ def main():
             "best": best["name"], "best_measured": best["measured"], "gap": gap, "spearman": rho,
             "tune_seconds": tune_s, "rows": rows}
         with open(os.path.join(a.out, f"{model}.csv"), "w") as f:
-            f.write("name,predicted_s,measured_s,steps_s\n")
+            f.write("name,predicted_s,measured_s,rounds_s,steps_s\n")
             for r in rows:
-                f.write(f"{r['name']},{r['predicted']:.6f},{r['measured']:.6f},{' '.join(f'{x:.4f}' for x in r['steps'])}\n")
+                f.write(f"{r['name']},{r['predicted']:.6f},{r['measured']:.6f},{' '.join(f'{x:.4f}' for x in r['rounds'])},"
+                        f"{' '.join(f'{x:.4f}' for x in r['steps'])}\n")
     summary["seconds"] = time.time() - start
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
