@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "cli/command.hpp"
 #include "core/config_paths.hpp"
 #include "engine/machine_info.hpp"
@@ -41,6 +43,13 @@ std::string profile_machine_mismatch(const core::HwProfile& hw, const std::strin
   std::string m = "hwprofile " + path + " was measured on another machine; its predictions describe that one:";
   for (const auto& d : diffs) m += "\n  - " + d;
   return m + "\n  To predict this machine, " + remedy + ".";
+}
+
+sim::AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,
+                                           const core::RunConfig& config) {
+  const int gpus = std::max(1, hw.node.gpus);
+  if (ranks % gpus != 0) return {config, false, false, ""};
+  return sim::resolve_auto(model, hw, ranks / gpus, config);
 }
 
 }  // namespace zinf::cli

@@ -8,6 +8,7 @@
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"
+#include "sim/auto_config.hpp"
 
 namespace zinf::cli {
 
@@ -33,5 +34,11 @@ Inputs load_inputs(const InputOptions& o);
 // `zinf profile-hw` command that measures this machine. A measured-looking profile without the
 // record (written before it existed) gets a message too. `disk_dir`: this run's NVMe directory.
 std::string profile_machine_mismatch(const core::HwProfile& hw, const std::string& path, const std::string& disk_dir);
+
+// `auto` decided as every command decides it (sim/auto_config.hpp), for a run of `ranks` ranks in
+// whole nodes of hw.node.gpus each; otherwise the config comes back unchanged and the planner's own
+// `auto` decides.
+sim::AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,
+                                           const core::RunConfig& config);
 
 }  // namespace zinf::cli

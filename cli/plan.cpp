@@ -14,6 +14,7 @@
 #include "core/timeline.hpp"
 #include "core/units.hpp"
 #include "models/gpt.hpp"
+#include "sim/auto_config.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -87,11 +88,11 @@ std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutp
   return line;
 }
 
-// `auto` (tiling, or a state's tier) is the planner's decision: the report uses what the planner
-// chose, so that it describes the Program `--program` writes and `sim` and `train` run. Returns a
-// line saying what was chosen, or why the planner refused (then the memory model's own smallest
-// fitting tiling factor is reported, and everything `auto` counted on the device).
-std::string resolve_auto(const Inputs& in, int nodes, MemoryModelInput& mm) {
+// `auto` that the tuner's search left to the planner (nothing it covers fit): the report uses what
+// the planner chose, so that it describes the Program `--program` writes and `sim` and `train` run.
+// Returns a line saying what was chosen, or why the planner refused (then the memory model's own
+// smallest fitting tiling factor is reported, and everything `auto` counted on the device).
+std::string planner_auto_line(const Inputs& in, int nodes, MemoryModelInput& mm) {
   const auto& c = in.config;
   const bool any_auto = c.tiling_factor == 0 || c.params.automatic || c.gradients.automatic ||
                         c.optimizer.automatic || c.checkpoints.automatic;
@@ -147,8 +148,12 @@ std::vector<std::string> activation_lines(const Inputs& in, int nodes) {
 
 void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
   Inputs in = load_inputs(opts);
+  const RunConfig asked = in.config;
+  // `auto` decided as every other command decides it (sim/auto_config.hpp).
+  const sim::AutoResolution resolved = sim::resolve_auto(in.model, in.hw, opts.nodes, in.config);
+  in.config = resolved.config;
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
-  const std::string auto_line = resolve_auto(in, opts.nodes, mm);
+  const std::string auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, opts.nodes, mm);
   MemoryReport rep = memory_requirement(mm);
   auto eff = efficiency_rows(in, mm.config);
   const std::vector<std::string> act_lines = activation_lines(in, opts.nodes);
@@ -219,14 +224,18 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   }
 
   const auto& m = in.model;
+  auto shown = [](const Placement& a, const Placement& r) {
+    return a.automatic && !r.automatic ? fmt::format("auto -> {}", to_string(r.tier)) : to_string(r);
+  };
   fmt::print("zinf plan: {} on {} x {} node(s) = {} GPUs ({})\n", m.name, in.hw.name, opts.nodes, rep.ranks,
              in.hw.node.gpu.name);
   fmt::print("model: {} params ({} layers, hidden {}, {} heads, seq {}, micro-batch {})\n", format_count(double(rep.params)),
              m.layers, m.hidden, m.heads, m.seq, in.config.micro_batch.value_or(m.micro_batch));
   fmt::print("config: {} | ZeRO stage {}, params {}, gradients {}, optimizer {}, checkpoints {} every {} block(s), tiling {}\n\n",
-             in.config_name, in.config.zero_stage, to_string(in.config.params), to_string(in.config.gradients),
-             to_string(in.config.optimizer), to_string(in.config.checkpoints), in.config.checkpoint_interval,
-             in.config.tiling_factor == 0 ? fmt::format("auto -> {}", rep.tiling_factor) : std::to_string(rep.tiling_factor));
+             in.config_name, in.config.zero_stage, shown(asked.params, in.config.params),
+             shown(asked.gradients, in.config.gradients), shown(asked.optimizer, in.config.optimizer),
+             shown(asked.checkpoints, in.config.checkpoints), in.config.checkpoint_interval,
+             asked.tiling_factor == 0 ? fmt::format("auto -> {}", rep.tiling_factor) : std::to_string(rep.tiling_factor));
   if (!auto_line.empty()) fmt::print("{}\n\n", auto_line);
   if (in.config.tensor_parallel > 1)
     fmt::print("tensor_parallel {}: a rank holds its group's share of every layer; ZeRO partitions it over the {} "

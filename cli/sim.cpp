@@ -73,6 +73,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
     j["ideal_step_time"] = res.ideal_step_time;
     j["program_tasks"] = res.program_tasks;
     j["wall_seconds"] = {{"plan", res.plan_seconds}, {"simulate", res.simulate_seconds}};
+    if (!res.auto_summary.empty()) j["auto"] = res.auto_summary;
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -82,6 +83,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   fmt::print("plan: params {} | gradients {} | optimizer {} | checkpoints {} | tiling {} | {} micro-batch(es)\n",
              to_string(res.plan.params), to_string(res.plan.gradients), to_string(res.plan.optimizer),
              to_string(res.plan.checkpoints), res.plan.tiling_factor, res.plan.micro_batches);
+  if (!res.auto_summary.empty()) fmt::print("{}\n", res.auto_summary);
   fmt::print("collectives: {}{}\n\n", o.collective,
              r.folded ? "; identical nodes folded: node 0's ranks simulated, the others mirrored (--no-fold: all)" : "");
   fmt::print("step time          {}   (idealized list schedule: {}, {:+.1f}%)\n", format_seconds(r.step_time),

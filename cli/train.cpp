@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/command.hpp"
+#include "cli/inputs.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/units.hpp"
@@ -147,6 +148,12 @@ void run_train(const TrainArgs& a) {
 
   install_stop_handlers();
   auto comm = engine::make_collectives(std::chrono::seconds(a.comm_timeout_s));
+  o.resolve_auto = [lead = comm->rank() == 0](const core::ModelSpec& m, const core::HwProfile& hw, int ranks,
+                                              const core::RunConfig& c) {
+    const auto r = resolve_auto_for_ranks(m, hw, ranks, c);
+    if (lead && !r.summary.empty()) fmt::print(stderr, "zinf train: {}\n", r.summary);
+    return r.config;
+  };
   if (comm->rank() == 0)
     for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
   try {

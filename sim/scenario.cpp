@@ -4,19 +4,23 @@
 
 #include "core/timeline.hpp"
 #include "models/gpt.hpp"
+#include "sim/auto_config.hpp"
 
 namespace zinf::sim {
 
-ScenarioResult run_scenario(const Scenario& s, const SimOptions& options) {
+ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options) {
   using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  const AutoResolution resolved = resolve_auto(asked.model, asked.hw, asked.nodes, asked.config);
+  const Scenario s{asked.model, asked.hw, resolved.config, asked.nodes};
   const int ranks = s.nodes * s.hw.node.gpus;
 
-  auto t0 = clock::now();
   core::ModelGraph graph = models::build_gpt(s.model, s.config);
   core::PlanResult planned = core::make_plan(graph, s.hw, s.config, ranks);
   auto t1 = clock::now();
 
   ScenarioResult out;
+  out.auto_summary = resolved.summary;
   out.plan = planned.plan;
   out.program_tasks = static_cast<int64_t>(planned.program.tasks().size());
   out.ideal_step_time = core::estimate_step_time(planned.program, s.hw);

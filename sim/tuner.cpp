@@ -420,7 +420,7 @@ std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, in
             c.tensor_parallel = sh.tp;
             c.partitioning = sh.part;
             c.params = {false, pt};
-            c.gradients = {false, pt};
+            c.gradients = {false, s.gradients_tier.value_or(pt)};
             c.optimizer = {false, ot};
             c.checkpoint_interval = ci;
             c.checkpoints = {false, ci == 0 ? Tier::Device : ct};

@@ -37,7 +37,8 @@ enum class TuneObjective {
 
 // The values each knob may take. Empty lists take the defaults of default_tune_space.
 struct TuneSpace {
-  std::vector<core::Tier> params_tiers;      // gradients live with the parameters
+  std::vector<core::Tier> params_tiers;      // gradients live with the parameters ...
+  std::optional<core::Tier> gradients_tier;  // ... unless this fixes their tier
   std::vector<core::Tier> optimizer_tiers;
   std::vector<int64_t> checkpoint_intervals; // 0: no checkpoints
   std::vector<core::Tier> checkpoint_tiers;

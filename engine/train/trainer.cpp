@@ -66,7 +66,7 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), graph(build_graph(opt, kind)),
+      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), graph(build_graph(opt, kind, c.size())),
         planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
         model(graph), env(opt.env ? *opt.env : default_io_env()) {
     // Checkpoint directory first: a run that cannot save (unwritable, locked, or holding an
@@ -162,7 +162,7 @@ struct Trainer::Impl {
     if (failed > 0) throw std::runtime_error(fmt::format("rank 0 could not use the checkpoint directory {}", opt.checkpoint_dir));
   }
 
-  static core::ModelGraph build_graph(TrainerOptions& o, BackendKind kind) {
+  static core::ModelGraph build_graph(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
     if (o.config.tensor_parallel != 1)
       throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
@@ -171,6 +171,7 @@ struct Trainer::Impl {
     // The CPU backend's kernels keep fp32 activations, gathered parameters and gradients: its plan
     // counts them at that size, whatever working precision the profile gives its device.
     if (kind != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
+    if (o.resolve_auto) o.config = o.resolve_auto(o.model, o.hw, ranks, o.config);
     return models::build_gpt(o.model, o.config);
   }
 

@@ -57,6 +57,11 @@ struct TrainerOptions {
   uint64_t device_memory = 0;    // cuda: device arena bytes; 0: the free memory less a reserve
   IoEnv* env = nullptr;          // the checkpoint files' door to the OS; null: default_io_env()
   std::function<void(const std::string&)> note;  // messages for the user (rank 0); null: stderr
+  // Decides the config's `auto` knobs before planning, given the model, the hwprofile as this
+  // backend plans with it and the rank count; null: the planner's own `auto`. `zinf train` passes
+  // the tuner's search (sim/auto_config.hpp), so that it trains what `zinf plan` and `sim` plan.
+  std::function<core::RunConfig(const core::ModelSpec&, const core::HwProfile&, int ranks, const core::RunConfig&)>
+      resolve_auto;
 };
 
 struct StepStats {

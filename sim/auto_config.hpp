@@ -1,0 +1,40 @@
+// `auto` in a run config, decided once for every consumer: `zinf plan`, `sim`, `train`, `validate`
+// and `sweep` resolve the config through resolve_auto before they plan, so they all get the same
+// Program. The decision is the tuner's search (sim/tuner.hpp) over the knobs the config leaves to
+// `auto` alone — the tier of parameters (with gradients), of optimizer states, of checkpoints, and
+// the tiling factor — everything else held at the config's values: the memory model prunes, the
+// closed-form lane estimate orders, the planner's idealized schedule judges the most promising and
+// the simulator the best two, beside the planner's own greedy choice (so the search never returns
+// something the simulator finds slower than what greedy `auto` planned). It is bounded (at most 27
+// tier combinations, each with the smallest tiling that fits; 32 planned, 3 simulated) and cached: in this process, and on disk under
+// $ZINF_CACHE_DIR (default $XDG_CACHE_HOME/zinf or ~/.cache/zinf; "off" disables it), keyed by the
+// model, the hwprofile, the node count, the config and this build. When nothing the search covers
+// fits, the config is returned unchanged and the planner's own `auto` (greedy, then every tier
+// combination) decides or refuses with its reason.
+//
+// Activation offload's `tier: auto` is not this: the activation pass chooses per block
+// (core/activation_pass.hpp).
+#pragma once
+#include <string>
+
+#include "core/hwprofile.hpp"
+#include "core/model_spec.hpp"
+#include "core/run_config.hpp"
+
+namespace zinf::sim {
+
+struct AutoResolution {
+  core::RunConfig config;  // auto knobs fixed (unchanged when none were auto or nothing fit)
+  bool searched = false;   // the config had auto knobs and the search chose them
+  bool cached = false;     // the choice came from the cache
+  std::string summary;     // "" when nothing was auto; else what was chosen and why, one line
+};
+
+bool has_auto_knobs(const core::RunConfig& config);
+
+// Forks child processes (planning and SimGrid run there): call it before this process creates a
+// simulation engine.
+AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile& hw, int nodes,
+                            const core::RunConfig& config);
+
+}  // namespace zinf::sim
