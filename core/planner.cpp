@@ -67,6 +67,7 @@ public:
   auto& sub_groups() { return p_.sub_groups_; }
   auto& ranks() { return p_.ranks_; }
   auto& gpus_per_node() { return p_.gpus_per_node_; }
+  auto& tensor_parallel() { return p_.tensor_parallel_; }
   auto& partitioning() { return p_.partitioning_; }
   auto& micro_batches() { return p_.micro_batches_; }
   auto& units() { return p_.units_; }
@@ -1511,6 +1512,7 @@ void Planner::emit() {
 void Planner::finish_program() {
   b_.ranks() = R_;
   b_.gpus_per_node() = plan_.gpus_per_node;
+  b_.tensor_parallel() = static_cast<int>(T_);
   b_.partitioning() = plan_.partitioning;
   b_.micro_batches() = static_cast<int>(plan_.micro_batches);
   b_.units() = units_;
