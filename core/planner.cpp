@@ -22,6 +22,7 @@
 #include "core/activation_pass.hpp"
 #include "core/errors.hpp"
 #include "core/kernel_activations.hpp"
+#include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "core/units.hpp"
@@ -527,7 +528,9 @@ void Planner::make_runs() {
   };
   const double tokens = double(g_.tokens);
   const auto& s = g_.spec;
-  const double per_block = tokens * (16.0 * double(s.hidden) + 2.0 * double(s.heads) * double(s.seq));
+  // One rank's share of a block's activations (the graph's spec is the whole model's): the memory
+  // model's count, so that both split them under tensor parallelism alike.
+  const double per_block = tokens * block_activation_bytes_per_token(s, T_);
   runs_.clear();
   op_run_.assign(n, -1);
   int64_t prev_key = -2;
