@@ -66,6 +66,12 @@ ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel) {
   return c;
 }
 
+double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_parallel) {
+  const double t = double(std::max<int64_t>(1, tensor_parallel));
+  const double replicated = 10.0 / 34.0;
+  return 16.0 * double(m.hidden) * (replicated + (1.0 - replicated) / t) + 2.0 * double(m.heads) * double(m.seq) / t;
+}
+
 namespace {
 
 void add(TierBytes& t, Tier tier, double per_gpu_bytes, int gpus_per_node) {
@@ -95,7 +101,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double P_rank = double(counts.total(m.layers));
   const double dp = double(N) / double(t);
   const double bsz = double(c.micro_batch.value_or(m.micro_batch));
-  const double seq = double(m.seq), hd = double(m.hidden), heads = double(m.heads), nl = double(m.layers);
+  const double seq = double(m.seq), hd = double(m.hidden), nl = double(m.layers);
   const int64_t tiles = std::max<int64_t>(1, c.tiling_factor);
   // The device's working precision (HwProfile): bf16 gives the paper's formulas; fp32 counts the
   // tensors the CPU backend's kernels keep, as the planner does.
@@ -129,15 +135,11 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
 
   // Working memory on the device: activations of ci blocks being recomputed, and the model states
   // of the largest operator (param + grad, bf16) split into tiles. When parameters are partitioned
-  // (ZeRO-3) the prefetched parameters within the live-bytes bound are resident too.
-  // Under tensor parallelism the attention scores split with the heads, and of the per-token
-  // term the share Korthikanti et al. (2022) find replicated, 10 of 34 bytes per hidden unit
-  // (layernorm inputs, residuals, dropout masks), stays whole; the rest splits t ways.
+  // (ZeRO-3) the prefetched parameters within the live-bytes bound are resident too. Under tensor
+  // parallelism a rank holds its share of the activations (block_activation_bytes_per_token).
   MemoryRow awm{"activation working memory", {}};
   if (wb == 2.0) {
-    const double replicated = 10.0 / 34.0;
-    awm.bytes.device = bsz * seq * ci * (16.0 * hd * (replicated + (1.0 - replicated) / double(t)) +
-                                         2.0 * heads * seq / double(t));
+    awm.bytes.device = bsz * seq * ci * block_activation_bytes_per_token(m, t);
   } else {  // ci blocks' activations and one block's gradients as the fp32 kernels keep them (tensor parallel 1)
     awm.bytes.device = wb * bsz * seq * (ci * block_forward_elements(m) + block_backward_elements(m));
   }

@@ -34,6 +34,14 @@ struct ParamCounts {
 };
 ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel = 1);
 
+// Bytes one token's bf16 activations of one transformer block take on a rank: the paper's
+// 16·hidden + 2·heads·seq (ZeRO-Infinity §4.1 with 2-byte elements) at tensor_parallel 1. Under
+// tensor parallelism t the attention scores split with the heads, and of the per-token term the
+// share Korthikanti et al. (2022) find replicated, 10 of 34 bytes per hidden unit (layernorm
+// inputs, residuals, dropout masks), stays whole while the rest splits t ways. The memory model's
+// working-memory row and the planner's activation estimate both use it.
+double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_parallel);
+
 struct TierBytes {
   double device = 0;  // per GPU
   double host = 0;    // per node

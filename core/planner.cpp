@@ -22,6 +22,7 @@
 #include "core/activation_pass.hpp"
 #include "core/errors.hpp"
 #include "core/kernel_activations.hpp"
+#include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "core/units.hpp"
@@ -67,6 +68,7 @@ public:
   auto& sub_groups() { return p_.sub_groups_; }
   auto& ranks() { return p_.ranks_; }
   auto& gpus_per_node() { return p_.gpus_per_node_; }
+  auto& tensor_parallel() { return p_.tensor_parallel_; }
   auto& partitioning() { return p_.partitioning_; }
   auto& micro_batches() { return p_.micro_batches_; }
   auto& units() { return p_.units_; }
@@ -526,7 +528,9 @@ void Planner::make_runs() {
   };
   const double tokens = double(g_.tokens);
   const auto& s = g_.spec;
-  const double per_block = tokens * (16.0 * double(s.hidden) + 2.0 * double(s.heads) * double(s.seq));
+  // One rank's share of a block's activations (the graph's spec is the whole model's): the memory
+  // model's count, so that both split them under tensor parallelism alike.
+  const double per_block = tokens * block_activation_bytes_per_token(s, T_);
   runs_.clear();
   op_run_.assign(n, -1);
   int64_t prev_key = -2;
@@ -1511,6 +1515,7 @@ void Planner::emit() {
 void Planner::finish_program() {
   b_.ranks() = R_;
   b_.gpus_per_node() = plan_.gpus_per_node;
+  b_.tensor_parallel() = static_cast<int>(T_);
   b_.partitioning() = plan_.partitioning;
   b_.micro_batches() = static_cast<int>(plan_.micro_batches);
   b_.units() = units_;

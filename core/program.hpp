@@ -169,6 +169,10 @@ class Program {
 public:
   int ranks() const { return ranks_; }
   int gpus_per_node() const { return gpus_per_node_; }
+  // T: ranks r and r + 1 .. r + T - 1 (r a multiple of T) split each layer. A collective over all
+  // ranks that moves ZeRO's shards (parameters, gradients) runs in T data-parallel groups of
+  // ranks / T, one per tensor-parallel index, each over its own shards ({j, j + T, j + 2T, ...}).
+  int tensor_parallel() const { return tensor_parallel_; }
   Partitioning partitioning() const { return partitioning_; }
   int micro_batches() const { return micro_batches_; }
 
@@ -209,6 +213,7 @@ private:
   friend class ProgramBuilder;
   int ranks_ = 1;
   int gpus_per_node_ = 1;
+  int tensor_parallel_ = 1;
   Partitioning partitioning_ = Partitioning::BandwidthCentric;
   int micro_batches_ = 1;
   std::vector<Task> tasks_;

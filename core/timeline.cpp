@@ -204,9 +204,12 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
     case TaskKind::AllReduce:
     case TaskKind::Broadcast:
     case TaskKind::Reduce: {
-      const double parts = std::max(1, t.participants);
+      // Over all ranks under tensor parallelism T: T data-parallel groups of ranks / T at once
+      // (Program::tensor_parallel), each across nodes as soon as the ranks are.
+      const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
+      const double parts = std::max(1, t.participants / T);
       if (parts <= 1) return 0;
-      const bool one_node = parts <= G;
+      const bool one_node = t.participants <= G;
       const double bw = one_node ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);
       const double lat = one_node ? n.nvlink_latency : hw.fabric.latency;
       double volume = (parts - 1) / parts * t.bytes;

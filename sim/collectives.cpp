@@ -1,5 +1,6 @@
 #include "sim/collectives.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace zinf::sim {
@@ -78,6 +79,11 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
                                                const HopLatency& latency) {
   if (!core::is_collective(c.kind)) throw std::invalid_argument("collective_phases: not a collective task kind");
   if (c.ranks < 1 || c.gpus_per_node < 1) throw std::invalid_argument("collective_phases: no ranks");
+  const int T = c.stride;
+  if (T < 1 || c.ranks % T != 0 || (c.ranks > T && std::min(c.gpus_per_node, c.ranks) % T != 0))
+    throw std::invalid_argument("collective over strided groups: stride " + std::to_string(T) + " must divide the " +
+                                std::to_string(c.ranks) + " ranks and a node's " + std::to_string(c.gpus_per_node) +
+                                " GPUs");
   Builder b{c, latency, {}};
   const int G = std::min(c.gpus_per_node, c.ranks);
   const bool hierarchical = algorithm == CollectiveAlgorithm::Hierarchical && c.ranks > G;
@@ -86,44 +92,53 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
                                 " ranks do not fill nodes of " + std::to_string(G) + " GPUs");
   const bool rooted = c.kind == TaskKind::Broadcast || c.kind == TaskKind::Reduce;
   const bool reverse = c.kind == TaskKind::Reduce;
+  // The T groups, each in rank order (node by node).
+  std::vector<std::vector<int>> groups(static_cast<size_t>(T));
+  for (int r = 0; r < c.ranks; ++r) groups[static_cast<size_t>(r % T)].push_back(r);
 
   if (!hierarchical) {
-    std::vector<int> all;
-    for (int r = 0; r < c.ranks; ++r) all.push_back(r);
-    if (rooted)
-      b.chain({rotated(all, c.root, reverse)}, c.bytes);
-    else
-      b.ring({all}, c.kind, c.bytes);
+    if (rooted) {
+      std::vector<std::vector<int>> chains;
+      for (int j = 0; j < T; ++j) chains.push_back(rotated(groups[static_cast<size_t>(j)], c.root + j, reverse));
+      b.chain(chains, c.bytes);
+    } else {
+      b.ring(groups, c.kind, c.bytes);
+    }
     return std::move(b.phases);
   }
 
-  const int N = c.ranks / G;
-  std::vector<std::vector<int>> intra(N), inter(G);
+  // Hierarchical: inside each node the group's L = G/T members; across nodes the rings of one
+  // local index (each local index belongs to one group), each on the group's S/L.
+  const int N = c.ranks / G, L = G / T;
+  std::vector<std::vector<int>> intra(static_cast<size_t>(N * T)), inter(static_cast<size_t>(G));
   for (int r = 0; r < c.ranks; ++r) {
-    intra[r / G].push_back(r);
-    inter[r % G].push_back(r);
+    intra[static_cast<size_t>((r / G) * T + r % T)].push_back(r);
+    inter[static_cast<size_t>(r % G)].push_back(r);
   }
   const double S = c.bytes;
   switch (c.kind) {
     case TaskKind::AllGather:
-      b.ring(inter, TaskKind::AllGather, S / G);
+      b.ring(inter, TaskKind::AllGather, S / L);
       b.ring(intra, TaskKind::AllGather, S);
       break;
     case TaskKind::ReduceScatter:
       b.ring(intra, TaskKind::ReduceScatter, S);
-      b.ring(inter, TaskKind::ReduceScatter, S / G);
+      b.ring(inter, TaskKind::ReduceScatter, S / L);
       break;
     case TaskKind::AllReduce:
       b.ring(intra, TaskKind::ReduceScatter, S);
-      b.ring(inter, TaskKind::AllReduce, S / G);
+      b.ring(inter, TaskKind::AllReduce, S / L);
       b.ring(intra, TaskKind::AllGather, S);
       break;
     case TaskKind::Broadcast:
     case TaskKind::Reduce: {
-      const int root_local = c.root % G, root_node = c.root / G;
-      std::vector<std::vector<int>> inside;
-      for (int n = 0; n < N; ++n) inside.push_back(rotated(intra[n], n * G + root_local, reverse));
-      auto across = std::vector<std::vector<int>>{rotated(inter[root_local], root_node * G + root_local, reverse)};
+      std::vector<std::vector<int>> inside, across;
+      for (int j = 0; j < T; ++j) {
+        const int root = c.root + j, root_local = root % G, root_node = root / G;
+        for (int n = 0; n < N; ++n)
+          inside.push_back(rotated(intra[static_cast<size_t>(n * T + j)], n * G + root_local, reverse));
+        across.push_back(rotated(inter[static_cast<size_t>(root_local)], root_node * G + root_local, reverse));
+      }
       if (reverse) {
         b.chain(inside, S);
         b.chain(across, S);

@@ -8,6 +8,13 @@
 // same local index over the NICs (reduce-scatter inside then across; all-gather across then inside;
 // all-reduce as reduce-scatter inside, all-reduce across on S/G, all-gather inside). Broadcast and
 // reduce are pipelined chains from / to the root. Pure functions, thread-safe.
+// Strided groups (tensor parallelism T): a ZeRO collective runs in T data-parallel groups at once,
+// group j = {j, j+T, j+2T, ...}, each over its own S bytes (its share of every layer). A group has
+// G/T members in each node: its ring (flat) visits them in order then crosses to the next node, so
+// each node boundary carries T flows, one per group; hierarchically, T rings of G/T members inside
+// each node and, across nodes, the same G rings of one local index as for T = 1, each on S·T/G.
+// Either way a node receives T·S bytes from the fabric per all-gather (all of its groups' shares
+// of the layer), not S: with T = 1 the two coincide.
 #pragma once
 #include <string>
 #include <vector>
@@ -40,7 +47,8 @@ struct CollectiveShape {
   int ranks = 1;          // participants: ranks 0 .. ranks-1, numbered node by node
   int gpus_per_node = 1;
   double bytes = 0;       // S: the full (gathered / reduced) buffer
-  int root = 0;           // Broadcast / Reduce
+  int root = 0;           // Broadcast / Reduce: a rank of group 0; group j's root is root + j
+  int stride = 1;         // T: `stride` groups of ranks / stride members, group j = {j + stride·i}
 };
 
 struct HopLatency {

@@ -337,7 +337,9 @@ private:
       }
       latency(skew * since);
     }
-    auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root)}, options_.algorithm,
+    // Under tensor parallelism T, ZeRO's collectives run in T strided data-parallel groups at once.
+    const int stride = program_.tensor_parallel();
+    auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root), stride}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
     if (fold_) phases = fold(phases, G);
     for (const auto& p : phases) {

@@ -181,3 +181,14 @@ TEST_CASE("bandwidth efficiency reproduces the worked points of paper §4", "[me
   CHECK(opt_bw < 3.0e12);
   CHECK(efficiency(ait_optimizer_states(m), 1.5e12, peak) == Approx(0.846).epsilon(0.01));
 }
+
+TEST_CASE("a block's activations per token on a tensor-parallel rank: replicated share whole, the rest split", "[memory][tp]") {
+  ModelSpec m;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.seq = 512;
+  // Tensor parallel 1: the paper's 16 hd + 2 heads seq bytes.
+  CHECK(block_activation_bytes_per_token(m, 1) == Approx(16.0 * 1024 + 2.0 * 16 * 512));
+  // t = 4: 10 of the 34 bytes per hidden unit stay whole, 24 split; the scores split with the heads.
+  CHECK(block_activation_bytes_per_token(m, 4) == Approx(16.0 * 1024 * (10.0 + 24.0 / 4) / 34 + 2.0 * 16 * 512 / 4));
+}

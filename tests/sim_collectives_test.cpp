@@ -31,10 +31,11 @@ std::string profile(int gpus) {
 
 constexpr double kNv = 100e9, kNvLat = 2e-6, kFabricLat = 5e-6;
 
-double simulate(int gpus, int nodes, TaskKind kind, int ranks, double bytes, sim::CollectiveAlgorithm algo, int root = 0) {
+double simulate(int gpus, int nodes, TaskKind kind, int ranks, double bytes, sim::CollectiveAlgorithm algo, int root = 0,
+                int stride = 1) {
   std::string out = sim::run_isolated([&] {
     sim::Platform p(core::parse_hwprofile(profile(gpus), "test.yaml"), nodes);
-    auto phases = sim::collective_phases({kind, ranks, gpus, bytes, root}, algo, {kNvLat, kFabricLat});
+    auto phases = sim::collective_phases({kind, ranks, gpus, bytes, root, stride}, algo, {kNvLat, kFabricLat});
     double end = 0;
     sg4::Actor::create("collective", p.gpu(0), [&] {
       sim::execute_phases(p, phases);
@@ -120,4 +121,59 @@ TEST_CASE("collective phases: flows per rank and bytes per flow") {
 
   CHECK(sim::collective_phases({TaskKind::AllGather, 1, 8, 1e9, 0}, sim::CollectiveAlgorithm::Ring, {}).empty());
   CHECK_THROWS(sim::collective_phases({TaskKind::AllGather, 12, 8, 1e9, 0}, sim::CollectiveAlgorithm::Hierarchical, {}));
+}
+
+TEST_CASE("strided data-parallel groups under tensor parallelism: a node takes T times the fabric bytes", "[tensor-parallel]") {
+  // 2 nodes x 4 GPUs, T = 2: groups {0,2,4,6} and {1,3,5,7}, each gathering its own S.
+  const double S = 4e9;
+  // Hierarchical: across, the 4 rings of one local index (as for T = 1) now carry S/L with L = G/T
+  // = 2 members per node, two GPUs per NIC (5 GB/s each); inside, T rings of 2 on NVLink.
+  const double across = 0.5 * (S / 2) / 5e9 + kFabricLat;
+  const double inside = 0.5 * S / kNv + kNvLat;
+  CHECK(simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Hierarchical, 0, 2) ==
+        Approx(across + inside).epsilon(0.01));
+  CHECK(simulate(4, 2, TaskKind::ReduceScatter, 8, S, sim::CollectiveAlgorithm::Hierarchical, 0, 2) ==
+        Approx(inside + across).epsilon(0.01));
+  // Twice the fabric time of one group of 8 (T = 1), whose rings carry S/4.
+  const double across_t1 = 0.5 * (S / 4) / 5e9 + kFabricLat;
+  CHECK(across == Approx(2 * across_t1).epsilon(0.01));
+  // Flat: each group's ring crosses each node boundary once; node 0's last members (GPUs 2, 3)
+  // share NIC 1 and node 1's first (4, 5) share its NIC 0: each crossing flow gets 5 GB/s.
+  CHECK(simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Ring, 0, 2) ==
+        Approx(3.0 / 4 * S / 5e9 + 3 * kFabricLat).epsilon(0.01));
+  // T = G: one member per node, every GPU's fabric ring carries the group's whole S.
+  CHECK(simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Hierarchical, 0, 4) ==
+        Approx(0.5 * S / 5e9 + kFabricLat).epsilon(0.01));
+}
+
+TEST_CASE("strided collective phases: groups, flows and the bytes a node receives", "[tensor-parallel]") {
+  // 4 nodes x 8 GPUs, T = 4: 4 groups of 8, 2 members per node.
+  const double S = 8e9;
+  auto hier = sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 4}, sim::CollectiveAlgorithm::Hierarchical, {1e-6, 5e-6});
+  REQUIRE(hier.size() == 2);
+  CHECK(hier[0].crosses_nodes);
+  CHECK(hier[0].flows.size() == 32);                          // 8 rings of one local index over 4 nodes
+  CHECK(hier[0].flows[0].bytes == Approx(3.0 / 4 * S / 2));
+  CHECK_FALSE(hier[1].crosses_nodes);
+  CHECK(hier[1].flows.size() == 32);                          // 16 rings of 2 (4 nodes x 4 groups)
+  for (const auto& f : hier[1].flows) CHECK(f.src % 4 == f.dst % 4);  // inside one group
+  // Bytes node 0 receives from other nodes: T x S x (N-1)/N, T times the unstrided collective's.
+  auto into_node0 = [](const std::vector<sim::CollectivePhase>& ph) {
+    double b = 0;
+    for (const auto& p : ph)
+      for (const auto& f : p.flows)
+        if (f.dst < 8 && f.src >= 8) b += f.bytes;
+    return b;
+  };
+  CHECK(into_node0(hier) == Approx(4 * S * 3.0 / 4));
+  auto flat = sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 4}, sim::CollectiveAlgorithm::Ring, {1e-6, 5e-6});
+  REQUIRE(flat.size() == 1);
+  CHECK(flat[0].flows.size() == 32);
+  CHECK(flat[0].flows[0].bytes == Approx(7.0 / 8 * S));
+  CHECK(flat[0].latency == Approx(7 * 5e-6));
+  CHECK(into_node0(flat) == Approx(4 * 7.0 / 8 * S));
+  auto one = sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 1}, sim::CollectiveAlgorithm::Hierarchical, {1e-6, 5e-6});
+  CHECK(into_node0(one) == Approx(S * 3.0 / 4));
+  // A stride must divide the ranks and a node's GPUs.
+  CHECK_THROWS(sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 3}, sim::CollectiveAlgorithm::Ring, {}));
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The published-measurements suite: simulates every point of experiments/published/points.yaml and
-# writes analysis/published/ (table, CSV, scatter, per-figure panels). About 15 s.
+# writes analysis/published/ (table, CSV, scatter, per-figure panels). About a minute.
 #   bash experiments/published/run.sh [run.py options]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
