@@ -77,6 +77,7 @@ public:
   auto& activations() { return p_.activations_; }
   auto& static_bytes() { return p_.static_bytes_; }
   auto& peak() { return p_.peak_; }
+  auto& lane_slots() { return p_.lane_slots_; }
   Program& program() { return p_; }
 
 private:
@@ -1521,6 +1522,7 @@ void Planner::finish_program() {
   b_.units() = units_;
   b_.op_order() = order_;
   b_.budget() = plan_.budget;
+  b_.lane_slots() = lane_slots_for(c_);
   b_.activations() = segments_;
   b_.ops().clear();
   for (const auto& o : g_.ops) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
 
 namespace zinf::core {
@@ -152,6 +153,15 @@ std::string per_tier_json(const PerTier& p) {
 
 }  // namespace
 
+std::array<int32_t, kLaneCount> lane_slots_for(const RunConfig& config) {
+  std::array<int32_t, kLaneCount> slots{};
+  slots.fill(1);
+  const auto nvme = static_cast<int32_t>(std::max<int64_t>(1, config.aio_tasks_in_flight));
+  slots[static_cast<size_t>(Lane::NvmeRead)] = nvme;
+  slots[static_cast<size_t>(Lane::NvmeWrite)] = nvme;
+  return slots;
+}
+
 void Program::write_json(std::ostream& out) const {
   out << "{\n";
   out << fmt::format("\"ranks\":{},\n\"gpus_per_node\":{},\n\"partitioning\":\"{}\",\n\"micro_batches\":{},\n", ranks_,
@@ -160,6 +170,10 @@ void Program::write_json(std::ostream& out) const {
                      micro_batches_);
   out << "\"budget_per_rank\":" << per_tier_json(budget_) << ",\n";
   out << "\"peak_bytes_per_rank\":" << per_tier_json(peak_) << ",\n";
+  out << "\"lane_slots\":{";
+  for (int l = 0; l < kLaneCount; ++l)
+    out << (l ? "," : "") << fmt::format("\"{}\":{}", to_string(static_cast<Lane>(l)), lane_slots_[static_cast<size_t>(l)]);
+  out << "},\n";
   out << "\"static_bytes\":[";
   for (size_t i = 0; i < static_bytes_.size(); ++i) out << (i ? "," : "") << per_tier_json(static_bytes_[i]);
   out << "],\n\"shard_space\":[";

@@ -7,9 +7,11 @@
 // `task_for_rank` / `for_rank` resolve those rank-dependent fields for one rank.
 //
 // Execution contract for executors:
-//  - tasks are numbered in a topological order; on each rank, a lane runs its tasks in id order,
-//    one at a time; a task starts once every task in `deps(t)` has finished on the same rank
-//    (and, for a collective, on every participant);
+//  - tasks are numbered in a topological order; on each rank, a lane starts its tasks in id order,
+//    at most `lane_slots(lane)` of them at a time (1 for every lane but the NVMe ones, whose
+//    tasks may overlap so that the disk's queue stays full between them), and they may end in any
+//    order; a task starts once every task in `deps(t)` has finished on the same rank (and, for a
+//    collective, on every participant);
 //  - a task's allocations happen when it starts and its frees when it ends; `static_bytes` per
 //    tier are resident for the whole step; their sum never exceeds `budget` (checked by core).
 //
@@ -165,6 +167,10 @@ inline double at(const PerTier& p, Tier t) { return p[static_cast<int>(t)]; }
 
 class ProgramBuilder;
 
+// The lane slots a Program planned with `config` has: aio.tasks_in_flight for the NVMe lanes, 1 for
+// the others.
+std::array<int32_t, kLaneCount> lane_slots_for(const RunConfig& config);
+
 class Program {
 public:
   int ranks() const { return ranks_; }
@@ -203,6 +209,10 @@ public:
   const PerTier& budget() const { return budget_; }
   const PerTier& peak_bytes() const { return peak_; }
 
+  // Tasks of `lane` that may run at once on one rank (see the execution contract): at least 1,
+  // above 1 only for Lane::NvmeRead and Lane::NvmeWrite (the run config's aio.tasks_in_flight).
+  int lane_slots(Lane lane) const { return lane_slots_[static_cast<size_t>(lane)]; }
+
   // "fwd h.3.mlp.c_fc[t1/4] mb0", "allgather h.3.ln_1 (bwd) mb1", "adam sg4".
   std::string label(const Task& t) const;
 
@@ -211,6 +221,10 @@ public:
 
 private:
   friend class ProgramBuilder;
+
+// The lane slots a Program planned with `config` has: aio.tasks_in_flight for the NVMe lanes, 1 for
+// the others.
+std::array<int32_t, kLaneCount> lane_slots_for(const RunConfig& config);
   int ranks_ = 1;
   int gpus_per_node_ = 1;
   int tensor_parallel_ = 1;
@@ -228,6 +242,7 @@ private:
   std::vector<PerTier> static_bytes_;    // per rank (owner-based) or one entry (bandwidth-centric)
   PerTier budget_{};
   PerTier peak_{};
+  std::array<int32_t, kLaneCount> lane_slots_{1, 1, 1, 1, 1, 1, 1};
 };
 
 }  // namespace zinf::core

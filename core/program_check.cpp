@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/plan.hpp"
@@ -203,6 +204,33 @@ std::vector<std::string> validate_program(const Program& p) {
     for (int32_t a : adam_of)
       if (a >= 0 && !reaches(p, norm, a, mark, stamp++))
         error(fmt::format("optimizer step {} does not wait for the global gradient norm", a));
+
+  // Invariant 5: lane slots. A lane runs at least one task at a time; only the NVMe lanes run more,
+  // and there lane order no longer orders anything: two writes of the same range of a state (a
+  // unit's or sub-group's gradients, parameters or optimizer states in any micro-batch; a
+  // checkpoint or activation segment of one micro-batch) must be ordered by a dependency path.
+  for (int l = 0; l < kLaneCount; ++l) {
+    const auto lane = static_cast<Lane>(l);
+    const int slots = p.lane_slots(lane);
+    if (slots < 1 || (slots > 1 && lane != Lane::NvmeRead && lane != Lane::NvmeWrite))
+      error(fmt::format("lane {} has {} slots: every lane has at least 1, only the NVMe lanes more", to_string(lane), slots));
+  }
+  if (p.lane_slots(Lane::NvmeWrite) > 1) {
+    std::map<std::tuple<int, int32_t, int32_t, int32_t, int32_t, int32_t>, int32_t> last_write;
+    for (const auto& t : tasks) {
+      if (t.lane != Lane::NvmeWrite) continue;
+      const bool state = t.data == Data::Grad || t.data == Data::Param || t.data == Data::OptimizerState;
+      const auto key = std::make_tuple(static_cast<int>(t.data), t.unit, t.sub_group, t.checkpoint, t.activation,
+                                       state ? -1 : t.micro_batch);
+      auto [it, fresh] = last_write.try_emplace(key, t.id);
+      if (fresh) continue;
+      if (!reaches(p, it->second, t.id, mark, stamp++))
+        error(fmt::format("NVMe writes {} ({}) and {} ({}) of the same range may overlap on a lane of {} slots: the "
+                          "later must depend on the earlier",
+                          it->second, p.label(p.task(it->second)), t.id, p.label(t), p.lane_slots(Lane::NvmeWrite)));
+      it->second = t.id;
+    }
+  }
 
   // Invariant 2: the peak the planner found is within budget.
   for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})

@@ -41,6 +41,7 @@ constexpr double kMaxBytes = 1e18;
 constexpr double kMaxBlock = 1 << 30;
 constexpr int64_t kMaxQueueDepth = 65536;
 constexpr int64_t kMaxRings = 64;
+constexpr int64_t kMaxTasksInFlight = 64;
 constexpr int64_t kMaxBuffers = 65536;
 constexpr int64_t kMaxBufferBytes = int64_t(1) << 40;
 constexpr int64_t kMaxParams = int64_t(1) << 50;
@@ -103,6 +104,7 @@ RunConfig read_yaml(ConfigReader& r) {
     c.aio_block_size = static_cast<int64_t>(a->number_in("block_size", U::Bytes, 1, kMaxBlock, double(c.aio_block_size)));
     c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
     c.aio_rings = a->int_in("rings", 1, kMaxRings, c.aio_rings);
+    c.aio_tasks_in_flight = a->int_in("tasks_in_flight", 1, kMaxTasksInFlight, c.aio_tasks_in_flight);
     c.swap_checksums = a->boolean("checksums", false);
     if (c.aio_block_size % kIoAlignmentBytes != 0)
       a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,

@@ -71,6 +71,9 @@ struct RunConfig {
   int64_t aio_block_size = 1 << 20;
   int64_t aio_queue_depth = 32;
   int64_t aio_rings = 1;
+  // NVMe tasks each NVMe lane runs at once (aio.tasks_in_flight): while one task converts or waits
+  // for its last block, the others keep the disk's queue full. Program::lane_slots of the NVMe lanes.
+  int64_t aio_tasks_in_flight = 1;
   bool swap_checksums = false;               // CRC32C per 4 KiB page of the NVMe swap files (aio.checksums)
   int64_t pinned_buffer_count = 8;
   int64_t pinned_buffer_size = 64 << 20;

@@ -57,8 +57,8 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
       "reuse_distance_bytes: {:.0f}}}\n",
       c.nvme_prefetch_distance, c.h2d_prefetch_distance, c.allgather_prefetch_distance, c.max_live_bytes,
       c.reuse_distance_bytes);
-  out += fmt::format("aio: {{block_size: {}, queue_depth: {}, rings: {}, checksums: {}}}\n", c.aio_block_size,
-                     c.aio_queue_depth, c.aio_rings, c.swap_checksums);
+  out += fmt::format("aio: {{block_size: {}, queue_depth: {}, rings: {}, tasks_in_flight: {}, checksums: {}}}\n",
+                     c.aio_block_size, c.aio_queue_depth, c.aio_rings, c.aio_tasks_in_flight, c.swap_checksums);
   out += fmt::format("pinned: {{buffer_count: {}, buffer_size: {}}}\n", c.pinned_buffer_count, c.pinned_buffer_size);
   out += fmt::format(
       "optimizer: {{type: {}, lr: {}, beta1: {}, beta2: {}, eps: {}, weight_decay: {}, grad_clip: {}, "

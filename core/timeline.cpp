@@ -135,16 +135,21 @@ TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
                           p.label(t), e->start, ready));
       end[static_cast<size_t>(t.id)] = e->end;
     }
-    // Lanes are serial.
+    // A lane runs at most its slots' worth of tasks at once (one, but for the NVMe lanes).
     for (int l = 0; l < kLaneCount; ++l) {
+      const auto slots = static_cast<size_t>(std::max(1, p.lane_slots(static_cast<Lane>(l))));
       std::vector<const TimelineEvent*> lane;
       for (const auto* e : evs)
         if (static_cast<int>(e->lane) == l && e->end > e->start) lane.push_back(e);
       std::sort(lane.begin(), lane.end(), [](auto* a, auto* b) { return a->start < b->start; });
-      for (size_t i = 1; i < lane.size(); ++i)
-        if (lane[i]->start + tol < lane[i - 1]->end)
-          error(fmt::format("rank {}: lane {} runs tasks {} and {} at once", rank, to_string(static_cast<Lane>(l)),
-                            lane[i - 1]->task, lane[i]->task));
+      std::vector<const TimelineEvent*> running;  // started and not yet ended, at the current start
+      for (const auto* e : lane) {
+        std::erase_if(running, [&](const TimelineEvent* o) { return o->end <= e->start + tol; });
+        if (running.size() >= slots)
+          error(fmt::format("rank {}: lane {} of {} slot{} runs tasks {} and {} at once", rank,
+                            to_string(static_cast<Lane>(l)), slots, slots == 1 ? "" : "s", running.front()->task, e->task));
+        running.push_back(e);
+      }
     }
     // Memory: allocations at start, frees at end; an absent no-op at its dependencies' end.
     std::vector<double> starts(tasks.size());
@@ -241,6 +246,25 @@ struct Schedule {
   double e(size_t task, size_t row) const { return end[task * ranks + row]; }
 };
 
+// The part of a task's nominal duration that is latency, not transfer: what tasks overlapping on
+// a lane of several slots do not share (for NVMe tasks, the drive's latency; 0 for the others).
+double overlappable_latency(const Task& t, const HwProfile& hw) {
+  const auto& n = hw.node;
+  // Requests the drive serves one after another: its latency is busy time, shared like the transfer.
+  if ((t.kind != TaskKind::NvmeRead && t.kind != TaskKind::NvmeWrite) || n.nvme_serial_requests) return 0;
+  return (t.kind == TaskKind::NvmeRead ? n.nvme_read_in_step : n.nvme_write_in_step) * n.nvme_latency;
+}
+
+// A lane of one simulated rank. With one slot it is a serial resource. With K slots (the NVMe
+// lanes, Program::lane_slots) tasks start in id order, at most K at once, and their latencies
+// overlap while their transfers share the lane's bandwidth first come, first served: a task ends
+// when its transfer, queued behind the transfers started before it, is done.
+struct LaneState {
+  std::vector<double> slot_free;  // end of the task each slot last ran
+  double last_start = 0;          // tasks start in id order
+  double transfer_free = 0;       // when the lane's bandwidth is next free
+};
+
 Schedule list_schedule(const Program& p, const HwProfile& hw, const std::vector<int>& sim) {
   const auto& tasks = p.tasks();
   const size_t S = sim.size();
@@ -248,13 +272,20 @@ Schedule list_schedule(const Program& p, const HwProfile& hw, const std::vector<
   out.ranks = S;
   out.start.assign(tasks.size() * S, 0.0);
   out.end.assign(tasks.size() * S, 0.0);
-  std::vector<double> lane_free(S * kLaneCount, 0.0);
+  std::vector<LaneState> lanes(S * kLaneCount);
+  for (size_t r = 0; r < S; ++r)
+    for (int l = 0; l < kLaneCount; ++l)
+      lanes[r * kLaneCount + static_cast<size_t>(l)].slot_free.assign(
+          static_cast<size_t>(std::max(1, p.lane_slots(static_cast<Lane>(l)))), 0.0);
   std::vector<double> ready(S);
   for (const auto& t : tasks) {
     const auto li = static_cast<size_t>(t.lane);
     const size_t base = static_cast<size_t>(t.id) * S;
     double start_all = 0;
-    for (size_t r = 0; r < S; ++r) ready[r] = lane_free[r * kLaneCount + li];
+    for (size_t r = 0; r < S; ++r) {
+      const auto& lane = lanes[r * kLaneCount + li];
+      ready[r] = std::max(lane.last_start, *std::min_element(lane.slot_free.begin(), lane.slot_free.end()));
+    }
     for (int32_t d : p.deps(t)) {
       const double* de = &out.end[static_cast<size_t>(d) * S];
       for (size_t r = 0; r < S; ++r) ready[r] = std::max(ready[r], de[r]);
@@ -263,12 +294,21 @@ Schedule list_schedule(const Program& p, const HwProfile& hw, const std::vector<
     const bool sync = is_collective(t.kind);
     // Every rank that does the task takes the same time; the others pass through it.
     const double d = nominal_duration(p, t, t.owner >= 0 ? t.owner : sim[0], hw);
+    const double lat = std::min(d, overlappable_latency(t, hw));
     for (size_t r = 0; r < S; ++r) {
+      auto& lane = lanes[r * kLaneCount + li];
       const double st = sync ? start_all : ready[r];
-      const double en = st + (p.active(t, sim[r]) ? d : 0.0);
+      double en = st;
+      if (p.active(t, sim[r]) && lane.slot_free.size() == 1) {
+        en = st + d;
+      } else if (p.active(t, sim[r]) && d > 0) {
+        en = std::max(st + lat, lane.transfer_free) + (d - lat);
+        lane.transfer_free = en;
+      }
       out.start[base + r] = st;
       out.end[base + r] = en;
-      lane_free[r * kLaneCount + li] = en;
+      lane.last_start = st;
+      *std::min_element(lane.slot_free.begin(), lane.slot_free.end()) = en;
     }
   }
   return out;

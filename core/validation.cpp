@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <stdexcept>
 
@@ -34,9 +35,26 @@ StepSummary summarize_steps(const std::vector<double>& seconds, int skip) {
 LaneSeconds lane_busy(const Timeline& timeline) {
   LaneSeconds busy{};
   std::set<int> ranks;
+  // The time a lane has at least one task running: the union of its tasks' intervals, since the
+  // tasks of a lane with several slots overlap.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;  // (rank, lane)
   for (const auto& e : timeline.events) {
-    busy[static_cast<size_t>(e.lane)] += e.end - e.start;
+    spans[{e.rank, static_cast<int>(e.lane)}].emplace_back(e.start, e.end);
     ranks.insert(e.rank);
+  }
+  for (auto& [key, v] : spans) {
+    std::sort(v.begin(), v.end());
+    double covered = 0, from = v.front().first, to = v.front().first;
+    for (const auto& [a, b] : v) {
+      if (a > to) {
+        covered += to - from;
+        from = a;
+        to = a;
+      }
+      to = std::max(to, b);
+    }
+    covered += to - from;
+    busy[static_cast<size_t>(key.second)] += covered;
   }
   if (!ranks.empty())
     for (double& b : busy) b /= double(ranks.size());

@@ -36,6 +36,15 @@ struct RankState {
   std::array<sg4::SemaphorePtr, kLanes> wake{};
   std::array<int32_t, kLanes> waiting_for{};    // task a blocked lane waits for, or -1
   std::array<double, kLanes> busy{};            // seconds each lane spent running tasks
+  // A lane of several slots (Program::lane_slots) runs one actor per slot. Its tasks start in id
+  // order: an actor whose task is not next waits on its own semaphore in `turn` until it is.
+  struct SlotLane {
+    size_t claimed = 0, started = 0;
+    int running = 0;
+    double busy_since = 0;
+    std::vector<std::pair<size_t, sg4::Semaphore*>> turn;
+  };
+  std::array<SlotLane, kLanes> slot_lanes{};
   std::array<double, kTiers> live{};
   std::array<double, kTiers> peak{};
   double flops = 0;
@@ -102,11 +111,22 @@ public:
         if (lane_tasks_[static_cast<size_t>(l)].empty()) continue;
         auto* host = static_cast<Lane>(l) == Lane::CpuOptim ? platform_.cpu_of(r) : platform_.gpu(r);
         ranks_state_[static_cast<size_t>(r)].wake[static_cast<size_t>(l)] = sg4::Semaphore::create(0);
-        ++lanes_running_;
-        sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] {
-          run_lane(r, static_cast<Lane>(l));
-          --lanes_running_;
-        });
+        const int slots = std::max(1, program_.lane_slots(static_cast<Lane>(l)));
+        if (slots == 1) {
+          ++lanes_running_;
+          sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] {
+            run_lane(r, static_cast<Lane>(l));
+            --lanes_running_;
+          });
+          continue;
+        }
+        for (int k = 0; k < slots; ++k) {
+          ++lanes_running_;
+          sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] {
+            run_lane_slot(r, static_cast<Lane>(l));
+            --lanes_running_;
+          });
+        }
       }
     start_background();
     platform_.engine().run();
@@ -129,20 +149,62 @@ private:
         rs.waiting_for[li] = id;
         rs.wake[li]->acquire();
       }
-      const Task& t = program_.task(id);
       const double start = sg4::Engine::get_clock();
-      memory(rank, program_.allocs(t, rank), +1);
-      if (program_.active(t, rank)) execute(t, rank);
-      const double end = sg4::Engine::get_clock();
-      memory(rank, program_.frees(t, rank), -1);
+      const double end = run_task(rank, id);
       rs.busy[li] += end - start;
-      last_end_ = std::max(last_end_, end);
-      ++tasks_run_;
-      if (core::is_compute(t.kind) && program_.active(t, rank)) rs.flops += t.flops;
-      if (rs.record && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free && program_.active(t, rank))
-        timeline_.events.push_back({rank, t.lane, t.id, t.kind, program_.label(t), start, end, t.bytes, t.flops});
-      complete(rank, id);
     }
+  }
+
+  // One actor of a lane with several slots: it claims the lane's next task, waits until the task
+  // before it has started and its dependencies have ended, and runs it while the lane's other
+  // actors run theirs (NVMe transfers in flight together share the drive's bandwidth).
+  void run_lane_slot(int rank, Lane lane) {
+    auto& rs = ranks_state_[static_cast<size_t>(rank)];
+    const auto li = static_cast<size_t>(lane);
+    auto& L = rs.slot_lanes[li];
+    const auto& ids = lane_tasks_[li];
+    auto my_turn = sg4::Semaphore::create(0);
+    while (L.claimed < ids.size()) {
+      const size_t mine = L.claimed++;
+      const int32_t id = ids[mine];
+      if (L.started != mine) {
+        L.turn.emplace_back(mine, my_turn.get());
+        my_turn->acquire();
+      }
+      if (rs.pending[static_cast<size_t>(id)] > 0) {
+        rs.waiting_for[li] = id;
+        rs.wake[li]->acquire();
+      }
+      ++L.started;
+      for (auto it = L.turn.begin(); it != L.turn.end(); ++it)
+        if (it->first == L.started) {
+          it->second->release();
+          L.turn.erase(it);
+          break;
+        }
+      const double start = sg4::Engine::get_clock();
+      if (L.running++ == 0) L.busy_since = start;
+      const double end = run_task(rank, id);
+      if (--L.running == 0) rs.busy[li] += end - L.busy_since;
+    }
+  }
+
+  // Runs task `id` on `rank` now: its memory events, its work, its timeline event. Returns its end.
+  double run_task(int rank, int32_t id) {
+    auto& rs = ranks_state_[static_cast<size_t>(rank)];
+    const Task& t = program_.task(id);
+    const double start = sg4::Engine::get_clock();
+    memory(rank, program_.allocs(t, rank), +1);
+    if (program_.active(t, rank)) execute(t, rank);
+    const double end = sg4::Engine::get_clock();
+    memory(rank, program_.frees(t, rank), -1);
+    last_end_ = std::max(last_end_, end);
+    ++tasks_run_;
+    if (core::is_compute(t.kind) && program_.active(t, rank)) rs.flops += t.flops;
+    if (rs.record && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free && program_.active(t, rank))
+      timeline_.events.push_back({rank, t.lane, t.id, t.kind, program_.label(t), start, end, t.bytes, t.flops});
+    complete(rank, id);
+    return end;
   }
 
   void complete(int rank, int32_t id) {

@@ -286,3 +286,34 @@ TEST_CASE("the cuda backend refuses a plan that offloads activations, naming the
   CHECK_NOTHROW(engine::require_backend_runs(engine::BackendKind::Cpu, offload.program));
   CHECK_NOTHROW(engine::require_backend_runs(engine::BackendKind::Cuda, keep.program));
 }
+
+TEST_CASE("executor: NVMe lanes with several tasks in flight give the losses of one at a time, bit for bit",
+          "[executor][equivalence][slots]") {
+  // Every state and the checkpoints on NVMe, gradients accumulated over two micro-batches (each
+  // unit's gradient written, read back and written again), optimizer overlapping backward in small
+  // sub-groups, activations offloaded to NVMe: every NVMe path of the backend, with its tasks
+  // overlapping on the lanes when aio.tasks_in_flight > 1.
+  const int steps = 3;
+  const std::string variants[] = {
+      "zero_stage: 3\ngradient_accumulation: 2\noffload: {params: nvme, gradients: nvme, optimizer: nvme}\n"
+      "optimizer: {grad_clip: 0.05, timing: overlap-backward, sub_group_size: 5000}\ntiling_factor: 2\n"
+      "activation_checkpoint: {interval: 1, tier: nvme}\nprefetch: {nvme_distance: 6}\n",
+      "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_offload: {policy: offload_all, tier: nvme}\n"
+      "activation_checkpoint: {interval: 0}\n",
+  };
+  for (const auto& v : variants) {
+    INFO(v);
+    const auto one = train(v + "aio: {tasks_in_flight: 1}\n", steps);
+    for (int slots : {2, 4}) {
+      INFO("tasks_in_flight " << slots);
+      core::Timeline tl;
+      TrainExtras x;
+      x.last = &tl;
+      int planned_slots = 0;
+      x.on_plan = [&](const core::PlanResult& r) { planned_slots = r.program.lane_slots(core::Lane::NvmeRead); };
+      const auto got = train(v + "aio: {tasks_in_flight: " + std::to_string(slots) + "}\n", steps, x);
+      CHECK(planned_slots == slots);
+      for (int i = 0; i < steps; ++i) CHECK(got[size_t(i)] == one[size_t(i)]);
+    }
+  }
+}

@@ -56,6 +56,11 @@ core::RunConfig config(const std::string& params, const std::string& optimizer, 
                                 "test-config.yaml");
 }
 
+core::RunConfig with_tasks_in_flight(core::RunConfig c, int slots) {
+  c.aio_tasks_in_flight = slots;
+  return c;
+}
+
 core::PlanResult plan(const core::HwProfile& hw, const core::RunConfig& c, int ranks, int64_t micro_batch = 4) {
   return core::make_plan(models::build_gpt(model(micro_batch)), hw, c, ranks);
 }
@@ -281,4 +286,57 @@ TEST_CASE("GDS moves offloaded activations NVMe <-> GPU past host memory: faster
   CHECK(b.step_time < a.step_time);
   // The idealized scheduler the planner uses sees the same.
   CHECK(core::estimate_step_time(gds.program, gds_hw) < core::estimate_step_time(via_host.program, via_host_hw));
+}
+
+TEST_CASE("NVMe tasks in flight together share the drive's bandwidth: an NVMe-bound step takes bytes / bandwidth",
+          "[slots]") {
+  // K tasks on an NVMe lane overlap, but the drive moves its bandwidth's worth of bytes whatever
+  // the number of requests: the step is the bytes at 0.5 GB/s for every K, in the simulator and in
+  // the list scheduler's model of the lane.
+  Hw h;
+  h.nvme_read = h.nvme_write = "0.5 GB/s";
+  h.nvme_latency = "0 us";
+  h.pcie = "1000 GB/s";
+  h.adam = "1e13";
+  const auto hw = h.profile();
+  for (int slots : {1, 2, 4}) {
+    INFO("tasks_in_flight " << slots);
+    auto pr = plan(hw, with_tasks_in_flight(config("nvme", "nvme"), slots), 1);
+    REQUIRE(pr.program.lane_slots(core::Lane::NvmeRead) == slots);
+    double bytes = 0;
+    for (const auto& t : pr.program.tasks())
+      if (t.kind == TaskKind::NvmeRead || t.kind == TaskKind::NvmeWrite) bytes += t.bytes;
+    CHECK(simulate_in_child(pr.program, hw).step_time == Approx(bytes / 0.5e9).epsilon(0.01));
+  }
+}
+
+TEST_CASE("NVMe tasks in flight together overlap their latencies on a queued drive, not on a serial one", "[slots]") {
+  // Latency-bound NVMe traffic (5 ms per request): K tasks in flight on a drive with a deep queue
+  // overlap their latencies, so the step shrinks, and the list scheduler (latency overlapped,
+  // transfers first come first served) agrees with the simulator; a drive that serves one request
+  // at a time holds every latency against all others, so the step stays at least their sum.
+  Hw h;
+  h.nvme_latency = "5 ms";
+  h.pcie = "1000 GB/s";
+  h.adam = "1e13";
+  auto run = [&](bool serial, int slots) {
+    h.nvme_serial = serial;
+    const auto hw = h.profile();
+    auto pr = plan(hw, with_tasks_in_flight(config("nvme", "nvme"), slots), 1);
+    double latency = 0, bytes = 0;
+    for (const auto& t : pr.program.tasks())
+      if ((t.kind == TaskKind::NvmeRead || t.kind == TaskKind::NvmeWrite) && t.bytes > 0) {
+        latency += 5e-3;
+        bytes += t.bytes;
+      }
+    return std::tuple{simulate_in_child(pr.program, hw).step_time, core::estimate_step_time(pr.program, hw), latency,
+                      bytes / 20e9};
+  };
+  const auto [one, one_ideal, latency, transfer] = run(false, 1);
+  const auto [four, four_ideal, latency4, transfer4] = run(false, 4);
+  CHECK(four < 0.8 * one);
+  CHECK(four_ideal < 0.8 * one_ideal);
+  CHECK(four == Approx(four_ideal).epsilon(0.1));
+  const auto [serial4, serial_ideal, latency_s, transfer_s] = run(true, 4);
+  CHECK(serial4 >= latency_s + transfer_s - 1e-6);
 }

@@ -7,6 +7,7 @@
 
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
+#include "core/validation.hpp"
 #include "models/gpt.hpp"
 #include "test_paths.hpp"
 
@@ -125,4 +126,42 @@ TEST_CASE_METHOD(Fixture, "nominal durations come from the hwprofile's rates", "
   fast.node.nvme_read_bandwidth *= 10;
   fast.node.nvme_write_bandwidth *= 10;
   CHECK(estimate_step_time(r.program, fast) < estimate_step_time(r.program, hw));
+}
+
+TEST_CASE_METHOD(Fixture, "with NVMe lanes of several slots the idealized schedule overlaps their tasks, within the slots",
+                 "[timeline][slots]") {
+  c.aio_tasks_in_flight = 3;
+  PlanResult r = make_plan(g, hw, c, 2);
+  REQUIRE(r.program.lane_slots(Lane::NvmeRead) == 3);
+  Timeline tl = schedule_ideal(r.program, hw);
+  TimelineCheck chk = check_timeline(r.program, tl);
+  INFO((chk.errors.empty() ? "" : chk.errors.front()));
+  CHECK(chk.ok());
+  // Most tasks on the NVMe read lane at once, and the lane's busy time is its intervals' union.
+  std::vector<std::pair<double, int>> edges;
+  double sum = 0;
+  for (const auto& e : tl.events)
+    if (e.lane == Lane::NvmeRead && e.end > e.start) {
+      edges.push_back({e.start, +1});
+      edges.push_back({e.end, -1});
+      sum += e.end - e.start;
+    }
+  std::sort(edges.begin(), edges.end());
+  int now = 0, most = 0;
+  for (const auto& [t, d] : edges) most = std::max(most, now += d);
+  CHECK(most >= 2);
+  CHECK(most <= 3);
+  CHECK(lane_busy(tl)[static_cast<size_t>(Lane::NvmeRead)] < sum);
+  // A fourth task at once is refused.
+  Timeline over = tl;
+  int moved = 0;
+  double first = -1;
+  for (auto& e : over.events)
+    if (e.lane == Lane::NvmeRead && e.end > e.start && moved++ < 4) {
+      if (first < 0) first = e.start;
+      e.start = first;
+    }
+  bool found = false;
+  for (const auto& m : check_timeline(r.program, over).errors) found |= m.find("of 3 slots runs tasks") != std::string::npos;
+  CHECK(found);
 }

@@ -180,6 +180,13 @@ struct GptCudaBackend::Impl {
     if (comm.size() != P.ranks() || comm.rank() != rank)
       throw std::invalid_argument(fmt::format("the Program is for {} ranks, but this process is rank {} of {}",
                                               P.ranks(), comm.rank(), comm.size()));
+    // One stream and cuBLAS handle per lane: tasks of one lane running at once would share them.
+    for (core::Lane lane : {core::Lane::NvmeRead, core::Lane::NvmeWrite})
+      if (P.lane_slots(lane) > 1)
+        throw std::invalid_argument(fmt::format(
+            "the CUDA training backend runs one task per lane at a time, but the run config's aio.tasks_in_flight "
+            "gives the {} lane {}; use aio.tasks_in_flight: 1",
+            core::to_string(lane), P.lane_slots(lane)));
     ZINF_CUDA_CHECK(cudaSetDevice(device));
     for (CudaContext* ctx : all_contexts()) {
       ZINF_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));

@@ -24,15 +24,21 @@ core::Timeline Executor::run_step() {
   const auto& tasks = program_.tasks();
   const size_t n = tasks.size();
 
-  std::vector<std::vector<int32_t>> lanes(core::kLaneCount);
-  for (const auto& t : tasks) lanes[static_cast<size_t>(t.lane)].push_back(t.id);
+  // A lane's tasks in id order, and how far its workers got: `claimed` tasks have a worker,
+  // `started` of them have started. Tasks start in id order: a worker waits until the task before
+  // its own has started and its dependencies have ended.
+  struct LaneState {
+    std::vector<int32_t> ids;
+    size_t claimed = 0, started = 0;
+  };
+  std::vector<LaneState> lanes(core::kLaneCount);
+  for (const auto& t : tasks) lanes[static_cast<size_t>(t.lane)].ids.push_back(t.id);
 
-  // One mutex guards the step's state; each lane sleeps on its own condition variable and is woken
-  // only when the task it waits for becomes ready (or the step fails): waking every lane on every
-  // completion cost a context switch per lane per task, on cores the lanes share with compute.
+  // One mutex guards the step's state; each lane's workers sleep on the lane's condition variable,
+  // woken only when the lane's next task becomes startable (or the step fails): waking every lane
+  // on every completion cost a context switch per lane per task, on cores the lanes share with compute.
   std::mutex mu;
   std::vector<std::condition_variable> lane_cv(core::kLaneCount);
-  std::vector<int32_t> waiting_for(core::kLaneCount, -1);
   std::vector<uint8_t> done(n, 0);
   bool failed = false;
   std::string failure;
@@ -52,6 +58,10 @@ core::Timeline Executor::run_step() {
       if (!done[static_cast<size_t>(d)]) return false;
     return true;
   };
+  // The lane's next task to start has a worker waiting and its dependencies are done.
+  auto startable = [&](const LaneState& l) {
+    return l.started < l.claimed && ready(program_.task(l.ids[l.started]));
+  };
   auto wake_all = [&] {
     for (auto& c : lane_cv) c.notify_all();
   };
@@ -65,15 +75,19 @@ core::Timeline Executor::run_step() {
     wake_all();
   };
 
-  auto worker = [&](const std::vector<int32_t>& ids) {
-    for (int32_t id : ids) {
-      const Task task = program_.task_for_rank(id, rank_);
-      const size_t lane = static_cast<size_t>(task.lane);
+  auto worker = [&](size_t lane) {
+    LaneState& L = lanes[lane];
+    for (;;) {
+      int32_t id;
+      Task task;
+      Clock::time_point start;
       {
         std::unique_lock<std::mutex> lock(mu);
-        waiting_for[lane] = id;
-        lane_cv[lane].wait(lock, [&] { return failed || ready(task); });
-        waiting_for[lane] = -1;
+        if (failed || L.claimed == L.ids.size()) return;
+        const size_t mine = L.claimed++;
+        id = L.ids[mine];
+        task = program_.task_for_rank(id, rank_);
+        lane_cv[lane].wait(lock, [&] { return failed || (L.started == mine && ready(task)); });
         if (failed) return;
         for (const auto& e : program_.allocs(task, rank_)) {
           double& tier_live = core::at(live, e.tier);
@@ -88,8 +102,11 @@ core::Timeline Executor::run_step() {
           }
           core::at(peak_, e.tier) = std::max(core::at(peak_, e.tier), tier_live);
         }
+        // Taken under the lock, so that the Timeline shows a lane's tasks starting in id order.
+        start = Clock::now();
+        ++L.started;
+        if (startable(L)) lane_cv[lane].notify_all();
       }
-      const auto start = Clock::now();
       if (program_.active(task, rank_)) {
         try {
           backend_.run(task);
@@ -106,15 +123,19 @@ core::Timeline Executor::run_step() {
         if (program_.active(task, rank_))
           events.push_back({rank_, task.lane, id, task.kind, program_.label(task), seconds(start), seconds(end),
                             task.bytes, task.flops});
-        for (size_t l = 0; l < lane_cv.size(); ++l)
-          if (waiting_for[l] >= 0 && ready(program_.task(waiting_for[l]))) lane_cv[l].notify_one();
+        for (size_t l = 0; l < lanes.size(); ++l)
+          if (startable(lanes[l])) lane_cv[l].notify_all();
       }
     }
   };
 
+  // One worker per lane, or the lane's slots' worth (Program::lane_slots) where tasks may overlap.
   std::vector<std::thread> threads;
-  for (const auto& ids : lanes)
-    if (!ids.empty()) threads.emplace_back(worker, std::cref(ids));
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    if (lanes[l].ids.empty()) continue;
+    const auto slots = static_cast<size_t>(std::max(1, program_.lane_slots(static_cast<Lane>(l))));
+    for (size_t k = 0; k < std::min(slots, lanes[l].ids.size()); ++k) threads.emplace_back(worker, l);
+  }
   for (auto& t : threads) t.join();
 
   if (failed) {

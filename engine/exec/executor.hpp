@@ -1,6 +1,6 @@
-// The Executor runs one rank's share of a core::Program for real: one worker thread per lane,
-// each running its lane's tasks in program order, a task starting once its dependencies have
-// finished. What a task *does* is the TaskBackend's business; the Executor makes no decision of its
+// The Executor runs one rank's share of a core::Program for real: one worker thread per lane slot
+// (Program::lane_slots: one per lane, several on the NVMe lanes), a lane's tasks starting in
+// program order, each once its dependencies have finished and the task before it has started. What a task *does* is the TaskBackend's business; the Executor makes no decision of its
 // own (docs/DESIGN.md): it only orders, times and accounts. It records a core::Timeline and tracks the
 // bytes each task allocates and frees per tier against the Program's budget; going over a budget is
 // reported with the task id as an ExecutionError. One Executor per rank; run_step() is not
@@ -16,7 +16,8 @@
 namespace zinf::engine {
 
 // What running a task means on some hardware. run() is called on the task's lane thread after all
-// its dependencies finished; it must be safe to call concurrently for tasks of different lanes.
+// its dependencies finished; it must be safe to call concurrently for tasks of different lanes, and
+// for tasks of one lane where the Program gives that lane several slots.
 // It throws (any std::exception) to fail the step.
 class TaskBackend {
 public:

@@ -1,6 +1,7 @@
 // Home: where a rank keeps a state between steps (a flat array of its shard space on the device,
 // in host memory or in an NVMe store tensor), and the staging buffers its transfers go through.
-// Used by the GPT CPU backend; a Home is touched by one task at a time (the Program orders them).
+// Used by the GPT CPU backend. Tasks of the NVMe lanes may read and write one Home at once, on
+// disjoint ranges (the Program orders two writes of one range); otherwise the Program orders them.
 #pragma once
 #include <algorithm>
 #include <cstdint>

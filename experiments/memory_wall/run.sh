@@ -6,7 +6,13 @@
 # one more step and saves again, reporting the peak RSS while saving and while loading against the
 # plan's RAM: both stream a parameter group at a time, so neither holds the model. Checks free disk
 # first (the states, and with checkpoints two of 12 B/param more) and scales the model down,
-# saying so, when it is short.
+# saying so, when it is short. Before training (unless IO_BENCH=0) it runs `zinf io-bench` on the
+# same directory: the run config takes its best block size and queue depth, and the NVMe lanes'
+# bandwidth while busy is reported against its best read and best write, the step against
+# max(compute alone, read bytes / best read + written bytes / best write). TASKS_IN_FLIGHT
+# (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
+# keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
+# updated, and their states move, while backward computes) is optimizer.timing.
 #   bash experiments/memory_wall/run.sh NVME_DIR [FACTOR] [STEPS]
 set -euo pipefail -o pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +20,9 @@ NVME=${1:?usage: run.sh NVME_DIR [FACTOR] [STEPS]}
 FACTOR=${2:-2.5}
 STEPS=${3:-3}
 CHECKPOINT=${CHECKPOINT:-1}
+IO_BENCH=${IO_BENCH:-1}
+TASKS_IN_FLIGHT=${TASKS_IN_FLIGHT:-4}
+OPTIMIZER_TIMING=${OPTIMIZER_TIMING:-overlap-backward}
 ZINF=${ZINF:-build/zinf}
 mkdir -p "$NVME"
 work=$(mktemp -d)
@@ -36,6 +45,27 @@ if [ "$layers" -gt "$max_layers" ]; then
 fi
 [ "$layers" -ge 1 ] || { echo "memory_wall: not enough free disk in $NVME for one layer"; exit 1; }
 
+# The store's own bandwidth on this disk, measured now (the disk's speed drifts from minute to minute).
+block="1 MiB"; depth=32; best_read=0; best_write=0
+if [ "$IO_BENCH" != 0 ]; then
+  "$ZINF" io-bench --dir "$NVME" --size "2 GiB" --block-sizes "1 MiB,8 MiB" --queue-depths 8,32 | tee "$work/io.txt" | tr '\r' '\n' | grep -E "write .* read .*/s *$"
+  read -r block depth best_read best_write < <(python3 - "$work/io.txt" <<'PY'
+import re, sys
+units = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+def bps(v, u): return float(v) * units[u[:-3]] if u[:-3] in units else float(v)
+pts = []
+for line in open(sys.argv[1]).read().replace("\r", "\n").splitlines():
+    m = re.search(r"\]\s+(\d+) (KiB|MiB)\s+qd\s+(\d+)\s+write\s+([\d.]+) (\S+)\s+read\s+([\d.]+) (\S+)", line)
+    if m:
+        block = int(m[1]) << (20 if m[2] == "MiB" else 10)
+        pts.append((block, int(m[3]), bps(m[4], m[5]), bps(m[6], m[7])))
+best = max(pts, key=lambda p: 2 / (1 / p[2] + 1 / p[3]))
+print(best[0], best[1], max(p[3] for p in pts), max(p[2] for p in pts))
+PY
+)
+  echo "memory_wall: io-bench best read $(numfmt --to=si "${best_read%.*}")B/s, best write $(numfmt --to=si "${best_write%.*}")B/s; aio block $block, queue depth $depth"
+fi
+
 cat > "$work/model.yaml" <<YAML
 name: gpt-memory-wall
 layers: $layers
@@ -51,8 +81,8 @@ zero_stage: 3
 offload: {params: nvme, gradients: nvme, optimizer: nvme}
 activation_checkpoint: {interval: 1, tier: host}
 tiling_factor: auto
-aio: {block_size: 1 MiB, queue_depth: 32}
-optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000}
+aio: {block_size: $block, queue_depth: $depth, tasks_in_flight: $TASKS_IN_FLIGHT}
+optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING}
 reserve_nvme_for_checkpoint: false
 YAML
 # This machine's profile with room for the states on its disk and a device arena of DEVICE_GIB
@@ -72,21 +102,47 @@ if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.ya
   grep -v -E '^\s' "$work/time.txt" | head -n 20
   exit 1
 fi
+[ -z "${TIMELINE_OUT:-}" ] || cp "$work/last.csv" "$TIMELINE_OUT"
 rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 * 1024}' "$work/time.txt")
 echo "peak RSS: $(numfmt --to=iec "$rss")"
-python3 - "$work/last.csv" "$work/train.txt" <<'PY'
-import csv, re, sys
+python3 - "$work/last.csv" "$best_read" "$best_write" <<'PY'
+import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+best = {"nvme_read": float(sys.argv[2]), "nvme_write": float(sys.argv[3])}
 def lane(name):
-    sel = [r for r in rows if r["lane"] == name]
-    busy = sum(float(r["end"]) - float(r["start"]) for r in sel)
-    return sum(float(r["bytes"]) for r in sel), busy
+    # Busy time is the union of the lane's task intervals: tasks of an NVMe lane overlap.
+    spans = sorted((float(r["start"]), float(r["end"])) for r in rows if r["lane"] == name)
+    busy, lo, hi = 0.0, None, None
+    for a, b in spans:
+        if hi is None or a > hi:
+            busy += (hi - lo) if hi is not None else 0.0
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    busy += (hi - lo) if hi is not None else 0.0
+    return sum(float(r["bytes"]) for r in rows if r["lane"] == name), busy
 step = max(float(r["end"]) for r in rows) - min(float(r["start"]) for r in rows)
+traffic = 0.0
 for name in ("nvme_read", "nvme_write"):
     b, busy = lane(name)
-    print(f"{name}: {b / 1e9:.1f} GB in {busy:.1f} s busy = {b / busy / 1e9 if busy else 0:.2f} GB/s while busy, {b / step / 1e9:.2f} GB/s over the step")
+    rate = b / busy if busy else 0
+    ratio = f", {rate / best[name]:.2f} x io-bench's best" if best[name] else ""
+    print(f"{name}: {b / 1e9:.1f} GB in {busy:.1f} s busy = {rate / 1e9:.2f} GB/s while busy{ratio}, {b / step / 1e9:.2f} GB/s over the step")
+    if best[name]:
+        traffic += b / best[name]
+# The disk as a whole: both lanes share it, so each lane's rate while busy falls when they overlap.
+# Its efficiency is the time io-bench's best rates need for the step's traffic over the time at
+# least one NVMe lane was busy.
+rows.extend([dict(r, lane="nvme") for r in rows if r["lane"] in ("nvme_read", "nvme_write")])
+total, disk_busy = lane("nvme")
+if best["nvme_read"] and best["nvme_write"]:
+    need = lane("nvme_read")[0] / best["nvme_read"] + lane("nvme_write")[0] / best["nvme_write"]
+    print(f"disk: {total / 1e9:.1f} GB in {disk_busy:.1f} s with either lane busy; at io-bench's best that traffic takes {need:.1f} s: {need / disk_busy:.2f} x")
 _, compute = lane("compute")
 print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s")
+if traffic:
+    bound = max(compute, traffic)
+    print(f"step bound max(compute {compute:.1f} s, NVMe traffic / io-bench best {traffic:.1f} s) = {bound:.1f} s: step = {step / bound:.2f} x bound")
 PY
 
 [ "$CHECKPOINT" = 0 ] && exit 0
