@@ -46,12 +46,14 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
     if (ps.owner_based()) {
       f.gathered_buf = ps.b_.buffer();
       Task a = base(TaskKind::Alloc, Lane::H2D, Tier::Device, Tier::Device);
+      a.buffer = f.gathered_buf;
       const int32_t alloc = ps.b_.add(a, {prev_compute}, {{Tier::Device, f.gathered_buf, gathered_mem}});
       f.last_task = alloc;
       if (ps.plan_.params == Tier::Device) return;  // the owner broadcasts from its resident copy
       Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
       t.bytes = shard;
       t.owner = owner;
+      t.buffer = f.gathered_buf;  // the owner copies its whole unit straight into the gathered buffer
       std::vector<MemEvent> frees;
       if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
       f.h2d_task = ps.b_.add(t, {prev_compute, alloc, f.nc_task}, {}, frees);
@@ -74,10 +76,12 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   t.participants = ps.R_;
   t.root = owner;
   if (ps.owner_based()) {
+    t.buffer = f.gathered_buf;
     f.last_task = ps.b_.add(t, {prev_compute, f.last_task}, {}, {});
     return;
   }
   f.gathered_buf = ps.b_.buffer();
+  t.buffer = f.gathered_buf;
   std::vector<MemEvent> frees;
   if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
   f.last_task = ps.b_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
@@ -200,6 +204,7 @@ void emit_checkpoint_save(PlanState& ps, int32_t run, int32_t mb, int32_t comput
                      {{Tier::Host, host_buf, bytes}}, {{Tier::Device, ps.ckpt_dev_buf_[r], ps.ckpt_bytes_}});
   if (ps.c_.checkpoint_copies_synchronous) ps.sync_ckpt_save_ = t;
   ps.ckpt_home_buf_[r] = host_buf;
+  ps.ckpt_copies_[static_cast<size_t>(mb)].push_back(t);
   if (ps.plan_.checkpoints == Tier::Nvme) {
     const int64_t nvme_buf = ps.b_.buffer();
     t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t}, {{Tier::Nvme, nvme_buf, bytes}},
@@ -348,6 +353,32 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   }
 }
 
+// The compute task of step `st`: its operator (or tile) in its phase, with the flops and bytes of
+// its share.
+Task compute_task(const PlanState& ps, const Step& st) {
+  const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
+  const auto& run = ps.runs_[static_cast<size_t>(st.run)];
+  Task t = make_task(st.kind, Lane::Compute, Data::Activation, st.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward);
+  t.op = st.op;
+  t.micro_batch = st.mb;
+  t.from = t.to = Tier::Device;
+  double frac = 1.0;  // the tile's share of the operator
+  if (st.tile >= 0) {
+    const ParamUnit& u = ps.units_[static_cast<size_t>(ps.step_units_[st.units_begin])];
+    frac = double(u.row_end - u.row_begin) / double(ps.g_.params[static_cast<size_t>(u.group)].rows);
+  }
+  t.flops = (st.kind == TaskKind::Backward ? op.bwd_flops : op.fwd_flops) * frac;
+  t.bytes = op.fwd_bytes * frac * (st.kind == TaskKind::Backward ? 2.0 : 1.0);
+  if (op.m > 0)  // the efficiency curves' argument: an attention's head size, a linear's (tile's) intensity
+    t.gemm_dim = op.kind == OpKind::Attention
+                     ? std::min({op.m, op.n, op.k})
+                     : std::lround(gemm_intensity_dim(double(op.m), std::max(1.0, double(op.n) * frac), double(op.k)));
+  if (st.units_count > 0) t.unit = ps.step_units_[st.units_begin];
+  t.tile = st.tile;
+  if (run.recompute) t.checkpoint = run.checkpoint;
+  return t;
+}
+
 }  // namespace
 
 void emit(PlanState& ps) {
@@ -364,6 +395,8 @@ void emit(PlanState& ps) {
   ps.act_save_task_.assign(ps.runs_.size(), -1);
   ps.act_load_task_.assign(ps.runs_.size(), -1);
   ps.act_home_buf_.assign(ps.runs_.size(), -1);
+  ps.ckpt_copies_.assign(static_cast<size_t>(ps.plan_.micro_batches), {});
+  std::vector<char> backward_begun(static_cast<size_t>(ps.plan_.micro_batches), 0);
   make_sub_groups(ps);
 
   // Fetch stages and checkpoint loads grouped by the step before which they are issued.
@@ -388,22 +421,7 @@ void emit(PlanState& ps) {
     const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
     const auto& run = ps.runs_[static_cast<size_t>(st.run)];
     const size_t ri = static_cast<size_t>(st.run);
-    Task t = make_task(st.kind, Lane::Compute, Data::Activation, st.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward);
-    t.op = st.op;
-    t.micro_batch = st.mb;
-    t.from = t.to = Tier::Device;
-    const double frac = st.tile >= 0 ? double(ps.units_[static_cast<size_t>(ps.step_units_[st.units_begin])].row_end -
-                                              ps.units_[static_cast<size_t>(ps.step_units_[st.units_begin])].row_begin) /
-                                           double(ps.g_.params[static_cast<size_t>(ps.units_[static_cast<size_t>(ps.step_units_[st.units_begin])].group)].rows)
-                                     : 1.0;
-    t.flops = (st.kind == TaskKind::Backward ? op.bwd_flops : op.fwd_flops) * frac;
-    t.bytes = op.fwd_bytes * frac * (st.kind == TaskKind::Backward ? 2.0 : 1.0);
-    if (op.m > 0)  // the efficiency curves' argument: an attention's head size, a linear's (tile's) intensity
-      t.gemm_dim = op.kind == OpKind::Attention
-                       ? std::min({op.m, op.n, op.k})
-                       : std::lround(gemm_intensity_dim(double(op.m), std::max(1.0, double(op.n) * frac), double(op.k)));
-    if (st.units_count > 0) t.unit = ps.step_units_[st.units_begin];
-    if (run.recompute) t.checkpoint = run.checkpoint;
+    const Task t = compute_task(ps, st);
 
     std::vector<int32_t> deps{prev};
     std::vector<MemEvent> allocs, frees;
@@ -419,6 +437,13 @@ void emit(PlanState& ps) {
                                                                                              : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.D_)});
     }
     run_memory_events(ps, st, deps, allocs, frees);
+    // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
+    // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here).
+    if (st.kind == TaskKind::Backward && !backward_begun[static_cast<size_t>(st.mb)]) {
+      backward_begun[static_cast<size_t>(st.mb)] = 1;
+      const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
+      deps.insert(deps.end(), copies.begin(), copies.end());
+    }
     // Gradients of whole units live from their first to their last backward use.
     if (st.kind == TaskKind::Backward) {
       for (uint32_t k = 0; k < st.units_count; ++k) {

@@ -230,6 +230,7 @@ struct PlanState {
   std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
   std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
   std::vector<int32_t> grad_stores_, ckpt_saves_;    // in emission order, for backpressure
+  std::vector<std::vector<int32_t>> ckpt_copies_;     // per micro-batch: its checkpoints' device-to-host copies
   std::vector<int32_t> act_save_task_, act_load_task_;  // per run (current micro-batch)
   std::vector<int64_t> act_home_buf_;                 // per run: the offloaded copy's buffer
   std::vector<int32_t> act_saves_;                    // in emission order, for backpressure

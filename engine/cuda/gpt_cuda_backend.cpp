@@ -143,11 +143,9 @@ struct GptCudaBackend::Impl {
   std::set<int32_t> last_forward_of_run;
   std::vector<int32_t> first_backward_of_mb;
   std::vector<int> ckpt_saves_per_mb;
-  std::vector<int64_t> gathered_buffer_of_task;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu.
   std::mutex mu;
-  std::condition_variable cv;
   std::map<int32_t, PinnedLoan> host_param;          // by unit: NVMe read -> host
   std::map<int32_t, DeviceBlock> dev_param;          // by unit: host -> device
   std::map<int64_t, DeviceBlock> gathered;           // by buffer id: the gathered bf16 unit
@@ -228,8 +226,6 @@ struct GptCudaBackend::Impl {
     ckpt_saves_per_mb.assign(size_t(mbs), 0);
     ckpt_saved.assign(size_t(mbs), 0);
     std::map<Key, int32_t> last_fwd;
-    gathered_buffer_of_task.assign(P.tasks().size(), -1);
-    std::map<int32_t, int64_t> alloc_buffer;
     for (const auto& t : P.tasks()) {
       if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
         const int block = graph.ops[size_t(t.op)].block;
@@ -245,25 +241,6 @@ struct GptCudaBackend::Impl {
       if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
         first_backward_of_mb[size_t(t.micro_batch)] = t.id;
       if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
-      if (t.data == Data::Param && t.phase != Phase::Optimizer) {
-        auto al = P.allocs(t, rank);
-        if (t.kind == TaskKind::Alloc && !al.empty()) alloc_buffer[t.id] = al[0].buffer;
-        if (t.kind == TaskKind::AllGather && !al.empty()) gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
-        if (t.kind == TaskKind::Broadcast) {
-          std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
-          for (int depth = 0; depth < 3 && gathered_buffer_of_task[size_t(t.id)] < 0; ++depth) {
-            std::vector<int32_t> next;
-            for (int32_t d : frontier) {
-              if (P.task(d).unit != t.unit) continue;
-              if (auto it = alloc_buffer.find(d); it != alloc_buffer.end()) gathered_buffer_of_task[size_t(t.id)] = it->second;
-              next.insert(next.end(), P.deps(P.task(d)).begin(), P.deps(P.task(d)).end());
-            }
-            frontier = std::move(next);
-          }
-          if (gathered_buffer_of_task[size_t(t.id)] < 0)
-            throw std::logic_error(fmt::format("{}: no buffer allocated for the broadcast unit", P.label(t)));
-        }
-      }
     }
     for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
   }
@@ -364,7 +341,7 @@ struct GptCudaBackend::Impl {
 
   void publish_gathered(const Task& t, DeviceBlock block) {
     std::lock_guard<std::mutex> lock(mu);
-    gathered[gathered_buffer_of_task[size_t(t.id)]] = std::move(block);
+    gathered[t.buffer] = std::move(block);  // the buffer the Program names (Task::buffer)
   }
 
   const bf16* gathered_for(const Task& t, int32_t u) {
@@ -372,7 +349,7 @@ struct GptCudaBackend::Impl {
     for (int32_t d : P.deps(t)) {
       const Task& dt = P.task(d);
       if (dt.unit != u || (dt.kind != TaskKind::AllGather && dt.kind != TaskKind::Broadcast)) continue;
-      auto it = gathered.find(gathered_buffer_of_task[size_t(d)]);
+      auto it = gathered.find(dt.buffer);
       if (it != gathered.end()) return it->second.as<bf16>();
     }
     throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
@@ -391,17 +368,11 @@ struct GptCudaBackend::Impl {
     const auto& op = graph.ops[size_t(t.op)];
     CudaActivations& a = acts[size_t(t.micro_batch)];
     if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] == t.id) begin_backward(t, ctx);
-    int32_t tiled_unit = -1;
+    // Every unit of each group, or the one tile this task runs (the Program's Task::tile, of t.unit).
+    const int32_t tiled_unit = t.tile >= 0 ? t.unit : -1;
     std::vector<int32_t> units;
-    for (int32_t g : op.param_groups) {
-      const auto& us = group_units[size_t(g)];
-      if (us.size() > 1) {
-        tiled_unit = t.unit;
-        units.push_back(t.unit);
-      } else {
-        units.push_back(us[0]);
-      }
-    }
+    for (int32_t g : op.param_groups)
+      units.push_back(tiled_unit >= 0 && unit(tiled_unit).group == g ? tiled_unit : group_units[size_t(g)][0]);
     std::vector<const bf16*> pbufs;
     for (int32_t u : units) pbufs.push_back(gathered_for(t, u));
 
@@ -450,9 +421,12 @@ struct GptCudaBackend::Impl {
   void begin_backward(const Task& t, const CudaContext& ctx) {
     const int32_t mb = t.micro_batch;
     CudaActivations& a = acts[size_t(mb)];
-    if (plan.checkpoints != Tier::Device) {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return ckpt_saved[size_t(mb)] >= ckpt_saves_per_mb[size_t(mb)]; });
+    if (plan.checkpoints != Tier::Device) {  // the copies are done: a Program dependency (core::checkpoint_copy_waits)
+      std::lock_guard<std::mutex> lock(mu);
+      if (ckpt_saved[size_t(mb)] < ckpt_saves_per_mb[size_t(mb)])
+        throw std::logic_error(fmt::format("{}: {} of the micro-batch's {} checkpoint copies are done; the Program must "
+                                           "make its first backward depend on them",
+                                           P.label(t), ckpt_saved[size_t(mb)], ckpt_saves_per_mb[size_t(mb)]));
       for (size_t c = 0; c < ckpt_first_block.size(); ++c)
         if (!ckpt_restored.count({int32_t(c), mb})) a.x[size_t(ckpt_first_block[c])].release();
     }
@@ -476,7 +450,6 @@ struct GptCudaBackend::Impl {
         std::lock_guard<std::mutex> lock(mu);
         ckpt_host[key] = std::move(host);
         ++ckpt_saved[size_t(t.micro_batch)];
-        cv.notify_all();
         return;
       }
       case TaskKind::NvmeWrite: {
@@ -921,6 +894,8 @@ void GptCudaBackend::run(const Task& t) {
       throw std::logic_error(fmt::format("{}: no handler for this task", I.P.label(t)));
   }
 }
+
+std::vector<core::TaskWait> GptCudaBackend::waits() const { return core::checkpoint_copy_waits(impl_->P); }
 
 double GptCudaBackend::loss() const {
   double s = 0;
