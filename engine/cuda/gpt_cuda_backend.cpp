@@ -15,6 +15,7 @@
 #include "engine/cuda/gpt_cuda_model.hpp"
 #include "engine/cuda/kernels.hpp"
 #include "engine/cuda/pinned_host.hpp"
+#include "engine/exec/gpt_program_index.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
@@ -115,7 +116,8 @@ uint64_t arena_budget(uint64_t asked) {
 
 }  // namespace
 
-struct GptCudaBackend::Impl {
+// The Program read once (GptProgramIndex, shared with the CPU backend), then the task logic.
+struct GptCudaBackend::Impl : GptProgramIndex {
   const core::Program& P;
   const core::Plan& plan;
   const core::ModelGraph& graph;
@@ -137,12 +139,6 @@ struct GptCudaBackend::Impl {
   Home<bf16> params, grads;
   Home<float> master, m, v;
 
-  std::vector<std::vector<int32_t>> group_units;
-  std::vector<int> ckpt_first_block;
-  std::vector<std::vector<int>> ckpt_blocks;
-  std::set<int32_t> last_forward_of_run;
-  std::vector<int32_t> first_backward_of_mb;
-  std::vector<int> ckpt_saves_per_mb;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu.
   std::mutex mu;
@@ -167,7 +163,7 @@ struct GptCudaBackend::Impl {
   double global_norm = 0;
 
   Impl(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c, GptCudaBackendOptions o)
-      : P(p), plan(pl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)), device(opt.device),
+      : GptProgramIndex(p, mdl.graph()), P(p), plan(pl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)), device(opt.device),
         adam(AdamOptions::from_run_config(opt.base.config), opt.base.adam_threads),
         adam_options(AdamOptions::from_run_config(opt.base.config)),
         owner_based(p.partitioning() == core::Partitioning::OwnerBased) {
@@ -199,7 +195,7 @@ struct GptCudaBackend::Impl {
     master.init(*arena, plan.optimizer, space, store.get(), "master");
     m.init(*arena, plan.optimizer, space, store.get(), "adam_m");
     v.init(*arena, plan.optimizer, space, store.get(), "adam_v");
-    index_program();
+    ckpt_saved.assign(size_t(P.micro_batches()), 0);
   }
 
   ~Impl() {
@@ -216,34 +212,6 @@ struct GptCudaBackend::Impl {
     return out;
   }
 
-  // The same reading of the Program as the CPU backend: checkpointed runs, first backward of each
-  // micro-batch, and which buffer each gather fills.
-  void index_program() {
-    group_units.assign(graph.params.size(), {});
-    for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
-    const int mbs = P.micro_batches();
-    first_backward_of_mb.assign(size_t(mbs), -1);
-    ckpt_saves_per_mb.assign(size_t(mbs), 0);
-    ckpt_saved.assign(size_t(mbs), 0);
-    std::map<Key, int32_t> last_fwd;
-    for (const auto& t : P.tasks()) {
-      if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
-        const int block = graph.ops[size_t(t.op)].block;
-        if (size_t(t.checkpoint) >= ckpt_blocks.size()) {
-          ckpt_blocks.resize(size_t(t.checkpoint) + 1);
-          ckpt_first_block.resize(size_t(t.checkpoint) + 1, INT32_MAX);
-        }
-        auto& bl = ckpt_blocks[size_t(t.checkpoint)];
-        if (std::find(bl.begin(), bl.end(), block) == bl.end()) bl.push_back(block);
-        ckpt_first_block[size_t(t.checkpoint)] = std::min(ckpt_first_block[size_t(t.checkpoint)], block);
-        last_fwd[{t.checkpoint, t.micro_batch}] = t.id;
-      }
-      if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
-        first_backward_of_mb[size_t(t.micro_batch)] = t.id;
-      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
-    }
-    for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
-  }
 
   const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
   int64_t mine_offset(const core::ParamUnit& u) const { return owner_based ? u.owner_offset : u.shard_offset; }

@@ -2,6 +2,7 @@
 
 #include "engine/cpu/convert.hpp"
 #include "engine/exec/activation_offload.hpp"
+#include "engine/exec/gpt_program_index.hpp"
 #include "engine/exec/home.hpp"
 
 #include "engine/memory/device_arena.hpp"
@@ -26,7 +27,8 @@ using core::TaskKind;
 using core::Tier;
 
 
-struct GptCpuBackend::Impl {
+// The Program read once (GptProgramIndex, shared with the CUDA backend), then the task logic.
+struct GptCpuBackend::Impl : GptProgramIndex {
   const core::Program& P;
   const core::Plan& plan;
   const Gpt2& model;
@@ -50,18 +52,9 @@ struct GptCpuBackend::Impl {
   Home<bf16> params, grads;
   Home<float> master, m, v;
 
-  // group -> its units in tile order
-  std::vector<std::vector<int32_t>> group_units;
-  // checkpoint index -> first block of its run; blocks of the run
-  std::vector<int> ckpt_first_block;
-  std::vector<std::vector<int>> ckpt_blocks;
-  // (checkpoint, micro-batch) -> task id of the last forward of that run
-  std::set<int32_t> last_forward_of_run;
   // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
   // in id order), after which the block's intermediates and gradients are no longer needed.
   std::map<int32_t, int> last_backward_of_block;
-  std::vector<int32_t> first_backward_of_mb;  // per micro-batch
-  std::vector<int> ckpt_saves_per_mb;         // CopyD2H(Checkpoint) tasks per micro-batch
 
   // Transient data, keyed by what the Program names. Guarded by mu; the vectors themselves are
   // touched only by the task that the Program orders after their producer.
@@ -96,7 +89,7 @@ struct GptCpuBackend::Impl {
   double global_norm = 0;
 
   Impl(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c, GptBackendOptions o)
-      : P(p), plan(pl), model(mdl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)),
+      : GptProgramIndex(p, mdl.graph()), P(p), plan(pl), model(mdl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)),
         adam(AdamOptions::from_run_config(opt.config), opt.adam_threads),
         owner_based(p.partitioning() == core::Partitioning::OwnerBased),
         arena(core::at(p.budget(), Tier::Device)) {
@@ -124,32 +117,7 @@ struct GptCpuBackend::Impl {
     m.init(plan.optimizer, space, store.get(), arena, "adam_m");
     v.init(plan.optimizer, space, store.get(), arena, "adam_v");
 
-    group_units.assign(graph.params.size(), {});
-    for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
-
-    // Which blocks each checkpointed run covers, and where a run's forward ends.
-    const int mbs = P.micro_batches();
-    first_backward_of_mb.assign(size_t(mbs), -1);
-    ckpt_saves_per_mb.assign(size_t(mbs), 0);
-    ckpt_saved.assign(size_t(mbs), 0);
-    std::map<std::pair<int32_t, int32_t>, int32_t> last_fwd;
-    for (const auto& t : P.tasks()) {
-      if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
-        const int block = graph.ops[size_t(t.op)].block;
-        if (size_t(t.checkpoint) >= ckpt_blocks.size()) {
-          ckpt_blocks.resize(size_t(t.checkpoint) + 1);
-          ckpt_first_block.resize(size_t(t.checkpoint) + 1, INT32_MAX);
-        }
-        auto& bl = ckpt_blocks[size_t(t.checkpoint)];
-        if (std::find(bl.begin(), bl.end(), block) == bl.end()) bl.push_back(block);
-        ckpt_first_block[size_t(t.checkpoint)] = std::min(ckpt_first_block[size_t(t.checkpoint)], block);
-        last_fwd[{t.checkpoint, t.micro_batch}] = t.id;
-      }
-      if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
-        first_backward_of_mb[size_t(t.micro_batch)] = t.id;
-      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
-    }
-    for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
+    ckpt_saved.assign(size_t(P.micro_batches()), 0);
     std::map<std::pair<int32_t, int>, int32_t> last_bwd;  // (micro-batch, block) -> task
     for (const auto& t : P.tasks())
       if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
