@@ -23,10 +23,15 @@ struct ParamGroup {
   bool tileable = false;   // a linear weight that memory-centric tiling may split along rows
 };
 
+// What an operator is within its model, for a backend that runs it (a GPT's: its place in the
+// model and in a block). Set by the model builder (models/gpt.cpp), so that no backend parses names.
+enum class OpRole { None, Embed, Ln1, CAttn, Attn, AttnProj, Res1, Ln2, Fc, Gelu, MlpProj, Res2, LnF, LmHead, Loss };
+
 struct Operator {
   int id = 0;
   std::string name;
   OpKind kind = OpKind::Linear;
+  OpRole role = OpRole::None;
   int block = -1;              // transformer block index, -1 outside the blocks
   std::vector<int> param_groups;  // parameter groups the operator reads (empty: none)
   int64_t m = 0, n = 0, k = 0; // GEMM shape of a linear (tokens x out x in), or of one head's GEMMs in

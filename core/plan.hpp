@@ -99,4 +99,24 @@ PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConf
 // on its allocation), each tier's peak within budget. Returns the violations found (empty: valid).
 std::vector<std::string> validate_program(const Program& program);
 
+// A wait a backend makes on its own: when task `waiter` runs, it relies on task `awaited` having
+// finished (a condition variable, a lookup of what `awaited` left behind). Every such wait must be
+// a dependency of the Program, direct or through other tasks, so that every executor, the
+// simulator's included, orders the two the same way.
+struct TaskWait {
+  int32_t waiter = -1;
+  int32_t awaited = -1;
+  std::string why;  // what the backend waits for, for the message
+};
+
+// The waits that the Program does not state as a (transitive) dependency, one message each naming
+// both tasks and the reason (empty: every wait is stated). Each costs a backward search over the
+// tasks between the two; a direct dependency is found at once.
+std::vector<std::string> unstated_waits(const Program& program, const std::vector<TaskWait>& waits);
+
+// The wait of a backend that, as a micro-batch's backward begins, drops the device copies of the
+// checkpoints it offloaded: the micro-batch's first Backward task waits for every device-to-host
+// copy of its checkpoints. The planner states these as dependencies.
+std::vector<TaskWait> checkpoint_copy_waits(const Program& program);
+
 }  // namespace zinf::core

@@ -212,10 +212,10 @@ void Program::write_json(std::ostream& out) const {
     const auto& t = tasks_[i];
     out << fmt::format(
         "{{\"id\":{},\"kind\":\"{}\",\"lane\":\"{}\",\"data\":\"{}\",\"phase\":\"{}\",\"from\":\"{}\",\"to\":\"{}\","
-        "\"bytes\":{},\"flops\":{},\"gemm_dim\":{},\"op\":{},\"unit\":{},\"micro_batch\":{},\"checkpoint\":{},"
+        "\"bytes\":{},\"flops\":{},\"gemm_dim\":{},\"op\":{},\"unit\":{},\"tile\":{},\"buffer\":{},\"micro_batch\":{},\"checkpoint\":{},"
         "\"activation\":{},\"sub_group\":{},\"sg_offset\":{},\"sg_count\":{},\"participants\":{},\"root\":{},\"owner\":{},\"deps\":[",
         t.id, to_string(t.kind), to_string(t.lane), to_string(t.data), to_string(t.phase), to_string(t.from),
-        to_string(t.to), num(t.bytes), num(t.flops), t.gemm_dim, t.op, t.unit, t.micro_batch, t.checkpoint,
+        to_string(t.to), num(t.bytes), num(t.flops), t.gemm_dim, t.op, t.unit, t.tile, t.buffer, t.micro_batch, t.checkpoint,
         t.activation, t.sub_group, t.sg_offset, t.sg_count, t.participants, t.root, t.owner);
     auto d = deps(t);
     for (size_t j = 0; j < d.size(); ++j) out << (j ? "," : "") << d[j];

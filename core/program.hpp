@@ -145,6 +145,9 @@ struct Task {
                                // attention's head size; 0 for anything else
   int32_t op = -1;             // OpInfo id
   int32_t unit = -1;           // ParamUnit id
+  int32_t tile = -1;           // compute tasks: the tile of `unit` (a tiled group's) they run; -1: untiled
+  int64_t buffer = -1;         // parameter fetch stages that fill the gathered unit (all-gather, broadcast,
+                               // owner-based alloc and host-to-device copy): its device buffer
   int32_t micro_batch = -1;
   int32_t checkpoint = -1;     // activation checkpoint index (segment)
   int32_t activation = -1;     // offloaded activation segment (Program::activations index)
@@ -222,9 +225,6 @@ public:
 private:
   friend class ProgramBuilder;
 
-// The lane slots a Program planned with `config` has: aio.tasks_in_flight for the NVMe lanes, 1 for
-// the others.
-std::array<int32_t, kLaneCount> lane_slots_for(const RunConfig& config);
   int ranks_ = 1;
   int gpus_per_node_ = 1;
   int tensor_parallel_ = 1;

@@ -239,4 +239,36 @@ std::vector<std::string> validate_program(const Program& p) {
   return errors;
 }
 
+std::vector<std::string> unstated_waits(const Program& p, const std::vector<TaskWait>& waits) {
+  std::vector<std::string> errors;
+  const int32_t n = static_cast<int32_t>(p.tasks().size());
+  std::vector<int32_t> mark(static_cast<size_t>(n), -1);
+  int32_t stamp = 0;
+  for (const auto& w : waits) {
+    if (w.waiter < 0 || w.waiter >= n || w.awaited < 0 || w.awaited >= n) {
+      errors.push_back(fmt::format("a wait names task {} or {}, outside the Program's {} tasks ({})", w.waiter, w.awaited,
+                                   n, w.why));
+      continue;
+    }
+    if (w.awaited < w.waiter && reaches(p, w.awaited, w.waiter, mark, stamp++)) continue;
+    errors.push_back(fmt::format("task {} ({}) waits for task {} ({}), which the Program does not make it depend on: {}",
+                                 w.waiter, p.label(p.task(w.waiter)), w.awaited, p.label(p.task(w.awaited)), w.why));
+  }
+  return errors;
+}
+
+std::vector<TaskWait> checkpoint_copy_waits(const Program& p) {
+  std::vector<int32_t> first_backward(static_cast<size_t>(std::max(0, p.micro_batches())), -1);
+  for (const auto& t : p.tasks())
+    if (t.kind == TaskKind::Backward && t.micro_batch >= 0 && first_backward[static_cast<size_t>(t.micro_batch)] < 0)
+      first_backward[static_cast<size_t>(t.micro_batch)] = t.id;
+  std::vector<TaskWait> waits;
+  for (const auto& t : p.tasks())
+    if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint && t.micro_batch >= 0 &&
+        first_backward[static_cast<size_t>(t.micro_batch)] >= 0)
+      waits.push_back({first_backward[static_cast<size_t>(t.micro_batch)], t.id,
+                       "the first backward of a micro-batch drops its offloaded checkpoints' device copies"});
+  return waits;
+}
+
 }  // namespace zinf::core

@@ -10,6 +10,7 @@ namespace zinf::models {
 
 using core::ModelGraph;
 using core::Operator;
+using Role = core::OpRole;
 using core::OpKind;
 using core::ParamGroup;
 
@@ -32,11 +33,12 @@ struct Builder {
     return p.id;
   }
 
-  Operator& add_op(std::string name, OpKind kind, int block, int group) {
+  Operator& add_op(std::string name, OpKind kind, int block, int group, core::OpRole role) {
     Operator o;
     o.id = static_cast<int>(g.ops.size());
     o.name = std::move(name);
     o.kind = kind;
+    o.role = role;
     o.block = block;
     if (group >= 0) o.param_groups.push_back(group);
     g.ops.push_back(o);
@@ -44,10 +46,10 @@ struct Builder {
   }
 
   // y = x W^T + b with W out x in: forward 2·T·in·out, backward twice that (dX and dW).
-  void linear(const std::string& name, int block, int64_t in, int64_t out) {
+  void linear(const std::string& name, core::OpRole role, int block, int64_t in, int64_t out) {
     int pg = add_params(name, out, in, out * in + out, true);
     const double T = double(g.tokens);
-    auto& o = add_op(name, OpKind::Linear, block, pg);
+    auto& o = add_op(name, OpKind::Linear, block, pg, role);
     o.m = g.tokens;
     o.n = out;
     o.k = in;
@@ -57,10 +59,10 @@ struct Builder {
     o.out_bytes = kAct * T * double(out);
   }
 
-  void elementwise(const std::string& name, OpKind kind, int block, int group, int64_t width, double flops_per_elem,
-                   double tensors_touched) {
+  void elementwise(const std::string& name, OpKind kind, core::OpRole role, int block, int group, int64_t width,
+                   double flops_per_elem, double tensors_touched) {
     const double T = double(g.tokens);
-    auto& o = add_op(name, kind, block, group);
+    auto& o = add_op(name, kind, block, group, role);
     o.fwd_flops = flops_per_elem * T * double(width);
     o.bwd_flops = 2.0 * o.fwd_flops;
     o.fwd_bytes = kAct * tensors_touched * T * double(width);
@@ -94,7 +96,7 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
   int wte = b.add_params("wte", v, h, v * h, false);
   int wpe = b.add_params("wpe", s.seq, h, s.seq * h, false);
   {
-    auto& o = b.add_op("embed", OpKind::Embedding, -1, wte);
+    auto& o = b.add_op("embed", OpKind::Embedding, -1, wte, Role::Embed);
     o.fwd_bytes = kAct * 3.0 * T * double(h);
     o.out_bytes = kAct * T * double(h);
     o.fwd_flops = T * double(h);
@@ -105,12 +107,12 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
 
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    b.elementwise(p + "ln_1", OpKind::LayerNorm, l, b.add_params(p + "ln_1", 1, h, 2 * h, false), h, 8.0, 2.0);
-    b.linear(p + "attn.c_attn", l, h, 3 * h / tp);
+    b.elementwise(p + "ln_1", OpKind::LayerNorm, Role::Ln1, l, b.add_params(p + "ln_1", 1, h, 2 * h, false), h, 8.0, 2.0);
+    b.linear(p + "attn.c_attn", Role::CAttn, l, h, 3 * h / tp);
     b.g.ops.back().tp_bwd_allreduce_bytes = hidden_act;  // input gradient of a column-parallel linear
     {
       // softmax(Q K^T / sqrt(d)) V over this rank's heads: 2·T·seq·h for the scores, 2·T·seq·h for the mix.
-      auto& o = b.add_op(p + "attn.core", OpKind::Attention, l, -1);
+      auto& o = b.add_op(p + "attn.core", OpKind::Attention, l, -1, Role::Attn);
       // One head's GEMMs: scores seq x seq over the head size, then seq x head size over seq.
       o.m = s.seq;
       o.n = s.seq;
@@ -120,21 +122,21 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
       o.fwd_bytes = kAct * (4.0 * T * double(h / tp) + 2.0 * double(s.micro_batch * heads) * double(s.seq * s.seq));
       o.out_bytes = kAct * T * double(h / tp);
     }
-    b.linear(p + "attn.c_proj", l, h / tp, h);
+    b.linear(p + "attn.c_proj", Role::AttnProj, l, h / tp, h);
     b.g.ops.back().tp_fwd_allreduce_bytes = hidden_act;  // partial sums of a row-parallel linear
-    b.elementwise(p + "residual_1", OpKind::Residual, l, -1, h, 1.0, 3.0);
-    b.elementwise(p + "ln_2", OpKind::LayerNorm, l, b.add_params(p + "ln_2", 1, h, 2 * h, false), h, 8.0, 2.0);
-    b.linear(p + "mlp.c_fc", l, h, f / tp);
+    b.elementwise(p + "residual_1", OpKind::Residual, Role::Res1, l, -1, h, 1.0, 3.0);
+    b.elementwise(p + "ln_2", OpKind::LayerNorm, Role::Ln2, l, b.add_params(p + "ln_2", 1, h, 2 * h, false), h, 8.0, 2.0);
+    b.linear(p + "mlp.c_fc", Role::Fc, l, h, f / tp);
     b.g.ops.back().tp_bwd_allreduce_bytes = hidden_act;
-    b.elementwise(p + "mlp.gelu", OpKind::Gelu, l, -1, f / tp, 10.0, 2.0);
-    b.linear(p + "mlp.c_proj", l, f / tp, h);
+    b.elementwise(p + "mlp.gelu", OpKind::Gelu, Role::Gelu, l, -1, f / tp, 10.0, 2.0);
+    b.linear(p + "mlp.c_proj", Role::MlpProj, l, f / tp, h);
     b.g.ops.back().tp_fwd_allreduce_bytes = hidden_act;
-    b.elementwise(p + "residual_2", OpKind::Residual, l, -1, h, 1.0, 3.0);
+    b.elementwise(p + "residual_2", OpKind::Residual, Role::Res2, l, -1, h, 1.0, 3.0);
   }
-  b.elementwise("ln_f", OpKind::LayerNorm, -1, b.add_params("ln_f", 1, h, 2 * h, false), h, 8.0, 2.0);
+  b.elementwise("ln_f", OpKind::LayerNorm, Role::LnF, -1, b.add_params("ln_f", 1, h, 2 * h, false), h, 8.0, 2.0);
   {
     int head = s.tied_embeddings ? wte : b.add_params("lm_head", v, h, v * h, true);
-    auto& o = b.add_op("lm_head", OpKind::LmHead, -1, head);
+    auto& o = b.add_op("lm_head", OpKind::LmHead, -1, head, Role::LmHead);
     o.m = b.g.tokens;
     o.n = v;
     o.k = h;
@@ -145,7 +147,7 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
     o.tp_bwd_allreduce_bytes = hidden_act;  // input gradient of a vocabulary-parallel head
   }
   {
-    auto& o = b.add_op("loss", OpKind::Loss, -1, -1);
+    auto& o = b.add_op("loss", OpKind::Loss, -1, -1, Role::Loss);
     o.fwd_flops = 5.0 * T * double(v);
     o.bwd_flops = 2.0 * T * double(v);
     o.fwd_bytes = 4.0 * 2.0 * T * double(v);

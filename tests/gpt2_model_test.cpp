@@ -268,3 +268,29 @@ TEST_CASE("core counts the activations these kernels keep: a whole forward holds
   const double kept = L * per_block + (L - 1) * TC + zinf::core::run_activation_elements(m.graph(), outside, false).backward;
   CHECK(double(a.bytes()) - forward_bytes == 4.0 * kept);
 }
+
+TEST_CASE("the graph gives every operator its role, and the model runs from roles, not names", "[gpt2]") {
+  using zinf::core::OpRole;
+  auto graph = zinf::models::build_gpt(micro_spec());
+  std::vector<OpRole> block_roles;
+  for (const auto& op : graph.ops) {
+    REQUIRE(op.role != OpRole::None);
+    if (op.block == 0) block_roles.push_back(op.role);
+  }
+  CHECK(block_roles == std::vector<OpRole>{OpRole::Ln1, OpRole::CAttn, OpRole::Attn, OpRole::AttnProj, OpRole::Res1,
+                                           OpRole::Ln2, OpRole::Fc, OpRole::Gelu, OpRole::MlpProj, OpRole::Res2});
+  CHECK(graph.ops.front().role == OpRole::Embed);
+  CHECK(graph.ops.back().role == OpRole::Loss);
+  // Renamed operators run as before; an operator without a role is refused, naming it.
+  auto renamed = graph;
+  for (auto& op : renamed.ops) op.name = "op" + std::to_string(op.id);
+  Gpt2 a(graph), b(renamed);
+  Gpt2Activations xa = a.make_activations(), xb = b.make_activations();
+  set_random_batch(a, xa, 3);
+  set_random_batch(b, xb, 3);
+  const Gpt2Params p = a.init_params(5);
+  CHECK(a.forward(p, xa) == b.forward(p, xb));
+  auto roleless = graph;
+  roleless.ops[3].role = OpRole::None;
+  CHECK_THROWS_WITH(Gpt2(roleless), Catch::Matchers::Contains(roleless.ops[3].name));
+}

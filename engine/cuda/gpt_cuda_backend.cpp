@@ -15,6 +15,7 @@
 #include "engine/cuda/gpt_cuda_model.hpp"
 #include "engine/cuda/kernels.hpp"
 #include "engine/cuda/pinned_host.hpp"
+#include "engine/exec/gpt_program_index.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
@@ -115,7 +116,8 @@ uint64_t arena_budget(uint64_t asked) {
 
 }  // namespace
 
-struct GptCudaBackend::Impl {
+// The Program read once (GptProgramIndex, shared with the CPU backend), then the task logic.
+struct GptCudaBackend::Impl : GptProgramIndex {
   const core::Program& P;
   const core::Plan& plan;
   const core::ModelGraph& graph;
@@ -137,17 +139,9 @@ struct GptCudaBackend::Impl {
   Home<bf16> params, grads;
   Home<float> master, m, v;
 
-  std::vector<std::vector<int32_t>> group_units;
-  std::vector<int> ckpt_first_block;
-  std::vector<std::vector<int>> ckpt_blocks;
-  std::set<int32_t> last_forward_of_run;
-  std::vector<int32_t> first_backward_of_mb;
-  std::vector<int> ckpt_saves_per_mb;
-  std::vector<int64_t> gathered_buffer_of_task;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu.
   std::mutex mu;
-  std::condition_variable cv;
   std::map<int32_t, PinnedLoan> host_param;          // by unit: NVMe read -> host
   std::map<int32_t, DeviceBlock> dev_param;          // by unit: host -> device
   std::map<int64_t, DeviceBlock> gathered;           // by buffer id: the gathered bf16 unit
@@ -169,7 +163,7 @@ struct GptCudaBackend::Impl {
   double global_norm = 0;
 
   Impl(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c, GptCudaBackendOptions o)
-      : P(p), plan(pl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)), device(opt.device),
+      : GptProgramIndex(p, mdl.graph()), P(p), plan(pl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)), device(opt.device),
         adam(AdamOptions::from_run_config(opt.base.config), opt.base.adam_threads),
         adam_options(AdamOptions::from_run_config(opt.base.config)),
         owner_based(p.partitioning() == core::Partitioning::OwnerBased) {
@@ -208,7 +202,7 @@ struct GptCudaBackend::Impl {
     master.init(*arena, plan.optimizer, space, store.get(), "master");
     m.init(*arena, plan.optimizer, space, store.get(), "adam_m");
     v.init(*arena, plan.optimizer, space, store.get(), "adam_v");
-    index_program();
+    ckpt_saved.assign(size_t(P.micro_batches()), 0);
   }
 
   ~Impl() {
@@ -225,55 +219,6 @@ struct GptCudaBackend::Impl {
     return out;
   }
 
-  // The same reading of the Program as the CPU backend: checkpointed runs, first backward of each
-  // micro-batch, and which buffer each gather fills.
-  void index_program() {
-    group_units.assign(graph.params.size(), {});
-    for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
-    const int mbs = P.micro_batches();
-    first_backward_of_mb.assign(size_t(mbs), -1);
-    ckpt_saves_per_mb.assign(size_t(mbs), 0);
-    ckpt_saved.assign(size_t(mbs), 0);
-    std::map<Key, int32_t> last_fwd;
-    gathered_buffer_of_task.assign(P.tasks().size(), -1);
-    std::map<int32_t, int64_t> alloc_buffer;
-    for (const auto& t : P.tasks()) {
-      if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
-        const int block = graph.ops[size_t(t.op)].block;
-        if (size_t(t.checkpoint) >= ckpt_blocks.size()) {
-          ckpt_blocks.resize(size_t(t.checkpoint) + 1);
-          ckpt_first_block.resize(size_t(t.checkpoint) + 1, INT32_MAX);
-        }
-        auto& bl = ckpt_blocks[size_t(t.checkpoint)];
-        if (std::find(bl.begin(), bl.end(), block) == bl.end()) bl.push_back(block);
-        ckpt_first_block[size_t(t.checkpoint)] = std::min(ckpt_first_block[size_t(t.checkpoint)], block);
-        last_fwd[{t.checkpoint, t.micro_batch}] = t.id;
-      }
-      if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
-        first_backward_of_mb[size_t(t.micro_batch)] = t.id;
-      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
-      if (t.data == Data::Param && t.phase != Phase::Optimizer) {
-        auto al = P.allocs(t, rank);
-        if (t.kind == TaskKind::Alloc && !al.empty()) alloc_buffer[t.id] = al[0].buffer;
-        if (t.kind == TaskKind::AllGather && !al.empty()) gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
-        if (t.kind == TaskKind::Broadcast) {
-          std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
-          for (int depth = 0; depth < 3 && gathered_buffer_of_task[size_t(t.id)] < 0; ++depth) {
-            std::vector<int32_t> next;
-            for (int32_t d : frontier) {
-              if (P.task(d).unit != t.unit) continue;
-              if (auto it = alloc_buffer.find(d); it != alloc_buffer.end()) gathered_buffer_of_task[size_t(t.id)] = it->second;
-              next.insert(next.end(), P.deps(P.task(d)).begin(), P.deps(P.task(d)).end());
-            }
-            frontier = std::move(next);
-          }
-          if (gathered_buffer_of_task[size_t(t.id)] < 0)
-            throw std::logic_error(fmt::format("{}: no buffer allocated for the broadcast unit", P.label(t)));
-        }
-      }
-    }
-    for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
-  }
 
   const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
   int64_t mine_offset(const core::ParamUnit& u) const { return owner_based ? u.owner_offset : u.shard_offset; }
@@ -371,7 +316,7 @@ struct GptCudaBackend::Impl {
 
   void publish_gathered(const Task& t, DeviceBlock block) {
     std::lock_guard<std::mutex> lock(mu);
-    gathered[gathered_buffer_of_task[size_t(t.id)]] = std::move(block);
+    gathered[t.buffer] = std::move(block);  // the buffer the Program names (Task::buffer)
   }
 
   const bf16* gathered_for(const Task& t, int32_t u) {
@@ -379,7 +324,7 @@ struct GptCudaBackend::Impl {
     for (int32_t d : P.deps(t)) {
       const Task& dt = P.task(d);
       if (dt.unit != u || (dt.kind != TaskKind::AllGather && dt.kind != TaskKind::Broadcast)) continue;
-      auto it = gathered.find(gathered_buffer_of_task[size_t(d)]);
+      auto it = gathered.find(dt.buffer);
       if (it != gathered.end()) return it->second.as<bf16>();
     }
     throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
@@ -398,17 +343,11 @@ struct GptCudaBackend::Impl {
     const auto& op = graph.ops[size_t(t.op)];
     CudaActivations& a = acts[size_t(t.micro_batch)];
     if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] == t.id) begin_backward(t, ctx);
-    int32_t tiled_unit = -1;
+    // Every unit of each group, or the one tile this task runs (the Program's Task::tile, of t.unit).
+    const int32_t tiled_unit = t.tile >= 0 ? t.unit : -1;
     std::vector<int32_t> units;
-    for (int32_t g : op.param_groups) {
-      const auto& us = group_units[size_t(g)];
-      if (us.size() > 1) {
-        tiled_unit = t.unit;
-        units.push_back(t.unit);
-      } else {
-        units.push_back(us[0]);
-      }
-    }
+    for (int32_t g : op.param_groups)
+      units.push_back(tiled_unit >= 0 && unit(tiled_unit).group == g ? tiled_unit : group_units[size_t(g)][0]);
     std::vector<const bf16*> pbufs;
     for (int32_t u : units) pbufs.push_back(gathered_for(t, u));
 
@@ -457,9 +396,12 @@ struct GptCudaBackend::Impl {
   void begin_backward(const Task& t, const CudaContext& ctx) {
     const int32_t mb = t.micro_batch;
     CudaActivations& a = acts[size_t(mb)];
-    if (plan.checkpoints != Tier::Device) {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return ckpt_saved[size_t(mb)] >= ckpt_saves_per_mb[size_t(mb)]; });
+    if (plan.checkpoints != Tier::Device) {  // the copies are done: a Program dependency (core::checkpoint_copy_waits)
+      std::lock_guard<std::mutex> lock(mu);
+      if (ckpt_saved[size_t(mb)] < ckpt_saves_per_mb[size_t(mb)])
+        throw std::logic_error(fmt::format("{}: {} of the micro-batch's {} checkpoint copies are done; the Program must "
+                                           "make its first backward depend on them",
+                                           P.label(t), ckpt_saved[size_t(mb)], ckpt_saves_per_mb[size_t(mb)]));
       for (size_t c = 0; c < ckpt_first_block.size(); ++c)
         if (!ckpt_restored.count({int32_t(c), mb})) a.x[size_t(ckpt_first_block[c])].release();
     }
@@ -483,7 +425,6 @@ struct GptCudaBackend::Impl {
         std::lock_guard<std::mutex> lock(mu);
         ckpt_host[key] = std::move(host);
         ++ckpt_saved[size_t(t.micro_batch)];
-        cv.notify_all();
         return;
       }
       case TaskKind::NvmeWrite: {
@@ -928,6 +869,8 @@ void GptCudaBackend::run(const Task& t) {
       throw std::logic_error(fmt::format("{}: no handler for this task", I.P.label(t)));
   }
 }
+
+std::vector<core::TaskWait> GptCudaBackend::waits() const { return core::checkpoint_copy_waits(impl_->P); }
 
 double GptCudaBackend::loss() const {
   double s = 0;

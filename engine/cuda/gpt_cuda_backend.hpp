@@ -46,6 +46,7 @@ public:
 
   void begin_step(int64_t step, std::vector<Batch> batches) override;
   void run(const core::Task& task) override;
+  std::vector<core::TaskWait> waits() const override;
   double loss() const override;
   double grad_norm() const override { return grad_norm_; }
   // The state moves whole (streams_state() is false): the trainer gathers and loads it at once.

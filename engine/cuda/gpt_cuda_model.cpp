@@ -12,10 +12,6 @@ namespace zinf::engine::cuda {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 const float* need(const DeviceTensor& t, int64_t n, const std::string& op, const char* what) {
   if (t.n != n || !t.block)
     throw std::invalid_argument(fmt::format("gpt2 (cuda): operator {}: {} is not resident (not computed yet, or "
@@ -57,23 +53,9 @@ GptCudaModel::GptCudaModel(const core::ModelGraph& graph, DeviceArena& arena) : 
   B_ = s.micro_batch, S_ = s.seq, C_ = s.hidden, NH_ = s.heads, V_ = s.vocab, F_ = s.ffn_hidden();
   T_ = B_ * S_;
   for (const core::Operator& op : graph_.ops) {
-    const std::string& n = op.name;
-    Role r;
-    if (n == "embed") r = Role::Embed;
-    else if (n == "ln_f") r = Role::LnF;
-    else if (n == "lm_head") r = Role::LmHead;
-    else if (n == "loss") r = Role::Loss;
-    else if (ends_with(n, ".ln_1")) r = Role::Ln1;
-    else if (ends_with(n, ".attn.c_attn")) r = Role::CAttn;
-    else if (ends_with(n, ".attn.core")) r = Role::Attn;
-    else if (ends_with(n, ".attn.c_proj")) r = Role::AttnProj;
-    else if (ends_with(n, ".residual_1")) r = Role::Res1;
-    else if (ends_with(n, ".ln_2")) r = Role::Ln2;
-    else if (ends_with(n, ".mlp.c_fc")) r = Role::Fc;
-    else if (ends_with(n, ".mlp.gelu")) r = Role::Gelu;
-    else if (ends_with(n, ".mlp.c_proj")) r = Role::MlpProj;
-    else if (ends_with(n, ".residual_2")) r = Role::Res2;
-    else throw std::invalid_argument("gpt2 (cuda): operator '" + n + "' is not part of a GPT-2");
+    if (op.role == Role::None)
+      throw std::invalid_argument("gpt2 (cuda): operator '" + op.name + "' has no GPT-2 role in the graph");
+    const Role r = op.role;
     roles_.push_back({r, op.block});
   }
 }
@@ -159,6 +141,8 @@ void GptCudaModel::forward(int op, std::span<const bf16* const> p, CudaActivatio
                       p[0], p[0] + C_, T_, C_, s);
   };
   switch (r.role) {
+    case Role::None:  // refused by the constructor
+      throw std::logic_error("an operator without a role");
     case Role::Embed:
       if (!a.inputs) throw std::invalid_argument("gpt2 (cuda): embed: no micro-batch set");
       embedding_forward(ensure(a.x[0], TC, ctx), a.inputs.as<int32_t>(), p[0], p[1], B_, S_, C_, s);
@@ -234,6 +218,8 @@ void GptCudaModel::backward(int op, std::span<const bf16* const> p, std::span<fl
                        need(rstd, T_, name, "the saved rstd"), T_, C_, s);
   };
   switch (r.role) {
+    case Role::None:  // refused by the constructor
+      throw std::logic_error("an operator without a role");
     case Role::Loss:
       crossentropy_backward(ensure(a.d_logits, T_ * V_, ctx), need(a.probs, T_ * V_, name, "the probabilities"),
                             a.targets.as<int32_t>(), float(a.loss_scale / double(T_)), T_, V_, s);

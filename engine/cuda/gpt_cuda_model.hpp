@@ -77,7 +77,7 @@ public:
                      const CudaContext& ctx) const;
 
 private:
-  enum class Role { Embed, Ln1, CAttn, Attn, AttnProj, Res1, Ln2, Fc, Gelu, MlpProj, Res2, LnF, LmHead, Loss };
+  using Role = core::OpRole;  // the graph's (models/gpt.cpp sets it), never parsed from a name
   struct OpRole {
     Role role;
     int block;

@@ -18,6 +18,10 @@ Executor::Executor(const core::Program& program, int rank, TaskBackend& backend)
     : program_(program), rank_(rank), backend_(backend) {
   if (rank < 0 || rank >= program.ranks())
     throw std::invalid_argument(fmt::format("rank {} is outside the program's {} ranks", rank, program.ranks()));
+  if (const auto unstated = core::unstated_waits(program, backend.waits()); !unstated.empty())
+    throw std::invalid_argument(fmt::format("the backend waits where the Program states no dependency ({} such waits); "
+                                            "the first: {}",
+                                            unstated.size(), unstated.front()));
 }
 
 core::Timeline Executor::run_step() {

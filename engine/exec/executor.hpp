@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/plan.hpp"
 #include "core/program.hpp"
 #include "core/timeline.hpp"
 
@@ -23,6 +24,10 @@ class TaskBackend {
 public:
   virtual ~TaskBackend() = default;
   virtual void run(const core::Task& task) = 0;
+  // Every wait run() makes beyond the Executor's own ordering (a task relying on another having
+  // finished). The Executor refuses a Program that does not state each as a dependency
+  // (core::unstated_waits), so that the simulator, which sees only the Program, waits too.
+  virtual std::vector<core::TaskWait> waits() const { return {}; }
 };
 
 class ExecutionError : public std::runtime_error {
@@ -36,6 +41,7 @@ private:
 
 class Executor {
 public:
+  // Throws std::invalid_argument when a wait the backend declares is not a Program dependency.
   Executor(const core::Program& program, int rank, TaskBackend& backend);
 
   // Runs every task of this rank once; returns when all lanes are done. Throws ExecutionError for

@@ -2,6 +2,7 @@
 
 #include "engine/cpu/convert.hpp"
 #include "engine/exec/activation_offload.hpp"
+#include "engine/exec/gpt_program_index.hpp"
 #include "engine/exec/home.hpp"
 
 #include "engine/memory/device_arena.hpp"
@@ -26,7 +27,8 @@ using core::TaskKind;
 using core::Tier;
 
 
-struct GptCpuBackend::Impl {
+// The Program read once (GptProgramIndex, shared with the CUDA backend), then the task logic.
+struct GptCpuBackend::Impl : GptProgramIndex {
   const core::Program& P;
   const core::Plan& plan;
   const Gpt2& model;
@@ -50,30 +52,18 @@ struct GptCpuBackend::Impl {
   Home<bf16> params, grads;
   Home<float> master, m, v;
 
-  // group -> its units in tile order
-  std::vector<std::vector<int32_t>> group_units;
-  // checkpoint index -> first block of its run; blocks of the run
-  std::vector<int> ckpt_first_block;
-  std::vector<std::vector<int>> ckpt_blocks;
-  // (checkpoint, micro-batch) -> task id of the last forward of that run
-  std::set<int32_t> last_forward_of_run;
   // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
   // in id order), after which the block's intermediates and gradients are no longer needed.
   std::map<int32_t, int> last_backward_of_block;
-  std::vector<int32_t> first_backward_of_mb;  // per micro-batch
-  std::vector<int> ckpt_saves_per_mb;         // CopyD2H(Checkpoint) tasks per micro-batch
 
   // Transient data, keyed by what the Program names. Guarded by mu; the vectors themselves are
   // touched only by the task that the Program orders after their producer.
   std::mutex mu;
-  std::condition_variable cv;
   // Keyed by the task that staged them (two fetches of one unit may be in flight together: its
   // forward and backward fetches when gathered copies are not kept between them).
   std::map<int32_t, Staging<bf16>> host_param;               // by NVMe read task: on the host
   std::map<int32_t, DeviceVector<bf16>> dev_param;           // by host-to-device copy task: on the device
   std::map<int64_t, DeviceVector<float>> gathered;           // by buffer id of the gathered unit
-  // AllGather/Broadcast task, and owner-based Alloc and CopyH2D tasks -> the gathered buffer's id
-  std::vector<int64_t> gathered_buffer_of_task;
   std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_full;   // (unit, mb)
   std::map<std::pair<int32_t, int32_t>, DeviceVector<float>> grad_shard;  // (unit, mb): reduced, on the device
   std::map<std::pair<int32_t, int32_t>, Staging<float>> grad_host;        // (unit, mb): copied to the host for NVMe
@@ -99,7 +89,7 @@ struct GptCpuBackend::Impl {
   double global_norm = 0;
 
   Impl(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c, GptBackendOptions o)
-      : P(p), plan(pl), model(mdl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)),
+      : GptProgramIndex(p, mdl.graph()), P(p), plan(pl), model(mdl), graph(mdl.graph()), rank(r), comm(c), opt(std::move(o)),
         adam(AdamOptions::from_run_config(opt.config), opt.adam_threads),
         owner_based(p.partitioning() == core::Partitioning::OwnerBased),
         arena(core::at(p.budget(), Tier::Device)) {
@@ -127,58 +117,7 @@ struct GptCpuBackend::Impl {
     m.init(plan.optimizer, space, store.get(), arena, "adam_m");
     v.init(plan.optimizer, space, store.get(), arena, "adam_v");
 
-    group_units.assign(graph.params.size(), {});
-    for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
-
-    // Which blocks each checkpointed run covers, and where a run's forward ends.
-    const int mbs = P.micro_batches();
-    first_backward_of_mb.assign(size_t(mbs), -1);
-    ckpt_saves_per_mb.assign(size_t(mbs), 0);
-    ckpt_saved.assign(size_t(mbs), 0);
-    std::map<std::pair<int32_t, int32_t>, int32_t> last_fwd;
-    gathered_buffer_of_task.assign(P.tasks().size(), -1);
-    for (const auto& t : P.tasks()) {
-      if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
-        const int block = graph.ops[size_t(t.op)].block;
-        if (size_t(t.checkpoint) >= ckpt_blocks.size()) {
-          ckpt_blocks.resize(size_t(t.checkpoint) + 1);
-          ckpt_first_block.resize(size_t(t.checkpoint) + 1, INT32_MAX);
-        }
-        auto& bl = ckpt_blocks[size_t(t.checkpoint)];
-        if (std::find(bl.begin(), bl.end(), block) == bl.end()) bl.push_back(block);
-        ckpt_first_block[size_t(t.checkpoint)] = std::min(ckpt_first_block[size_t(t.checkpoint)], block);
-        last_fwd[{t.checkpoint, t.micro_batch}] = t.id;
-      }
-      if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
-        first_backward_of_mb[size_t(t.micro_batch)] = t.id;
-      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
-      if (t.data == Data::Param && t.phase != Phase::Optimizer) {
-        auto al = P.allocs(t, rank);
-        if ((t.kind == TaskKind::Alloc || t.kind == TaskKind::AllGather) && !al.empty())
-          gathered_buffer_of_task[size_t(t.id)] = al[0].buffer;
-        if (t.kind == TaskKind::CopyH2D && owner_based)  // the owner stages into the gathered buffer
-          for (int32_t d : P.deps(t))
-            if (P.task(d).kind == TaskKind::Alloc && P.task(d).unit == t.unit)
-              gathered_buffer_of_task[size_t(t.id)] = gathered_buffer_of_task[size_t(d)];
-        if (t.kind == TaskKind::Broadcast) {
-          // The owner-based gathered buffer is allocated by an Alloc task of the same unit, a
-          // direct dependency or one through the host-to-device copy.
-          std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
-          for (int depth = 0; depth < 3 && gathered_buffer_of_task[size_t(t.id)] < 0; ++depth) {
-            std::vector<int32_t> next;
-            for (int32_t d : frontier) {
-              if (P.task(d).unit != t.unit) continue;
-              if (P.task(d).kind == TaskKind::Alloc) gathered_buffer_of_task[size_t(t.id)] = gathered_buffer_of_task[size_t(d)];
-              next.insert(next.end(), P.deps(P.task(d)).begin(), P.deps(P.task(d)).end());
-            }
-            frontier = std::move(next);
-          }
-          if (gathered_buffer_of_task[size_t(t.id)] < 0)
-            throw std::logic_error(fmt::format("{}: no buffer allocated for the broadcast unit", P.label(t)));
-        }
-      }
-    }
-    for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
+    ckpt_saved.assign(size_t(P.micro_batches()), 0);
     std::map<std::pair<int32_t, int>, int32_t> last_bwd;  // (micro-batch, block) -> task
     for (const auto& t : P.tasks())
       if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
@@ -285,7 +224,7 @@ struct GptCpuBackend::Impl {
                         u.name.c_str());
         cpu::widen_upper_half_in_place(full.data(), padded);
         std::lock_guard<std::mutex> lock(mu);
-        gathered.insert_or_assign(gathered_buffer_of_task[size_t(t.id)], std::move(full));
+        gathered.insert_or_assign(t.buffer, std::move(full));
         return;
       }
       case TaskKind::Broadcast: {
@@ -300,7 +239,7 @@ struct GptCpuBackend::Impl {
       case TaskKind::Alloc: {  // the owner-based gathered buffer, filled by the broadcast
         DeviceVector<float> whole(size_t(u.numel), device<float>());
         std::lock_guard<std::mutex> lock(mu);
-        gathered.insert_or_assign(gathered_buffer_of_task[size_t(t.id)], std::move(whole));
+        gathered.insert_or_assign(t.buffer, std::move(whole));
         return;
       }
       default:
@@ -308,10 +247,14 @@ struct GptCpuBackend::Impl {
     }
   }
 
-  // The gathered buffer an owner-based fetch task fills (allocated by its Alloc task).
+  // The gathered buffer an owner-based fetch task fills (allocated by its Alloc task): the
+  // Program names it (Task::buffer).
   float* gathered_data(const Task& t) {
     std::lock_guard<std::mutex> lock(mu);
-    return gathered.at(gathered_buffer_of_task[size_t(t.id)]).data();
+    auto it = gathered.find(t.buffer);
+    if (it == gathered.end())
+      throw std::logic_error(fmt::format("{}: its gathered buffer {} is not allocated", P.label(t), t.buffer));
+    return it->second.data();
   }
 
   // The gathered fp32 copy of unit u that compute task t depends on.
@@ -320,7 +263,7 @@ struct GptCpuBackend::Impl {
     for (int32_t d : P.deps(t)) {
       const Task& dt = P.task(d);
       if (dt.unit != u || (dt.kind != TaskKind::AllGather && dt.kind != TaskKind::Broadcast)) continue;
-      auto it = gathered.find(gathered_buffer_of_task[size_t(d)]);
+      auto it = gathered.find(dt.buffer);
       if (it != gathered.end()) return it->second;
     }
     throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
@@ -341,19 +284,13 @@ struct GptCpuBackend::Impl {
     Gpt2Activations& a = acts[size_t(t.micro_batch)];
     if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] == t.id) begin_backward(t);
 
-    // The operator's parameters: every unit of each group, or the one tile this task runs.
-    int32_t tiled_unit = -1;
+    // The operator's parameters: every unit of each group, or the one tile this task runs (the
+    // Program's Task::tile, of unit t.unit).
+    const int32_t tiled_unit = t.tile >= 0 ? t.unit : -1;
     std::vector<ParamBuf> pbufs;
     std::vector<int32_t> units;
-    for (int32_t g : op.param_groups) {
-      const auto& us = group_units[size_t(g)];
-      if (us.size() > 1) {
-        tiled_unit = t.unit;
-        units.push_back(t.unit);
-      } else {
-        units.push_back(us[0]);
-      }
-    }
+    for (int32_t g : op.param_groups)
+      units.push_back(tiled_unit >= 0 && unit(tiled_unit).group == g ? tiled_unit : group_units[size_t(g)][0]);
     std::vector<const DeviceVector<float>*> data;
     for (int32_t u : units) data.push_back(&gathered_for(t, u));
     for (size_t i = 0; i < units.size(); ++i) pbufs.push_back({data[i]->data(), unit(units[i]).numel});
@@ -436,13 +373,17 @@ struct GptCpuBackend::Impl {
   }
 
   // Before a micro-batch's backward: offloaded checkpoints leave the device (their copies are
-  // complete: the Program saved them during forward), and activation gradients start at zero.
+  // complete: the Program makes this task depend on them, core::checkpoint_copy_waits), and
+  // activation gradients start at zero.
   void begin_backward(const Task& t) {
     const int32_t mb = t.micro_batch;
     Gpt2Activations& a = acts[size_t(mb)];
     if (plan.checkpoints != Tier::Device) {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return ckpt_saved[size_t(mb)] >= ckpt_saves_per_mb[size_t(mb)]; });
+      std::lock_guard<std::mutex> lock(mu);
+      if (ckpt_saved[size_t(mb)] < ckpt_saves_per_mb[size_t(mb)])
+        throw std::logic_error(fmt::format("{}: {} of the micro-batch's {} checkpoint copies are done; the Program must "
+                                           "make its first backward depend on them",
+                                           P.label(t), ckpt_saved[size_t(mb)], ckpt_saves_per_mb[size_t(mb)]));
       // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
       for (size_t c = 0; c < ckpt_first_block.size(); ++c)
         if (!ckpt_restored.count({int32_t(c), mb})) Gpt2Activations::release(a.x[size_t(ckpt_first_block[c])]);
@@ -464,7 +405,6 @@ struct GptCpuBackend::Impl {
         ckpt_copied.insert(key);
         if (ckpt_forward_done.count(key)) Gpt2Activations::release(x);
         ++ckpt_saved[size_t(t.micro_batch)];
-        cv.notify_all();
         return;
       }
       case TaskKind::NvmeWrite: {
@@ -915,6 +855,8 @@ void GptCpuBackend::run(const Task& t) {
 std::optional<TrainingBackend::LocalGradCheck> GptCpuBackend::local_grad_check() const {
   return LocalGradCheck{impl_->sumsq, impl_->nonfinite.load(std::memory_order_relaxed)};
 }
+
+std::vector<core::TaskWait> GptCpuBackend::waits() const { return core::checkpoint_copy_waits(impl_->P); }
 
 double GptCpuBackend::loss() const {
   double s = 0;

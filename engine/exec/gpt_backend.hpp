@@ -49,6 +49,7 @@ public:
   using TrainingBackend::initialize;
   void begin_step(int64_t step, std::vector<Batch> batches) override;
   void run(const core::Task& task) override;
+  std::vector<core::TaskWait> waits() const override;
   double loss() const override;
   double grad_norm() const override { return grad_norm_; }
   // Computed with or without clipping, after the last micro-batch.

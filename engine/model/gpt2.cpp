@@ -82,23 +82,9 @@ Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl) : graph_(std::move(graph)), 
   B_ = s.micro_batch, S_ = s.seq, C_ = s.hidden, NH_ = s.heads, V_ = s.vocab, F_ = s.ffn_hidden();
   T_ = B_ * S_;
   for (const core::Operator& op : graph_.ops) {
-    const std::string& n = op.name;
-    Role r;
-    if (n == "embed") r = Role::Embed;
-    else if (n == "ln_f") r = Role::LnF;
-    else if (n == "lm_head") r = Role::LmHead;
-    else if (n == "loss") r = Role::Loss;
-    else if (ends_with(n, ".ln_1")) r = Role::Ln1;
-    else if (ends_with(n, ".attn.c_attn")) r = Role::CAttn;
-    else if (ends_with(n, ".attn.core")) r = Role::Attn;
-    else if (ends_with(n, ".attn.c_proj")) r = Role::AttnProj;
-    else if (ends_with(n, ".residual_1")) r = Role::Res1;
-    else if (ends_with(n, ".ln_2")) r = Role::Ln2;
-    else if (ends_with(n, ".mlp.c_fc")) r = Role::Fc;
-    else if (ends_with(n, ".mlp.gelu")) r = Role::Gelu;
-    else if (ends_with(n, ".mlp.c_proj")) r = Role::MlpProj;
-    else if (ends_with(n, ".residual_2")) r = Role::Res2;
-    else throw std::invalid_argument("gpt2: operator '" + n + "' is not part of a GPT-2");
+    if (op.role == Role::None)
+      throw std::invalid_argument("gpt2: operator '" + op.name + "' has no GPT-2 role in the graph");
+    const Role r = op.role;
     roles_.push_back({r, op.block});
   }
 }
@@ -207,6 +193,8 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
         ensure(out, TC), ensure(mean, T_), ensure(rstd, T_), xin, g, g + C_, T_, C_);
   };
   switch (r.role) {
+    case Role::None:  // refused by the constructor
+      throw std::logic_error("an operator without a role");
     case Role::Embed: {
       if (int64_t(a.inputs.size()) != T_) throw std::invalid_argument("gpt2: embed: no micro-batch set");
       (fast ? cpu::embedding_forward : cpu::ref::embedding_forward<float>)(
@@ -299,6 +287,8 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
         need(rstd, T_, name, "the saved rstd"), T_, C_);
   };
   switch (r.role) {
+    case Role::None:  // refused by the constructor
+      throw std::logic_error("an operator without a role");
     case Role::Loss:
       (fast ? cpu::crossentropy_backward : cpu::ref::crossentropy_backward<float>)(
           ensure(a.d_logits, T_ * V_), need(a.probs, T_ * V_, name, "the probabilities"), a.targets.data(),

@@ -1,0 +1,581 @@
+// The emission pass (core/plan_state.hpp): the Program's tasks in one pass over the steps, each after its
+// dependencies (so ids are a topological order and every lane's order is too): before each compute step
+// the fetch stages and loads scheduled there, after it the reductions, saves and (overlapped) optimizer
+// stages it makes possible; then the Program's tables and the bytes each kind of data moves.
+#include "core/plan_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace zinf::core::planning {
+
+namespace {
+
+// stage 0: NVMe -> host; 1: host -> device (or the owner-based alloc + copy); 2: all-gather / broadcast.
+void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) {
+  const ParamUnit& u = ps.units_[static_cast<size_t>(f.unit)];
+  const Step& consumer = ps.steps_[static_cast<size_t>(f.consumer)];
+  const Phase phase = consumer.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward;
+  const int32_t owner = ps.owner_of(u);
+  const double shard = kParamBytes * double(ps.shard_elems(u));
+  const double whole = kParamBytes * double(u.numel);
+  const double gathered = ps.owner_based() ? whole : kParamBytes * double(u.shard_numel) * ps.D_;
+  // What the gathered copy holds on the device, in the working precision.
+  const double gathered_mem = ps.wb_ * double(ps.owner_based() ? u.numel : u.shard_numel * ps.D_);
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
+    Task t = make_task(k, l, Data::Param, phase);
+    t.unit = u.id;
+    t.op = consumer.op;
+    t.micro_batch = consumer.mb;
+    t.from = from;
+    t.to = to;
+    return t;
+  };
+  if (stage == 0) {
+    if (ps.plan_.params != Tier::Nvme) return;
+    Task t = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
+    t.bytes = shard;
+    t.owner = owner;
+    f.host_buf = ps.b_.buffer();
+    f.nc_task = ps.b_.add(t, {prev_compute}, {{Tier::Host, f.host_buf, shard}});
+    f.last_task = f.nc_task;
+    return;
+  }
+  if (stage == 1) {
+    if (ps.owner_based()) {
+      f.gathered_buf = ps.b_.buffer();
+      Task a = base(TaskKind::Alloc, Lane::H2D, Tier::Device, Tier::Device);
+      a.buffer = f.gathered_buf;
+      const int32_t alloc = ps.b_.add(a, {prev_compute}, {{Tier::Device, f.gathered_buf, gathered_mem}});
+      f.last_task = alloc;
+      if (ps.plan_.params == Tier::Device) return;  // the owner broadcasts from its resident copy
+      Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
+      t.bytes = shard;
+      t.owner = owner;
+      t.buffer = f.gathered_buf;  // the owner copies its whole unit straight into the gathered buffer
+      std::vector<MemEvent> frees;
+      if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
+      f.h2d_task = ps.b_.add(t, {prev_compute, alloc, f.nc_task}, {}, frees);
+      f.last_task = f.h2d_task;
+      return;
+    }
+    if (ps.plan_.params == Tier::Device) return;
+    Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
+    t.bytes = shard;
+    f.shard_buf = ps.b_.buffer();
+    std::vector<MemEvent> frees;
+    if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
+    f.h2d_task = ps.b_.add(t, {prev_compute, f.nc_task}, {{Tier::Device, f.shard_buf, shard}}, frees);
+    f.last_task = f.h2d_task;
+    return;
+  }
+  // stage 2: the collective that makes the whole unit available on every rank
+  Task t = base(ps.owner_based() ? TaskKind::Broadcast : TaskKind::AllGather, Lane::Comm, Tier::Device, Tier::Device);
+  t.bytes = gathered;
+  t.participants = ps.R_;
+  t.root = owner;
+  if (ps.owner_based()) {
+    t.buffer = f.gathered_buf;
+    f.last_task = ps.b_.add(t, {prev_compute, f.last_task}, {}, {});
+    return;
+  }
+  f.gathered_buf = ps.b_.buffer();
+  t.buffer = f.gathered_buf;
+  std::vector<MemEvent> frees;
+  if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
+  f.last_task = ps.b_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
+}
+
+// After the unit's last backward use in micro-batch `mb`: reduce its gradient to the shard owner(s)
+// and store the shard on the gradients tier, accumulating over micro-batches.
+void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t compute_task) {
+  const ParamUnit& u = ps.units_[static_cast<size_t>(unit)];
+  const int32_t owner = ps.owner_of(u);
+  const double whole = kGradBytes * double(u.numel);
+  // The whole gradient as this rank holds it before the reduction (padded for a reduce-scatter).
+  const double padded = ps.owner_based() || !ps.grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * ps.D_;
+  const double shard = ps.grads_partitioned() ? kGradBytes * double(ps.shard_elems(u)) : whole;
+  // The same before accumulation, as the device (and the host staging on its way to NVMe) holds
+  // them: in the working precision. The accumulated shard on its tier is bf16.
+  const double to_mem = ps.wb_ / kGradBytes;
+  const double whole_mem = whole * to_mem, padded_mem = padded * to_mem, shard_mem = shard * to_mem;
+  const int64_t full_buf = ps.grad_buf_[static_cast<size_t>(unit)];
+  const int32_t prev_store = ps.grad_store_[static_cast<size_t>(unit)];
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
+    Task t = make_task(k, l, Data::Grad, Phase::Backward);
+    t.unit = unit;
+    t.micro_batch = mb;
+    t.from = from;
+    t.to = to;
+    return t;
+  };
+  int32_t last = -1;
+  int64_t shard_buf = -1;  // device buffer holding this rank's reduced shard, when it must move on
+  if (!ps.grads_partitioned()) {
+    Task t = base(TaskKind::AllReduce, Lane::Comm, Tier::Device, Tier::Device);
+    t.bytes = whole;
+    t.participants = ps.R_;
+    last = ps.b_.add(t, {compute_task, prev_store}, {}, {{Tier::Device, full_buf, padded_mem}});
+  } else if (ps.owner_based()) {
+    Task t = base(TaskKind::Reduce, Lane::Comm, Tier::Device, Tier::Device);
+    t.bytes = whole;
+    t.participants = ps.R_;
+    t.root = owner;
+    last = ps.b_.add(t, {compute_task, prev_store}, {}, {});
+  } else {
+    Task t = base(TaskKind::ReduceScatter, Lane::Comm, Tier::Device, Tier::Device);
+    t.bytes = padded;
+    t.participants = ps.R_;
+    std::vector<MemEvent> allocs;
+    if (ps.plan_.gradients != Tier::Device) {
+      shard_buf = ps.b_.buffer();
+      allocs.push_back({Tier::Device, shard_buf, shard_mem});
+    }
+    last = ps.b_.add(t, {compute_task, prev_store}, allocs, {{Tier::Device, full_buf, padded_mem}});
+  }
+  const int32_t reduce = last;
+  if (ps.plan_.gradients != Tier::Device) {
+    // Device -> host: into the host accumulation buffer, or a staging buffer on its way to NVMe.
+    Task t = base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host);
+    t.bytes = shard;
+    t.owner = owner;
+    std::vector<MemEvent> allocs, frees;
+    int64_t host_buf = -1;
+    if (ps.plan_.gradients == Tier::Nvme) {
+      host_buf = ps.b_.buffer();
+      allocs.push_back({Tier::Host, host_buf, shard_mem});
+    }
+    if (shard_buf >= 0) frees.push_back({Tier::Device, shard_buf, shard_mem});
+    last = ps.b_.add(t, std::vector<int32_t>{reduce, prev_store}, allocs, frees);
+    if (ps.plan_.gradients == Tier::Nvme) {
+      std::vector<MemEvent> wfrees{{Tier::Host, host_buf, shard_mem}};
+      int32_t partial = -1;
+      if (mb > 0) {  // read the partial sum of the earlier micro-batches, add, write back
+        Task r = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
+        r.bytes = shard;
+        r.owner = owner;
+        const int64_t pbuf = ps.b_.buffer();
+        partial = ps.b_.add(r, {reduce, prev_store}, {{Tier::Host, pbuf, shard}});
+        wfrees.push_back({Tier::Host, pbuf, shard});
+      }
+      Task w = base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme);
+      w.bytes = shard;
+      w.owner = owner;
+      last = ps.b_.add(w, std::vector<int32_t>{last, partial}, {}, wfrees);
+    }
+  }
+  if (ps.owner_based() && ps.grads_partitioned()) {  // every rank drops its copy of the whole gradient once the owner has it
+    Task fr = base(TaskKind::Free, Lane::D2H, Tier::Device, Tier::Device);
+    last = ps.b_.add(fr, {reduce, last}, {}, {{Tier::Device, full_buf, whole_mem}});
+  }
+  ps.grad_store_[static_cast<size_t>(unit)] = last;
+  ps.grad_stores_.push_back(last);
+  if (mb == ps.plan_.micro_batches - 1) {
+    for (int32_t sg : ps.unit_sgs_[static_cast<size_t>(unit)]) {
+      auto& s = ps.sg_[static_cast<size_t>(sg)];
+      if (--s.pending_units == 0) {
+        s.ready = true;
+        ps.sg_ready_order_.push_back(sg);
+      }
+    }
+  }
+}
+
+void emit_checkpoint_save(PlanState& ps, int32_t run, int32_t mb, int32_t compute_task) {
+  const double bytes = ps.ckpt_home_bytes();
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
+    Task t = make_task(k, l, Data::Checkpoint, Phase::Forward);
+    t.checkpoint = ps.runs_[static_cast<size_t>(run)].checkpoint;
+    t.micro_batch = mb;
+    t.from = from;
+    t.to = to;
+    t.bytes = bytes;
+    return t;
+  };
+  const size_t r = static_cast<size_t>(run);
+  if (ps.plan_.checkpoints == Tier::Device) {
+    ps.ckpt_save_task_[r] = compute_task;
+    ps.ckpt_saves_.push_back(compute_task);
+    return;
+  }
+  const int64_t host_buf = ps.b_.buffer();
+  int32_t t = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task},
+                     {{Tier::Host, host_buf, bytes}}, {{Tier::Device, ps.ckpt_dev_buf_[r], ps.ckpt_bytes_}});
+  if (ps.c_.checkpoint_copies_synchronous) ps.sync_ckpt_save_ = t;
+  ps.ckpt_home_buf_[r] = host_buf;
+  ps.ckpt_copies_[static_cast<size_t>(mb)].push_back(t);
+  if (ps.plan_.checkpoints == Tier::Nvme) {
+    const int64_t nvme_buf = ps.b_.buffer();
+    t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t}, {{Tier::Nvme, nvme_buf, bytes}},
+               {{Tier::Host, host_buf, bytes}});
+    ps.ckpt_home_buf_[r] = nvme_buf;
+  }
+  ps.ckpt_save_task_[r] = t;
+  ps.ckpt_saves_.push_back(t);
+}
+
+void emit_checkpoint_load(PlanState& ps, int32_t run, int32_t mb, int32_t prev_compute) {
+  const size_t r = static_cast<size_t>(run);
+  const double bytes = ps.ckpt_home_bytes();
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
+    Task t = make_task(k, l, Data::Checkpoint, Phase::Backward);
+    t.checkpoint = ps.runs_[r].checkpoint;
+    t.micro_batch = mb;
+    t.from = from;
+    t.to = to;
+    t.bytes = bytes;
+    return t;
+  };
+  if (ps.plan_.checkpoints == Tier::Device) {
+    ps.ckpt_load_task_[r] = ps.ckpt_save_task_[r];
+    return;
+  }
+  int32_t t = ps.ckpt_save_task_[r];
+  int64_t host_buf = ps.ckpt_home_buf_[r];
+  if (ps.plan_.checkpoints == Tier::Nvme) {
+    const int64_t staging = ps.b_.buffer();
+    t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
+               {{Tier::Host, staging, bytes}}, {{Tier::Nvme, ps.ckpt_home_buf_[r], bytes}});
+    host_buf = staging;
+  }
+  ps.ckpt_dev_buf_[r] = ps.b_.buffer();
+  ps.ckpt_load_task_[r] = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t},
+                              {{Tier::Device, ps.ckpt_dev_buf_[r], ps.ckpt_bytes_}}, {{Tier::Host, host_buf, bytes}});
+  if (ps.ckpt_partitioned()) {
+    // The group puts the slices back together on the compute stream before the recompute.
+    Task g = base(TaskKind::AllGather, Lane::Compute, Tier::Device, Tier::Device);
+    g.bytes = ps.ckpt_bytes_;
+    g.participants = static_cast<int>(ps.T_);
+    ps.ckpt_load_task_[r] = ps.b_.add(g, {ps.ckpt_load_task_[r]}, {}, {});
+  }
+}
+
+// One transfer of run r's offloaded activations (its segment, all its bytes) for micro-batch mb.
+Task activation_task(PlanState& ps, size_t r, int32_t mb, Phase phase, TaskKind kind, Lane lane, Tier from, Tier to) {
+  Task t = make_task(kind, lane, Data::Activation, phase);
+  t.activation = ps.runs_[r].segment;
+  t.micro_batch = mb;
+  t.from = from;
+  t.to = to;
+  t.bytes = ps.runs_[r].act_bytes;
+  return t;
+}
+
+// An offloaded run's activations leave the device after its last forward: copied to the host
+// (and written to NVMe), or written to NVMe straight from the device over GPUDirect Storage.
+void emit_activation_save(PlanState& ps, size_t r, int32_t mb, int32_t compute_task) {
+  const auto& run = ps.runs_[r];
+  const auto& seg = ps.segments_[static_cast<size_t>(run.segment)];
+  const double bytes = run.act_bytes;
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(ps, r, mb, Phase::Forward, k, l, from, to); };
+  const int64_t home = ps.b_.buffer();
+  int32_t t = -1;
+  if (seg.gds) {
+    t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Device, Tier::Nvme), {compute_task},
+               {{Tier::Nvme, home, bytes}}, {{Tier::Device, ps.act_buf_[r], bytes}});
+  } else {
+    t = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task}, {{Tier::Host, home, bytes}},
+               {{Tier::Device, ps.act_buf_[r], bytes}});
+    ps.act_home_buf_[r] = home;
+    if (seg.tier == Tier::Nvme) {
+      const int64_t nvme = ps.b_.buffer();
+      t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t}, {{Tier::Nvme, nvme, bytes}},
+                 {{Tier::Host, home, bytes}});
+      ps.act_home_buf_[r] = nvme;
+    }
+  }
+  if (seg.gds) ps.act_home_buf_[r] = home;
+  ps.act_save_task_[r] = t;
+  ps.act_saves_.push_back(t);
+}
+
+// ... and come back into a new device buffer before its backward, which the run's last backward frees.
+void emit_activation_load(PlanState& ps, size_t r, int32_t mb, int32_t prev_compute) {
+  const auto& run = ps.runs_[r];
+  const auto& seg = ps.segments_[static_cast<size_t>(run.segment)];
+  const double bytes = run.act_bytes;
+  auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(ps, r, mb, Phase::Backward, k, l, from, to); };
+  int32_t t = ps.act_save_task_[r];
+  int64_t home = ps.act_home_buf_[r];
+  const int64_t dev = ps.b_.buffer();
+  if (seg.gds) {
+    t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Device), {prev_compute, t},
+               {{Tier::Device, dev, bytes}}, {{Tier::Nvme, home, bytes}});
+  } else {
+    if (seg.tier == Tier::Nvme) {
+      const int64_t staging = ps.b_.buffer();
+      t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
+                 {{Tier::Host, staging, bytes}}, {{Tier::Nvme, home, bytes}});
+      home = staging;
+    }
+    t = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t}, {{Tier::Device, dev, bytes}},
+               {{Tier::Host, home, bytes}});
+  }
+  ps.act_buf_[r] = dev;
+  ps.act_load_task_[r] = t;
+}
+
+// The compute step's part in its run's activations and checkpoints: the run's activation buffer,
+// the next run's checkpoint, the loads it waits for and the saves that hold it back.
+void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps, std::vector<MemEvent>& allocs,
+                       std::vector<MemEvent>& frees) {
+  const size_t ri = static_cast<size_t>(st.run);
+  const auto& run = ps.runs_[ri];
+  if (st.first_fwd_of_run || st.first_recompute) {
+    ps.act_buf_[ri] = ps.b_.buffer();
+    allocs.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+    if (run.action == ActivationAction::Offload && ps.act_saves_.size() >= kCheckpointSavesInFlight)
+      deps.push_back(ps.act_saves_[ps.act_saves_.size() - kCheckpointSavesInFlight]);
+  }
+  if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(ps.act_load_task_[ri]);
+  if (st.first_recompute) deps.push_back(ps.ckpt_load_task_[ri]);
+  if (ps.sync_ckpt_save_ >= 0) {
+    deps.push_back(ps.sync_ckpt_save_);
+    ps.sync_ckpt_save_ = -1;
+  }
+  const bool next_is_ckpt = ri + 1 < ps.runs_.size() && ps.runs_[ri + 1].recompute;
+  if (st.last_fwd_of_run && next_is_ckpt) {
+    if (ps.ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ps.ckpt_saves_[ps.ckpt_saves_.size() - kCheckpointSavesInFlight]);
+    ps.ckpt_dev_buf_[ri + 1] = ps.b_.buffer();
+    allocs.push_back({Tier::Device, ps.ckpt_dev_buf_[ri + 1], ps.ckpt_bytes_});
+  }
+  if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+  if (run.grad_bytes > 0 && st.kind == TaskKind::Backward && ps.act_grad_buf_[ri] < 0) {
+    ps.act_grad_buf_[ri] = ps.b_.buffer();
+    allocs.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
+  }
+  if (st.last_bwd_of_run) {
+    if (ps.act_grad_buf_[ri] >= 0) frees.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
+    ps.act_grad_buf_[ri] = -1;
+    frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+    if (run.recompute) frees.push_back({Tier::Device, ps.ckpt_dev_buf_[ri], ps.ckpt_bytes_});
+  }
+}
+
+// The compute task of step `st`: its operator (or tile) in its phase, with the flops and bytes of
+// its share.
+Task compute_task(const PlanState& ps, const Step& st) {
+  const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
+  const auto& run = ps.runs_[static_cast<size_t>(st.run)];
+  Task t = make_task(st.kind, Lane::Compute, Data::Activation, st.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward);
+  t.op = st.op;
+  t.micro_batch = st.mb;
+  t.from = t.to = Tier::Device;
+  double frac = 1.0;  // the tile's share of the operator
+  if (st.tile >= 0) {
+    const ParamUnit& u = ps.units_[static_cast<size_t>(ps.step_units_[st.units_begin])];
+    frac = double(u.row_end - u.row_begin) / double(ps.g_.params[static_cast<size_t>(u.group)].rows);
+  }
+  t.flops = (st.kind == TaskKind::Backward ? op.bwd_flops : op.fwd_flops) * frac;
+  t.bytes = op.fwd_bytes * frac * (st.kind == TaskKind::Backward ? 2.0 : 1.0);
+  if (op.m > 0)  // the efficiency curves' argument: an attention's head size, a linear's (tile's) intensity
+    t.gemm_dim = op.kind == OpKind::Attention
+                     ? std::min({op.m, op.n, op.k})
+                     : std::lround(gemm_intensity_dim(double(op.m), std::max(1.0, double(op.n) * frac), double(op.k)));
+  if (st.units_count > 0) t.unit = ps.step_units_[st.units_begin];
+  t.tile = st.tile;
+  if (run.recompute) t.checkpoint = run.checkpoint;
+  return t;
+}
+
+}  // namespace
+
+void emit(PlanState& ps) {
+  const size_t S = ps.steps_.size();
+  ps.compute_task_.assign(S, -1);
+  ps.grad_buf_.assign(ps.units_.size(), -1);
+  ps.grad_store_.assign(ps.units_.size(), -1);
+  ps.act_buf_.assign(ps.runs_.size(), -1);
+  ps.act_grad_buf_.assign(ps.runs_.size(), -1);
+  ps.ckpt_dev_buf_.assign(ps.runs_.size(), -1);
+  ps.ckpt_home_buf_.assign(ps.runs_.size(), -1);
+  ps.ckpt_save_task_.assign(ps.runs_.size(), -1);
+  ps.ckpt_load_task_.assign(ps.runs_.size(), -1);
+  ps.act_save_task_.assign(ps.runs_.size(), -1);
+  ps.act_load_task_.assign(ps.runs_.size(), -1);
+  ps.act_home_buf_.assign(ps.runs_.size(), -1);
+  ps.ckpt_copies_.assign(static_cast<size_t>(ps.plan_.micro_batches), {});
+  std::vector<char> backward_begun(static_cast<size_t>(ps.plan_.micro_batches), 0);
+  make_sub_groups(ps);
+
+  // Fetch stages and checkpoint loads grouped by the step before which they are issued.
+  std::vector<std::vector<int32_t>> at_nc(S), at_h2d(S), at_ag(S);
+  for (size_t f = 0; f < ps.fetches_.size(); ++f) {
+    at_nc[static_cast<size_t>(ps.fetches_[f].t_nc)].push_back(static_cast<int32_t>(f));
+    at_h2d[static_cast<size_t>(ps.fetches_[f].t_h2d)].push_back(static_cast<int32_t>(f));
+    at_ag[static_cast<size_t>(ps.fetches_[f].t_ag)].push_back(static_cast<int32_t>(f));
+  }
+  std::vector<std::vector<int32_t>> ckpt_load_at(S), act_load_at(S);
+  schedule_run_loads(ps, ckpt_load_at, act_load_at);
+
+  int32_t prev = -1;
+  for (size_t i = 0; i < S; ++i) {
+    const Step& st = ps.steps_[i];
+    for (int32_t f : at_nc[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 0, prev);
+    for (int32_t f : at_h2d[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 1, prev);
+    for (int32_t f : at_ag[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 2, prev);
+    for (int32_t r : ckpt_load_at[i]) emit_checkpoint_load(ps, r, st.mb, prev);
+    for (int32_t r : act_load_at[i]) emit_activation_load(ps, static_cast<size_t>(r), st.mb, prev);
+
+    const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
+    const auto& run = ps.runs_[static_cast<size_t>(st.run)];
+    const size_t ri = static_cast<size_t>(st.run);
+    const Task t = compute_task(ps, st);
+
+    std::vector<int32_t> deps{prev};
+    std::vector<MemEvent> allocs, frees;
+    for (uint32_t k = 0; k < st.units_count; ++k) {
+      const int32_t f = ps.use_fetch_[st.units_begin + k];
+      if (f < 0) continue;
+      const Fetch& fe = ps.fetches_[static_cast<size_t>(f)];
+      deps.push_back(fe.last_task);
+      if (fe.release == static_cast<int32_t>(i) &&
+          std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
+              frees.end())
+        frees.push_back({Tier::Device, fe.gathered_buf, ps.wb_ * double(ps.owner_based() ? ps.units_[static_cast<size_t>(fe.unit)].numel
+                                                                                             : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.D_)});
+    }
+    run_memory_events(ps, st, deps, allocs, frees);
+    // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
+    // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here).
+    if (st.kind == TaskKind::Backward && !backward_begun[static_cast<size_t>(st.mb)]) {
+      backward_begun[static_cast<size_t>(st.mb)] = 1;
+      const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
+      deps.insert(deps.end(), copies.begin(), copies.end());
+    }
+    // Gradients of whole units live from their first to their last backward use.
+    if (st.kind == TaskKind::Backward) {
+      for (uint32_t k = 0; k < st.units_count; ++k) {
+        const int32_t u = ps.step_units_[st.units_begin + k];
+        if (ps.first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
+          if (ps.grad_stores_.size() >= kGradStoresInFlight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - kGradStoresInFlight]);
+          ps.grad_buf_[static_cast<size_t>(u)] = ps.b_.buffer();
+          const auto& un = ps.units_[static_cast<size_t>(u)];
+          const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.wb_ * double(un.numel)
+                                                                  : ps.wb_ * double(un.shard_numel) * ps.D_;
+          allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb});
+        }
+      }
+    }
+    prev = ps.compute_task_[i] = ps.b_.add(t, deps, allocs, frees);
+    const int32_t computed = prev;
+    // Tensor parallelism: the group all-reduces the operator's output (forward, recompute) or its
+    // input gradient (backward) after its last tile, on the compute stream, before anything uses it.
+    const bool last_tile = i + 1 == S || ps.steps_[i + 1].op != st.op || ps.steps_[i + 1].kind != st.kind || ps.steps_[i + 1].mb != st.mb;
+    if (const double ar = st.kind == TaskKind::Backward ? op.tp_bwd_allreduce_bytes : op.tp_fwd_allreduce_bytes;
+        ps.T_ > 1 && ar > 0 && last_tile) {
+      Task a = make_task(TaskKind::AllReduce, Lane::Compute, Data::Activation,
+                         st.kind == TaskKind::Backward ? Phase::Backward : Phase::Forward);
+      a.op = st.op;
+      a.micro_batch = st.mb;
+      a.from = a.to = Tier::Device;
+      a.bytes = ar;
+      a.participants = static_cast<int>(ps.T_);
+      prev = ps.b_.add(a, {computed}, {}, {});
+    }
+
+    if (st.last_fwd_of_run && ri + 1 < ps.runs_.size() && ps.runs_[ri + 1].recompute)
+      emit_checkpoint_save(ps, static_cast<int32_t>(ri + 1), st.mb, prev);
+    if (st.last_fwd_of_run && run.action == ActivationAction::Offload) emit_activation_save(ps, ri, st.mb, prev);
+    if (st.kind == TaskKind::Backward) {
+      for (uint32_t k = 0; k < st.units_count; ++k) {
+        const int32_t u = ps.step_units_[st.units_begin + k];
+        if (ps.last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
+          bool dup = false;  // the same unit twice in one step reduces once
+          for (uint32_t j = 0; j < k; ++j) dup |= ps.step_units_[st.units_begin + j] == u;
+          if (!dup) emit_grad_reduction(ps, u, st.mb, computed);
+        }
+      }
+      if (ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
+    }
+  }
+  ps.backward_done_ = prev;
+  // Units that no backward step touched (none in a GPT, but a graph may have them) have no gradient.
+  pump_optimizer(ps, true);
+  for (const auto& s : ps.sg_)
+    if (s.stage != 3)
+      throw PlanError("internal: an optimizer sub-group was never scheduled (a unit's gradient is never produced)");
+}
+
+void finish_program(PlanState& ps) {
+  ps.b_.ranks() = ps.R_;
+  ps.b_.gpus_per_node() = ps.plan_.gpus_per_node;
+  ps.b_.tensor_parallel() = static_cast<int>(ps.T_);
+  ps.b_.partitioning() = ps.plan_.partitioning;
+  ps.b_.micro_batches() = static_cast<int>(ps.plan_.micro_batches);
+  ps.b_.units() = ps.units_;
+  ps.b_.op_order() = ps.order_;
+  ps.b_.budget() = ps.plan_.budget;
+  ps.b_.lane_slots() = lane_slots_for(ps.c_);
+  ps.b_.activations() = ps.segments_;
+  ps.b_.ops().clear();
+  for (const auto& o : ps.g_.ops) {
+    OpInfo info;
+    info.id = o.id;
+    info.name = o.name;
+    info.kind = to_string(o.kind);
+    info.m = o.m;
+    info.n = o.n;
+    info.k = o.k;
+    info.block = o.block;
+    for (int32_t pg : o.param_groups) {
+      const auto& us = ps.group_units_[static_cast<size_t>(pg)];
+      if (us.size() > 1 && o.n > 0) info.n = ceil_div(o.n, static_cast<int64_t>(us.size()));
+    }
+    ps.b_.ops().push_back(info);
+  }
+  if (ps.owner_based()) {
+    ps.b_.static_bytes().clear();
+    for (int r = 0; r < ps.R_; ++r) ps.b_.static_bytes().push_back(static_bytes_for(ps, r));
+  } else {
+    ps.b_.static_bytes() = {static_bytes_for(ps, 0)};
+  }
+}
+
+void account(PlanState& ps) {
+  // Data moved by rank 0 (owner-based: summed over ranks, divided by ranks, is the mean).
+  const int r = 0;
+  for (const auto& t : ps.prog_.tasks()) {
+    if (!ps.prog_.active(t, r)) continue;
+    const bool moves = t.kind == TaskKind::NvmeRead || t.kind == TaskKind::CopyH2D || t.kind == TaskKind::NvmeWrite ||
+                       t.kind == TaskKind::CopyD2H;
+    if (t.data == Data::Param && t.phase != Phase::Optimizer) {
+      // From the params tier: the first stage of each fetch.
+      const bool first = (ps.plan_.params == Tier::Nvme && t.kind == TaskKind::NvmeRead) ||
+                         (ps.plan_.params == Tier::Host && t.kind == TaskKind::CopyH2D) ||
+                         (ps.plan_.params == Tier::Device && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast));
+      if (first) ps.plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / ps.D_ : t.bytes;
+    }
+    if (t.data == Data::Grad && t.phase == Phase::Backward && moves && t.to == ps.plan_.gradients) ps.plan_.grad_bytes_stored += t.bytes;
+    if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) ps.plan_.optimizer_bytes_read += t.bytes;
+    if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeWrite) ps.plan_.optimizer_bytes_written += t.bytes;
+    if (t.data == Data::Checkpoint && moves && t.phase == Phase::Forward && t.to == ps.plan_.checkpoints)
+      ps.plan_.checkpoint_bytes_saved += t.bytes;
+    if (t.data == Data::Checkpoint && moves && t.phase == Phase::Backward && t.from == ps.plan_.checkpoints)
+      ps.plan_.checkpoint_bytes_loaded += t.bytes;
+    if (t.data == Data::Activation && moves && t.from == Tier::Device) ps.plan_.activation_bytes_offloaded += t.bytes;
+    if (t.data == Data::Activation && moves && t.to == Tier::Device) ps.plan_.activation_bytes_restored += t.bytes;
+    if (t.kind == TaskKind::NvmeWrite) ps.plan_.nvme_bytes_written += t.bytes;
+    if (t.kind == TaskKind::NvmeRead) ps.plan_.nvme_bytes_read += t.bytes;
+  }
+  int64_t space = 0;
+  for (int rr = 0; rr < (ps.owner_based() ? ps.R_ : 1); ++rr) space = std::max(space, ps.prog_.shard_space(rr));
+  ps.plan_.shard_numel = space;
+}
+
+void reset_emission(PlanState& ps) {
+  ps.b_.reset();
+  ps.fetches_.clear();
+  ps.sg_.clear();
+  ps.sg_ready_order_.clear();
+  ps.grad_stores_.clear();
+  ps.ckpt_saves_.clear();
+  ps.act_saves_.clear();
+  ps.sync_ckpt_save_ = -1;
+  ps.sg_cursor_ = 0;
+  ps.backward_done_ = -1;
+  ps.norm_task_ = -1;
+}
+
+}  // namespace zinf::core::planning

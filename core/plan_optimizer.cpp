@@ -1,0 +1,238 @@
+// The optimizer pass (core/plan_state.hpp): each rank's shard space cut into sub-groups of at most
+// sub_group_size elements, and their pipelined update (read states and gradients, Adam, write back),
+// advanced by emission as gradients become ready: after backward, or during it (overlap-backward).
+#include "core/plan_state.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace zinf::core::planning {
+
+namespace {
+
+// Advances one sub-group through its stages as far as the tasks it depends on exist.
+// Returns true when it emitted anything.
+bool advance_sub_group(PlanState& ps, int32_t id) {
+  auto& s = ps.sg_[static_cast<size_t>(id)];
+  const SubGroup& g = ps.b_.sub_groups()[static_cast<size_t>(id)];
+  const double n = double(g.count);
+  const bool overlap = ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward;
+  const bool cpu = ps.plan_.optimizer != Tier::Device;
+  auto& started = ps.owner_started_[ps.owner_based() ? static_cast<size_t>(g.owner) : 0];
+  auto base = [&](TaskKind k, Lane l, Data d, Tier from, Tier to, double bytes) {
+    Task t = make_task(k, l, d, Phase::Optimizer);
+    t.sub_group = id;
+    t.sg_offset = g.offset;
+    t.sg_count = g.count;
+    t.owner = g.owner;
+    t.from = from;
+    t.to = to;
+    t.bytes = bytes;
+    return t;
+  };
+  std::vector<int32_t> grad_deps;
+  for (int32_t u : s.units) grad_deps.push_back(ps.grad_store_[static_cast<size_t>(u)]);
+  bool progressed = false;
+  if (s.stage == 0) {
+    // Inputs may be read ahead, but only `depth` sub-groups of one owner are in flight at once.
+    if (!s.ready || (!overlap && ps.backward_done_ < 0)) return false;
+    int32_t window_dep = -1;
+    if (started.size() >= static_cast<size_t>(kOptimizerPipelineDepth)) {
+      const auto& old = ps.sg_[static_cast<size_t>(started[started.size() - kOptimizerPipelineDepth])];
+      if (old.stage < 3) return false;
+      window_dep = old.outs.empty() ? old.adam : old.outs.back();
+      for (int32_t o : old.outs) window_dep = std::max(window_dep, o);
+    }
+    s.seq = static_cast<int64_t>(started.size());
+    started.push_back(id);
+    std::vector<int32_t> deps = grad_deps;
+    deps.push_back(window_dep);
+    if (!overlap) deps.push_back(ps.backward_done_);
+    if (ps.plan_.optimizer == Tier::Nvme) {
+      s.state_buf = ps.b_.buffer();
+      s.in_states = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host,
+                                kStateBytes * n),
+                           {window_dep, overlap ? -1 : ps.backward_done_}, {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
+    } else if (ps.plan_.optimizer == Tier::Host) {
+      s.in_states = -1;
+    }
+    // Gradients to where the optimizer runs.
+    const Tier where = ps.optim_compute_tier();
+    if (ps.plan_.gradients != where) {
+      s.grad_buf = ps.b_.buffer();
+      if (ps.plan_.gradients == Tier::Nvme) {
+        const Tier land = Tier::Host;
+        int32_t t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, kGradBytes * n), deps,
+                           {{land, s.grad_buf, kGradBytes * n}}, {});
+        if (where == Tier::Device) {
+          const int64_t dbuf = ps.b_.buffer();
+          t = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, kGradBytes * n), {t},
+                     {{Tier::Device, dbuf, kGradBytes * n}}, {{Tier::Host, s.grad_buf, kGradBytes * n}});
+          s.grad_buf = dbuf;
+        }
+        s.in_grads = t;
+      } else if (ps.plan_.gradients == Tier::Device) {
+        s.in_grads = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, kGradBytes * n),
+                            deps, {{Tier::Host, s.grad_buf, kGradBytes * n}}, {});
+      } else {  // host -> device for a device optimizer
+        s.in_grads = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, kGradBytes * n),
+                            deps, {{Tier::Device, s.grad_buf, kGradBytes * n}}, {});
+      }
+    }
+    s.stage = 1;
+    progressed = true;
+  }
+  if (s.stage == 1) {
+    if (ps.plan_.grad_clip && ps.norm_task_ < 0) return progressed;
+    std::vector<int32_t> deps = grad_deps;
+    deps.push_back(s.in_states);
+    deps.push_back(s.in_grads);
+    deps.push_back(ps.norm_task_);
+    deps.push_back(overlap ? -1 : ps.backward_done_);
+    std::vector<MemEvent> allocs, frees;
+    if (s.grad_buf >= 0) frees.push_back({ps.optim_compute_tier(), s.grad_buf, kGradBytes * n});
+    // Updated bf16 parameters go back to their tier (and, stages 0-2, to every rank) from a buffer.
+    const bool param_elsewhere = ps.plan_.params != ps.optim_compute_tier();
+    if (param_elsewhere) {
+      s.param_buf = ps.b_.buffer();
+      allocs.push_back({ps.optim_compute_tier(), s.param_buf, kParamBytes * n});
+    }
+    Task t = base(TaskKind::OptimizerStep, cpu ? Lane::CpuOptim : Lane::Compute, Data::OptimizerState,
+                  ps.plan_.optimizer, ps.plan_.optimizer, (kGradBytes + 2 * kStateBytes + kParamBytes) * n);
+    t.flops = kAdamFlopsPerParam * n;
+    s.adam = ps.b_.add(t, deps, allocs, frees);
+    s.stage = 2;
+    progressed = true;
+  }
+  if (s.stage == 2) {
+    if (ps.plan_.optimizer == Tier::Nvme)
+      s.outs.push_back(ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::OptimizerState, Tier::Host, Tier::Nvme,
+                                   kStateBytes * n),
+                              {s.adam}, {}, {{Tier::Host, s.state_buf, kStateBytes * n}}));
+    const Tier where = ps.optim_compute_tier();
+    int32_t param_done = s.adam;
+    if (ps.plan_.params != where) {
+      const double pb = kParamBytes * n;
+      if (ps.plan_.params == Tier::Device) {
+        param_done = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Param, Tier::Host, Tier::Device, pb), {s.adam}, {},
+                            {{Tier::Host, s.param_buf, pb}});
+      } else if (ps.plan_.params == Tier::Nvme) {
+        int64_t buf = s.param_buf;
+        int32_t t = s.adam;
+        if (where == Tier::Device) {
+          const int64_t hbuf = ps.b_.buffer();
+          t = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {t},
+                     {{Tier::Host, hbuf, pb}}, {{Tier::Device, buf, pb}});
+          buf = hbuf;
+        }
+        param_done = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::Param, Tier::Host, Tier::Nvme, pb), {t}, {},
+                            {{Tier::Host, buf, pb}});
+      } else {  // host params, device optimizer
+        param_done = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {s.adam}, {},
+                            {{Tier::Device, s.param_buf, pb}});
+      }
+      s.outs.push_back(param_done);
+    }
+    if (!ps.params_partitioned() && ps.R_ > 1 && ps.c_.zero_stage >= 1) {
+      // Stages 1-2: every rank needs the updated parameters of every shard.
+      Task t = base(ps.owner_based() ? TaskKind::Broadcast : TaskKind::AllGather, Lane::Comm, Data::Param, Tier::Device,
+                    Tier::Device, kParamBytes * n * (ps.owner_based() ? 1 : ps.D_));
+      t.owner = -1;
+      t.participants = ps.R_;
+      t.root = g.owner;
+      s.outs.push_back(ps.b_.add(t, {param_done}, {}, {}));
+    }
+    s.stage = 3;
+    progressed = true;
+  }
+  return progressed;
+}
+
+}  // namespace
+
+void make_sub_groups(PlanState& ps) {
+  // A rank's shard space is its shards (bandwidth-centric) or the units it owns (owner-based), in
+  // unit order; sub-groups are consecutive ranges of at most sub_group_size elements (aligned).
+  const int64_t S = shard_aligned(std::max<int64_t>(1, ps.c_.sub_group_size));
+  std::vector<SubGroup> sgs;
+  ps.unit_sgs_.assign(ps.units_.size(), {});
+  if (!ps.owner_based()) {
+    const int64_t space = ps.shard_space_;
+    ps.b_.shard_space() = {space};
+    for (int64_t off = 0; off < space; off += S) {
+      SubGroup g;
+      g.id = static_cast<int32_t>(sgs.size());
+      g.offset = off;
+      g.count = std::min(S, space - off);
+      sgs.push_back(g);
+    }
+    // Units overlapping each sub-group, by walking both in order.
+    size_t k = 0;
+    for (const auto& u : ps.units_) {
+      const int64_t ub = u.shard_offset, ue = ub + u.shard_numel;
+      while (k < sgs.size() && sgs[k].offset + sgs[k].count <= ub) ++k;
+      for (size_t j = k; j < sgs.size() && sgs[j].offset < ue; ++j)
+        ps.unit_sgs_[static_cast<size_t>(u.id)].push_back(static_cast<int32_t>(j));
+    }
+  } else {
+    ps.b_.shard_space() = ps.owned_elems_;
+    std::vector<std::vector<int32_t>> owned(static_cast<size_t>(ps.R_));
+    for (const auto& u : ps.units_) owned[static_cast<size_t>(u.owner)].push_back(u.id);
+    for (int32_t r = 0; r < ps.R_; ++r) {
+      const int64_t space = ps.owned_elems_[static_cast<size_t>(r)];
+      const size_t first = sgs.size();
+      for (int64_t off = 0; off < space; off += S) {
+        SubGroup g;
+        g.id = static_cast<int32_t>(sgs.size());
+        g.offset = off;
+        g.count = std::min(S, space - off);
+        g.owner = r;
+        sgs.push_back(g);
+      }
+      size_t k = first;
+      for (int32_t uid : owned[static_cast<size_t>(r)]) {
+        const auto& u = ps.units_[static_cast<size_t>(uid)];
+        const int64_t ub = u.owner_offset, ue = ub + u.numel;
+        while (k < sgs.size() && sgs[k].offset + sgs[k].count <= ub) ++k;
+        for (size_t j = k; j < sgs.size() && sgs[j].offset < ue; ++j)
+          ps.unit_sgs_[static_cast<size_t>(uid)].push_back(static_cast<int32_t>(j));
+      }
+    }
+  }
+  ps.b_.sub_groups() = sgs;
+  ps.plan_.sub_groups = static_cast<int64_t>(sgs.size());
+  ps.sg_.assign(sgs.size(), {});
+  for (size_t u = 0; u < ps.units_.size(); ++u)
+    for (int32_t sg : ps.unit_sgs_[u]) {
+      ps.sg_[static_cast<size_t>(sg)].units.push_back(static_cast<int32_t>(u));
+      ++ps.sg_[static_cast<size_t>(sg)].pending_units;
+    }
+  ps.owner_started_.assign(ps.owner_based() ? static_cast<size_t>(ps.R_) : 1, {});
+}
+
+void pump_optimizer(PlanState& ps, bool backward_done) {
+  if (backward_done && ps.plan_.grad_clip && ps.norm_task_ < 0) {
+    // Global gradient norm: each rank's partial sum of squares is taken as its accumulated shards
+    // are final (fused into the accumulation), combined here and all-reduced; every Adam waits.
+    std::vector<int32_t> deps(ps.grad_store_.begin(), ps.grad_store_.end());
+    deps.push_back(ps.backward_done_);
+    Task n = make_task(TaskKind::GradNorm, ps.plan_.gradients == Tier::Device ? Lane::Compute : Lane::CpuOptim,
+                       Data::Scalar, Phase::Optimizer);
+    n.from = n.to = ps.plan_.gradients;
+    n.bytes = 8;
+    const int32_t partial = ps.b_.add(n, deps, {}, {});
+    Task a = make_task(TaskKind::AllReduce, Lane::Comm, Data::Scalar, Phase::Optimizer);
+    a.bytes = 8;
+    a.participants = ps.R_;
+    ps.norm_task_ = ps.b_.add(a, {partial}, {}, {});
+  }
+  // Sub-groups start in the order their gradients became ready; keep advancing until stuck.
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t i = ps.sg_cursor_; i < ps.sg_ready_order_.size(); ++i) any |= advance_sub_group(ps, ps.sg_ready_order_[i]);
+    while (ps.sg_cursor_ < ps.sg_ready_order_.size() && ps.sg_[static_cast<size_t>(ps.sg_ready_order_[ps.sg_cursor_])].stage == 3)
+      ++ps.sg_cursor_;
+  }
+}
+
+}  // namespace zinf::core::planning

@@ -1,0 +1,136 @@
+// The partition pass (core/plan_state.hpp): the inputs checked, the budgets per rank, parameter groups
+// cut into units (tiles of `tiling_factor` rows each where a group is tileable), and each unit's shard
+// (bandwidth-centric) or owner (owner-based); the bytes each rank keeps for the whole step.
+#include "core/plan_state.hpp"
+
+#include <algorithm>
+#include <queue>
+#include <utility>
+
+namespace zinf::core::planning {
+
+void basics(PlanState& ps) {
+  if (ps.R_ < 1) throw PlanError(fmt::format("ranks must be at least 1, got {}", ps.R_));
+  if (ps.g_.ops.empty()) throw PlanError("the model graph has no operators");
+  if (ps.c_.tensor_parallel != ps.T_)
+    throw PlanError(fmt::format("the run config's tensor_parallel {} differs from the model graph's {}; build the graph "
+                                "with the degree it trains with",
+                                ps.c_.tensor_parallel, ps.T_));
+  if (ps.T_ > 1) {
+    const int G = std::max(1, ps.hw_.node.gpus);
+    if (ps.R_ % ps.T_ != 0)
+      throw PlanError(fmt::format("tensor_parallel {} does not divide the {} ranks", ps.T_, ps.R_));
+    if (std::min(G, ps.R_) % ps.T_ != 0)
+      throw PlanError(fmt::format("tensor_parallel {} must divide the {} GPUs of a node: a tensor-parallel group stays "
+                                  "inside one node",
+                                  ps.T_, std::min(G, ps.R_)));
+    if (ps.c_.partitioning == Partitioning::OwnerBased)
+      throw PlanError("tensor parallelism is planned with bandwidth-centric partitioning only; "
+                      "set partitioning: bandwidth-centric");
+  }
+  ps.plan_.ranks = ps.R_;
+  ps.plan_.gpus_per_node = std::max(1, ps.hw_.node.gpus);
+  ps.plan_.nodes = static_cast<int>(ceil_div(ps.R_, ps.plan_.gpus_per_node));
+  ps.plan_.partitioning = ps.c_.partitioning;
+  ps.plan_.zero_stage = ps.c_.zero_stage;
+  ps.plan_.checkpoint_interval = ps.c_.checkpoint_interval;
+  ps.plan_.micro_batches = ps.c_.gradient_accumulation;
+  ps.plan_.nvme_prefetch_distance = ps.c_.nvme_prefetch_distance;
+  ps.plan_.h2d_prefetch_distance = ps.c_.h2d_prefetch_distance;
+  ps.plan_.allgather_prefetch_distance = ps.c_.allgather_prefetch_distance;
+  ps.plan_.max_live_bytes = ps.c_.max_live_bytes;
+  ps.plan_.reuse_distance_bytes = ps.c_.reuse_distance_bytes;
+  ps.plan_.sub_group_size = shard_aligned(std::max<int64_t>(1, ps.c_.sub_group_size));
+  ps.plan_.optimizer_timing = ps.c_.optimizer_timing;
+  ps.plan_.grad_clip = ps.c_.grad_clip > 0;
+  ps.plan_.total_params = ps.g_.total_params();
+  // Host memory and NVMe are shared by the ranks of a node; each rank gets its share.
+  const double per_node = double(std::min(ps.plan_.gpus_per_node, ps.R_));
+  ps.plan_.budget = {ps.hw_.gpu_budget(), ps.hw_.host_budget() / per_node, ps.hw_.nvme_budget() / per_node};
+  if (ps.c_.micro_batch && *ps.c_.micro_batch != ps.g_.spec.micro_batch)
+    throw PlanError(fmt::format("the run config's micro_batch {} differs from the model graph's {}; build the graph "
+                                "with the micro-batch it trains with",
+                                *ps.c_.micro_batch, ps.g_.spec.micro_batch));
+}
+
+void make_units(PlanState& ps, int64_t tiles) {
+  ps.units_.clear();
+  ps.group_units_.assign(ps.g_.params.size(), {});
+  for (const auto& pg : ps.g_.params) {
+    int64_t t = 1;
+    if (pg.tileable && tiles > 1 && pg.rows > 1 && pg.numel % pg.rows == 0) t = std::min<int64_t>(tiles, pg.rows);
+    const int64_t per_row = pg.rows > 0 && pg.numel % pg.rows == 0 ? pg.numel / pg.rows : 0;
+    const int64_t rows_per_tile = ceil_div(pg.rows, t);
+    for (int64_t i = 0; i < t; ++i) {
+      ParamUnit u;
+      u.id = static_cast<int32_t>(ps.units_.size());
+      u.group = pg.id;
+      u.tile = static_cast<int32_t>(i);
+      u.tiles = static_cast<int32_t>(t);
+      u.row_begin = std::min(pg.rows, i * rows_per_tile);
+      u.row_end = std::min(pg.rows, (i + 1) * rows_per_tile);
+      u.numel = t == 1 ? pg.numel : (u.row_end - u.row_begin) * per_row;
+      u.name = t == 1 ? pg.name : fmt::format("{}[t{}/{}]", pg.name, i, t);
+      if (u.numel == 0) continue;
+      u.id = static_cast<int32_t>(ps.units_.size());
+      ps.group_units_[static_cast<size_t>(pg.id)].push_back(u.id);
+      ps.units_.push_back(u);
+    }
+  }
+  // Shards: partitioned states are split in `ranks` equal padded shards (bandwidth-centric) or owned
+  // whole by the least-loaded rank (owner-based, ZeRO-Offload style). Stage 0 keeps everything whole.
+  const int64_t parts = ps.c_.zero_stage >= 1 ? ps.D_ : 1;  // the data-parallel group shares each unit
+  int64_t offset = 0;
+  for (auto& u : ps.units_) {
+    u.shard_numel = ceil_div(u.numel, parts);
+    u.shard_offset = offset;
+    offset = shard_aligned(offset + u.shard_numel);
+  }
+  ps.shard_space_ = offset;
+  ps.owned_elems_.assign(static_cast<size_t>(ps.R_), 0);
+  if (ps.owner_based()) {
+    using Load = std::pair<int64_t, int32_t>;
+    std::priority_queue<Load, std::vector<Load>, std::greater<>> heap;
+    for (int32_t r = 0; r < ps.R_; ++r) heap.push({0, r});
+    for (auto& u : ps.units_) {
+      auto [load, r] = heap.top();
+      heap.pop();
+      u.owner = r;
+      u.owner_offset = load;
+      const int64_t end = shard_aligned(load + u.numel);
+      heap.push({end, r});
+      ps.owned_elems_[static_cast<size_t>(r)] = end;
+    }
+  }
+}
+
+// Bytes one rank keeps for the whole step, per tier.
+PerTier static_bytes_for(const PlanState& ps, int rank) {
+  int64_t all = 0;
+  for (const auto& u : ps.units_) all += u.numel;
+  const int64_t mine = ps.owner_based() ? ps.owned_elems_[static_cast<size_t>(rank)] : ps.shard_space_;
+  const double params = double(ps.params_partitioned() ? mine : all);
+  const double grads = double(ps.grads_partitioned() ? mine : all);
+  const double optim = double(ps.c_.zero_stage >= 1 ? mine : all);
+  PerTier s{};
+  at(s, ps.plan_.params) += kParamBytes * params;
+  at(s, ps.plan_.gradients) += kGradBytes * grads;
+  at(s, ps.plan_.optimizer) += kStateBytes * optim;
+  // Room for one saved training checkpoint (bf16 params + fp32 master, m, v) on the NVMe array that
+  // holds the model states: a run that cannot save is not a run (as the memory model counts it).
+  if (ps.c_.reserve_nvme_for_checkpoint && (ps.plan_.params == Tier::Nvme || ps.plan_.optimizer == Tier::Nvme))
+    at(s, Tier::Nvme) += 14.0 * optim;
+  return s;
+}
+
+PerTier max_static(const PlanState& ps) {
+  PerTier m = static_bytes_for(ps, 0);
+  if (ps.owner_based())
+    for (int r = 1; r < ps.R_; ++r) {
+      PerTier s = static_bytes_for(ps, r);
+      for (int i = 0; i < 3; ++i) m[static_cast<size_t>(i)] = std::max(m[static_cast<size_t>(i)], s[static_cast<size_t>(i)]);
+    }
+  return m;
+}
+
+}  // namespace zinf::core::planning

@@ -1,0 +1,151 @@
+// The placement pass (core/plan_state.hpp): the tier of each model state, as the run config fixes it or,
+// for `auto`, the fastest that fits given the others; and the search over `auto` combinations that
+// make_plan falls back to when the planner refuses the greedy choice.
+#include "core/plan_state.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace zinf::core::planning {
+
+// What the device needs beyond its static bytes: activations of the largest run, the prefetch
+// window, the largest unit gathered with its gradient, and the checkpoints kept on the device.
+double device_working_estimate(const PlanState& ps) {
+  // The largest unit gathered, with its gradient; prefetched units within max_live_bytes; the
+  // largest gradient held across backward uses (tied weights); activations of the largest run.
+  int64_t largest = 0;
+  for (const auto& u : ps.units_) largest = std::max(largest, u.numel);
+  const double unit = ps.wb_ * double(largest);
+  double ckpt = 0;
+  if (ps.plan_.checkpoints == Tier::Device) {
+    int64_t n = 0;
+    for (const auto& r : ps.runs_) n += r.recompute ? 1 : 0;
+    ckpt = ps.ckpt_bytes_ * double(n) * double(ps.plan_.micro_batches);
+  } else {
+    ckpt = 2 * ps.ckpt_bytes_;
+  }
+  return ps.act_peak_ + ckpt + std::max(ps.c_.max_live_bytes, unit) + unit;
+}
+
+void place(PlanState& ps) {
+  struct Item {
+    const char* name;
+    const Placement* want;
+    Tier* out;
+  };
+  Item items[] = {{"params", &ps.c_.params, &ps.plan_.params},
+                  {"gradients", &ps.c_.gradients, &ps.plan_.gradients},
+                  {"checkpoints", &ps.c_.checkpoints, &ps.plan_.checkpoints},
+                  {"optimizer", &ps.c_.optimizer, &ps.plan_.optimizer}};
+  // Fixed placements first; `auto` ones start on the device and are moved down one at a time.
+  for (auto& it : items) *it.out = it.want->automatic ? Tier::Device : it.want->tier;
+  // Without checkpointing nothing is saved; under an activation policy, recomputed segments are.
+  if (ps.c_.checkpoint_interval == 0 && !ps.c_.checkpoints.automatic && !ps.activation_policy_on()) ps.plan_.checkpoints = Tier::Device;
+
+  auto ckpt_total = [&] {
+    int64_t n = 0;
+    for (const auto& r : ps.runs_) n += r.recompute ? 1 : 0;
+    return ps.ckpt_home_bytes() * double(n) * double(ps.plan_.micro_batches);
+  };
+  auto need = [&] {
+    PerTier s = max_static(ps);
+    at(s, Tier::Device) += device_working_estimate(ps);
+    if (ps.plan_.checkpoints != Tier::Device) at(s, ps.plan_.checkpoints) += ckpt_total();
+    return s;
+  };
+  for (auto& it : items) {
+    if (!it.want->automatic) {
+      ps.plan_.placements.push_back({it.name, *it.out, false, "fixed by the run config"});
+      continue;
+    }
+    std::string reason;
+    Tier chosen = Tier::Nvme;
+    const std::string name = it.name;
+    // Stages 0-2 keep parameters (and stages 0-1 gradients) whole on every device.
+    const bool device_only = (name == "params" && !ps.params_partitioned()) || (name == "gradients" && !ps.grads_partitioned());
+    for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme}) {
+      if (t != Tier::Device && device_only) break;
+      *it.out = t;
+      PerTier s = need();
+      const bool fits = at(s, t) <= at(ps.plan_.budget, t);
+      reason += fmt::format("{}{}: needs {} of {}{}", reason.empty() ? "" : "; ", to_string(t), bytes_text(at(s, t)),
+                            bytes_text(at(ps.plan_.budget, t)), fits ? " -> fits" : " -> too small");
+      if (fits) {
+        chosen = t;
+        break;
+      }
+    }
+    *it.out = chosen;
+    ps.plan_.placements.push_back({it.name, chosen, true, reason});
+  }
+  if (!ps.params_partitioned() && ps.plan_.params != Tier::Device)
+    throw PlanError(fmt::format("parameters on {} need ZeRO stage 3 (zero_stage is {}); with stages 0-2 every rank "
+                                "keeps all parameters on the device",
+                                to_string(ps.plan_.params), ps.c_.zero_stage));
+  if (ps.c_.zero_stage < 2 && ps.plan_.gradients != Tier::Device)
+    throw PlanError(fmt::format("gradients on {} need ZeRO stage 2 or 3 (zero_stage is {})", to_string(ps.plan_.gradients),
+                                ps.c_.zero_stage));
+}
+
+// `auto` placements are chosen greedily (each state in turn takes the fastest tier that fits given
+// the others). When that choice is refused, every combination of tiers for the `auto` states is
+// planned, fastest first (fewest states off the device, then host before NVMe, in the order
+// params, gradients, checkpoints, optimizer), with the tiling factor left as the config gives it;
+// the first the planner accepts is the plan. So `auto` finds a fitting combination whenever one
+// exists among these choices (tests/planner_test.cpp checks it against an exhaustive search). A
+// combination whose states alone are too large is refused before any scheduling, so the search
+// costs little more than the greedy attempt unless many combinations nearly fit.
+PlanResult search_auto_tiers(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
+                             const std::vector<int32_t>& recorded_order, const PlanError& greedy) {
+  struct Auto {
+    const char* state;
+    Placement RunConfig::*field;
+  };
+  std::vector<Auto> autos;
+  for (Auto a : {Auto{"params", &RunConfig::params}, Auto{"gradients", &RunConfig::gradients},
+                 Auto{"checkpoints", &RunConfig::checkpoints}, Auto{"optimizer", &RunConfig::optimizer}})
+    if ((config.*a.field).automatic) autos.push_back(a);
+  const std::vector<Tier> tiers{Tier::Device, Tier::Host, Tier::Nvme};
+  std::vector<std::vector<Tier>> combos{{}};
+  for (size_t k = 0; k < autos.size(); ++k) {
+    std::vector<std::vector<Tier>> next;
+    for (const auto& c : combos)
+      for (Tier t : tiers) {
+        next.push_back(c);
+        next.back().push_back(t);
+      }
+    combos = std::move(next);
+  }
+  auto cost = [](const std::vector<Tier>& c) {
+    int off = 0, rank = 0;
+    for (Tier t : c) {
+      off += t != Tier::Device;
+      rank += t == Tier::Nvme ? 2 : t == Tier::Host ? 1 : 0;
+    }
+    return std::pair{off, rank};
+  };
+  std::stable_sort(combos.begin(), combos.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
+  int tried = 0;
+  for (const auto& combo : combos) {
+    RunConfig c = config;
+    for (size_t k = 0; k < autos.size(); ++k) c.*autos[k].field = {false, combo[k]};
+    ++tried;
+    try {
+      PlanResult r = make_plan(graph, hw, c, ranks, recorded_order);
+      for (auto& d : r.plan.placements)
+        for (const auto& a : autos)
+          if (d.state == a.state) {
+            d.automatic = true;
+            d.reason = fmt::format("the greedy choice was refused ({}); the first of {} combinations of the auto "
+                                   "tiers that the planner accepts, fastest first ({} tried)",
+                                   greedy.what(), combos.size(), tried);
+          }
+      return r;
+    } catch (const PlanError&) {
+    }
+  }
+  throw greedy;
+}
+
+}  // namespace zinf::core::planning

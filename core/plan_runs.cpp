@@ -1,0 +1,145 @@
+// The runs pass (core/plan_state.hpp): the forward order (the graph's or a recorded one) cut into runs,
+// stretches of `ci` blocks that are checkpointed and recomputed and the rest, with the activation
+// bytes each keeps; under an activation policy, the activation pass's choices (core/activation_pass.hpp)
+// applied to them.
+#include "core/plan_state.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/kernel_activations.hpp"
+#include "core/memory_model.hpp"
+
+namespace zinf::core::planning {
+
+void make_runs(PlanState& ps) {
+  const size_t n = ps.g_.ops.size();
+  std::vector<int32_t> order;
+  if (ps.recorded_.empty()) {
+    order.resize(n);
+    std::iota(order.begin(), order.end(), 0);
+  } else {
+    order = ps.recorded_;
+    std::vector<char> seen(n, 0);
+    if (order.size() != n) throw PlanError(fmt::format("recorded operator order has {} operators, the graph {}", order.size(), n));
+    for (int32_t o : order) {
+      if (o < 0 || static_cast<size_t>(o) >= n || seen[static_cast<size_t>(o)])
+        throw PlanError(fmt::format("recorded operator order is not a permutation of the graph's operators (at {})", o));
+      seen[static_cast<size_t>(o)] = 1;
+    }
+  }
+  ps.order_ = order;
+  // Runs: maximal stretches of the order with the same segment key (ci blocks, or outside blocks).
+  const int64_t ci = ps.c_.checkpoint_interval;
+  auto key = [&](const Operator& o) -> int64_t {
+    if (o.block < 0) return -1;
+    return ci > 0 ? o.block / ci : o.block;
+  };
+  const double tokens = double(ps.g_.tokens);
+  const auto& s = ps.g_.spec;
+  // One rank's share of a block's activations (the graph's spec is the whole model's): the memory
+  // model's count, so that both split them under tensor parallelism alike.
+  const double per_block = tokens * block_activation_bytes_per_token(s, ps.T_);
+  ps.runs_.clear();
+  ps.op_run_.assign(n, -1);
+  int64_t prev_key = -2;
+  for (int32_t id : order) {
+    const auto& o = ps.g_.ops[static_cast<size_t>(id)];
+    const int64_t k = key(o);
+    if (ps.runs_.empty() || k != prev_key) {
+      ps.runs_.push_back({});
+      ps.runs_.back().recompute = ci > 0 && k >= 0 && !ps.activation_policy_on();
+    }
+    prev_key = k;
+    ps.runs_.back().ops.push_back(id);
+    ps.op_run_[static_cast<size_t>(id)] = static_cast<int32_t>(ps.runs_.size() - 1);
+  }
+  // The first run's input is the batch itself: nothing to checkpoint, so it keeps its activations.
+  ps.runs_.front().recompute = false;
+  int32_t ckpt = 0;
+  ps.act_peak_ = 0;
+  for (auto& r : ps.runs_) {
+    if (r.recompute) r.checkpoint = ckpt++;
+    std::vector<int> blocks;
+    double outside = 0;
+    for (int32_t id : r.ops) {
+      const auto& o = ps.g_.ops[static_cast<size_t>(id)];
+      if (o.block >= 0) blocks.push_back(o.block);
+      else outside += o.out_bytes;
+    }
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+    r.act_bytes = per_block * double(blocks.size()) + outside;
+    if (ps.wb_ != 2.0) {  // the tensors the fp32 kernels keep, in place of the paper's formula
+      const RunActivations k = run_activation_elements(ps.g_, r.ops, r.recompute);
+      r.act_bytes = ps.wb_ * k.forward;
+      r.grad_bytes = ps.wb_ * k.backward;
+    }
+  }
+  ps.ckpt_bytes_ = ps.wb_ * tokens * double(s.hidden);
+  if (ps.wb_ != 2.0)  // the output of a run before a checkpointed one is that checkpoint, counted apart
+    for (size_t i = 0; i + 1 < ps.runs_.size(); ++i)
+      if (ps.runs_[i + 1].recompute) ps.runs_[i].act_bytes -= ps.ckpt_bytes_;
+  for (const auto& r : ps.runs_) ps.act_peak_ = std::max(ps.act_peak_, r.act_bytes + r.grad_bytes);
+  ps.plan_.checkpoints_per_micro_batch = ckpt;
+}
+
+void apply_activation_pass(PlanState& ps, double device_bytes) {
+  std::vector<std::vector<int32_t>> run_ops;
+  for (const auto& r : ps.runs_) run_ops.push_back(r.ops);
+  std::vector<ActivationLifetime> lifetimes = activation_lifetimes(ps.g_, ps.hw_.node.gpu, run_ops);
+  const auto& n = ps.hw_.node;
+  const double G = std::max(1, n.gpus);
+  const double nvme_spb = G / std::min(n.nvme_read_bandwidth, n.nvme_write_bandwidth);
+  ActivationPassInput in;
+  in.policy = ps.c_.activation_policy;
+  in.tier = ps.c_.activation_tier;
+  in.min_prefetch_runs = ps.c_.activation_prefetch_blocks;
+  in.device_bytes_for_activations = device_bytes;
+  in.checkpoint_bytes = ps.plan_.checkpoints == Tier::Device ? ps.ckpt_bytes_ : 0;
+  in.host_seconds_per_byte = 1.0 / n.pcie_bandwidth_all_active();
+  in.nvme_seconds_per_byte = std::max(in.host_seconds_per_byte, nvme_spb);
+  in.gds_seconds_per_byte = n.has_gds() ? std::max(1.0 / n.gds_bandwidth_all_active(), nvme_spb) : 0;
+  double forward = 0;
+  for (auto& l : lifetimes) {
+    l.bytes = ps.runs_[static_cast<size_t>(l.run)].act_bytes;
+    forward += l.forward_seconds;
+  }
+  // Parameters fetched in forward already use the same paths.
+  double shard_bytes = 0;
+  for (const auto& u : ps.units_) shard_bytes += kParamBytes * double(ps.shard_elems(u));
+  in.pcie_free_seconds = forward - (ps.plan_.params != Tier::Device ? shard_bytes * in.host_seconds_per_byte : 0);
+  in.nvme_free_seconds = forward - (ps.plan_.params == Tier::Nvme ? shard_bytes * nvme_spb : 0);
+  const PerTier st = max_static(ps);
+  in.host_bytes_free = at(ps.plan_.budget, Tier::Host) - at(st, Tier::Host);
+  in.nvme_bytes_free = at(ps.plan_.budget, Tier::Nvme) - at(st, Tier::Nvme);
+  const std::vector<ActivationChoice> choices = choose_activation_actions(lifetimes, in);
+
+  ps.segments_.clear();
+  ps.plan_.activations.clear();
+  for (auto& r : ps.runs_) {
+    r.action = ActivationAction::Keep;
+    r.recompute = false;
+    r.checkpoint = -1;
+    r.segment = -1;
+    r.prefetch_runs = 0;
+  }
+  for (size_t i = 0; i < lifetimes.size(); ++i) {
+    auto& r = ps.runs_[static_cast<size_t>(lifetimes[i].run)];
+    r.action = choices[i].action;
+    r.recompute = r.action == ActivationAction::Recompute;
+    r.prefetch_runs = choices[i].prefetch_runs;
+    if (r.action == ActivationAction::Offload) {
+      r.segment = static_cast<int32_t>(ps.segments_.size());
+      ps.segments_.push_back({r.segment, lifetimes[i].first_block, lifetimes[i].last_block, r.act_bytes, choices[i].tier,
+                           choices[i].path == ActivationPath::Gds});
+    }
+    ps.plan_.activations.push_back({lifetimes[i], choices[i]});
+  }
+  int32_t ckpt = 0;
+  for (auto& r : ps.runs_)
+    if (r.recompute) r.checkpoint = ckpt++;
+  ps.plan_.checkpoints_per_micro_batch = ckpt;
+}
+
+}  // namespace zinf::core::planning

@@ -1,0 +1,298 @@
+// The planner's private state (not part of zinf_core's interface): what its passes share.
+//
+// make_plan (core/planner.cpp) builds one PlanState from the model graph, the hardware profile and the
+// run config, and runs the passes over it in order; each pass lives in its own file and reads the
+// fields the earlier passes filled in:
+//   partition   (plan_partition.cpp)  checks the inputs, sets the budgets, cuts parameter groups into
+//                                     units (tiles) with their shards or owners: units_, shard space;
+//   runs        (plan_runs.cpp)       cuts the forward order into runs (checkpointed and recomputed, or
+//                                     kept), their activation bytes, and applies the activation pass;
+//   placement   (plan_placement.cpp)  the tier of each state (fixed or `auto`), and the search over
+//                                     `auto` combinations when the greedy choice is refused;
+//   tiling      (plan_tiling.cpp)     the tiling factor (fixed or `auto`), and the compute steps of
+//                                     every micro-batch, one per operator tile: steps_;
+//   schedule    (plan_schedule.cpp)   the parameter fetches (reuse-distance retention), the step each
+//                                     of their stages is issued before (prefetch), when checkpoint and
+//                                     activation loads are issued, and the idealized schedule's peak;
+//   emission    (plan_emit.cpp)       the tasks, in one pass over the steps, into the Program;
+//   optimizer   (plan_optimizer.cpp)  the sub-groups and their pipelined update, pumped by emission.
+// A PlanState is used by one thread, once (planning again means a new PlanState).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/activation_pass.hpp"
+#include "core/errors.hpp"
+#include "core/plan.hpp"
+#include "core/units.hpp"
+
+namespace zinf::core {
+
+// Appends tasks to a Program (a friend of it): ids in the order they are added, so every
+// dependency a task names is an earlier task; buffers are numbered as they are asked for.
+class ProgramBuilder {
+public:
+  explicit ProgramBuilder(Program& p) : p_(p) {}
+
+  int32_t add(Task t, std::initializer_list<int32_t> deps, std::initializer_list<MemEvent> allocs = {},
+              std::initializer_list<MemEvent> frees = {}) {
+    return add(t, std::vector<int32_t>(deps), std::vector<MemEvent>(allocs), std::vector<MemEvent>(frees));
+  }
+
+  int32_t add(Task t, std::vector<int32_t> deps, const std::vector<MemEvent>& allocs,
+              const std::vector<MemEvent>& frees) {
+    t.id = static_cast<int32_t>(p_.tasks_.size());
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    t.deps_begin = static_cast<uint32_t>(p_.deps_.size());
+    for (int32_t d : deps)
+      if (d >= 0) p_.deps_.push_back(d);
+    t.deps_count = static_cast<uint32_t>(p_.deps_.size()) - t.deps_begin;
+    t.allocs_begin = static_cast<uint32_t>(p_.events_.size());
+    p_.events_.insert(p_.events_.end(), allocs.begin(), allocs.end());
+    t.allocs_count = static_cast<uint32_t>(allocs.size());
+    t.frees_begin = static_cast<uint32_t>(p_.events_.size());
+    p_.events_.insert(p_.events_.end(), frees.begin(), frees.end());
+    t.frees_count = static_cast<uint32_t>(frees.size());
+    p_.tasks_.push_back(t);
+    return t.id;
+  }
+
+  int64_t buffer() { return next_buffer_++; }
+  void reset() {
+    p_ = Program{};
+    next_buffer_ = 0;
+  }
+  // The Program's fields the planner fills in directly.
+  auto& op_order() { return p_.op_order_; }
+  auto& shard_space() { return p_.shard_space_; }
+  auto& sub_groups() { return p_.sub_groups_; }
+  auto& ranks() { return p_.ranks_; }
+  auto& gpus_per_node() { return p_.gpus_per_node_; }
+  auto& tensor_parallel() { return p_.tensor_parallel_; }
+  auto& partitioning() { return p_.partitioning_; }
+  auto& micro_batches() { return p_.micro_batches_; }
+  auto& units() { return p_.units_; }
+  auto& budget() { return p_.budget_; }
+  auto& ops() { return p_.ops_; }
+  auto& activations() { return p_.activations_; }
+  auto& static_bytes() { return p_.static_bytes_; }
+  auto& peak() { return p_.peak_; }
+  auto& lane_slots() { return p_.lane_slots_; }
+  Program& program() { return p_; }
+
+private:
+  Program& p_;
+  int64_t next_buffer_ = 0;
+};
+
+namespace planning {
+
+inline constexpr double kParamBytes = 2.0;   // bf16 parameter
+inline constexpr double kGradBytes = 2.0;    // bf16 gradient
+inline constexpr double kStateBytes = 12.0;  // fp32 master weight, Adam m and v
+inline constexpr double kAdamFlopsPerParam = 12.0;
+inline constexpr int kOptimizerPipelineDepth = 3;  // sub-groups in flight: NVMe read, CPU Adam, NVMe write
+// Backpressure, so that memory stays bounded however fast or slow each lane runs: a backward step
+// that starts new gradients waits until the gradient stored this many reductions ago is stored, and
+// a forward step that starts a new checkpoint waits for the save of the one this many before.
+inline constexpr size_t kGradStoresInFlight = 4;
+inline constexpr size_t kCheckpointSavesInFlight = 2;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline std::string bytes_text(double b) { return format_bytes(b); }
+
+// A stretch of the forward order with one segment key: `ci` blocks, or the operators outside blocks.
+struct Run {
+  std::vector<int32_t> ops;  // forward order
+  bool recompute = false;    // checkpointed at its input and recomputed in backward
+  int32_t checkpoint = -1;   // checkpoint index within a micro-batch
+  double act_bytes = 0;      // activation working memory while it runs
+  double grad_bytes = 0;     // activation gradients during its backward (fp32 working precision only)
+  ActivationAction action = ActivationAction::Keep;  // the activation pass's choice (policy not `none`)
+  int32_t segment = -1;      // its activation segment when offloaded
+  int64_t prefetch_runs = 0; // offloaded: loaded when the backward of the run this many after it begins
+};
+
+// One compute task to be: an operator (or one tile of it) in one phase of one micro-batch.
+struct Step {
+  TaskKind kind = TaskKind::Forward;
+  int32_t op = 0;
+  int32_t tile = -1;  // tile of the op's tiled group, -1 when untiled
+  int32_t mb = 0;
+  int32_t run = 0;
+  uint32_t units_begin = 0, units_count = 0;  // its units, in PlanState::step_units_
+  // run bookkeeping
+  bool first_fwd_of_run = false, last_fwd_of_run = false, first_recompute = false, last_bwd_of_run = false;
+  bool starts_bwd_of_run = false;  // first backward-phase step (recompute or backward) of its run
+};
+
+// One gathering of a unit onto the device, used by the steps from `consumer` to `release`.
+struct Fetch {
+  int32_t unit = 0;
+  int32_t consumer = 0;  // first step using it
+  int32_t release = 0;   // last step using it (reuse chain)
+  int32_t t_nc = 0, t_h2d = 0, t_ag = 0;  // the steps its stages are issued before
+  int32_t last_task = -1;     // the stage that makes the gathered parameter available
+  int64_t gathered_buf = -1;  // device buffer of the whole unit
+  int32_t nc_task = -1, h2d_task = -1;
+  int64_t host_buf = -1, shard_buf = -1;
+};
+
+// An optimizer sub-group on its way through the pipeline (plan_optimizer.cpp).
+struct SgState {
+  int32_t stage = 0;  // 0: inputs, 1: adam, 2: outputs, 3: done
+  int32_t pending_units = 0;
+  bool ready = false;
+  std::vector<int32_t> units;
+  int32_t in_states = -1, in_grads = -1, adam = -1;
+  std::vector<int32_t> outs;
+  int64_t state_buf = -1, grad_buf = -1, param_buf = -1;
+  int64_t seq = -1;  // position among its owner's sub-groups, in the order they start
+};
+
+// Everything the passes share. The inputs are fixed at construction; each group of fields below
+// is filled by the pass named in its comment and read by the later ones. Buffers and tasks are
+// Program ids (-1: none).
+struct PlanState {
+  PlanState(const ModelGraph& g, const HwProfile& hw, const RunConfig& c, int ranks, const std::vector<int32_t>& order)
+      : g_(g), hw_(hw), c_(c), R_(ranks), T_(std::max<int64_t>(1, g.tensor_parallel)),
+        D_(std::max(1, ranks / static_cast<int>(T_))), recorded_(order), wb_(double(hw.node.gpu.working_bytes)) {}
+  PlanState(const PlanState&) = delete;
+  PlanState& operator=(const PlanState&) = delete;
+
+  // Queries every pass uses, on the inputs and the decisions made so far.
+  bool activation_policy_on() const { return c_.activation_policy != ActivationPolicy::None; }
+  Tier optim_compute_tier() const { return plan_.optimizer == Tier::Device ? Tier::Device : Tier::Host; }
+  bool params_partitioned() const { return c_.zero_stage >= 3; }
+  bool grads_partitioned() const { return c_.zero_stage >= 2; }
+  bool owner_based() const { return plan_.partitioning == Partitioning::OwnerBased; }
+  // Bytes of one checkpoint kept in its tier by one rank: a 1/T_ slice when the tensor-parallel
+  // group partitions it (and all-gathers it back on the device before the recompute).
+  bool ckpt_partitioned() const { return c_.checkpoints_partitioned && T_ > 1; }
+  double ckpt_home_bytes() const { return ckpt_partitioned() ? ckpt_bytes_ / double(T_) : ckpt_bytes_; }
+  // Elements of `u` that one rank keeps of a partitioned state (owner-based: the owner, all of it).
+  int64_t shard_elems(const ParamUnit& u) const { return owner_based() ? u.numel : u.shard_numel; }
+  int32_t owner_of(const ParamUnit& u) const { return owner_based() ? u.owner : -1; }
+  double unit_bytes(int32_t u) const { return kParamBytes * double(units_[static_cast<size_t>(u)].numel); }
+
+  // inputs
+  const ModelGraph& g_;
+  const HwProfile& hw_;
+  const RunConfig& c_;
+  int R_;
+  int64_t T_;  // tensor-parallel degree: ranks that split each layer (the graph is one rank's share)
+  int D_;      // data-parallel degree, R_ / T_: the ranks a ZeRO partition is split over
+  std::vector<int32_t> recorded_;
+  // Bytes per element of the device's working tensors (activations, gathered parameters, gradients
+  // before their reduction): HwProfile's working precision. Transfers keep their own sizes.
+  double wb_;
+
+  // outputs: the decisions with their reasons (every pass), and the Program (emission)
+  Plan plan_;
+  Program prog_;
+  ProgramBuilder b_{prog_};
+
+  // partition
+  std::vector<ParamUnit> units_;
+  std::vector<std::vector<int32_t>> group_units_;  // param group -> its units
+  std::vector<int64_t> owned_elems_;               // owner-based: each rank's shard space (aligned)
+  int64_t shard_space_ = 0;                        // bandwidth-centric: every rank's shard space (aligned)
+
+  // runs (and the activation pass)
+  std::vector<int32_t> order_;  // forward operator order the program follows
+  std::vector<Run> runs_;
+  std::vector<int32_t> op_run_;
+  double act_peak_ = 0;
+  double ckpt_bytes_ = 0;
+  std::vector<ActivationSegment> segments_;  // offloaded activation segments
+
+  // steps (tiling)
+  std::vector<Step> steps_;
+  std::vector<int32_t> step_units_;
+  // per micro-batch: first and last backward step of each unit
+  std::vector<std::vector<int32_t>> first_bwd_, last_bwd_;
+
+  // schedule
+  std::vector<Fetch> fetches_;
+  std::vector<int32_t> use_fetch_;  // parallel to step_units_: fetch serving that use (-1: resident)
+
+  // emission
+  std::vector<int32_t> compute_task_;                 // per step
+  std::vector<int64_t> grad_buf_;                     // per unit: device buffer of the current micro-batch's grad
+  std::vector<int32_t> grad_store_;                   // per unit: last task storing its gradient (latest mb)
+  std::vector<int64_t> act_buf_, act_grad_buf_;       // per run
+  std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
+  std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
+  std::vector<int32_t> grad_stores_, ckpt_saves_;    // in emission order, for backpressure
+  std::vector<std::vector<int32_t>> ckpt_copies_;     // per micro-batch: its checkpoints' device-to-host copies
+  std::vector<int32_t> act_save_task_, act_load_task_;  // per run (current micro-batch)
+  std::vector<int64_t> act_home_buf_;                 // per run: the offloaded copy's buffer
+  std::vector<int32_t> act_saves_;                    // in emission order, for backpressure
+  int32_t sync_ckpt_save_ = -1;  // a synchronous checkpoint copy the next compute task waits for
+  int32_t backward_done_ = -1;
+
+  // optimizer (sub-groups: make_sub_groups; the rest as emission pumps them)
+  int32_t norm_task_ = -1;
+  std::vector<SgState> sg_;
+  std::vector<int32_t> sg_ready_order_;
+  size_t sg_cursor_ = 0;
+  std::vector<std::vector<int32_t>> unit_sgs_;       // unit -> sub-groups it overlaps
+  std::vector<std::vector<int32_t>> owner_started_;  // per owner slot: sub-groups started, in order
+};
+
+inline Task make_task(TaskKind kind, Lane lane, Data data, Phase phase) {
+  Task t;
+  t.kind = kind;
+  t.lane = lane;
+  t.data = data;
+  t.phase = phase;
+  return t;
+}
+
+// partition (plan_partition.cpp)
+void basics(PlanState& ps);
+void make_units(PlanState& ps, int64_t tiles);
+PerTier static_bytes_for(const PlanState& ps, int rank);
+PerTier max_static(const PlanState& ps);
+
+// runs (plan_runs.cpp)
+void make_runs(PlanState& ps);
+void apply_activation_pass(PlanState& ps, double device_bytes);
+
+// placement (plan_placement.cpp)
+double device_working_estimate(const PlanState& ps);
+void place(PlanState& ps);
+PlanResult search_auto_tiers(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
+                             const std::vector<int32_t>& recorded_order, const PlanError& greedy);
+
+// tiling (plan_tiling.cpp)
+void choose_tiling(PlanState& ps);
+void make_steps(PlanState& ps);
+
+// schedule (plan_schedule.cpp)
+void make_fetches(PlanState& ps);
+void schedule_prefetch(PlanState& ps);
+void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& ckpt_load_at,
+                        std::vector<std::vector<int32_t>>& act_load_at);
+PerTier schedule_peak(const PlanState& ps);
+
+// emission (plan_emit.cpp)
+void emit(PlanState& ps);
+void finish_program(PlanState& ps);
+void account(PlanState& ps);
+void reset_emission(PlanState& ps);
+
+// optimizer (plan_optimizer.cpp)
+void make_sub_groups(PlanState& ps);
+void pump_optimizer(PlanState& ps, bool backward_done);
+
+}  // namespace planning
+}  // namespace zinf::core

@@ -1,0 +1,27 @@
+// What both GPT training backends (engine/exec/gpt_backend.cpp, engine/cuda/gpt_cuda_backend.cpp)
+// read off a Program once, at construction: each parameter group's units, the blocks of each
+// checkpointed run, the task that ends a checkpointed run's forward, each micro-batch's first
+// backward and how many checkpoint copies each micro-batch makes. Immutable after construction,
+// so safe to read from every lane thread.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "core/graph.hpp"
+#include "core/program.hpp"
+
+namespace zinf::engine {
+
+struct GptProgramIndex {
+  GptProgramIndex(const core::Program& program, const core::ModelGraph& graph);
+
+  std::vector<std::vector<int32_t>> group_units;  // parameter group -> its units, in tile order
+  std::vector<int> ckpt_first_block;              // checkpoint index -> the first block of its run
+  std::vector<std::vector<int>> ckpt_blocks;      // checkpoint index -> the blocks of its run
+  std::set<int32_t> last_forward_of_run;          // the last forward task of each checkpointed run, per micro-batch
+  std::vector<int32_t> first_backward_of_mb;      // per micro-batch: its first Backward task
+  std::vector<int> ckpt_saves_per_mb;             // per micro-batch: its CopyD2H(Checkpoint) tasks
+};
+
+}  // namespace zinf::engine
