@@ -100,6 +100,27 @@ std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const 
   return out;
 }
 
+double forward_throttle_seconds(const std::vector<ActivationLifetime>& lifetimes, const std::vector<double>& save_seconds) {
+  double now = 0, lane = 0, waited = 0;
+  std::vector<double> ends;  // save end times of the offloaded segments so far, in order
+  for (size_t i = 0; i < lifetimes.size(); ++i) {
+    const bool offloaded = i < save_seconds.size() && save_seconds[i] > 0;
+    if (offloaded && ends.size() >= kActivationSavesInFlight) {
+      const double ready = ends[ends.size() - kActivationSavesInFlight];
+      if (ready > now) {
+        waited += ready - now;
+        now = ready;
+      }
+    }
+    now += lifetimes[i].forward_seconds;
+    if (offloaded) {
+      lane = std::max(lane, now) + save_seconds[i];
+      ends.push_back(lane);
+    }
+  }
+  return waited;
+}
+
 namespace {
 
 struct Option {
@@ -113,6 +134,8 @@ struct Option {
 struct State {
   double pcie_load = 0, nvme_load = 0;
   double host_bytes = 0, nvme_bytes = 0;
+  std::vector<double> save_seconds;  // per lifetime: its save's seconds if offloaded, else 0
+  double throttle = 0;               // forward_throttle_seconds of the offloads chosen so far
 };
 
 // What more a resource's load beyond its free time costs: the part no longer hidden by compute.
@@ -120,7 +143,9 @@ double overflow(double load_before, double added, double free_seconds) {
   return std::max(0.0, load_before + added - free_seconds) - std::max(0.0, load_before - free_seconds);
 }
 
-std::vector<Option> options_for(const ActivationLifetime& l, const ActivationPassInput& in, const State& st) {
+std::vector<Option> options_for(const std::vector<ActivationLifetime>& all, size_t index, const ActivationPassInput& in,
+                                const State& st) {
+  const ActivationLifetime& l = all[index];
   std::vector<Option> opts;
   auto offload = [&](ActivationPath path, double spb, Tier tier) {
     if (spb <= 0) return;
@@ -145,11 +170,16 @@ std::vector<Option> options_for(const ActivationLifetime& l, const ActivationPas
     const double load_stall = std::max(0.0, t - ahead);
     const double lane_stall = std::max(overflow(st.pcie_load, o.pcie_load, in.pcie_free_seconds),
                                        overflow(st.nvme_load, o.nvme_load, in.nvme_free_seconds));
-    o.choice.predicted_cost = std::max(window_stall, load_stall) + lane_stall;
+    // Saves slower than the forward that produces them hold it back (kActivationSavesInFlight).
+    std::vector<double> saves = st.save_seconds;
+    saves[index] = t;
+    const double throttle = std::max(0.0, forward_throttle_seconds(all, saves) - st.throttle);
+    o.choice.predicted_cost = std::max(window_stall, load_stall) + lane_stall + throttle;
     o.choice.reason = fmt::format(
-        "offload to {} ({}): {} each way in {:.3g} s, idle window {:.3g} s, loaded {} run(s) ahead, predicted stall {:.3g} s",
+        "offload to {} ({}): {} each way in {:.3g} s, idle window {:.3g} s, loaded {} run(s) ahead, predicted stall {:.3g} s{}",
         to_string(tier), to_string(path), format_bytes(l.bytes), t, l.idle_seconds, o.choice.prefetch_runs,
-        o.choice.predicted_cost);
+        o.choice.predicted_cost,
+        throttle > 0 ? fmt::format(" ({:.3g} s of it the forward waiting for saves)", throttle) : std::string());
     o.saved = l.bytes;
     (to_host ? o.host_bytes : o.nvme_bytes) = l.bytes;
     opts.push_back(o);
@@ -171,7 +201,11 @@ std::vector<Option> options_for(const ActivationLifetime& l, const ActivationPas
   return opts;
 }
 
-void apply(const Option& o, State& st) {
+void apply(const std::vector<ActivationLifetime>& all, size_t index, const Option& o, State& st) {
+  if (o.choice.action == ActivationAction::Offload) {
+    st.save_seconds[index] = o.choice.transfer_seconds;
+    st.throttle = forward_throttle_seconds(all, st.save_seconds);
+  }
   st.pcie_load += o.pcie_load;
   st.nvme_load += o.nvme_load;
   st.host_bytes += o.host_bytes;
@@ -188,6 +222,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
   if (!in.tier.automatic && in.tier.tier == Tier::Device)
     throw PlanError("activation_offload.tier: offloaded activations go to host or nvme (or auto), not the device");
   State st;
+  st.save_seconds.assign(lifetimes.size(), 0.0);
   // Longest idle window first: the segments whose transfers hide best.
   std::vector<size_t> order(lifetimes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -195,7 +230,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
                    [&](size_t a, size_t b) { return lifetimes[a].idle_seconds > lifetimes[b].idle_seconds; });
   if (in.policy == ActivationPolicy::OffloadAll) {
     for (size_t i : order) {
-      const auto opts = options_for(lifetimes[i], in, st);
+      const auto opts = options_for(lifetimes, i, in, st);
       const Option* best = nullptr;
       for (const auto& o : opts)
         if (o.choice.action == ActivationAction::Offload && (!best || o.choice.predicted_cost < best->choice.predicted_cost)) best = &o;
@@ -205,7 +240,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
                                     to_string(in.tier)));
       out[i] = best->choice;
       out[i].reason += " (policy offload_all)";
-      apply(*best, st);
+      apply(lifetimes, i, *best, st);
     }
     return out;
   }
@@ -221,7 +256,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
     std::vector<std::vector<Option>> all(lifetimes.size());
     for (size_t i : order) {
       if (decided[i]) continue;
-      all[i] = options_for(lifetimes[i], in, st);
+      all[i] = options_for(lifetimes, i, in, st);
       for (const auto& o : all[i]) {
         const double score = o.choice.predicted_cost / o.saved;
         if (score < best_score) {
@@ -234,7 +269,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
     if (!best) break;  // nothing more can go: the planner's peak check names the shortfall
     out[best_i] = best->choice;
     decided[best_i] = 1;
-    apply(*best, st);
+    apply(lifetimes, best_i, *best, st);
     kept -= best->saved;
   }
   return out;

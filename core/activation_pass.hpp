@@ -43,6 +43,16 @@ struct ActivationLifetime {
 std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const GpuSpec& gpu,
                                                      const std::vector<std::vector<int32_t>>& runs);
 
+// A block that offloads its activations may start its forward only once the save of the
+// offloaded segment this many before it is done (the Program's dependency: unsaved activations do
+// not pile up on the device). With saves slower than forward, consecutive offloads throttle it.
+inline constexpr size_t kActivationSavesInFlight = 2;
+
+// Seconds one micro-batch's forward waits on that dependency: segments in forward order, each
+// computing its forward_seconds; save_seconds[i] > 0 for an offloaded one, its save starting when
+// its forward ends and the saves before it are done (one queue). Exact for one lane of saves.
+double forward_throttle_seconds(const std::vector<ActivationLifetime>& lifetimes, const std::vector<double>& save_seconds);
+
 enum class ActivationAction { Keep, Offload, Recompute };
 const char* to_string(ActivationAction a);
 

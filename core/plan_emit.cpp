@@ -325,8 +325,8 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   if (st.first_fwd_of_run || st.first_recompute) {
     ps.act_buf_[ri] = ps.b_.buffer();
     allocs.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
-    if (run.action == ActivationAction::Offload && ps.act_saves_.size() >= kCheckpointSavesInFlight)
-      deps.push_back(ps.act_saves_[ps.act_saves_.size() - kCheckpointSavesInFlight]);
+    if (run.action == ActivationAction::Offload && ps.act_saves_.size() >= kActivationSavesInFlight)
+      deps.push_back(ps.act_saves_[ps.act_saves_.size() - kActivationSavesInFlight]);
   }
   if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(ps.act_load_task_[ri]);
   if (st.first_recompute) deps.push_back(ps.ckpt_load_task_[ri]);
