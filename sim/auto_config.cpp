@@ -101,7 +101,10 @@ bool read_cached(const std::string& path, const std::string& key_text, Cached& o
   // The whole key follows: a hash collision or a foreign file is not taken for ours.
   std::stringstream rest;
   rest << in.rdbuf();
-  if (first != "zinf auto cache" || rest.str() != key_text || t < 1) return false;
+  auto tier_ok = [](int v) { return v >= 0 && v <= 2; };
+  if (first != "zinf auto cache" || rest.str() != key_text || t < 1 || !tier_ok(p) || !tier_ok(g) || !tier_ok(o) ||
+      !tier_ok(ck))
+    return false;
   out = {tier_of(p), tier_of(g), tier_of(o), tier_of(ck), t, summary};
   return true;
 }
