@@ -74,7 +74,8 @@ using namespace engine::probe;
 // start. Alone, that delay is the Executor's hand-off; in a step it includes waiting for a core.
 struct StepTasks {
   std::vector<std::vector<double>> durations;
-  std::vector<double> dispatch;  // seconds, mean per task, one per step
+  std::vector<double> dispatch;       // seconds, mean per task, one per step
+  std::vector<double> lane_dispatch;  // the same over the chosen lanes' tasks only
 };
 StepTasks step_tasks(engine::Trainer& trainer, int warmup, int steps, const std::vector<core::Lane>& lanes) {
   const core::Program& program = trainer.program();
@@ -91,14 +92,18 @@ StepTasks step_tasks(engine::Trainer& trainer, int warmup, int steps, const std:
     auto events = st.timeline.events;
     std::sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.start < y.start; });
     std::array<double, core::kLaneCount> lane_free{};
-    double delay = 0;
+    double delay = 0, lane_delay = 0;
+    size_t lane_events = 0;
     for (const auto& e : events) {
       double ready = lane_free[size_t(e.lane)];
       for (int32_t d : program.deps(program.task(e.task))) ready = std::max(ready, end[size_t(d)]);
-      delay += std::max(0.0, e.start - ready);
+      const double wait = std::max(0.0, e.start - ready);
+      delay += wait;
+      if (std::find(lanes.begin(), lanes.end(), e.lane) != lanes.end()) lane_delay += wait, ++lane_events;
       lane_free[size_t(e.lane)] = e.end;
     }
     if (!events.empty()) r.dispatch.push_back(delay / double(events.size()));
+    if (lane_events) r.lane_dispatch.push_back(lane_delay / double(lane_events));
   }
   return r;
 }
@@ -135,11 +140,15 @@ Calibration calibrate(const core::ModelSpec& model, const std::string& config, c
 // (core::in_step_key: an op kind and direction, or the optimizer) the slowdown is the sum of its
 // tasks' median durations over the measured steps divided by the sum of their times alone. It
 // takes in what a kernel pays for sharing the caches with the rest of the step and the backend's
-// own work per task (bookkeeping, arena and staging allocations); the Executor's hand-off between
-// tasks is the no-op run's figure.
+// own work per task (bookkeeping, arena and staging allocations). The same steps give the hand-off
+// a compute task sees in a compute-bound step (StepTasks' dispatch delay over the compute lane's
+// tasks, median over the steps of both models): the profile's kernel_launch, which the simulator adds to every compute task. The
+// larger hand-off of a step whose lanes wake one another (the NVMe step below) goes into the
+// transfer latencies, not into every kernel.
 struct InStep {
   std::map<std::string, double> slowdown;
   std::map<std::string, size_t> tasks;  // tasks behind each figure
+  double dispatch = 0;                  // seconds per task, compute-bound steps
 };
 
 InStep measure_in_step(const core::HwProfile& hw, int steps) {
@@ -147,12 +156,14 @@ InStep measure_in_step(const core::HwProfile& hw, int steps) {
   alone.node.gpu.kernel_launch = 0;
   alone.node.gpu.in_step_slowdown.clear();
   std::map<std::string, std::pair<double, double>> sums;  // key -> (measured, alone)
+  std::vector<double> dispatch;
   InStep r;
   for (const auto& model : {models::find_model("gpt-overlap", source_dir()), profile_small_model()}) {
     const auto run = calibrate(model, "zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", hw, "", 3,
                                steps, {core::Lane::Compute});
     const core::Program& program = run.program;
     const auto& durations = run.seen.durations;
+    dispatch.insert(dispatch.end(), run.seen.lane_dispatch.begin(), run.seen.lane_dispatch.end());
     for (const auto& t : program.tasks()) {
       if (durations[size_t(t.id)].empty()) continue;
       if (!core::is_compute(t.kind) && t.kind != core::TaskKind::OptimizerStep) continue;
@@ -164,6 +175,7 @@ InStep measure_in_step(const core::HwProfile& hw, int steps) {
   }
   for (const auto& [key, s] : sums)
     if (s.second > 0) r.slowdown[key] = std::clamp(s.first / s.second, 0.1, 20.0);
+  r.dispatch = dispatch.empty() ? hw.node.gpu.kernel_launch : median(dispatch);
   return r;
 }
 
@@ -192,7 +204,6 @@ NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double 
   fs::remove_all(dir, ec);
   NvmeInStep r;
   r.dispatch = seen.dispatch.empty() ? hw.node.gpu.kernel_launch : median(seen.dispatch);
-  hw.node.gpu.kernel_launch = r.dispatch;
   hw.node.nvme_latency = disk_latency + r.dispatch;
   hw.node.pcie_latency = copy_latency + r.dispatch;
   const auto predicted = nlohmann::json::parse(sim::run_isolated([&] {
@@ -441,6 +452,7 @@ void run_profile(const ProfileArgs& a) {
   const int calibration_steps = a.quick ? 3 : a.calibration_steps;
   const InStep in_step = measure_in_step(hw, calibration_steps);
   hw.node.gpu.in_step_slowdown = in_step.slowdown;
+  hw.node.gpu.kernel_launch = in_step.dispatch;
   const NvmeInStep nvme_step =
       measure_nvme_in_step(hw, std::max(disk.read.latency, disk.write.latency), copy.latency, a.nvme_dir, calibration_steps);
   const double nvme_read_in_step = nvme_step.read, nvme_write_in_step = nvme_step.write;
@@ -450,8 +462,8 @@ void run_profile(const ProfileArgs& a) {
   hw.node.parallel_throughput = throughput;
   fmt::print("  {} compute threads      {:.2f} one-thread rates together (best of {:.2f}, {:.2f}, {:.2f})\n", cores, throughput,
              throughput_readings[0], throughput_readings[1], throughput_readings[2]);
-  fmt::print("  Executor, per task     {} alone (no-op backend), {} in a step (a small GPT with states on NVMe)\n",
-             core::format_seconds(executor_task), core::format_seconds(per_task));
+  fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
+             core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));
   {
     std::string line;
     for (const auto& [key, f] : in_step.slowdown) line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", key, f);
@@ -466,7 +478,7 @@ void run_profile(const ProfileArgs& a) {
   hw.measured_on = engine::this_machine(a.nvme_dir);
   hw.node.gpu.name = "cpu-arena";
   hw.node.gpu.working_bytes = 4;  // the CPU backend keeps fp32 working tensors
-  hw.node.gpu.kernel_launch = per_task;
+  hw.node.gpu.kernel_launch = in_step.dispatch;
   hw.node.nvme_latency = nvme_latency + per_task;
   hw.node.nvme_read_in_step = nvme_read_in_step;
   hw.node.nvme_write_in_step = nvme_write_in_step;
@@ -491,8 +503,10 @@ void run_profile(const ProfileArgs& a) {
       {"node.gpu.working_precision", "the CPU backend keeps fp32 activations, gathered parameters and gradients"},
       {"node.gpu.peak_flops", "best rate of a linear's forward or backward over the shapes below"},
       {"node.gpu.memory_bandwidth", "memcpy, bytes read + written per second"},
-      {"node.gpu.kernel_launch", fmt::format("the Executor's hand-off per task in a step ({} alone, with a no-op backend)",
-                                             core::format_seconds(executor_task))},
+      {"node.gpu.kernel_launch",
+       fmt::format("the Executor's hand-off per compute task in a compute-bound step ({} alone, with a no-op backend; {} in a step "
+                   "whose lanes wake one another, in the latencies below)",
+                   core::format_seconds(executor_task), core::format_seconds(per_task))},
       {"node.gpu.gemm_efficiency", "backward GEMMs by gemm_intensity_dim (3 / (1/m + 1/n + 1/k)), of peak_flops"},
       {"node.gpu.gemm_forward_efficiency", "forward GEMMs, the same"},
       {"node.gpu.elementwise_efficiency", "residual add, bf16-counted bytes, of memory_bandwidth"},

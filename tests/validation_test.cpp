@@ -120,9 +120,15 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
     CHECK(hw.node.gpu.in_step_slowdown.count(key) == 1);
     CHECK((hw.node.gpu.in_step(key) >= 0.1 && hw.node.gpu.in_step(key) <= 20));
   }
-  // The hand-off per task measured in a step is part of every transfer's latency.
-  CHECK(hw.node.nvme_latency > hw.node.gpu.kernel_launch);
-  CHECK(hw.node.pcie_latency >= hw.node.gpu.kernel_launch);
+  // Two hand-offs: a compute task's in a compute-bound step is kernel_launch; the one of a step
+  // whose lanes wake one another is part of every transfer's latency. Both are printed.
+  CHECK(hw.node.nvme_latency > 0);
+  CHECK(hw.node.pcie_latency > 0);
+  {
+    std::ifstream log(dir / "log.txt");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    CHECK(text.find("in a compute-bound step") != std::string::npos);
+  }
   CHECK(hw.node.nvme_read_in_step > 0);
   CHECK(hw.node.nvme_write_in_step > 0);
   CHECK(hw.node.host_memory > 0);

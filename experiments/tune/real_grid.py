@@ -13,12 +13,16 @@ trained --rounds times, the rounds interleaved (round 1 of every configuration, 
 so that a change of load on the machine falls on all of them; its measured step is the median of
 its rounds. Run it as `chrt -r 10 /usr/bin/python3 ...` on a machine shared with other work. Reports, per model: the pick's
 measured step against the best measured one (goal: within 5 %) and Spearman's rank correlation of
-predicted and measured step times over the grid (goal: >= 0.8). Writes OUT/<model>.csv and
+predicted and measured step times over the grid (goal: >= 0.8), with two figures that say how far
+the measurement itself decides it: that Spearman with each configuration's rounds resampled (10th
+and 90th percentiles), and the measured ranking against itself (split-half: the rounds split into
+two halves, Spearman between the halves' medians, median over random splits). Writes OUT/<model>.csv and
 OUT/summary.json; prints a table.
 """
 import argparse
 import json
 import os
+import random
 import re
 import shlex
 import statistics
@@ -98,6 +102,33 @@ def spearman(a, b):
     return num / den if den else 0.0
 
 
+def split_half(rounds, trials=500, seed=1):
+    """How reproducible the measured ranking itself is: the rounds split at random into two halves,
+    Spearman between the two halves' medians per configuration, median over `trials` splits. A
+    predictor is judged against a ranking that agrees with itself only this well."""
+    n = len(rounds[0])
+    if n < 2:
+        return float("nan")
+    rnd = random.Random(seed)
+    rhos = []
+    for _ in range(trials):
+        idx = list(range(n))
+        rnd.shuffle(idx)
+        a, b = idx[: n // 2], idx[n // 2:]
+        rhos.append(spearman([statistics.median(r[i] for i in a) for r in rounds],
+                             [statistics.median(r[i] for i in b) for r in rounds]))
+    return statistics.median(rhos)
+
+
+def bootstrap_spearman(predicted, rounds, trials=1000, seed=2):
+    """Spearman of the predictions against the measured ranking, each configuration's rounds
+    resampled with replacement: the 10th, 50th and 90th percentiles."""
+    rnd = random.Random(seed)
+    rhos = sorted(spearman(predicted, [statistics.median(rnd.choice(r) for _ in r) for r in rounds])
+                  for _ in range(trials))
+    return rhos[trials // 10], rhos[trials // 2], rhos[(9 * trials) // 10]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--zinf", default=os.path.join(ROOT, os.environ.get("ZINF_BUILD", "build"), "zinf"))
@@ -149,9 +180,12 @@ def main():
         pick_row = rows[-1]
         rho = spearman([r["predicted"] for r in grid], [r["measured"] for r in grid])
         gap = pick_row["measured"] / best["measured"] - 1
+        reliability = split_half([r["rounds"] for r in grid])
+        lo, mid, hi = bootstrap_spearman([r["predicted"] for r in grid], [r["rounds"] for r in grid])
         summary["models"][model] = {
             "pick": pick["describe"], "pick_measured": pick_row["measured"], "pick_predicted": pick_row["predicted"],
             "best": best["name"], "best_measured": best["measured"], "gap": gap, "spearman": rho,
+            "measured_split_half_spearman": reliability, "spearman_bootstrap_10_50_90": [lo, mid, hi],
             "tune_seconds": tune_s, "rows": rows}
         with open(os.path.join(a.out, f"{model}.csv"), "w") as f:
             f.write("name,predicted_s,measured_s,rounds_s,steps_s\n")
@@ -162,11 +196,13 @@ def main():
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print()
-    print("| model | tuner's pick | pick measured | best measured | pick vs best (goal <= 5 %) | Spearman, 12 configs (goal >= 0.8) |")
-    print("|---|---|---|---|---|---|")
+    print("| model | tuner's pick | pick measured | best measured | pick vs best (goal <= 5 %) | Spearman, 12 configs (goal >= 0.8) "
+          "| its bootstrap 10..90 % | measured vs itself (split-half) |")
+    print("|---|---|---|---|---|---|---|---|")
     for model, s in summary["models"].items():
+        lo, _, hi = s["spearman_bootstrap_10_50_90"]
         print(f"| {model} | {s['pick']} | {s['pick_measured']:.4f} s | {s['best_measured']:.4f} s ({s['best']}) | "
-              f"{100 * s['gap']:+.1f} % | {s['spearman']:.2f} |")
+              f"{100 * s['gap']:+.1f} % | {s['spearman']:.2f} | {lo:.2f}..{hi:.2f} | {s['measured_split_half_spearman']:.2f} |")
     print(f"\n{summary['seconds']:.0f} s in all; load {open('/proc/loadavg').read().split()[:3]}")
     subprocess.run(["rm", "-rf", scratch])
 
