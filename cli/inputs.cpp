@@ -6,7 +6,6 @@
 
 #include "cli/command.hpp"
 #include "core/config_paths.hpp"
-#include "engine/machine_info.hpp"
 #include "models/gpt.hpp"
 
 namespace zinf::cli {
@@ -30,26 +29,6 @@ Inputs load_inputs(const InputOptions& o) {
   for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
   in.config_name = path;
   return in;
-}
-
-std::string profile_machine_mismatch(const core::HwProfile& hw, const std::string& path, const std::string& disk_dir) {
-  const std::string remedy = "measure this machine with `zinf profile-hw --out " + path + " --nvme-dir " +
-                             (disk_dir.empty() ? std::string("DIR") : disk_dir) + "` (about 30 s)";
-  if (hw.measured_on.empty())
-    return "hwprofile " + path + " does not say which machine it measured (no measured_on section): its predictions may describe "
-           "another machine; " + remedy;
-  const auto diffs = core::machine_differences(hw.measured_on, engine::this_machine(disk_dir));
-  if (diffs.empty()) return "";
-  std::string m = "hwprofile " + path + " was measured on another machine; its predictions describe that one:";
-  for (const auto& d : diffs) m += "\n  - " + d;
-  return m + "\n  To predict this machine, " + remedy + ".";
-}
-
-sim::AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,
-                                           const core::RunConfig& config) {
-  const int gpus = std::max(1, hw.node.gpus);
-  if (ranks % gpus != 0) return {config, false, false, ""};
-  return sim::resolve_auto(model, hw, ranks / gpus, config);
 }
 
 }  // namespace zinf::cli

@@ -8,6 +8,7 @@
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"
+#include "measure/machine_profile.hpp"
 #include "sim/auto_config.hpp"
 
 namespace zinf::cli {
@@ -29,16 +30,9 @@ struct Inputs {
 void add_input_options(CLI::App& cmd, InputOptions& o);
 Inputs load_inputs(const InputOptions& o);
 
-// For a profile that measured a machine (`measured_on:`) used to predict this one: "" when it was
-// measured here, else a message naming the profile at `path`, each difference, and the
-// `zinf profile-hw` command that measures this machine. A measured-looking profile without the
-// record (written before it existed) gets a message too. `disk_dir`: this run's NVMe directory.
-std::string profile_machine_mismatch(const core::HwProfile& hw, const std::string& path, const std::string& disk_dir);
-
-// `auto` decided as every command decides it (sim/auto_config.hpp), for a run of `ranks` ranks in
-// whole nodes of hw.node.gpus each; otherwise the config comes back unchanged and the planner's own
-// `auto` decides.
-sim::AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,
-                                           const core::RunConfig& config);
+// Shared with the libraries behind the commands: the check that a profile describes this machine
+// (measure/machine_profile.hpp) and `auto` for a run of N ranks (sim/auto_config.hpp).
+using measure::profile_machine_mismatch;
+using sim::resolve_auto_for_ranks;
 
 }  // namespace zinf::cli

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -271,6 +272,13 @@ AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile&
   r.searched = true;
   r.summary = k.summary;
   return r;
+}
+
+AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,
+                                      const core::RunConfig& config) {
+  const int gpus = std::max(1, hw.node.gpus);
+  if (ranks % gpus != 0) return {config, false, false, ""};
+  return resolve_auto(model, hw, ranks / gpus, config);
 }
 
 }  // namespace zinf::sim

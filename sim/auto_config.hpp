@@ -37,4 +37,10 @@ bool has_auto_knobs(const core::RunConfig& config);
 AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile& hw, int nodes,
                             const core::RunConfig& config);
 
+// resolve_auto for a run of `ranks` ranks in whole nodes of hw.node.gpus each (what `train` and
+// `validate` start); for ranks that fill no whole number of nodes the config comes back unchanged
+// and the planner's own `auto` decides.
+AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,
+                                      const core::RunConfig& config);
+
 }  // namespace zinf::sim

@@ -4,7 +4,7 @@
 // other processes' load. Each figure is the median of several repetitions; latencies and
 // bandwidths are least-squares fits of t = latency + bytes / bandwidth. What needs the simulator
 // or other processes (in-step slowdowns, collectives under mpirun, rank skew) stays in
-// cli/profile_hw.cpp. Not thread-safe: each call runs its own threads and owns the machine.
+// measure/machine_profile.cpp. Not thread-safe: each call runs its own threads and owns the machine.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,0 +1,552 @@
+// zinf's machine profiler: measures this machine through the engine's own code paths
+// (engine/probe) and returns a hwprofile the simulator reads. What the CPU backend calls the
+// "device" is an arena in host memory, so the figures are those of the engine's parts as they run
+// here: GEMM and elementwise kernels (engine/cpu), the host<->device copy as the GPT backend does
+// it (a fresh buffer filled by a copy), the NVMe store (io_uring, O_DIRECT, the run config's block
+// size and queue depth), CPU Adam, MPI collectives between two local ranks (mpirun on the zinf
+// executable), the Executor's cost per task, and kernels, NVMe requests and rank drift inside
+// training steps of calibration models (engine::Trainer, fitted against sim::simulate). Each
+// figure is the median of several repetitions; latencies and bandwidths are least-squares fits of
+// t = latency + bytes / bandwidth. `zinf profile-hw` (cli/profile_hw.cpp) is its command.
+#include "measure/machine_profile.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/plan.hpp"
+#include "core/hwprofile_writer.hpp"
+#include "core/units.hpp"
+#include "core/validation.hpp"
+#include "engine/comm/collectives.hpp"
+#include "engine/exec/executor.hpp"
+#include "engine/machine_info.hpp"
+#include "engine/probe/machine_probe.hpp"
+#include "engine/train/trainer.hpp"
+#include "sim/calibration.hpp"
+#include "sim/isolate.hpp"
+#include "sim/simulator.hpp"
+#include "models/gpt.hpp"
+
+namespace zinf::measure {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+using namespace engine::probe;
+
+// What a Trainer's steps show, over `steps` steps after `warmup` ones: each task's durations on
+// the chosen lanes (by task id), and per step the mean dispatch delay of its tasks: from the
+// moment a task could start (its dependencies and the task before it on its lane ended) to its
+// start. Alone, that delay is the Executor's hand-off; in a step it includes waiting for a core.
+struct StepTasks {
+  std::vector<std::vector<double>> durations;
+  std::vector<double> dispatch;       // seconds, mean per task, one per step
+  std::vector<double> lane_dispatch;  // the same over the chosen lanes' tasks only
+};
+StepTasks step_tasks(engine::Trainer& trainer, int warmup, int steps, const std::vector<core::Lane>& lanes) {
+  const core::Program& program = trainer.program();
+  StepTasks r;
+  r.durations.resize(program.tasks().size());
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto st = trainer.step();
+    if (i < warmup) continue;
+    std::vector<double> end(program.tasks().size(), -1.0);
+    for (const auto& e : st.timeline.events) {
+      end[size_t(e.task)] = e.end;
+      if (std::find(lanes.begin(), lanes.end(), e.lane) != lanes.end()) r.durations[size_t(e.task)].push_back(e.end - e.start);
+    }
+    auto events = st.timeline.events;
+    std::sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.start < y.start; });
+    std::array<double, core::kLaneCount> lane_free{};
+    double delay = 0, lane_delay = 0;
+    size_t lane_events = 0;
+    for (const auto& e : events) {
+      double ready = lane_free[size_t(e.lane)];
+      for (int32_t d : program.deps(program.task(e.task))) ready = std::max(ready, end[size_t(d)]);
+      const double wait = std::max(0.0, e.start - ready);
+      delay += wait;
+      if (std::find(lanes.begin(), lanes.end(), e.lane) != lanes.end()) lane_delay += wait, ++lane_events;
+      lane_free[size_t(e.lane)] = e.end;
+    }
+    if (!events.empty()) r.dispatch.push_back(delay / double(events.size()));
+    if (lane_events) r.lane_dispatch.push_back(lane_delay / double(lane_events));
+  }
+  return r;
+}
+
+core::ModelSpec profile_small_model() {
+  return core::ModelSpec{.name = "profile-small", .layers = 3, .hidden = 96, .heads = 3, .seq = 96, .vocab = 256, .micro_batch = 2};
+}
+
+// A calibration run: `model` trained on this machine with `config` (zinf YAML) for `warmup` and
+// then `steps` steps; its Program and what those steps show on `lanes`.
+struct Calibration {
+  core::Program program;
+  StepTasks seen;
+};
+Calibration calibrate(const core::ModelSpec& model, const std::string& config, const core::HwProfile& hw,
+                      const std::string& nvme_dir, int warmup, int steps, const std::vector<core::Lane>& lanes) {
+  engine::TrainerOptions o;
+  o.model = model;
+  o.hw = hw;
+  o.nvme_dir = nvme_dir;
+  o.config = core::parse_run_config(config, "profile-hw");
+  engine::LocalCollectives comm;
+  engine::Trainer trainer(o, comm);
+  Calibration c;
+  c.program = trainer.program();
+  c.seen = step_tasks(trainer, warmup, steps, lanes);
+  return c;
+}
+
+// Kernels as they run inside a training step, against the same kernels alone (the curves above):
+// two models trained with every state on the device, so their steps are compute-bound, through
+// the GPT backend: gpt-overlap (hidden 384, large GEMMs) and a small GPT built here (hidden 96,
+// short tasks); neither is a model the validation suite trains. For each kind of kernel
+// (core::in_step_key: an op kind and direction, or the optimizer) the slowdown is the sum of its
+// tasks' median durations over the measured steps divided by the sum of their times alone. It
+// takes in what a kernel pays for sharing the caches with the rest of the step and the backend's
+// own work per task (bookkeeping, arena and staging allocations). The same steps give the hand-off
+// a compute task sees in a compute-bound step (StepTasks' dispatch delay over the compute lane's
+// tasks, median over the steps of both models): the profile's kernel_launch, which the simulator adds to every compute task. The
+// larger hand-off of a step whose lanes wake one another (the NVMe step below) goes into the
+// transfer latencies, not into every kernel.
+struct InStep {
+  std::map<std::string, double> slowdown;
+  std::map<std::string, size_t> tasks;  // tasks behind each figure
+  double dispatch = 0;                  // seconds per task, compute-bound steps
+};
+
+InStep measure_in_step(const core::HwProfile& hw, int steps, const std::string& source_root) {
+  core::HwProfile alone = hw;
+  alone.node.gpu.kernel_launch = 0;
+  alone.node.gpu.in_step_slowdown.clear();
+  std::map<std::string, std::pair<double, double>> sums;  // key -> (measured, alone)
+  std::vector<double> dispatch;
+  InStep r;
+  for (const auto& model : {models::find_model("gpt-overlap", source_root), profile_small_model()}) {
+    const auto run = calibrate(model, "zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", hw, "", 3,
+                               steps, {core::Lane::Compute});
+    const core::Program& program = run.program;
+    const auto& durations = run.seen.durations;
+    dispatch.insert(dispatch.end(), run.seen.lane_dispatch.begin(), run.seen.lane_dispatch.end());
+    for (const auto& t : program.tasks()) {
+      if (durations[size_t(t.id)].empty()) continue;
+      if (!core::is_compute(t.kind) && t.kind != core::TaskKind::OptimizerStep) continue;
+      const std::string key = core::in_step_key(program, t);
+      sums[key].first += median(durations[size_t(t.id)]);
+      sums[key].second += core::task_kernel_seconds(alone.node.gpu, program, t);
+      ++r.tasks[key];
+    }
+  }
+  for (const auto& [key, s] : sums)
+    if (s.second > 0) r.slowdown[key] = std::clamp(s.first / s.second, 0.1, 20.0);
+  r.dispatch = dispatch.empty() ? hw.node.gpu.kernel_launch : median(dispatch);
+  return r;
+}
+
+// NVMe requests and the Executor's hand-off as they run inside a training step: the small GPT
+// above with its parameters and optimizer on NVMe, 3 + 30 steps (the per-step figures scatter by 2x).
+// - The hand-off: the mean dispatch delay of its tasks (StepTasks), median over the steps. Alone
+//   (the no-op backend) it is a few microseconds; in a step the woken lane thread often waits for
+//   one of the cores the compute thread and the other lanes keep busy.
+// - The requests: per direction, the sum of their median durations over the sum of those the
+//   simulator gives the same Program on `hw` with that hand-off (latency + bytes / bandwidth,
+//   queued behind the other lane's requests when the drive serves one at a time). A virtual disk
+//   has its own jitter, which the store alone does not show.
+struct NvmeInStep {
+  double read = 1, write = 1;
+  double dispatch = 0;  // seconds per task
+};
+NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double copy_latency, const std::string& nvme_root,
+                                int steps) {
+  const fs::path dir = fs::path(nvme_root) / fmt::format("zinf-profile-step-{}", ::getpid());
+  fs::create_directories(dir);
+  const auto [program, seen] =
+      calibrate(profile_small_model(),
+                "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: device}\n", hw,
+                dir.string(), 3, steps, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  NvmeInStep r;
+  r.dispatch = seen.dispatch.empty() ? hw.node.gpu.kernel_launch : median(seen.dispatch);
+  hw.node.nvme_latency = disk_latency + r.dispatch;
+  hw.node.pcie_latency = copy_latency + r.dispatch;
+  const auto predicted = nlohmann::json::parse(sim::run_isolated([&] {
+    const auto report = sim::simulate(program, hw, sim::SimOptions{});
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& e : report.timeline.events)
+      if (e.rank == 0 && (e.lane == core::Lane::NvmeRead || e.lane == core::Lane::NvmeWrite))
+        j[std::to_string(e.task)] = e.end - e.start;
+    return j.dump();
+  }));
+  double measured[2] = {0, 0}, simulated[2] = {0, 0};  // read, write
+  for (const auto& t : program.tasks()) {
+    const auto key = std::to_string(t.id);
+    if (seen.durations[size_t(t.id)].empty() || !predicted.contains(key)) continue;
+    const int w = t.kind == core::TaskKind::NvmeWrite ? 1 : 0;
+    measured[w] += median(seen.durations[size_t(t.id)]);
+    simulated[w] += predicted[key].get<double>();
+  }
+  auto ratio = [](double m, double p) { return p > 0 && m > 0 ? std::clamp(m / p, 0.1, 20.0) : 1.0; };
+  r.read = ratio(measured[0], simulated[0]);
+  r.write = ratio(measured[1], simulated[1]);
+  return r;
+}
+
+// All-gather bandwidth and latency between two local ranks: `self` (the zinf executable) under
+// mpirun, each rank running collective_worker.
+std::optional<LinearFit> measure_collectives(const std::string& self) {
+  const std::string out = fmt::format("/tmp/zinf-profile-comm-{}.txt", ::getpid());
+  const std::string cmd = fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '{}' profile-hw "
+      "--comm-worker '{}' >/dev/null 2>&1",
+      self, out);
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  LinearFit f;
+  if (rc != 0 || !(in >> f.latency >> f.bandwidth)) return std::nullopt;
+  std::remove(out.c_str());
+  return f;
+}
+
+// How far ranks sharing these cores drift apart: two GPTs with parameters and optimizer in host
+// memory (the small one above, and one of hidden 192 with about three times its compute per
+// collective), each trained by `zinf validate` on 1 rank and under mpirun on 2 and 4 ranks for
+// 3 + `steps` steps, and simulated on `profile_yaml` (this profile without the drift). For N ranks,
+// rank_skew (seconds a collective waits per second of compute since the previous one) is the value
+// at which the two models' simulated steps match their measured medians (sim::fit_rank_skew), each
+// measured step first scaled by the same model's simulated over measured step on one rank, so that
+// the skew carries only what N ranks add to one. Fitting steps rather than the comm lane's busy
+// time takes in what the waiting costs the other lanes: a rank that polls in a collective holds a
+// core the others need.
+core::ModelSpec profile_medium_model() {
+  return core::ModelSpec{.name = "profile-medium", .layers = 2, .hidden = 192, .heads = 4, .seq = 128, .vocab = 256, .micro_batch = 2};
+}
+
+std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const std::string& profile_yaml, const std::string& scratch_root,
+                                                  bool quick, int steps) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("zinf-profile-skew-{}", ::getpid());
+  const fs::path scratch = fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir / "profile.yaml") << profile_yaml;
+  const std::string config = "zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\nactivation_checkpoint: {interval: 1, tier: host}\n";
+  std::ofstream(dir / "config.yaml") << config;
+  std::vector<sim::RankSkewFit> fits;
+  const std::vector<int> rank_counts = quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  const std::vector<core::ModelSpec> specs =
+      quick ? std::vector<core::ModelSpec>{profile_small_model()} : std::vector<core::ModelSpec>{profile_small_model(), profile_medium_model()};
+  std::vector<core::ModelGraph> graphs;
+  for (const auto& m : specs) graphs.push_back(models::build_gpt(m));
+  // measured[model][rank count], each scaled by the model's one-rank simulated / measured step.
+  std::vector<std::vector<double>> measured(specs.size());
+  bool ok = true;
+  for (size_t mi = 0; mi < specs.size() && ok; ++mi) {
+    const auto& m = specs[mi];
+    const fs::path model = dir / (m.name + ".yaml");
+    std::ofstream(model) << fmt::format("name: {}\nlayers: {}\nhidden: {}\nheads: {}\nseq: {}\nvocab: {}\nmicro_batch: {}\n", m.name,
+                                        m.layers, m.hidden, m.heads, m.seq, m.vocab, m.micro_batch);
+    double one_rank_ratio = 0;  // simulated over measured step on one rank
+    std::vector<int> runs{1};
+    runs.insert(runs.end(), rank_counts.begin(), rank_counts.end());
+    for (int ranks : runs) {
+      const fs::path out = dir / fmt::format("{}-ranks{}", m.name, ranks);
+      const std::string cmd = fmt::format(
+          "'{}' validate --model '{}' --hw '{}' --config '{}' --ranks {} --steps {} --warmup 3 --out-dir '{}' --nvme-dir '{}' "
+          "--json > '{}.log' 2>&1 < /dev/null",
+          self, model.string(), (dir / "profile.yaml").string(), (dir / "config.yaml").string(), ranks, 3 + steps, out.string(),
+          scratch.string(), out.string());
+      ok = std::system(cmd.c_str()) == 0;
+      std::ifstream in(out / "validate.json");
+      double meas = 0, pred = 0;
+      if (ok && in) {
+        const auto j = nlohmann::json::parse(in);
+        meas = j["measured"]["median"], pred = j["predicted"];
+      }
+      if (!(ok = meas > 0 && pred > 0)) {
+        fmt::print(stderr, "profile-hw: rank skew not measured: `zinf validate` of {} on {} rank(s) failed; its log is {}.log\n",
+                   m.name, ranks, out.string());
+        break;
+      }
+      if (ranks == 1) one_rank_ratio = pred / meas;
+      else measured[mi].push_back(meas * one_rank_ratio);
+    }
+  }
+  if (ok) {
+    // What `zinf validate` simulates: the profile as written (rounded as it is in the file).
+    const auto hw = core::load_hwprofile((dir / "profile.yaml").string());
+    const auto run_config = core::parse_run_config(config, "profile-hw");
+    for (size_t ri = 0; ri < rank_counts.size(); ++ri) {
+      std::vector<sim::SkewCase> cases;
+      for (size_t mi = 0; mi < specs.size(); ++mi) cases.push_back({&graphs[mi], run_config, measured[mi][ri]});
+      fits.push_back(sim::fit_rank_skew(hw, cases, rank_counts[ri]));
+    }
+  }
+  std::error_code ec;
+  if (ok) fs::remove_all(dir, ec);  // kept on failure, for its logs
+  fs::remove_all(scratch, ec);
+  return fits;
+}
+
+// ---- the profile --------------------------------------------------------------------------------
+
+}  // namespace
+
+// One rank of the collective measurement (under mpirun): all-gathers of small and large buffers.
+void collective_worker(const std::string& out_path) {
+  auto comm = engine::make_collectives();
+  const int p = comm->size();
+  std::vector<std::pair<double, double>> pts;
+  for (size_t shard : {size_t(4) << 10, size_t(256) << 10, size_t(2) << 20, size_t(8) << 20}) {
+    std::vector<char> mine(shard, 1), full(shard * size_t(p));
+    comm->barrier("profile");
+    const double t = time_median(9, [&] { comm->all_gather(mine.data(), shard, full.data(), "profile"); });
+    pts.push_back({double(shard) * (p - 1), t});  // ring: (p-1)/p of the gathered bytes cross each link
+  }
+  std::vector<double> tt;
+  for (auto& pt : pts) tt.push_back(pt.second);
+  comm->all_reduce(tt.data(), tt.size(), "profile");
+  for (size_t i = 0; i < pts.size(); ++i) pts[i].second = tt[i] / p;
+  if (comm->rank() == 0) {
+    auto f = fit(pts);
+    std::ofstream(out_path) << f.latency / (p - 1) << " " << f.bandwidth << "\n";
+  }
+}
+
+std::string profile_machine(const ProfileOptions& a) {
+  const auto t_start = Clock::now();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  struct statvfs sv {};
+  double nvme_capacity = 0;
+  if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
+  const double device_memory = a.device_memory;
+  const char* blas_threads = std::getenv("OPENBLAS_NUM_THREADS");
+
+  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}\n", cores, core::format_bytes(host_memory),
+             blas_threads ? blas_threads : "(unset)");
+  std::fflush(stdout);
+  const double load_before = measure_background_threads(cores, a.quick ? 0.05 : 0.25);
+  // The cores' parallel throughput is read three times, seconds apart (here, after the disk, and
+  // after the calibration runs), and the best reading kept: on this shared host a window in which
+  // something else ran gave 1.02 once, and 1.24 as the median of three back-to-back readings,
+  // among readings of 1.83..2.00. What other processes take is background_threads' to model.
+  std::vector<double> throughput_readings{measure_parallel_throughput(cores, a.quick)};
+  auto gemm = measure_gemm(a.quick);
+  double peak = 0;
+  for (const auto& g : gemm) peak = std::max({peak, g.forward, g.backward});
+  fmt::print("  GEMM (linear fwd, bwd) peak {}  at intensity dim {}..{}\n", core::format_flops(peak), gemm.front().dim,
+             gemm.back().dim);
+  const double membw = measure_memory_bandwidth(a.quick);
+  const auto elementwise = measure_elementwise(a.quick);
+  const double elem = elementwise.bandwidth;
+  fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it), {} of arithmetic\n",
+             core::format_bandwidth(membw), core::format_bandwidth(elem), elem / membw,
+             core::format_flops(elementwise.vector_flops));
+  const auto attention = measure_attention(a.quick);
+  fmt::print("  attention core         {:.2f} / {:.2f} of the GEMM peak forward / backward at head size {}\n",
+             attention.back().forward / peak, attention.back().backward / peak, attention.back().head);
+  const auto copy = measure_copy(a.quick);
+  fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(copy.bandwidth), core::format_seconds(copy.latency));
+  std::fflush(stdout);
+  const auto disk = measure_nvme(a.nvme_dir, a.quick);
+  fmt::print("  NVMe store read        {} + {} per request\n", core::format_bandwidth(disk.read.bandwidth),
+             core::format_seconds(disk.read.latency));
+  fmt::print("  NVMe store write       {} + {} per request\n", core::format_bandwidth(disk.write.bandwidth),
+             core::format_seconds(disk.write.latency));
+  // Below 1.5 the second stream mostly waited: requests are served one at a time.
+  const bool serial_requests = disk.overlap < 1.5;
+  fmt::print("  NVMe, read + write     {:.2f} x one stream's requests per second: {}\n", disk.overlap,
+             serial_requests ? "served one at a time" : "served in parallel");
+  throughput_readings.push_back(measure_parallel_throughput(cores, a.quick));
+  const double adam = measure_adam(a.quick);
+  fmt::print("  CPU Adam (1 thread)    {:.3g} params/s\n", adam);
+  // The rates above were measured under this load: its mean over the measurements.
+  const double background = 0.5 * (load_before + measure_background_threads(cores, a.quick ? 0.05 : 0.25));
+  fmt::print("  other processes        {:.2f} runnable threads on {} cores\n", background, cores);
+  std::optional<LinearFit> coll;
+  if (!a.no_mpi && engine::mpi_available()) coll = measure_collectives(a.executable);
+  if (coll)
+    fmt::print("  all-gather, 2 ranks    {} + {} per hop\n", core::format_bandwidth(coll->bandwidth), core::format_seconds(coll->latency));
+  else
+    fmt::print("  all-gather             not measured (no MPI or --no-mpi): the memory copy rate stands in\n");
+  const LinearFit link = coll ? *coll : LinearFit{copy.latency, copy.bandwidth};
+
+  // Plan a small Program against what is known so far to time the Executor itself.
+  core::HwProfile hw;
+  hw.name = a.name;
+  hw.node.gpus = 1;
+  hw.node.gpu.memory = device_memory;
+  hw.node.gpu.peak_flops = peak;
+  hw.node.gpu.memory_bandwidth = membw;
+  hw.node.host_memory = host_memory;
+  hw.node.host_memory_bandwidth = membw;
+  hw.node.cpu_cores = int(cores);
+  hw.node.cpu_adam_rate = adam;
+  hw.node.device_shares_host_cores = true;
+  hw.node.background_threads = background;
+  double throughput = *std::max_element(throughput_readings.begin(), throughput_readings.end());
+  hw.node.parallel_throughput = throughput;
+  hw.node.nvme_capacity = nvme_capacity;
+  hw.node.nvme_read_bandwidth = disk.read.bandwidth;
+  hw.node.nvme_write_bandwidth = disk.write.bandwidth;
+  hw.node.nvme_serial_requests = serial_requests;
+  hw.node.pcie_bandwidth = copy.bandwidth;
+  hw.reserve.host = 0.25;
+  hw.reserve.nvme = 0.05;
+  const double executor_task = measure_task_overhead(hw);
+  hw.node.gpu.kernel_launch = executor_task;
+  auto of_peak = [peak](double x, double rate) { return std::pair{x, std::clamp(rate / peak, 0.001, 1.0)}; };
+  for (const auto& g : gemm) {
+    hw.node.gpu.gemm_efficiency.points.push_back(of_peak(double(g.dim), g.backward));
+    hw.node.gpu.gemm_forward_efficiency.points.push_back(of_peak(double(g.dim), g.forward));
+  }
+  for (const auto& p : attention) {
+    hw.node.gpu.attention_forward_efficiency.points.push_back(of_peak(double(p.head), p.forward));
+    hw.node.gpu.attention_backward_efficiency.points.push_back(of_peak(double(p.head), p.backward));
+  }
+  hw.node.gpu.elementwise_efficiency = std::clamp(elem / membw, 0.001, 1.0);
+  hw.node.gpu.vector_flops = elementwise.vector_flops;
+  std::fflush(stdout);
+  const int calibration_steps = a.quick ? 3 : a.calibration_steps;
+  const InStep in_step = measure_in_step(hw, calibration_steps, a.source_dir);
+  hw.node.gpu.in_step_slowdown = in_step.slowdown;
+  hw.node.gpu.kernel_launch = in_step.dispatch;
+  const NvmeInStep nvme_step =
+      measure_nvme_in_step(hw, std::max(disk.read.latency, disk.write.latency), copy.latency, a.nvme_dir, calibration_steps);
+  const double nvme_read_in_step = nvme_step.read, nvme_write_in_step = nvme_step.write;
+  const double per_task = nvme_step.dispatch;
+  throughput_readings.push_back(measure_parallel_throughput(cores, a.quick));
+  throughput = *std::max_element(throughput_readings.begin(), throughput_readings.end());
+  hw.node.parallel_throughput = throughput;
+  fmt::print("  {} compute threads      {:.2f} one-thread rates together (best of {:.2f}, {:.2f}, {:.2f})\n", cores, throughput,
+             throughput_readings[0], throughput_readings[1], throughput_readings[2]);
+  fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
+             core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));
+  {
+    std::string line;
+    for (const auto& [key, f] : in_step.slowdown) line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", key, f);
+    fmt::print("  kernels in a step      x their time alone: {}\n", line);
+  }
+  fmt::print("  NVMe in a step         x the store's time: read {:.2f}, write {:.2f}\n", nvme_read_in_step, nvme_write_in_step);
+
+  // The rest of the profile: what the measurements above give the simulator's other fields.
+  const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
+  hw.description = fmt::format("measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}", cores,
+                               blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
+  hw.measured_on = engine::this_machine(a.nvme_dir);
+  hw.node.gpu.name = "cpu-arena";
+  hw.node.gpu.working_bytes = 4;  // the CPU backend keeps fp32 working tensors
+  hw.node.gpu.kernel_launch = in_step.dispatch;
+  hw.node.nvme_latency = nvme_latency + per_task;
+  hw.node.nvme_read_in_step = nvme_read_in_step;
+  hw.node.nvme_write_in_step = nvme_write_in_step;
+  hw.node.pcie_latency = copy.latency + per_task;
+  hw.node.nvlink_bandwidth = link.bandwidth;  // ranks on this machine exchange through MPI shared memory
+  hw.node.nvlink_latency = link.latency + per_task;
+  hw.node.nic_bandwidth = link.bandwidth;
+  hw.fabric = {"full", link.latency + per_task};
+  core::HwProfileNotes notes;
+  notes.header = {
+      "This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own",
+      "code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe",
+      "is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between",
+      "local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw."};
+  notes.sources = {"zinf profile-hw"};
+  notes.significant_digits = 4;
+  std::string in_step_tasks;
+  for (const auto& [key, count] : in_step.tasks) in_step_tasks += fmt::format("{}{} {}", in_step_tasks.empty() ? "" : ", ", key, count);
+  notes.fields = {
+      {"measured_on", "the machine these figures describe (zinf validate warns on another)"},
+      {"node.gpu.memory", "the CPU backend's device budget (--device-memory), not measured"},
+      {"node.gpu.working_precision", "the CPU backend keeps fp32 activations, gathered parameters and gradients"},
+      {"node.gpu.peak_flops", "best rate of a linear's forward or backward over the shapes below"},
+      {"node.gpu.memory_bandwidth", "memcpy, bytes read + written per second"},
+      {"node.gpu.kernel_launch",
+       fmt::format("the Executor's hand-off per compute task in a compute-bound step ({} alone, with a no-op backend; {} in a step "
+                   "whose lanes wake one another, in the latencies below)",
+                   core::format_seconds(executor_task), core::format_seconds(per_task))},
+      {"node.gpu.gemm_efficiency", "backward GEMMs by gemm_intensity_dim (3 / (1/m + 1/n + 1/k)), of peak_flops"},
+      {"node.gpu.gemm_forward_efficiency", "forward GEMMs, the same"},
+      {"node.gpu.elementwise_efficiency", "residual add, bf16-counted bytes, of memory_bandwidth"},
+      {"node.gpu.vector_flops", "layernorm and GELU, graph-counted FLOPs (geometric mean)"},
+      {"node.gpu.attention_forward_efficiency", "attention core by head size, graph-counted FLOPs, of peak_flops"},
+      {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")"},
+      {"node.host.adam_params_per_s", "CpuAdam, 1 thread, bf16 gradients"},
+      {"node.host.device_shares_cores", "the CPU backend: compute, Adam and copies share these cores"},
+      {"node.host.parallel_throughput", fmt::format("one-thread GEMM rates that {} busy threads deliver together", cores)},
+      {"node.host.background_threads", "other processes' runnable threads while measuring"},
+      {"node.host.rank_skew", "[ranks, s a collective waits per s of compute since the last one] (two GPTs under mpirun)"},
+      {"node.nvme.latency", fmt::format("per request (read {}, write {}) plus the hand-off",
+                                        core::format_seconds(disk.read.latency), core::format_seconds(disk.write.latency))},
+      {"node.nvme.serial_requests", fmt::format("a reader and a writer together: {:.2f} x one alone", disk.overlap)},
+      {"node.nvme.in_step_slowdown", "requests in a training step (a small GPT, states on NVMe) over the simulated ones"},
+      {"node.pcie.bandwidth_per_gpu", "fresh buffer filled by a copy, as the GPT backend stages shards"},
+      {"node.nvlink", "ranks on this machine exchange through MPI shared memory"},
+      {"node.nic.bandwidth", "no network: the local MPI rate"}};
+  auto render = [&](const core::Curve& skew) {
+    core::HwProfile out = hw;
+    out.node.rank_skew = skew;
+    return core::hwprofile_to_yaml(out, notes);
+  };
+
+  // Ranks drifting apart: measured against a simulation on the profile so far (without it).
+  core::Curve skew;
+  if (coll) {
+    const auto fits = measure_rank_skew(a.executable, render(skew), a.nvme_dir, a.quick, calibration_steps);
+    std::string line;
+    for (const auto& f : fits) {
+      skew.points.push_back({double(f.ranks), f.skew});
+      line += fmt::format("\n    {} ranks: {:.2f} (steps", f.ranks, f.skew);
+      for (size_t c = 0; c < f.measured.size(); ++c)
+        line += fmt::format("{} {} measured, {} simulated without, {} with", c ? ";" : "", core::format_seconds(f.measured[c]),
+                            core::format_seconds(f.without[c]), core::format_seconds(f.fitted[c]));
+      line += ")";
+    }
+    fmt::print("  ranks drifting apart   {}\n",
+               line.empty() ? "not measured" : "s waited per s of compute between collectives, fitted to two GPTs' steps:" + line);
+  }
+  const std::string y = render(skew);
+  // What we return must load.
+  core::parse_hwprofile(y, a.name + " (measured)");
+  fmt::print("measured in {}\n", core::format_seconds(seconds_since(t_start)));
+  return y;
+}
+
+std::string profile_machine_mismatch(const core::HwProfile& hw, const std::string& path, const std::string& disk_dir) {
+  const std::string remedy = "measure this machine with `zinf profile-hw --out " + path + " --nvme-dir " +
+                             (disk_dir.empty() ? std::string("DIR") : disk_dir) + "` (about 30 s)";
+  if (hw.measured_on.empty())
+    return "hwprofile " + path + " does not say which machine it measured (no measured_on section): its predictions may describe "
+           "another machine; " + remedy;
+  const auto diffs = core::machine_differences(hw.measured_on, engine::this_machine(disk_dir));
+  if (diffs.empty()) return "";
+  std::string m = "hwprofile " + path + " was measured on another machine; its predictions describe that one:";
+  for (const auto& d : diffs) m += "\n  - " + d;
+  return m + "\n  To predict this machine, " + remedy + ".";
+}
+
+}  // namespace zinf::measure

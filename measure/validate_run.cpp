@@ -1,0 +1,210 @@
+// The library behind `zinf validate` (measure/validate_run.hpp).
+#include "measure/validate_run.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "core/config_paths.hpp"
+#include "core/plan.hpp"
+#include "core/units.hpp"
+#include "core/validation.hpp"
+#include "engine/comm/collectives.hpp"
+#include "engine/exec/backend_select.hpp"
+#include "engine/train/trainer.hpp"
+#include "measure/machine_profile.hpp"
+#include "models/gpt.hpp"
+#include "sim/auto_config.hpp"
+#include "sim/simulator.hpp"
+
+namespace zinf::measure {
+namespace {
+
+namespace fs = std::filesystem;
+using core::Lane;
+
+struct Loaded {
+  core::ModelSpec model;
+  std::string hw_path;
+  core::HwProfile hw;  // colocated for the run's ranks
+  core::RunConfig config;
+};
+
+Loaded load(const ValidateOptions& a) {
+  const std::string root = core::zinf_root(a.source_dir);
+  Loaded l;
+  l.model = models::find_model(a.model, a.source_dir);
+  std::string hw_path;
+  try {
+    hw_path = core::resolve_config(a.hw, "hwprofiles", root);
+  } catch (const std::exception&) {
+    throw std::runtime_error(fmt::format("no hwprofile '{}': run `zinf profile-hw --out hwprofiles/{}.yaml` once on this machine",
+                                         a.hw, a.hw));
+  }
+  l.hw_path = hw_path;
+  l.hw = core::colocate(core::load_hwprofile(hw_path), a.ranks);
+  // As the Trainer plans it: the CPU backend keeps fp32 working tensors, whatever the profile says,
+  // so the simulated Program is the measured one.
+  if (engine::select_backend(engine::TrainerOptions{}.backend) != engine::BackendKind::Cuda)
+    l.hw.node.gpu.working_bytes = 4;
+  std::vector<std::string> warnings;
+  l.config = core::load_any_run_config(core::resolve_config(a.config, "configs", root), warnings);
+  // `auto` as zinf train decides it (the measuring ranks load the same and get the same answer).
+  l.config = sim::resolve_auto_for_ranks(l.model, l.hw, a.ranks, l.config).config;
+  return l;
+}
+
+// One rank of the measured run: trains `steps` steps and writes its step times, per-step lane busy
+// times and losses, and the last step's Timeline.
+void run_worker_steps(const ValidateOptions& a, const engine::TrainerOptions& o, engine::Collectives& comm) {
+  engine::Trainer trainer(o, comm);
+  nlohmann::json j;
+  j["rank"] = comm.rank();
+  core::Timeline last;
+  for (int s = 0; s < a.steps; ++s) {
+    auto st = trainer.step();
+    j["step_seconds"].push_back(st.seconds);
+    j["lane_busy"].push_back(core::lane_busy(st.timeline));
+    j["loss"].push_back(st.loss);
+    last = std::move(st.timeline);
+  }
+  for (const auto& e : last.events)
+    j["events"].push_back({int(e.lane), e.task, int(e.kind), e.start, e.end, e.bytes, e.flops});
+  const auto path = fs::path(a.out_dir) / fmt::format("measured.rank{}.json", comm.rank());
+  std::ofstream out(path);
+  out << j.dump() << "\n";
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+nlohmann::json validate(const ValidateOptions& a, const std::function<void(const std::string&)>& say) {
+  if (a.ranks < 1) throw std::invalid_argument("--ranks: at least 1");
+  if (a.warmup >= a.steps)
+    throw std::invalid_argument(fmt::format("--warmup: {} warm-up steps leave none of the {} steps to measure", a.warmup, a.steps));
+  Loaded l = load(a);
+  fs::create_directories(a.out_dir);
+  for (const auto& e : fs::directory_iterator(a.out_dir))
+    if (e.path().filename().string().rfind("measured.rank", 0) == 0) fs::remove(e.path());
+  std::string nvme_dir = a.nvme_dir.empty() ? (fs::path(a.out_dir) / "nvme").string() : a.nvme_dir;
+  fs::create_directories(nvme_dir);
+  const std::string mismatch = profile_machine_mismatch(l.hw, l.hw_path, nvme_dir);
+  if (!mismatch.empty()) say("warning: " + mismatch);
+
+  // The same Program the Trainer will plan (same graph, profile, config and ranks).
+  const auto graph = models::build_gpt(l.model, l.config);
+  const auto planned = core::make_plan(graph, l.hw, l.config, a.ranks);
+
+  // Measure.
+  std::string args = fmt::format("validate --worker --model {} --hw {} --config {} --ranks {} --steps {} --out-dir {} --nvme-dir {}",
+                                 shell_quote(a.model), shell_quote(a.hw), shell_quote(a.config), a.ranks, a.steps,
+                                 shell_quote(a.out_dir), shell_quote(nvme_dir));
+  std::string cmd = shell_quote(a.executable) + " " + args;
+  if (a.ranks > 1)
+    cmd = fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np {} {}", a.ranks, cmd);
+  say(fmt::format("{} on {} rank(s), config {}, profile {}; {} steps, the first {} not counted (warm-up)", a.model, a.ranks,
+                  a.config, a.hw, a.steps, a.warmup));
+  say("measuring: " + cmd);
+  if (int rc = std::system((cmd + " < /dev/null > " + shell_quote((fs::path(a.out_dir) / "measure.log").string()) + " 2>&1").c_str()); rc != 0)
+    throw std::runtime_error(fmt::format("the measured run failed (exit status {}); see {}/measure.log (the command was: {})", rc,
+                                         a.out_dir, cmd));
+
+  // Step time of a data-parallel step: the slowest rank's, step by step.
+  std::vector<double> step_seconds(size_t(a.steps), 0.0);
+  std::vector<core::LaneSeconds> lane_steps(size_t(a.steps), core::LaneSeconds{});
+  core::Timeline measured;
+  for (int r = 0; r < a.ranks; ++r) {
+    const std::string base = (fs::path(a.out_dir) / fmt::format("measured.rank{}", r)).string();
+    std::ifstream in(base + ".json");
+    if (!in) throw std::runtime_error(fmt::format("rank {} wrote no {}.json; see {}/measure.log", r, base, a.out_dir));
+    auto j = nlohmann::json::parse(in);
+    for (int s = 0; s < a.steps; ++s) {
+      step_seconds[size_t(s)] = std::max(step_seconds[size_t(s)], j["step_seconds"][size_t(s)].get<double>());
+      auto lb = j["lane_busy"][size_t(s)].get<std::vector<double>>();
+      for (size_t k = 0; k < lb.size() && k < size_t(core::kLaneCount); ++k) lane_steps[size_t(s)][k] += lb[k] / a.ranks;
+    }
+    for (const auto& e : j["events"]) {
+      core::TimelineEvent ev;
+      ev.rank = r;
+      ev.lane = static_cast<Lane>(e[0].get<int>());
+      ev.task = e[1].get<int32_t>();
+      ev.kind = static_cast<core::TaskKind>(e[2].get<int>());
+      ev.label = planned.program.label(planned.program.task(ev.task));
+      ev.start = e[3];
+      ev.end = e[4];
+      ev.bytes = e[5];
+      ev.flops = e[6];
+      measured.events.push_back(std::move(ev));
+    }
+  }
+  const auto meas = core::summarize_steps(step_seconds, a.warmup);
+  std::vector<core::LaneSeconds> kept(lane_steps.begin() + a.warmup, lane_steps.end());
+  const auto meas_lanes = core::median_lane_busy(kept);
+
+  // Predict.
+  sim::SimOptions so;
+  so.timeline_all_ranks = true;
+  so.fold_symmetric_nodes = false;
+  const auto report = sim::simulate(planned.program, l.hw, so);
+  const auto pred_lanes = core::lane_busy(report.timeline);
+  const double err = core::relative_error(report.step_time, meas.median);
+
+  auto write = [&](const std::string& name, const core::Timeline& tl) {
+    std::ofstream csv(fs::path(a.out_dir) / (name + ".csv")), tr(fs::path(a.out_dir) / (name + ".trace.json"));
+    tl.write_csv(csv);
+    tl.write_chrome_trace(tr);
+  };
+  write("measured", measured);
+  write("predicted", report.timeline);
+
+  nlohmann::json j;
+  j["label"] = a.label.empty() ? fmt::format("{} {} x{}", a.model, a.config, a.ranks) : a.label;
+  j["model"] = a.model;
+  j["config"] = a.config;
+  j["ranks"] = a.ranks;
+  j["steps"] = a.steps;
+  j["warmup"] = a.warmup;
+  j["hwprofile"] = a.hw;
+  j["profile_machine_mismatch"] = mismatch;  // "" when the profile was measured on this machine
+  j["measured"] = {{"median", meas.median}, {"min", meas.min}, {"max", meas.max}, {"steps", meas.steps},
+                   {"all", step_seconds}};
+  j["predicted"] = report.step_time;
+  j["error"] = err;
+  for (int k = 0; k < core::kLaneCount; ++k) {
+    const char* lane = core::to_string(static_cast<Lane>(k));
+    j["lanes"][lane] = {{"measured", meas_lanes[size_t(k)]}, {"predicted", pred_lanes[size_t(k)]}};
+  }
+  std::ofstream(fs::path(a.out_dir) / "validate.json") << j.dump(2) << "\n";
+  return j;
+}
+
+void validate_worker(const ValidateOptions& a) {
+  Loaded l = load(a);
+  auto comm = engine::make_collectives();
+  engine::TrainerOptions o;
+  o.model = l.model;
+  o.hw = l.hw;
+  o.config = l.config;
+  o.nvme_dir = a.nvme_dir;
+  try {
+    run_worker_steps(a, o, *comm);
+  } catch (const std::exception& e) {
+    // One rank's error ends every rank now, naming it (as in `zinf train`).
+    if (comm->size() > 1) comm->abort(fmt::format("error: {}", e.what()));
+    throw;
+  }
+}
+
+}  // namespace zinf::measure
