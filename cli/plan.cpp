@@ -68,9 +68,8 @@ std::ofstream open_output(const std::string& path) {
 // Plans the Program for every GPU of the cluster and writes what was asked for. Returns a line for
 // the report.
 std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutputs& outs) {
-  const ModelGraph graph = models::build_gpt(in.model, in.config);
   const int ranks = nodes * in.hw.node.gpus;
-  PlanResult r = make_plan(graph, in.hw, in.config, ranks);
+  auto [graph, r] = models::plan_gpt(in.model, in.hw, in.config, ranks);
   std::string line = fmt::format("program: {} tasks per rank, {} units, {} optimizer sub-groups, tiling {}",
                                  r.program.tasks().size(), r.program.units().size(), r.program.sub_groups().size(),
                                  r.plan.tiling_factor);
@@ -98,7 +97,7 @@ std::string planner_auto_line(const Inputs& in, int nodes, MemoryModelInput& mm)
                         c.optimizer.automatic || c.checkpoints.automatic;
   if (!any_auto) return "";
   try {
-    const PlanResult r = make_plan(models::build_gpt(in.model, c), in.hw, c, nodes * in.hw.node.gpus);
+    const PlanResult r = models::plan_gpt(in.model, in.hw, c, nodes * in.hw.node.gpus).planned;
     mm.config.tiling_factor = r.plan.tiling_factor;
     mm.config.params = {false, r.plan.params};
     mm.config.gradients = {false, r.plan.gradients};
@@ -127,7 +126,7 @@ std::vector<std::string> activation_lines(const Inputs& in, int nodes) {
   if (in.config.activation_policy == ActivationPolicy::None) return {};
   std::vector<std::string> out;
   try {
-    const PlanResult r = make_plan(models::build_gpt(in.model, in.config), in.hw, in.config, nodes * in.hw.node.gpus);
+    const PlanResult r = models::plan_gpt(in.model, in.hw, in.config, nodes * in.hw.node.gpus).planned;
     int counts[3] = {0, 0, 0};
     for (const auto& d : r.plan.activations) ++counts[static_cast<int>(d.choice.action)];
     out.push_back(fmt::format("activation offload ({}): {} segment(s) kept, {} offloaded, {} recomputed; device peak {} of {}; "

@@ -104,8 +104,7 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
   if (!mismatch.empty()) say("warning: " + mismatch);
 
   // The same Program the Trainer will plan (same graph, profile, config and ranks).
-  const auto graph = models::build_gpt(l.model, l.config);
-  const auto planned = core::make_plan(graph, l.hw, l.config, a.ranks);
+  const auto planned = models::plan_gpt(l.model, l.hw, l.config, a.ranks).planned;
 
   // Measure.
   std::string args = fmt::format("validate --worker --model {} --hw {} --config {} --ranks {} --steps {} --out-dir {} --nvme-dir {}",

@@ -165,6 +165,13 @@ core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& c
   return build_gpt(s, config.tensor_parallel);
 }
 
+GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const core::RunConfig& config, int ranks,
+                 const std::vector<int32_t>& recorded_order) {
+  GptPlan p{build_gpt(spec, config), {}};
+  p.planned = core::make_plan(p.graph, hw, config, ranks, recorded_order);
+  return p;
+}
+
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir) {
   return core::load_model_spec(core::resolve_config(name_or_path, "models", core::zinf_root(source_dir)));
 }

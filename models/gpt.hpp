@@ -4,6 +4,7 @@
 #pragma once
 #include "core/graph.hpp"
 #include "core/model_spec.hpp"
+#include "core/plan.hpp"
 #include "core/run_config.hpp"
 
 namespace zinf::models {
@@ -21,6 +22,16 @@ core::ModelGraph build_gpt(const core::ModelSpec& spec, int64_t tensor_parallel 
 // tune) builds its graph this way, so all of them plan the same Program.
 core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& config);
 
+// The one way from a model spec and a run config to a plan: the graph `config` trains
+// (build_gpt(spec, config)) and core::make_plan over it for `ranks` data-parallel ranks on `hw`.
+// The Trainer, zinf plan, sim, validate, tune and `auto` plan through it, so all of them plan the
+// same Program. Throws core::PlanError when the plan does not fit.
+struct GptPlan {
+  core::ModelGraph graph;
+  core::PlanResult planned;
+};
+GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const core::RunConfig& config, int ranks,
+                 const std::vector<int32_t>& recorded_order = {});
 
 // Finds models/<name>.yaml (or a path) and loads it; throws ConfigError naming what was tried.
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir);

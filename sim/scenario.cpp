@@ -15,8 +15,7 @@ ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options) {
   const Scenario s{asked.model, asked.hw, resolved.config, asked.nodes};
   const int ranks = s.nodes * s.hw.node.gpus;
 
-  core::ModelGraph graph = models::build_gpt(s.model, s.config);
-  core::PlanResult planned = core::make_plan(graph, s.hw, s.config, ranks);
+  auto [graph, planned] = models::plan_gpt(s.model, s.hw, s.config, ranks);
   auto t1 = clock::now();
 
   ScenarioResult out;

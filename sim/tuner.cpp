@@ -258,10 +258,9 @@ std::vector<TuneOutcome> run_forked(size_t count, int workers, const std::functi
 }  // namespace
 
 TuneOutcome schedule_in_process(const core::ModelSpec& model, const core::HwProfile& hw, const TuneCandidate& c) {
-  const core::ModelGraph graph = models::build_gpt(model, c.config);
   TuneOutcome o;
   try {
-    const core::PlanResult r = core::make_plan(graph, hw, c.config, c.nodes * hw.node.gpus);
+    const core::PlanResult r = models::plan_gpt(model, hw, c.config, c.nodes * hw.node.gpus).planned;
     o.ok = true;
     o.step_time = core::estimate_step_time(r.program, hw);
     o.tiling_factor = r.plan.tiling_factor;

@@ -213,11 +213,10 @@ double measure_task_overhead(const core::HwProfile& hw) {
   } noop;
   // gpt-tiny's shape (models/gpt-tiny.yaml)
   const core::ModelSpec spec{.name = "gpt-tiny", .layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256, .micro_batch = 2};
-  auto graph = models::build_gpt(spec);
   core::RunConfig cfg;
   cfg.params = {false, core::Tier::Host};
   cfg.optimizer = {false, core::Tier::Host};
-  auto planned = core::make_plan(graph, hw, cfg, 1);
+  const auto planned = models::plan_gpt(spec, hw, cfg, 1).planned;
   engine::Executor ex(planned.program, 0, noop);
   std::vector<double> t;
   for (int i = 0; i < 7; ++i) {

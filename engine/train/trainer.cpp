@@ -53,8 +53,9 @@ struct Trainer::Impl {
   TrainerOptions opt;
   Collectives& comm;
   BackendKind kind;  // resolved once, first: the graph's working precision and the RAM check depend on it
-  core::ModelGraph graph;
-  core::PlanResult planned;
+  models::GptPlan gpt;  // the graph and its plan, from models::plan_gpt
+  core::ModelGraph& graph = gpt.graph;
+  core::PlanResult& planned = gpt.planned;
   Gpt2 model;
   TokenCorpus corpus;
   std::unique_ptr<BatchLoader> loader;
@@ -66,9 +67,7 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), graph(build_graph(opt, kind, c.size())),
-        planned(core::make_plan(graph, opt.hw, opt.config, c.size())),
-        model(graph), env(opt.env ? *opt.env : default_io_env()) {
+      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())), model(graph), env(opt.env ? *opt.env : default_io_env()) {
     // Checkpoint directory first: a run that cannot save (unwritable, locked, or holding an
     // earlier run's checkpoints) is refused before it trains, not after.
     open_checkpoint_dir();
@@ -162,7 +161,7 @@ struct Trainer::Impl {
     if (failed > 0) throw std::runtime_error(fmt::format("rank 0 could not use the checkpoint directory {}", opt.checkpoint_dir));
   }
 
-  static core::ModelGraph build_graph(TrainerOptions& o, BackendKind kind, int ranks) {
+  static models::GptPlan plan_run(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
     if (o.config.tensor_parallel != 1)
       throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
@@ -172,7 +171,7 @@ struct Trainer::Impl {
     // counts them at that size, whatever working precision the profile gives its device.
     if (kind != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
     if (o.resolve_auto) o.config = o.resolve_auto(o.model, o.hw, ranks, o.config);
-    return models::build_gpt(o.model, o.config);
+    return models::plan_gpt(o.model, o.hw, o.config, ranks);
   }
 
   StepStats step() {
