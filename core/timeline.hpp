@@ -2,7 +2,7 @@
 // scheduler), in one schema: rank, lane, task id, kind, label, start, end, bytes, flops. It is
 // written as CSV and as Chrome trace JSON (opens in Perfetto). `check_timeline` validates a
 // Timeline against the Program it ran (dependencies respected, lanes serial, memory within budget);
-// both executors record Timelines and use it. Plain value types; functions are thread-safe.
+// both executors record Timelines; the Trainer checks its first step with it, the tests the rest. Plain value types; functions are thread-safe.
 #pragma once
 #include <cstdint>
 #include <iosfwd>

@@ -11,6 +11,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "core/plan.hpp"
+#include "core/timeline.hpp"
 #include "engine/data/token_data.hpp"
 #include "engine/exec/backend_select.hpp"
 #include "engine/exec/cuda_plugin.hpp"
@@ -79,6 +81,10 @@ struct Trainer::Impl {
     // Say so up front when the plan cannot fit in this machine's RAM, instead of meeting the OOM
     // killer halfway through initialization.
     require_backend_runs(kind, planned.program);
+    // The Program's invariants (core::validate_program), checked once before anything runs: a
+    // planner bug stops here with what it broke, not as a hang or a wrong gradient later.
+    if (const auto broken = core::validate_program(planned.program); !broken.empty())
+      throw std::logic_error(invalid_program_message("the planner produced a Program that breaks its invariants", broken));
     const bool device_in_ram = kind != BackendKind::Cuda;
     check_plan_fits_ram(planned.plan.peak_bytes, device_in_ram, ranks_on_this_node(c.size()), available_memory());
     corpus = TokenCorpus::load(opt.data);
@@ -161,6 +167,12 @@ struct Trainer::Impl {
     if (failed > 0) throw std::runtime_error(fmt::format("rank 0 could not use the checkpoint directory {}", opt.checkpoint_dir));
   }
 
+  static std::string invalid_program_message(const std::string& what, const std::vector<std::string>& errors) {
+    std::string m = fmt::format("{} ({} problem{}; a bug in zinf, please report it):", what, errors.size(), errors.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < errors.size() && i < 5; ++i) m += "\n  " + errors[i];
+    return m;
+  }
+
   static models::GptPlan plan_run(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
     if (o.config.tensor_parallel != 1)
@@ -182,6 +194,12 @@ struct Trainer::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     StepStats s;
     s.timeline = executor->run_step();
+    // The first step's Timeline against the Program (core::check_timeline: every task ran once,
+    // none before its dependencies, lanes within their slots, memory within budget); 1 ms absorbs
+    // the clock. The later steps run the same schedule.
+    if (steps_done == 0)
+      if (const auto check = core::check_timeline(planned.program, s.timeline, 1e-3); !check.ok())
+        throw std::logic_error(invalid_program_message("the first step did not follow the Program", check.errors));
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++steps_done;
     s.step = steps_done;
