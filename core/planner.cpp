@@ -13,6 +13,7 @@
 // (plan_placement.cpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/plan_state.hpp"
@@ -64,8 +65,10 @@ PlanResult run_passes(PlanState& ps) {
     finish_program(ps);
     peak = schedule_peak(ps);
     const bool device_short = at(peak, Tier::Device) > at(ps.plan_.budget, Tier::Device);
-    if (device_short && ps.c_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 &&
-        ps.plan_.activations.size() > ps.segments_.size() + static_cast<size_t>(ps.plan_.checkpoints_per_micro_batch)) {
+    const bool any_kept = std::any_of(ps.plan_.activations.begin(), ps.plan_.activations.end(), [](const ActivationDecision& d) {
+      return d.choice.action == ActivationAction::Keep && !d.lifetime.pinned;
+    });
+    if (device_short && ps.c_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 && any_kept) {
       const double excess = at(peak, Tier::Device) - at(ps.plan_.budget, Tier::Device);
       double kept = 0;
       for (const auto& d : ps.plan_.activations)
