@@ -110,6 +110,19 @@ PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConf
     planning::PlanState ps(graph, hw, config, ranks, recorded_order);
     return planning::run_passes(ps);
   } catch (const PlanError& greedy) {
+    // Per-tensor choices load more, earlier, than whole blocks: where their schedule does not fit,
+    // choose per block.
+    if (config.activation_policy == ActivationPolicy::Lifetime && config.activation_per_tensor) {
+      RunConfig blocks = config;
+      blocks.activation_per_tensor = false;
+      try {
+        PlanResult r = make_plan(graph, hw, blocks, ranks, recorded_order);
+        r.plan.activation_note += fmt::format("{}chosen per block: per tensor, {}", r.plan.activation_note.empty() ? "" : "; ",
+                                              greedy.what());
+        return r;
+      } catch (const PlanError&) {
+      }
+    }
     const bool any_auto = config.params.automatic || config.gradients.automatic || config.optimizer.automatic ||
                           config.checkpoints.automatic;
     if (!any_auto) throw;

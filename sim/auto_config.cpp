@@ -312,6 +312,11 @@ AutoResolution compare_activation_choices(const core::ModelSpec& model, const co
   };
   std::vector<Choice> choices;
   choices.push_back({"the pass's own (host or NVMe per tensor)", r.config});
+  if (r.config.activation_per_tensor) {
+    RunConfig blocks = r.config;
+    blocks.activation_per_tensor = false;
+    choices.push_back({"the pass's own per block", blocks});
+  }
   RunConfig host = r.config;
   host.activation_tier = {false, Tier::Host};
   choices.push_back({"host only", host});

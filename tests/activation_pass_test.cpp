@@ -507,3 +507,22 @@ TEST_CASE("activation_offload and node.gds: bad values are named") {
   CHECK(parse_hwprofile(yaml + "  gds: {bandwidth_per_switch: 20 GB/s}\n", "t.yaml").node.gds_bandwidth == 20e9);
   CHECK_THROWS_WITH(parse_hwprofile(yaml + "  gds: {bandwidth: 20 GB/s}\n", "t.yaml"), Contains("bandwidth_per_switch"));
 }
+
+TEST_CASE("a per-tensor plan whose schedule does not fit is planned per block, and says so") {
+  // gpt-tiny deepened, paths at 1 GB/s, a device 1 % short of keeping everything: per tensor, the
+  // early loads of a few offloaded tensors raise the backward peak past the budget; per block fits.
+  ModelSpec s = load_model_spec(source("models/gpt-tiny.yaml"));
+  s.layers = 4;
+  const ModelGraph g = zinf::models::build_gpt(s);
+  HwProfile hw = load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  hw.node.pcie_bandwidth = 1e9;
+  hw.node.nvme_read_bandwidth = hw.node.nvme_write_bandwidth = 1e9;
+  const double keep_peak = at(make_plan(g, hw, config("activation_checkpoint: {interval: 0}\n", ""), 1).plan.peak_bytes, Tier::Device);
+  hw.node.gpu.memory = 0.99 * keep_peak / (1.0 - hw.reserve.gpu);
+  const RunConfig per_tensor = config("activation_offload: {policy: lifetime, tier: host}\n", "");
+  const PlanResult r = make_plan(g, hw, per_tensor, 1);
+  require_valid(r, hw);
+  CHECK(at(r.plan.peak_bytes, Tier::Device) <= at(r.plan.budget, Tier::Device));
+  CHECK_THAT(r.plan.activation_note, Contains("chosen per block: per tensor, device is short"));
+  for (const auto& d : r.plan.activations) CHECK(d.lifetime.tensor < 0);
+}
