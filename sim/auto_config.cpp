@@ -311,7 +311,8 @@ AutoResolution compare_activation_choices(const core::ModelSpec& model, const co
     RunConfig config;
   };
   std::vector<Choice> choices;
-  choices.push_back({"the pass's own (host or NVMe per tensor)", r.config});
+  choices.push_back({fmt::format("the pass's own (host or NVMe per {})", r.config.activation_per_tensor ? "tensor" : "block"),
+                     r.config});
   if (r.config.activation_per_tensor) {
     RunConfig blocks = r.config;
     blocks.activation_per_tensor = false;

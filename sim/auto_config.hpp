@@ -14,8 +14,9 @@
 //
 // Activation offload's `tier: auto` under the lifetime policy is decided here too, after the tiers:
 // the activation pass (core/activation_pass.hpp) chooses per tensor greedily, and the whole choices
-// are then compared by simulated step — the pass's own, host only, NVMe only (over GDS where the
-// profile has it) and checkpoint-and-recompute — and the fastest is taken (cached in this process).
+// are then compared by simulated step — the pass's own (and per block), host only, NVMe only (over
+// GDS where the profile has it) and checkpoint-and-recompute — and the fastest is taken (cached in
+// this process).
 #pragma once
 #include <string>
 
