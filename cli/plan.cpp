@@ -128,16 +128,26 @@ std::vector<std::string> activation_lines(const Inputs& in, int nodes) {
   try {
     const PlanResult r = models::plan_gpt(in.model, in.hw, in.config, nodes * in.hw.node.gpus).planned;
     int counts[3] = {0, 0, 0};
-    for (const auto& d : r.plan.activations) ++counts[static_cast<int>(d.choice.action)];
-    out.push_back(fmt::format("activation offload ({}): {} segment(s) kept, {} offloaded, {} recomputed; device peak {} of {}; "
-                              "{} offloaded and {} written to NVMe per step ({})",
-                              to_string(in.config.activation_policy), counts[0], counts[1], counts[2],
+    double bytes[3] = {0, 0, 0};
+    bool per_tensor = false;
+    for (const auto& d : r.plan.activations) {
+      ++counts[static_cast<int>(d.choice.action)];
+      bytes[static_cast<int>(d.choice.action)] += d.lifetime.bytes;
+      per_tensor = per_tensor || d.lifetime.tensor >= 0;
+    }
+    out.push_back(fmt::format("activation offload ({}): {} {} kept, {} offloaded, {} recomputed ({} kept, {} offloaded, {} "
+                              "recomputed per micro-batch); device peak {} of {}; {} offloaded and {} written to NVMe per step ({})",
+                              to_string(in.config.activation_policy), counts[0], per_tensor ? "tensor(s)" : "segment(s)",
+                              counts[1], counts[2], format_bytes(bytes[0]), format_bytes(bytes[1]), format_bytes(bytes[2]),
                               format_bytes(at(r.plan.peak_bytes, Tier::Device)), format_bytes(at(r.plan.budget, Tier::Device)),
                               format_bytes(r.plan.activation_bytes_offloaded), format_bytes(r.plan.nvme_bytes_written),
                               r.plan.activation_note.empty() ? "everything it kept fit at once" : r.plan.activation_note));
     for (const auto& d : r.plan.activations)
-      out.push_back(fmt::format("  blocks {}-{} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.last_block,
-                                format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason));
+      out.push_back(d.lifetime.tensor >= 0
+                        ? fmt::format("  block {} {} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.name,
+                                      format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason)
+                        : fmt::format("  blocks {}-{} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.last_block,
+                                      format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason));
   } catch (const PlanError& e) {
     out.push_back(fmt::format("activation offload ({}): the planner refused this configuration ({})",
                               to_string(in.config.activation_policy), e.what()));

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "core/errors.hpp"
+#include "core/kernel_activations.hpp"
 #include "core/units.hpp"
 
 namespace zinf::core {
@@ -51,9 +54,10 @@ double op_seconds(const GpuSpec& gpu, const Operator& o, bool backward) {
 }  // namespace
 
 std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const GpuSpec& gpu,
-                                                     const std::vector<std::vector<int32_t>>& runs) {
+                                                     const std::vector<std::vector<int32_t>>& runs, bool per_tensor) {
   const auto& s = g.spec;
   const double per_block = double(g.tokens) * (16.0 * double(s.hidden) + 2.0 * double(s.heads) * double(s.seq));
+  const std::vector<BlockTensor> tensors = block_tensors(s, true, g.tensor_parallel);
   std::vector<double> fwd(runs.size(), 0), bwd(runs.size(), 0);
   std::vector<int32_t> first_pos(runs.size(), 0), count(runs.size(), 0);
   int32_t pos = 0;
@@ -68,6 +72,7 @@ std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const 
   }
   const int32_t forward_ops = pos;
   std::vector<ActivationLifetime> out;
+  int32_t segment = 0;
   for (size_t r = 0; r < runs.size(); ++r) {
     int lo = std::numeric_limits<int>::max(), hi = -1;
     bool blocks_only = !runs[r].empty();
@@ -79,7 +84,7 @@ std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const 
     }
     if (!blocks_only) continue;
     ActivationLifetime l;
-    l.segment = static_cast<int32_t>(out.size());
+    l.segment = segment++;
     l.run = static_cast<int32_t>(r);
     l.first_block = lo;
     l.last_block = hi;
@@ -94,8 +99,35 @@ std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const 
     }
     l.first_backward_use = forward_ops + after;
     for (size_t q = r + 1; q < runs.size(); ++q) l.later_backward_seconds.push_back(bwd[q]);
-    l.forward_seconds = fwd[r];
-    out.push_back(l);
+    l.forward_seconds = l.run_forward_seconds = fwd[r];
+    if (!per_tensor) {
+      out.push_back(l);
+      continue;
+    }
+    // One item per saved tensor of each block: produced by its operator, idle at least while the
+    // runs after this one go forward and back (a conservative window: the run's own).
+    const double blocks = double(hi - lo + 1);
+    for (int b = lo; b <= hi; ++b) {
+      const int32_t base = static_cast<int32_t>(out.size());
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        ActivationLifetime t = l;
+        t.first_block = t.last_block = b;
+        t.tensor = static_cast<int32_t>(k);
+        t.name = tensors[k].name;
+        t.share = tensors[k].share / blocks;
+        t.bytes = l.bytes * t.share;
+        t.pinned = tensors[k].producer == OpRole::Res2;
+        t.input = tensors[k].input < 0 ? -1 : base + tensors[k].input;
+        t.forward_seconds = 0;
+        for (int32_t op : runs[r]) {
+          const Operator& o = g.ops[static_cast<size_t>(op)];
+          if (o.block == b && o.role == tensors[k].producer) t.forward_seconds += op_seconds(gpu, o, false);
+        }
+        out.push_back(t);
+      }
+      for (size_t k = 0; k < tensors.size(); ++k)
+        if (out[base + k].input >= 0) out[static_cast<size_t>(out[base + k].input)].consumer = base + static_cast<int32_t>(k);
+    }
   }
   return out;
 }
@@ -103,8 +135,14 @@ std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const 
 double forward_throttle_seconds(const std::vector<ActivationLifetime>& lifetimes, const std::vector<double>& save_seconds) {
   double now = 0, lane = 0, waited = 0;
   std::vector<double> ends;  // save end times of the offloaded segments so far, in order
-  for (size_t i = 0; i < lifetimes.size(); ++i) {
-    const bool offloaded = i < save_seconds.size() && save_seconds[i] > 0;
+  for (size_t i = 0; i < lifetimes.size();) {
+    // One segment: a whole-segment item, or the consecutive tensor items of one run.
+    size_t j = i + 1;
+    if (lifetimes[i].tensor >= 0)
+      while (j < lifetimes.size() && lifetimes[j].tensor >= 0 && lifetimes[j].run == lifetimes[i].run) ++j;
+    double save = 0;
+    for (size_t k = i; k < j; ++k) save += k < save_seconds.size() ? save_seconds[k] : 0.0;
+    const bool offloaded = save > 0;
     if (offloaded && ends.size() >= kActivationSavesInFlight) {
       const double ready = ends[ends.size() - kActivationSavesInFlight];
       if (ready > now) {
@@ -112,11 +150,12 @@ double forward_throttle_seconds(const std::vector<ActivationLifetime>& lifetimes
         now = ready;
       }
     }
-    now += lifetimes[i].forward_seconds;
+    now += lifetimes[i].tensor >= 0 ? lifetimes[i].run_forward_seconds : lifetimes[i].forward_seconds;
     if (offloaded) {
-      lane = std::max(lane, now) + save_seconds[i];
+      lane = std::max(lane, now) + save;
       ends.push_back(lane);
     }
+    i = j;
   }
   return waited;
 }
@@ -136,6 +175,9 @@ struct State {
   double host_bytes = 0, nvme_bytes = 0;
   std::vector<double> save_seconds;  // per lifetime: its save's seconds if offloaded, else 0
   double throttle = 0;               // forward_throttle_seconds of the offloads chosen so far
+  std::vector<char> recomputed;      // per lifetime
+  std::map<int32_t, double> run_transfer;         // per run: one-way seconds of its offloaded items
+  std::map<int32_t, ActivationPath> run_path;     // per run: the path its offloaded items take
 };
 
 // What more a resource's load beyond its free time costs: the part no longer hidden by compute.
@@ -143,12 +185,25 @@ double overflow(double load_before, double added, double free_seconds) {
   return std::max(0.0, load_before + added - free_seconds) - std::max(0.0, load_before - free_seconds);
 }
 
+// The runs ahead of a segment's backward whose backward hides a load of t seconds (at least
+// min_prefetch_runs), and the part of t they do not hide.
+std::pair<int64_t, double> prefetch_for(const ActivationLifetime& l, double t, int64_t min_prefetch_runs) {
+  double ahead = 0;
+  int64_t d = 0;
+  const auto later = static_cast<int64_t>(l.later_backward_seconds.size());
+  while (d < later && (d < min_prefetch_runs || ahead < t)) ahead += l.later_backward_seconds[static_cast<size_t>(d++)];
+  return {std::max<int64_t>(1, d), std::max(0.0, t - ahead)};
+}
+
 std::vector<Option> options_for(const std::vector<ActivationLifetime>& all, size_t index, const ActivationPassInput& in,
                                 const State& st) {
   const ActivationLifetime& l = all[index];
   std::vector<Option> opts;
+  if (l.pinned) return opts;
+  const auto fixed_path = st.run_path.find(l.run);
   auto offload = [&](ActivationPath path, double spb, Tier tier) {
     if (spb <= 0) return;
+    if (fixed_path != st.run_path.end() && fixed_path->second != path) return;  // one path per segment
     const bool to_host = tier == Tier::Host;
     if (to_host ? st.host_bytes + l.bytes > in.host_bytes_free : st.nvme_bytes + l.bytes > in.nvme_bytes_free) return;
     Option o;
@@ -161,13 +216,14 @@ std::vector<Option> options_for(const std::vector<ActivationLifetime>& all, size
     o.nvme_load = path == ActivationPath::Host ? 0 : t;
     // The save and the load of one segment are serial; what the window cannot hide stalls. The
     // load starts prefetch_runs runs ahead of its backward: the fewest whose backward hides it.
-    const double window_stall = std::max(0.0, 2.0 * t - l.idle_seconds);
-    double ahead = 0;
-    int64_t d = 0;
-    const auto later = static_cast<int64_t>(l.later_backward_seconds.size());
-    while (d < later && (d < in.min_prefetch_runs || ahead < t)) ahead += l.later_backward_seconds[static_cast<size_t>(d++)];
-    o.choice.prefetch_runs = std::max<int64_t>(1, d);
-    const double load_stall = std::max(0.0, t - ahead);
+    // A tensor joins its segment's transfer: it costs what it adds to the segment's stalls.
+    const auto prior = st.run_transfer.find(l.run);
+    const double before = l.tensor >= 0 && prior != st.run_transfer.end() ? prior->second : 0.0;
+    const double window_stall = std::max(0.0, 2.0 * (before + t) - l.idle_seconds) - std::max(0.0, 2.0 * before - l.idle_seconds);
+    const auto [runs_ahead, load_after] = prefetch_for(l, before + t, in.min_prefetch_runs);
+    const double load_before = before > 0 ? prefetch_for(l, before, in.min_prefetch_runs).second : 0.0;
+    o.choice.prefetch_runs = runs_ahead;
+    const double load_stall = load_after - load_before;
     const double lane_stall = std::max(overflow(st.pcie_load, o.pcie_load, in.pcie_free_seconds),
                                        overflow(st.nvme_load, o.nvme_load, in.nvme_free_seconds));
     // Saves slower than the forward that produces them hold it back (kActivationSavesInFlight).
@@ -190,7 +246,8 @@ std::vector<Option> options_for(const std::vector<ActivationLifetime>& all, size
     if (in.gds_seconds_per_byte > 0) offload(ActivationPath::Gds, in.gds_seconds_per_byte, Tier::Nvme);
     else offload(ActivationPath::NvmeViaHost, in.nvme_seconds_per_byte, Tier::Nvme);
   }
-  if (in.policy == ActivationPolicy::Lifetime && in.can_recompute && l.bytes > in.checkpoint_bytes) {
+  if (in.policy != ActivationPolicy::Lifetime) return opts;
+  if (l.tensor < 0 && in.can_recompute && l.bytes > in.checkpoint_bytes) {
     Option o;
     o.choice.action = ActivationAction::Recompute;
     o.choice.predicted_cost = l.forward_seconds;
@@ -198,31 +255,65 @@ std::vector<Option> options_for(const std::vector<ActivationLifetime>& all, size
     o.saved = l.bytes - in.checkpoint_bytes;
     opts.push_back(o);
   }
+  // A tensor is recomputed by its producer alone: its input is kept or brought back, not recomputed.
+  const bool input_here = l.input < 0 || !st.recomputed[static_cast<size_t>(l.input)];
+  const bool consumer_needs = l.consumer >= 0 && st.recomputed[static_cast<size_t>(l.consumer)];
+  if (l.tensor >= 0 && input_here && !consumer_needs && l.bytes > 0) {
+    Option o;
+    o.choice.action = ActivationAction::Recompute;
+    o.choice.predicted_cost = l.forward_seconds;
+    o.choice.reason = fmt::format("recompute {} of block {}: its operator again in backward ({:.3g} s), cheaper than any offload",
+                                  l.name, l.first_block, l.forward_seconds);
+    o.saved = l.bytes;
+    opts.push_back(o);
+  }
   return opts;
 }
 
 void apply(const std::vector<ActivationLifetime>& all, size_t index, const Option& o, State& st) {
+  const ActivationLifetime& l = all[index];
   if (o.choice.action == ActivationAction::Offload) {
     st.save_seconds[index] = o.choice.transfer_seconds;
     st.throttle = forward_throttle_seconds(all, st.save_seconds);
+    st.run_transfer[l.run] += o.choice.transfer_seconds;
+    st.run_path[l.run] = o.choice.path;
   }
+  if (o.choice.action == ActivationAction::Recompute) st.recomputed[index] = 1;
   st.pcie_load += o.pcie_load;
   st.nvme_load += o.nvme_load;
   st.host_bytes += o.host_bytes;
   st.nvme_bytes += o.nvme_bytes;
 }
 
+double kept_bytes(const std::vector<ActivationLifetime>& lifetimes, const std::vector<ActivationChoice>& choices,
+                  const ActivationPassInput& in) {
+  double kept = 0;
+  for (size_t i = 0; i < lifetimes.size(); ++i) {
+    if (choices[i].action == ActivationAction::Keep) kept += lifetimes[i].bytes;
+    if (choices[i].action == ActivationAction::Recompute && lifetimes[i].tensor < 0) kept += in.checkpoint_bytes;
+  }
+  return kept;
+}
+
 }  // namespace
+
+bool activation_choices_fit(const std::vector<ActivationLifetime>& lifetimes, const std::vector<ActivationChoice>& choices,
+                            const ActivationPassInput& in) {
+  return kept_bytes(lifetimes, choices, in) <= in.device_bytes_for_activations;
+}
 
 std::vector<ActivationChoice> choose_activation_actions(const std::vector<ActivationLifetime>& lifetimes,
                                                         const ActivationPassInput& in) {
   std::vector<ActivationChoice> out(lifetimes.size());
-  for (auto& c : out) c.reason = "kept on the device: its activations fit the device budget";
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].reason = lifetimes[i].pinned ? "kept on the device: the block's output is the next block's input"
+                                        : "kept on the device: its activations fit the device budget";
   if (in.policy == ActivationPolicy::None) return out;
   if (!in.tier.automatic && in.tier.tier == Tier::Device)
     throw PlanError("activation_offload.tier: offloaded activations go to host or nvme (or auto), not the device");
   State st;
   st.save_seconds.assign(lifetimes.size(), 0.0);
+  st.recomputed.assign(lifetimes.size(), 0);
   // Longest idle window first: the segments whose transfers hide best.
   std::vector<size_t> order(lifetimes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -230,6 +321,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
                    [&](size_t a, size_t b) { return lifetimes[a].idle_seconds > lifetimes[b].idle_seconds; });
   if (in.policy == ActivationPolicy::OffloadAll) {
     for (size_t i : order) {
+      if (lifetimes[i].pinned) continue;
       const auto opts = options_for(lifetimes, i, in, st);
       const Option* best = nullptr;
       for (const auto& o : opts)
@@ -244,7 +336,7 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
     }
     return out;
   }
-  // Lifetime: free device memory until the kept segments fit, each time taking the option that
+  // Lifetime: free device memory until the kept items fit, each time taking the option that
   // costs the fewest predicted seconds per byte freed.
   double kept = 0;
   for (const auto& l : lifetimes) kept += l.bytes;

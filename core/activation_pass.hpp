@@ -1,15 +1,21 @@
 // Lifetime-aware activation offload (TERAIO's design, in the planner). A *segment* is the
 // activations one run of blocks keeps from its forward to its backward (one block with
-// checkpoint_interval 1; `ci` blocks otherwise) for one micro-batch. Its lifetime is where in the
-// micro-batch's compute sequence it is produced, last used in forward and first used in backward,
-// and how long the device is idle with respect to it in between. The pass chooses per segment:
-// keep it on the device, offload it to host memory or NVMe and prefetch it back, or drop it and
-// recompute it from a checkpoint — minimizing the predicted step under the device memory left for
-// activations, with each path's bandwidth and each segment's idle window.
+// checkpoint_interval 1; `ci` blocks otherwise) for one micro-batch. With per-tensor granularity
+// (the default) each of a block's saved tensors (core::block_tensors: ln1, qkv, the attention
+// output and probabilities, the MLP's inner activations, ...) is an item of its own; with block
+// granularity the segment is one item. An item's lifetime is where in the micro-batch's compute
+// sequence it is produced, last used in forward and first used in backward, and how long the
+// device is idle with respect to it in between. The pass chooses per item: keep it on the device,
+// offload it to host memory or NVMe and prefetch it back, or drop it and recompute it — a whole
+// segment from a checkpoint, a tensor by running its producing operator again in backward from
+// its input (kept or brought back; never itself recomputed, so a recompute is one operator) —
+// minimizing the predicted step under the device memory left for activations, with each path's
+// bandwidth and each item's idle window. The tensors a segment offloads travel together, on one
+// path.
 //
 // Pure functions of their inputs; thread-safe. The planner (core/planner.cpp) turns the choices
-// into ordinary Program tasks (copies and NVMe transfers of Data::Activation), so both executors
-// run them.
+// into ordinary Program tasks (copies and NVMe transfers of Data::Activation, Recompute tasks), so
+// both executors run them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +32,15 @@ struct ActivationLifetime {
   int32_t run = 0;           // the planner's run index
   int first_block = 0, last_block = 0;
   double bytes = 0;          // per micro-batch, as the planner counts a run's activations
+  // Per-tensor items: the tensor (core::block_tensors index, block first_block) and its share of
+  // the run's bytes; -1 and 1 for a whole segment.
+  int32_t tensor = -1;
+  std::string name;
+  double share = 1;
+  bool pinned = false;       // the block's output: the next block's input, always kept
+  int32_t input = -1;        // the item holding its producer's input (-1: the block input)
+  int32_t consumer = -1;     // the item whose producer reads it
+  double run_forward_seconds = 0;  // its run's forward (a tensor's forward_seconds is its producer's)
   // Positions in one micro-batch's compute sequence (forward operators, then backward ones).
   int32_t produced = 0;            // its first forward operator
   int32_t last_forward_use = 0;    // its last forward operator
@@ -39,9 +54,12 @@ struct ActivationLifetime {
 
 // The lifetimes of the activation segments of `runs` (operator ids per run, forward order; the
 // runs outside the blocks are not segments: the embedding's output is the batch's, the head's is
-// used at once). Seconds come from the profile's kernel cost at nominal rates.
+// used at once). Seconds come from the profile's kernel cost at nominal rates. With `per_tensor`,
+// one item per saved tensor of each block (core::block_tensors, in forward order; bytes are the
+// per-block formula's times the tensor's share) in place of one per segment.
 std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const GpuSpec& gpu,
-                                                     const std::vector<std::vector<int32_t>>& runs);
+                                                     const std::vector<std::vector<int32_t>>& runs,
+                                                     bool per_tensor = false);
 
 // A block that offloads its activations may start its forward only once the save of the
 // offloaded segment this many before it is done (the Program's dependency: unsaved activations do
@@ -51,6 +69,7 @@ inline constexpr size_t kActivationSavesInFlight = 2;
 // Seconds one micro-batch's forward waits on that dependency: segments in forward order, each
 // computing its forward_seconds; save_seconds[i] > 0 for an offloaded one, its save starting when
 // its forward ends and the saves before it are done (one queue). Exact for one lane of saves.
+// Per-tensor items of one run count as their segment: the run's forward, the sum of their saves.
 double forward_throttle_seconds(const std::vector<ActivationLifetime>& lifetimes, const std::vector<double>& save_seconds);
 
 enum class ActivationAction { Keep, Offload, Recompute };
@@ -79,6 +98,7 @@ struct ActivationPassInput {
   double nvme_bytes_free = 0;
 };
 
+
 struct ActivationChoice {
   ActivationAction action = ActivationAction::Keep;
   Tier tier = Tier::Device;
@@ -95,5 +115,10 @@ struct ActivationChoice {
 // be honoured (a fixed NVMe tier without room, say).
 std::vector<ActivationChoice> choose_activation_actions(const std::vector<ActivationLifetime>& lifetimes,
                                                         const ActivationPassInput& in);
+
+// Whether the choices keep the items under device_bytes_for_activations: per-tensor recompute
+// frees less than a segment's, and the planner falls back to block granularity where it falls short.
+bool activation_choices_fit(const std::vector<ActivationLifetime>& lifetimes, const std::vector<ActivationChoice>& choices,
+                            const ActivationPassInput& in);
 
 }  // namespace zinf::core

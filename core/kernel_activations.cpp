@@ -1,6 +1,9 @@
 #include "core/kernel_activations.hpp"
 
 #include <algorithm>
+#include <string_view>
+
+#include "core/memory_model.hpp"
 
 namespace zinf::core {
 
@@ -35,6 +38,31 @@ RunActivations run_activation_elements(const ModelGraph& g, const std::vector<in
   }
   if (recompute) r.forward += TC;
   return r;
+}
+
+std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, int64_t tensor_parallel) {
+  const double h = double(s.hidden), f = double(s.ffn_hidden()), probs = double(s.heads) * double(s.seq);
+  // Elements per token as the fp32 kernels keep them (block_forward_elements).
+  std::vector<BlockTensor> t = {
+      {"ln1", OpRole::Ln1, -1, h + 2},  {"qkv", OpRole::CAttn, 0, 3 * h},     {"attn", OpRole::Attn, 1, h + probs},
+      {"attproj", OpRole::AttnProj, 2, h}, {"res1", OpRole::Res1, 3, h},   {"ln2", OpRole::Ln2, 4, h + 2},
+      {"fch", OpRole::Fc, 5, f},         {"gelu", OpRole::Gelu, 6, f},      {"mlpproj", OpRole::MlpProj, 7, h},
+      {"out", OpRole::Res2, 8, h}};
+  if (bf16_formula) {
+    // block_activation_bytes_per_token: the probabilities at 2 bytes per element, the rest hidden-sized.
+    const double tp = double(std::max<int64_t>(1, tensor_parallel));
+    const double total = block_activation_bytes_per_token(s, tensor_parallel), p = 2.0 * probs / tp;
+    double hidden_elems = 0;
+    for (auto& x : t) hidden_elems += x.share - (std::string_view(x.name) == "attn" ? probs : 0);
+    for (auto& x : t) {
+      const double hid = x.share - (std::string_view(x.name) == "attn" ? probs : 0);
+      x.share = ((total - p) * hid / hidden_elems + (std::string_view(x.name) == "attn" ? p : 0)) / total;
+    }
+    return t;
+  }
+  const double total = block_forward_elements(s);
+  for (auto& x : t) x.share /= total;
+  return t;
 }
 
 }  // namespace zinf::core

@@ -29,4 +29,24 @@ struct RunActivations {
 };
 RunActivations run_activation_elements(const ModelGraph& g, const std::vector<int32_t>& ops, bool recompute);
 
+// One tensor (or a few written by one kernel together) that a transformer block keeps from its
+// forward for its backward: the activation pass (core/activation_pass.hpp) chooses for each. Its
+// producer is the block operator that writes it; `input` is the tensor that operator reads (-1:
+// the block's input, the residual stream x[l], which the previous block keeps). The last one,
+// "out", is the block's output x[l+1]: the next block's input, never offloaded nor recomputed.
+struct BlockTensor {
+  const char* name = "";
+  OpRole producer = OpRole::None;
+  int input = -1;          // index in block_tensors' list; -1: the block's input
+  double share = 0;        // fraction of the block's activation bytes
+};
+
+// The block tensors in forward order, with shares that sum to 1 and follow the bytes each kernel
+// keeps: ln1 and ln2 (output, mean and rstd), qkv (3 hidden), the attention output with its
+// probabilities (heads x seq), attn.c_proj's output, the first residual, the MLP's inner
+// activation before and after GELU (ffn each), mlp.c_proj's output and the block's output.
+// `bf16_formula`: the planner's bf16 count (block_activation_bytes_per_token: the probabilities at
+// 2 bytes, the hidden-sized tensors sharing the rest in the same proportions).
+std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, int64_t tensor_parallel = 1);
+
 }  // namespace zinf::core

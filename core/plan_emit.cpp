@@ -258,7 +258,7 @@ Task activation_task(PlanState& ps, size_t r, int32_t mb, Phase phase, TaskKind 
   t.micro_batch = mb;
   t.from = from;
   t.to = to;
-  t.bytes = ps.runs_[r].act_bytes;
+  t.bytes = ps.runs_[r].offload_bytes;
   return t;
 }
 
@@ -267,7 +267,7 @@ Task activation_task(PlanState& ps, size_t r, int32_t mb, Phase phase, TaskKind 
 void emit_activation_save(PlanState& ps, size_t r, int32_t mb, int32_t compute_task) {
   const auto& run = ps.runs_[r];
   const auto& seg = ps.segments_[static_cast<size_t>(run.segment)];
-  const double bytes = run.act_bytes;
+  const double bytes = run.offload_bytes;
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(ps, r, mb, Phase::Forward, k, l, from, to); };
   const int64_t home = ps.b_.buffer();
   int32_t t = -1;
@@ -294,7 +294,7 @@ void emit_activation_save(PlanState& ps, size_t r, int32_t mb, int32_t compute_t
 void emit_activation_load(PlanState& ps, size_t r, int32_t mb, int32_t prev_compute) {
   const auto& run = ps.runs_[r];
   const auto& seg = ps.segments_[static_cast<size_t>(run.segment)];
-  const double bytes = run.act_bytes;
+  const double bytes = run.offload_bytes;
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(ps, r, mb, Phase::Backward, k, l, from, to); };
   int32_t t = ps.act_save_task_[r];
   int64_t home = ps.act_home_buf_[r];
@@ -324,9 +324,19 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   const auto& run = ps.runs_[ri];
   if (st.first_fwd_of_run || st.first_recompute) {
     ps.act_buf_[ri] = ps.b_.buffer();
-    allocs.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+    allocs.push_back({Tier::Device, ps.act_buf_[ri], run.moving_bytes()});
     if (run.action == ActivationAction::Offload && ps.act_saves_.size() >= kActivationSavesInFlight)
       deps.push_back(ps.act_saves_[ps.act_saves_.size() - kActivationSavesInFlight]);
+  }
+  // Per-tensor choices: the tensors that stay beside an offloaded segment, and those recomputed by
+  // their own operators, which leave after the forward and come back before the backward.
+  if (st.first_fwd_of_run && run.staying_bytes() > 0) {
+    ps.act_keep_buf_[ri] = ps.b_.buffer();
+    allocs.push_back({Tier::Device, ps.act_keep_buf_[ri], run.staying_bytes()});
+  }
+  if ((st.first_fwd_of_run || st.first_partial_recompute) && run.partial_bytes > 0) {
+    ps.act_part_buf_[ri] = ps.b_.buffer();
+    allocs.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
   }
   if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(ps.act_load_task_[ri]);
   if (st.first_recompute) deps.push_back(ps.ckpt_load_task_[ri]);
@@ -341,6 +351,7 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
     allocs.push_back({Tier::Device, ps.ckpt_dev_buf_[ri + 1], ps.ckpt_bytes_});
   }
   if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+  if (st.last_fwd_of_run && run.partial_bytes > 0) frees.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
   if (run.grad_bytes > 0 && st.kind == TaskKind::Backward && ps.act_grad_buf_[ri] < 0) {
     ps.act_grad_buf_[ri] = ps.b_.buffer();
     allocs.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
@@ -348,7 +359,9 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   if (st.last_bwd_of_run) {
     if (ps.act_grad_buf_[ri] >= 0) frees.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
     ps.act_grad_buf_[ri] = -1;
-    frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+    frees.push_back({Tier::Device, ps.act_buf_[ri], run.moving_bytes()});
+    if (run.staying_bytes() > 0) frees.push_back({Tier::Device, ps.act_keep_buf_[ri], run.staying_bytes()});
+    if (run.partial_bytes > 0) frees.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
     if (run.recompute) frees.push_back({Tier::Device, ps.ckpt_dev_buf_[ri], ps.ckpt_bytes_});
   }
 }
@@ -395,6 +408,8 @@ void emit(PlanState& ps) {
   ps.act_save_task_.assign(ps.runs_.size(), -1);
   ps.act_load_task_.assign(ps.runs_.size(), -1);
   ps.act_home_buf_.assign(ps.runs_.size(), -1);
+  ps.act_keep_buf_.assign(ps.runs_.size(), -1);
+  ps.act_part_buf_.assign(ps.runs_.size(), -1);
   ps.ckpt_copies_.assign(static_cast<size_t>(ps.plan_.micro_batches), {});
   std::vector<char> backward_begun(static_cast<size_t>(ps.plan_.micro_batches), 0);
   make_sub_groups(ps);

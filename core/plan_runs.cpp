@@ -87,7 +87,6 @@ void make_runs(PlanState& ps) {
 void apply_activation_pass(PlanState& ps, double device_bytes) {
   std::vector<std::vector<int32_t>> run_ops;
   for (const auto& r : ps.runs_) run_ops.push_back(r.ops);
-  std::vector<ActivationLifetime> lifetimes = activation_lifetimes(ps.g_, ps.hw_.node.gpu, run_ops);
   const auto& n = ps.hw_.node;
   const double G = std::max(1, n.gpus);
   const double nvme_spb = G / std::min(n.nvme_read_bandwidth, n.nvme_write_bandwidth);
@@ -100,11 +99,16 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
   in.host_seconds_per_byte = 1.0 / n.pcie_bandwidth_all_active();
   in.nvme_seconds_per_byte = std::max(in.host_seconds_per_byte, nvme_spb);
   in.gds_seconds_per_byte = n.has_gds() ? std::max(1.0 / n.gds_bandwidth_all_active(), nvme_spb) : 0;
+  // The items: each block's tensors (their shares of the run's bytes) or each segment whole.
+  auto items = [&](bool per_tensor) {
+    std::vector<ActivationLifetime> ls = activation_lifetimes(ps.g_, ps.hw_.node.gpu, run_ops, per_tensor);
+    for (auto& l : ls) l.bytes = ps.runs_[static_cast<size_t>(l.run)].act_bytes * l.share;
+    return ls;
+  };
+  std::vector<ActivationLifetime> lifetimes = items(ps.c_.activation_per_tensor);
   double forward = 0;
-  for (auto& l : lifetimes) {
-    l.bytes = ps.runs_[static_cast<size_t>(l.run)].act_bytes;
-    forward += l.forward_seconds;
-  }
+  for (size_t i = 0; i < lifetimes.size(); ++i)
+    if (i == 0 || lifetimes[i].run != lifetimes[i - 1].run) forward += lifetimes[i].run_forward_seconds;
   // Parameters fetched in forward already use the same paths.
   double shard_bytes = 0;
   for (const auto& u : ps.units_) shard_bytes += kParamBytes * double(ps.shard_elems(u));
@@ -113,7 +117,19 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
   const PerTier st = max_static(ps);
   in.host_bytes_free = at(ps.plan_.budget, Tier::Host) - at(st, Tier::Host);
   in.nvme_bytes_free = at(ps.plan_.budget, Tier::Nvme) - at(st, Tier::Nvme);
-  const std::vector<ActivationChoice> choices = choose_activation_actions(lifetimes, in);
+  std::vector<ActivationChoice> choices = choose_activation_actions(lifetimes, in);
+  if (ps.c_.activation_per_tensor && in.policy == ActivationPolicy::Lifetime && !activation_choices_fit(lifetimes, choices, in)) {
+    // A tensor's recompute never recomputes its input, so per-tensor choices free less than
+    // recomputing whole segments from checkpoints can: choose per segment.
+    std::vector<ActivationLifetime> whole = items(false);
+    std::vector<ActivationChoice> c = choose_activation_actions(whole, in);
+    if (activation_choices_fit(whole, c, in)) {
+      ps.plan_.activation_note += fmt::format("{}per-tensor choices keep more than {}: chosen per block",
+                                              ps.plan_.activation_note.empty() ? "" : "; ", bytes_text(std::max(0.0, device_bytes)));
+      lifetimes = std::move(whole);
+      choices = std::move(c);
+    }
+  }
 
   ps.segments_.clear();
   ps.plan_.activations.clear();
@@ -123,18 +139,44 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
     r.checkpoint = -1;
     r.segment = -1;
     r.prefetch_runs = 0;
+    r.offload_bytes = r.partial_bytes = 0;
+    r.recompute_ops.clear();
   }
+  const std::vector<BlockTensor> tensors = block_tensors(ps.g_.spec, true, ps.g_.tensor_parallel);
   for (size_t i = 0; i < lifetimes.size(); ++i) {
-    auto& r = ps.runs_[static_cast<size_t>(lifetimes[i].run)];
-    r.action = choices[i].action;
-    r.recompute = r.action == ActivationAction::Recompute;
-    r.prefetch_runs = choices[i].prefetch_runs;
-    if (r.action == ActivationAction::Offload) {
-      r.segment = static_cast<int32_t>(ps.segments_.size());
-      ps.segments_.push_back({r.segment, lifetimes[i].first_block, lifetimes[i].last_block, r.act_bytes, choices[i].tier,
-                           choices[i].path == ActivationPath::Gds});
+    const ActivationLifetime& l = lifetimes[i];
+    const ActivationChoice& c = choices[i];
+    auto& r = ps.runs_[static_cast<size_t>(l.run)];
+    if (c.action == ActivationAction::Offload) {
+      if (r.segment < 0) {
+        r.segment = static_cast<int32_t>(ps.segments_.size());
+        ps.segments_.push_back({r.segment, l.first_block, l.last_block, 0.0, c.tier, c.path == ActivationPath::Gds, {}});
+      }
+      auto& seg = ps.segments_[static_cast<size_t>(r.segment)];
+      seg.first_block = std::min<int32_t>(seg.first_block, l.first_block);
+      seg.last_block = std::max<int32_t>(seg.last_block, l.last_block);
+      seg.bytes += l.bytes;
+      if (l.tensor >= 0) seg.tensors.push_back({l.first_block, l.name});
+      r.action = ActivationAction::Offload;
+      r.offload_bytes += l.bytes;
+      r.prefetch_runs = std::max(r.prefetch_runs, c.prefetch_runs);
+    } else if (c.action == ActivationAction::Recompute && l.tensor < 0) {
+      r.action = ActivationAction::Recompute;
+      r.recompute = true;
+    } else if (c.action == ActivationAction::Recompute) {
+      r.partial_bytes += l.bytes;
+      for (int32_t op : r.ops) {
+        const Operator& o = ps.g_.ops[static_cast<size_t>(op)];
+        if (o.block == l.first_block && o.role == tensors[static_cast<size_t>(l.tensor)].producer) r.recompute_ops.push_back(op);
+      }
     }
-    ps.plan_.activations.push_back({lifetimes[i], choices[i]});
+    ps.plan_.activations.push_back({l, c});
+  }
+  for (auto& r : ps.runs_) {  // recomputed per tensor in forward order
+    std::sort(r.recompute_ops.begin(), r.recompute_ops.end(), [&](int32_t a, int32_t b) {
+      return std::find(r.ops.begin(), r.ops.end(), a) < std::find(r.ops.begin(), r.ops.end(), b);
+    });
+    r.recompute_ops.erase(std::unique(r.recompute_ops.begin(), r.recompute_ops.end()), r.recompute_ops.end());
   }
   int32_t ckpt = 0;
   for (auto& r : ps.runs_)

@@ -119,6 +119,15 @@ struct Run {
   ActivationAction action = ActivationAction::Keep;  // the activation pass's choice (policy not `none`)
   int32_t segment = -1;      // its activation segment when offloaded
   int64_t prefetch_runs = 0; // offloaded: loaded when the backward of the run this many after it begins
+  // Per-tensor choices: the bytes of its segment (all of act_bytes with block granularity), and
+  // the tensors recomputed by their own operators (recompute_ops, forward order) in its backward.
+  double offload_bytes = 0;
+  double partial_bytes = 0;
+  std::vector<int32_t> recompute_ops;
+  // The device buffers of its activations: the one that travels (or all of them), the part that
+  // stays beside an offloaded one, and the part recomputed per tensor.
+  double moving_bytes() const { return segment >= 0 ? offload_bytes : act_bytes - partial_bytes; }
+  double staying_bytes() const { return segment >= 0 ? act_bytes - offload_bytes - partial_bytes : 0.0; }
 };
 
 // One compute task to be: an operator (or one tile of it) in one phase of one micro-batch.
@@ -132,6 +141,7 @@ struct Step {
   // run bookkeeping
   bool first_fwd_of_run = false, last_fwd_of_run = false, first_recompute = false, last_bwd_of_run = false;
   bool starts_bwd_of_run = false;  // first backward-phase step (recompute or backward) of its run
+  bool first_partial_recompute = false;  // first Recompute step of a run's per-tensor recomputes
 };
 
 // One gathering of a unit onto the device, used by the steps from `consumer` to `release`.
@@ -235,6 +245,7 @@ struct PlanState {
   std::vector<std::vector<int32_t>> ckpt_copies_;     // per micro-batch: its checkpoints' device-to-host copies
   std::vector<int32_t> act_save_task_, act_load_task_;  // per run (current micro-batch)
   std::vector<int64_t> act_home_buf_;                 // per run: the offloaded copy's buffer
+  std::vector<int64_t> act_keep_buf_, act_part_buf_;  // per run: Run::staying_bytes, Run::partial_bytes
   std::vector<int32_t> act_saves_;                    // in emission order, for backpressure
   int32_t sync_ckpt_save_ = -1;  // a synchronous checkpoint copy the next compute task waits for
   int32_t backward_done_ = -1;

@@ -85,6 +85,9 @@ void make_steps(PlanState& ps) {
       if (run.recompute) {
         for (int32_t op : run.ops) add_op_steps(op, TaskKind::Recompute, mb, false);
         ps.steps_[first].first_recompute = true;
+      } else if (!run.recompute_ops.empty()) {
+        for (int32_t op : run.recompute_ops) add_op_steps(op, TaskKind::Recompute, mb, false);
+        ps.steps_[first].first_partial_recompute = true;
       }
       for (size_t k = run.ops.size(); k-- > 0;) add_op_steps(run.ops[k], TaskKind::Backward, mb, true);
       ps.steps_[first].starts_bwd_of_run = true;

@@ -13,6 +13,7 @@
 // (plan_placement.cpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/plan_state.hpp"
@@ -64,8 +65,10 @@ PlanResult run_passes(PlanState& ps) {
     finish_program(ps);
     peak = schedule_peak(ps);
     const bool device_short = at(peak, Tier::Device) > at(ps.plan_.budget, Tier::Device);
-    if (device_short && ps.c_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 &&
-        ps.plan_.activations.size() > ps.segments_.size() + static_cast<size_t>(ps.plan_.checkpoints_per_micro_batch)) {
+    const bool any_kept = std::any_of(ps.plan_.activations.begin(), ps.plan_.activations.end(), [](const ActivationDecision& d) {
+      return d.choice.action == ActivationAction::Keep && !d.lifetime.pinned;
+    });
+    if (device_short && ps.c_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 && any_kept) {
       const double excess = at(peak, Tier::Device) - at(ps.plan_.budget, Tier::Device);
       double kept = 0;
       for (const auto& d : ps.plan_.activations)
@@ -107,6 +110,19 @@ PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConf
     planning::PlanState ps(graph, hw, config, ranks, recorded_order);
     return planning::run_passes(ps);
   } catch (const PlanError& greedy) {
+    // Per-tensor choices load more, earlier, than whole blocks: where their schedule does not fit,
+    // choose per block.
+    if (config.activation_policy == ActivationPolicy::Lifetime && config.activation_per_tensor) {
+      RunConfig blocks = config;
+      blocks.activation_per_tensor = false;
+      try {
+        PlanResult r = make_plan(graph, hw, blocks, ranks, recorded_order);
+        r.plan.activation_note += fmt::format("{}chosen per block: per tensor, {}", r.plan.activation_note.empty() ? "" : "; ",
+                                              greedy.what());
+        return r;
+      } catch (const PlanError&) {
+      }
+    }
     const bool any_auto = config.params.automatic || config.gradients.automatic || config.optimizer.automatic ||
                           config.checkpoints.automatic;
     if (!any_auto) throw;

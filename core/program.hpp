@@ -111,15 +111,24 @@ struct OpInfo {
   int32_t block = -1;
 };
 
+// One saved tensor of a block (core::block_tensors names it: "ln1", "qkv", "attn", ...).
+struct ActivationTensor {
+  int32_t block = 0;
+  std::string name;
+};
+
 // The activations one run of blocks keeps from its forward to its backward, when the planner
 // offloads them (core/activation_pass.hpp): blocks [first_block, last_block], `bytes` per
 // micro-batch as the planner counts them, and where they go. Tasks name it by Task::activation.
+// With per-tensor choices, `tensors` lists the ones that travel (the rest are kept or recomputed);
+// empty: every tensor of its blocks.
 struct ActivationSegment {
   int32_t id = 0;
   int32_t first_block = 0, last_block = 0;
   double bytes = 0;
   Tier tier = Tier::Host;  // host or nvme
   bool gds = false;        // NVMe <-> device directly (GPUDirect Storage), not through host memory
+  std::vector<ActivationTensor> tensors;
 };
 
 struct MemEvent {

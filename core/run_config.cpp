@@ -86,6 +86,7 @@ RunConfig read_yaml(ConfigReader& r) {
     const std::string tier = a->choice("tier", {"auto", "cpu", "host", "nvme"}, "auto");
     c.activation_tier = parse_placement(tier);
     c.activation_prefetch_blocks = a->int_in("prefetch_blocks", 1, kMaxDistance, 2);
+    c.activation_per_tensor = a->choice("granularity", {"tensor", "block"}, "tensor") == "tensor";
   }
   if (r.has("tiling_factor")) {
     std::string t = r.str("tiling_factor");

@@ -60,6 +60,8 @@ struct RunConfig {
   // backward (1: when the backward of the one after it begins, as checkpoints are); the pass loads
   // earlier where the transfer needs longer to hide.
   int64_t activation_prefetch_blocks = 2;
+  // Granularity of the pass's items: each saved tensor of a block (true), or a whole segment.
+  bool activation_per_tensor = true;
 
   int64_t tiling_factor = 1;                 // 0 = auto
   int64_t nvme_prefetch_distance = 3;        // operators ahead: NVMe -> host

@@ -48,8 +48,9 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                      c.checkpoint_interval, tier_word(c.checkpoints),
                      c.checkpoint_copies_synchronous ? "synchronous" : "overlapped", c.checkpoints_partitioned);
   if (c.activation_policy != ActivationPolicy::None)
-    out += fmt::format("activation_offload: {{policy: {}, tier: {}, prefetch_blocks: {}}}\n", to_string(c.activation_policy),
-                       to_string(c.activation_tier), c.activation_prefetch_blocks);
+    out += fmt::format("activation_offload: {{policy: {}, tier: {}, prefetch_blocks: {}, granularity: {}}}\n",
+                       to_string(c.activation_policy), to_string(c.activation_tier), c.activation_prefetch_blocks,
+                       c.activation_per_tensor ? "tensor" : "block");
   out += fmt::format("tensor_parallel: {}\n", c.tensor_parallel);
   out += fmt::format("tiling_factor: {}\n", c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto");
   out += fmt::format(

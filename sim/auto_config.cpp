@@ -24,10 +24,27 @@ namespace zinf::sim {
 using core::RunConfig;
 using core::Tier;
 
-bool has_auto_knobs(const RunConfig& c) {
+namespace {
+
+bool has_tier_knobs(const RunConfig& c) {
   return c.tiling_factor == 0 || c.params.automatic || c.gradients.automatic || c.optimizer.automatic ||
          (c.checkpoints.automatic && c.checkpoint_interval > 0);
 }
+
+// Set while the whole activation choices are simulated: the children the evaluators fork inherit
+// it, so a candidate that leaves the path to the pass is simulated as the pass plans it.
+int comparing_activation_choices = 0;
+
+}  // namespace
+
+PassActivationChoice::PassActivationChoice() { ++comparing_activation_choices; }
+PassActivationChoice::~PassActivationChoice() { --comparing_activation_choices; }
+
+bool activation_choice_open(const RunConfig& c) {
+  return c.activation_policy == core::ActivationPolicy::Lifetime && c.activation_tier.automatic && comparing_activation_choices == 0;
+}
+
+bool has_auto_knobs(const RunConfig& c) { return has_tier_knobs(c) || activation_choice_open(c); }
 
 namespace {
 
@@ -142,10 +159,12 @@ RunConfig apply(RunConfig c, const Cached& k) {
 
 }  // namespace
 
-AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& config) {
+namespace {
+
+AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& config) {
   AutoResolution r;
   r.config = config;
-  if (!has_auto_knobs(config)) return r;
+  if (!has_tier_knobs(config)) return r;
 
   const std::string key_text = cache_key_text(model, hw, nodes, config);
   const uint64_t key = fnv1a(key_text);
@@ -200,7 +219,7 @@ AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile&
   // so that the search never settles on something slower than what it replaces.
   std::optional<TuneCandidate> greedy;
   try {
-    const core::PlanResult g = core::make_plan(models::build_gpt(model, config), hw, config, nodes * hw.node.gpus);
+    const core::PlanResult g = models::plan_gpt(model, hw, config, nodes * hw.node.gpus).planned;
     RunConfig c = config;
     c.params = {false, g.plan.params};
     c.gradients = {false, g.plan.gradients};
@@ -272,6 +291,76 @@ AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile&
   r.searched = true;
   r.summary = k.summary;
   return r;
+}
+
+// The activation pass decides greedily, item by item, with a closed-form cost; given several paths it
+// can settle on one that the simulator finds slower than another alone (host offloads where NVMe
+// over GDS is faster). The whole choices are compared by simulated step: the pass's own (tier
+// auto), each single path, and checkpoint-and-recompute without offload.
+AutoResolution compare_activation_choices(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, AutoResolution r) {
+  const std::string key_text = "activation choices\n" + cache_key_text(model, hw, nodes, r.config);
+  static std::map<uint64_t, std::pair<RunConfig, std::string>> memo_act;
+  const uint64_t key = fnv1a(key_text);
+  if (auto it = memo_act.find(key); it != memo_act.end()) {
+    r.config = it->second.first;
+    r.summary += (r.summary.empty() ? "" : "; ") + it->second.second + " (cached)";
+    r.searched = true;
+    return r;
+  }
+  struct Choice {
+    std::string name;
+    RunConfig config;
+  };
+  std::vector<Choice> choices;
+  choices.push_back({fmt::format("the pass's own (host or NVMe per {})", r.config.activation_per_tensor ? "tensor" : "block"),
+                     r.config});
+  if (r.config.activation_per_tensor) {
+    RunConfig blocks = r.config;
+    blocks.activation_per_tensor = false;
+    choices.push_back({"the pass's own per block", blocks});
+  }
+  RunConfig host = r.config;
+  host.activation_tier = {false, Tier::Host};
+  choices.push_back({"host only", host});
+  if (hw.nvme_budget() > 0) {
+    RunConfig nvme = r.config;
+    nvme.activation_tier = {false, Tier::Nvme};
+    choices.push_back({hw.node.has_gds() ? "NVMe only (over GDS)" : "NVMe only", nvme});
+  }
+  RunConfig recompute = r.config;
+  recompute.activation_policy = core::ActivationPolicy::None;
+  recompute.checkpoint_interval = std::max<int64_t>(1, recompute.checkpoint_interval);
+  choices.push_back({"checkpoint and recompute", recompute});
+  std::vector<TuneCandidate> cands;
+  for (const auto& c : choices) cands.push_back({c.config, nodes});
+  std::vector<TuneOutcome> outs;
+  {
+    const PassActivationChoice as_planned;
+    outs = isolated_evaluators(model, hw, 2).simulate(cands);
+  }
+  size_t best = choices.size();
+  std::string steps;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    steps += fmt::format("{}{} {}", i ? ", " : "", choices[i].name,
+                         outs[i].ok ? fmt::format("{:.4g} s", outs[i].step_time) : std::string("refused"));
+    if (outs[i].ok && (best == choices.size() || outs[i].step_time < outs[best].step_time)) best = i;
+  }
+  if (best == choices.size()) return r;  // nothing ran: the planner decides, or says why not
+  const std::string line = fmt::format("activation offload: {}, the fastest whole choice by simulated step ({})", choices[best].name, steps);
+  memo_act[key] = {choices[best].config, line};
+  // The pass's own choice keeps tier auto: whoever asked plans it as the pass does.
+  r.config = choices[best].config;
+  r.summary += (r.summary.empty() ? "" : "; ") + line;
+  r.searched = true;
+  return r;
+}
+
+}  // namespace
+
+AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& config) {
+  AutoResolution r = resolve_tiers(model, hw, nodes, config);
+  if (!activation_choice_open(r.config)) return r;
+  return compare_activation_choices(model, hw, nodes, std::move(r));
 }
 
 AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::HwProfile& hw, int ranks,

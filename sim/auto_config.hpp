@@ -12,8 +12,11 @@
 // fits, the config is returned unchanged and the planner's own `auto` (greedy, then every tier
 // combination) decides or refuses with its reason.
 //
-// Activation offload's `tier: auto` is not this: the activation pass chooses per block
-// (core/activation_pass.hpp).
+// Activation offload's `tier: auto` under the lifetime policy is decided here too, after the tiers:
+// the activation pass (core/activation_pass.hpp) chooses per tensor greedily, and the whole choices
+// are then compared by simulated step — the pass's own (and per block), host only, NVMe only (over
+// GDS where the profile has it) and checkpoint-and-recompute — and the fastest is taken (cached in
+// this process).
 #pragma once
 #include <string>
 
@@ -31,6 +34,19 @@ struct AutoResolution {
 };
 
 bool has_auto_knobs(const core::RunConfig& config);
+// The lifetime policy with the path left to zinf (activation_offload.tier: auto).
+bool activation_choice_open(const core::RunConfig& config);
+
+// While one is alive (in this process and in the children it forks), resolve_auto leaves
+// activation_offload.tier: auto to the pass: what gets planned is its greedy choice. The
+// comparison itself simulates the pass's own choice that way.
+class PassActivationChoice {
+public:
+  PassActivationChoice();
+  ~PassActivationChoice();
+  PassActivationChoice(const PassActivationChoice&) = delete;
+  PassActivationChoice& operator=(const PassActivationChoice&) = delete;
+};
 
 // Forks child processes (planning and SimGrid run there): call it before this process creates a
 // simulation engine.

@@ -6,9 +6,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 
 #include "core/activation_pass.hpp"
 #include "core/errors.hpp"
+#include "core/kernel_activations.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "models/gpt.hpp"
@@ -214,7 +216,7 @@ TEST_CASE("a device too small to keep every block's activations: the lifetime pa
   hw.node.pcie_switch_uplink = 0;
   const RunConfig keep = config("activation_checkpoint: {interval: 0}\n", "");
   const RunConfig offload = config("activation_offload: {policy: offload_all, tier: host}\n", "");
-  const RunConfig lifetime = config("activation_offload: {policy: lifetime}\n", "");
+  const RunConfig lifetime = config("activation_offload: {policy: lifetime, granularity: block}\n", "");
   const double keep_peak = at(make_plan(g, hw, keep, 1).plan.peak_bytes, Tier::Device);
   const double off_peak = at(make_plan(g, hw, offload, 1).plan.peak_bytes, Tier::Device);
   REQUIRE(off_peak < keep_peak);
@@ -264,6 +266,181 @@ TEST_CASE("a device too small to keep every block's activations: the lifetime pa
   CHECK(!p.activations().empty());
   CHECK(r.plan.activation_bytes_offloaded > 0);
   CHECK(r.plan.activation_bytes_restored == r.plan.activation_bytes_offloaded);
+}
+
+TEST_CASE("per-tensor lifetimes: each block's saved tensors, their shares summing to the block, chained by their producers") {
+  const ModelGraph g = zinf::models::build_gpt(spec(3));
+  const HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
+  const auto whole = activation_lifetimes(g, hw.node.gpu, block_runs(g));
+  const auto ls = activation_lifetimes(g, hw.node.gpu, block_runs(g), true);
+  const auto tensors = block_tensors(g.spec, true);
+  REQUIRE(ls.size() == whole.size() * tensors.size());
+  for (size_t b = 0; b < whole.size(); ++b) {
+    double bytes = 0, share = 0;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const auto& l = ls[b * tensors.size() + k];
+      CHECK(l.run == whole[b].run);
+      CHECK(l.first_block == whole[b].first_block);
+      CHECK(l.name == tensors[k].name);
+      CHECK(l.idle_seconds == whole[b].idle_seconds);
+      CHECK(l.run_forward_seconds == whole[b].forward_seconds);
+      CHECK(l.pinned == (l.name == "out"));
+      CHECK(l.forward_seconds > 0);  // its producer's forward: what recomputing it costs
+      CHECK(l.forward_seconds < whole[b].forward_seconds);
+      // Each tensor's producer reads the tensor before it (ln1 reads the block's input).
+      CHECK(l.input == (k == 0 ? -1 : int32_t(b * tensors.size() + k - 1)));
+      bytes += l.bytes;
+      share += l.share;
+    }
+    CHECK(share == Approx(1.0));
+    CHECK(bytes == Approx(whole[b].bytes));
+  }
+  // The attention probabilities (heads x seq per token) and the MLP's inner activations are the
+  // large ones; a layernorm is cheap to recompute, the attention and the GEMMs are not.
+  auto item = [&](const char* name) {
+    return *std::find_if(ls.begin(), ls.end(), [&](const ActivationLifetime& l) { return l.name == name; });
+  };
+  CHECK(item("attn").bytes > item("qkv").bytes);
+  CHECK(item("gelu").bytes > item("ln2").bytes);
+  // At a size where kernels are not launch-bound (this tiny model's are), a layernorm or GELU
+  // costs a fraction of the GEMM that reads its output.
+  ModelSpec big = spec(2);
+  big.hidden = 4096;
+  big.heads = 32;
+  big.seq = 2048;
+  const ModelGraph bg = zinf::models::build_gpt(big);
+  const auto bl = activation_lifetimes(bg, load_hwprofile(source("hwprofiles/h200-node.yaml")).node.gpu, block_runs(bg), true);
+  auto big_item = [&](const char* name) {
+    return *std::find_if(bl.begin(), bl.end(), [&](const ActivationLifetime& l) { return l.name == name; });
+  };
+  CHECK(big_item("ln1").forward_seconds < 0.2 * big_item("qkv").forward_seconds);
+  CHECK(big_item("gelu").forward_seconds < 0.2 * big_item("fch").forward_seconds);
+  // The fp32 kernels' shares are their tensors' sizes.
+  const auto fp32 = block_tensors(g.spec, false);
+  double sum = 0;
+  for (const auto& t : fp32) sum += t.share;
+  CHECK(sum == Approx(1.0));
+  CHECK(fp32[6].share * block_forward_elements(g.spec) == Approx(double(g.spec.ffn_hidden())));  // fch
+}
+
+TEST_CASE("the per-tensor pass recomputes cheap tensors by their own operator, never a tensor and its input, and offloads one segment per run on one path") {
+  const ModelGraph g = zinf::models::build_gpt(spec(4));
+  const HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
+  auto ls = activation_lifetimes(g, hw.node.gpu, block_runs(g), true);
+  double total = 0;
+  for (const auto& l : ls) total += l.bytes;
+  ActivationPassInput in;
+  in.tier = {true, Tier::Host};  // auto: host or NVMe
+  in.host_seconds_per_byte = 1.0 / 10e9;
+  in.nvme_seconds_per_byte = 1.0 / 3e9;
+  in.pcie_free_seconds = in.nvme_free_seconds = 100;
+  in.host_bytes_free = in.nvme_bytes_free = 1e12;
+  for (double keep_frac : {0.8, 0.5, 0.2}) {
+    INFO("keep " << keep_frac);
+    in.device_bytes_for_activations = keep_frac * total;
+    const auto cs = choose_activation_actions(ls, in);
+    REQUIRE(activation_choices_fit(ls, cs, in));
+    std::map<int32_t, ActivationPath> path;
+    for (size_t i = 0; i < ls.size(); ++i) {
+      if (ls[i].pinned) CHECK(cs[i].action == ActivationAction::Keep);
+      if (cs[i].action == ActivationAction::Recompute) {
+        CHECK(ls[i].tensor >= 0);
+        if (ls[i].input >= 0) CHECK(cs[size_t(ls[i].input)].action != ActivationAction::Recompute);
+        CHECK_THAT(cs[i].reason, Contains("its operator again"));
+      }
+      if (cs[i].action == ActivationAction::Offload) {
+        auto [it, fresh] = path.emplace(ls[i].run, cs[i].path);
+        CHECK(it->second == cs[i].path);
+      }
+    }
+  }
+  // With a path too slow to hide anything, what goes first is what costs least per byte to
+  // recompute: at this size (kernels not launch-bound) an elementwise tensor, not a GEMM's output.
+  ModelSpec big = spec(2);
+  big.hidden = 4096;
+  big.heads = 32;
+  big.seq = 2048;
+  const ModelGraph bg = zinf::models::build_gpt(big);
+  const auto bl = activation_lifetimes(bg, load_hwprofile(source("hwprofiles/h200-node.yaml")).node.gpu, block_runs(bg), true);
+  double big_total = 0;
+  for (const auto& l : bl) big_total += l.bytes;
+  in.host_seconds_per_byte = in.nvme_seconds_per_byte = 1.0;
+  in.device_bytes_for_activations = big_total - 1;  // one item must go
+  const auto cs = choose_activation_actions(bl, in);
+  int freed = 0;
+  for (size_t i = 0; i < bl.size(); ++i) {
+    if (cs[i].action == ActivationAction::Keep) continue;
+    ++freed;
+    CHECK(cs[i].action == ActivationAction::Recompute);
+    // The attention's output with its probabilities: heads x seq per token for one attention
+    // forward, the least recompute per byte here (Megatron's selective recompute, chosen by cost).
+    CHECK(bl[i].name == "attn");
+  }
+  CHECK(freed == 1);
+}
+
+TEST_CASE("per-tensor choices in the Program: the kept, offloaded and recomputed tensors of a block, and a fallback to blocks") {
+  const ModelGraph g = zinf::models::build_gpt(spec());
+  HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
+  hw.node.pcie_bandwidth = 1e12;
+  hw.node.pcie_switch_uplink = 0;
+  const RunConfig keep = config("activation_checkpoint: {interval: 0}\n", "");
+  const RunConfig offload = config("activation_offload: {policy: offload_all, tier: host}\n", "");
+  const RunConfig lifetime = config("activation_offload: {policy: lifetime}\n", "");
+  const double keep_peak = at(make_plan(g, hw, keep, 1).plan.peak_bytes, Tier::Device);
+  const double off_peak = at(make_plan(g, hw, offload, 1).plan.peak_bytes, Tier::Device);
+  REQUIRE(off_peak < keep_peak);
+  hw.node.gpu.memory = 0.5 * (keep_peak + off_peak) / (1.0 - hw.reserve.gpu);
+  const PlanResult r = make_plan(g, hw, lifetime, 1);
+  require_valid(r, hw);
+  CHECK(at(r.plan.peak_bytes, Tier::Device) <= at(r.plan.budget, Tier::Device));
+  const auto tensors = block_tensors(g.spec, true);
+  REQUIRE(r.plan.activations.size() == 6 * tensors.size());
+  std::map<std::string, int> recomputed;
+  int offloaded = 0;
+  for (const auto& d : r.plan.activations) {
+    if (d.choice.action == ActivationAction::Recompute) ++recomputed[d.lifetime.name];
+    offloaded += d.choice.action == ActivationAction::Offload;
+  }
+  CHECK(offloaded + int(recomputed.size()) > 0);
+  const Program& p = r.program;
+  // Each tensor recomputed per tensor is one Recompute task of its producer, outside any
+  // checkpoint, before its block's first backward.
+  int partial = 0;
+  for (const auto& t : p.tasks()) {
+    if (t.kind != TaskKind::Recompute) continue;
+    CHECK(t.checkpoint < 0);
+    ++partial;
+  }
+  int expected = 0;
+  for (const auto& [name, n] : recomputed) expected += n;
+  CHECK(partial == expected * int(p.micro_batches()));
+  // An offloaded segment lists its tensors and carries their bytes.
+  double seg_bytes = 0;
+  for (const auto& seg : p.activations()) {
+    CHECK_FALSE(seg.tensors.empty());
+    seg_bytes += seg.bytes;
+  }
+  double off_bytes = 0;
+  for (const auto& d : r.plan.activations)
+    if (d.choice.action == ActivationAction::Offload) off_bytes += d.lifetime.bytes;
+  CHECK(seg_bytes == Approx(off_bytes));
+
+  // A budget only whole-segment recompute can meet (activations dominate, no path has room):
+  // per-tensor recompute never reaches it, so the pass chooses per block and says so.
+  ModelSpec wide = spec();
+  wide.micro_batch = 32;
+  const ModelGraph wg = zinf::models::build_gpt(wide);
+  HwProfile slow = hw;
+  slow.node.nvme_capacity = 1e6;  // the only path allowed has no room
+  slow.node.gpu.memory = 1e12;
+  const double ckpt_peak =
+      at(make_plan(wg, slow, config("activation_checkpoint: {interval: 1, tier: device}\n", ""), 1).plan.peak_bytes, Tier::Device);
+  slow.node.gpu.memory = 1.05 * ckpt_peak / (1.0 - slow.reserve.gpu);
+  const PlanResult tight = make_plan(wg, slow, config("activation_offload: {policy: lifetime, tier: nvme}\n", ""), 1);
+  require_valid(tight, slow);
+  CHECK_THAT(tight.plan.activation_note, Contains("chosen per block"));
+  CHECK(tight.plan.activations.front().lifetime.tensor < 0);
 }
 
 TEST_CASE("offloading activations over a fast path costs little step time, and recomputing them costs a forward") {
@@ -329,4 +506,23 @@ TEST_CASE("activation_offload and node.gds: bad values are named") {
   CHECK_FALSE(parse_hwprofile(yaml, "t.yaml").node.has_gds());
   CHECK(parse_hwprofile(yaml + "  gds: {bandwidth_per_switch: 20 GB/s}\n", "t.yaml").node.gds_bandwidth == 20e9);
   CHECK_THROWS_WITH(parse_hwprofile(yaml + "  gds: {bandwidth: 20 GB/s}\n", "t.yaml"), Contains("bandwidth_per_switch"));
+}
+
+TEST_CASE("a per-tensor plan whose schedule does not fit is planned per block, and says so") {
+  // gpt-tiny deepened, paths at 1 GB/s, a device 1 % short of keeping everything: per tensor, the
+  // early loads of a few offloaded tensors raise the backward peak past the budget; per block fits.
+  ModelSpec s = load_model_spec(source("models/gpt-tiny.yaml"));
+  s.layers = 4;
+  const ModelGraph g = zinf::models::build_gpt(s);
+  HwProfile hw = load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  hw.node.pcie_bandwidth = 1e9;
+  hw.node.nvme_read_bandwidth = hw.node.nvme_write_bandwidth = 1e9;
+  const double keep_peak = at(make_plan(g, hw, config("activation_checkpoint: {interval: 0}\n", ""), 1).plan.peak_bytes, Tier::Device);
+  hw.node.gpu.memory = 0.99 * keep_peak / (1.0 - hw.reserve.gpu);
+  const RunConfig per_tensor = config("activation_offload: {policy: lifetime, tier: host}\n", "");
+  const PlanResult r = make_plan(g, hw, per_tensor, 1);
+  require_valid(r, hw);
+  CHECK(at(r.plan.peak_bytes, Tier::Device) <= at(r.plan.budget, Tier::Device));
+  CHECK_THAT(r.plan.activation_note, Contains("chosen per block: per tensor, device is short"));
+  for (const auto& d : r.plan.activations) CHECK(d.lifetime.tensor < 0);
 }

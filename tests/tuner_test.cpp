@@ -13,6 +13,7 @@
 #include "core/errors.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
+#include "sim/auto_config.hpp"
 #include "sim/tuner.hpp"
 #include "test_paths.hpp"
 
@@ -369,4 +370,52 @@ TEST_CASE("a time limit stops simulating once another batch would end past it", 
   CHECK(rep.simulations == 2);  // two at a time under a time limit; a second batch would end at ~0.8 s
   CHECK(rep.finalists.size() == 2);
   CHECK(rep.time_limited);
+}
+
+TEST_CASE("activation_offload tier auto: the whole choices are compared by simulated step, and the fastest is taken where "
+          "the pass's greedy one is slower",
+          "[tuner][activation]") {
+  // Llama-70B's width, 16 blocks, micro-batch 32: activations far beyond an H200's memory. Given
+  // host and NVMe over GDS, the pass's greedy cost takes host offloads, which the simulator finds
+  // slower than NVMe over GDS alone.
+  ModelSpec m = load_model_spec(source("models/gpt-tiny.yaml"));
+  m.layers = 16;
+  m.hidden = 8192;
+  m.heads = 64;
+  m.seq = 1024;
+  m.vocab = 50257;
+  m.micro_batch = 32;
+  HwProfile hw = load_hwprofile(source("hwprofiles/h200-node.yaml"));
+  hw.node.gds_bandwidth = 13e9;
+  const RunConfig c = parse_run_config(
+      "zero_stage: 3\ngradient_accumulation: 4\noptimizer: {timing: overlap-backward}\noffload: {params: cpu, optimizer: cpu}\n"
+      "activation_offload: {policy: lifetime, tier: auto}\n",
+      "c.yaml");
+  REQUIRE(sim::has_auto_knobs(c));
+  const sim::AutoResolution r = sim::resolve_auto(m, hw, 1, c);
+  REQUIRE(r.searched);
+  INFO(r.summary);
+  CHECK_THAT(r.summary, Contains("the fastest whole choice by simulated step"));
+  // Each whole choice simulated on its own: the one taken is the fastest, and faster than the
+  // pass's own (the path left to it).
+  RunConfig host = c, nvme = c, recompute = c;
+  host.activation_tier = {false, Tier::Host};
+  nvme.activation_tier = {false, Tier::Nvme};
+  recompute.activation_policy = ActivationPolicy::None;
+  std::vector<sim::TuneOutcome> outs;
+  {
+    const sim::PassActivationChoice as_planned;  // the first: the pass's greedy choice, as it plans it
+    outs = sim::isolated_evaluators(m, hw, 2).simulate({{c, 1}, {host, 1}, {nvme, 1}, {recompute, 1}});
+  }
+  double fastest = 1e30;
+  for (const auto& o : outs) {
+    REQUIRE(o.ok);
+    fastest = std::min(fastest, o.step_time);
+  }
+  const auto chosen = sim::isolated_evaluators(m, hw, 1).simulate({{r.config, 1}}).front();
+  REQUIRE(chosen.ok);
+  CHECK(chosen.step_time == Approx(fastest));
+  CHECK(chosen.step_time < 0.95 * outs[0].step_time);  // the greedy pass's own is slower
+  CHECK_FALSE(r.config.activation_tier.automatic);
+  CHECK(r.config.activation_tier.tier == Tier::Nvme);
 }

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <string>
+
+#include "core/kernel_activations.hpp"
 
 namespace zinf::engine {
 
@@ -19,14 +23,59 @@ std::vector<Activation*> forward_tensors(BlockActivations& b) {
           &b.res1, &b.ln2,      &b.ln2_mean, &b.ln2_rstd, &b.fch,       &b.fch_gelu, &b.mlpproj};
 }
 
+// The kernel tensors of one of core::block_tensors' names (what its producer writes).
+std::vector<Activation*> named_tensors(BlockActivations& b, const std::string& name) {
+  if (name == "ln1") return {&b.ln1, &b.ln1_mean, &b.ln1_rstd};
+  if (name == "qkv") return {&b.qkv};
+  if (name == "attn") return {&b.atty, &b.att};
+  if (name == "attproj") return {&b.attproj};
+  if (name == "res1") return {&b.res1};
+  if (name == "ln2") return {&b.ln2, &b.ln2_mean, &b.ln2_rstd};
+  if (name == "fch") return {&b.fch};
+  if (name == "gelu") return {&b.fch_gelu};
+  if (name == "mlpproj") return {&b.mlpproj};
+  throw std::invalid_argument(fmt::format("the Program names an activation tensor '{}' that the GPT backend does not keep", name));
+}
+
+std::string tensor_of(core::OpRole role) {
+  for (const auto& t : core::block_tensors(core::ModelSpec{}, false))
+    if (t.producer == role) return t.name;
+  return "";
+}
+
 }  // namespace
 
-ActivationOffloader::ActivationOffloader(const core::Program& program, NvmeStore* store) : P(program), store_(store) {
-  for (const auto& s : P.activations())
+ActivationOffloader::ActivationOffloader(const core::Program& program, const core::ModelGraph& graph, NvmeStore* store)
+    : P(program), G(graph), store_(store) {
+  for (const auto& s : P.activations()) {
     if (s.tier == Tier::Nvme && !store_)
       throw std::invalid_argument(fmt::format(
           "the plan offloads activations of blocks {}-{} to NVMe: give an NVMe directory (--nvme-dir)", s.first_block,
           s.last_block));
+    for (const auto& t : s.tensors) {
+      BlockActivations probe;
+      named_tensors(probe, t.name);  // names the backend does not keep are refused here, not mid-step
+    }
+  }
+  for (const auto& t : P.tasks()) {
+    if (t.kind != TaskKind::Recompute || t.checkpoint >= 0 || t.op < 0) continue;
+    const core::Operator& o = G.ops.at(size_t(t.op));
+    if (o.block < 0 || tensor_of(o.role).empty() || o.role == core::OpRole::Res2)
+      throw std::invalid_argument(fmt::format("{}: recomputes {} outside a checkpoint, which keeps no tensor of its own here",
+                                              P.label(t), o.name));
+    auto& roles = recomputed_[o.block];
+    if (std::find(roles.begin(), roles.end(), o.role) == roles.end()) roles.push_back(o.role);
+  }
+}
+
+void ActivationOffloader::after_forward(const Task& t, Gpt2Activations& a) {
+  if (t.kind != TaskKind::Forward || t.op < 0) return;
+  const core::Operator& o = G.ops.at(size_t(t.op));
+  if (o.role != core::OpRole::Res2) return;
+  const auto it = recomputed_.find(o.block);
+  if (it == recomputed_.end()) return;
+  for (core::OpRole r : it->second)
+    for (Activation* v : named_tensors(a.blocks.at(size_t(o.block)), tensor_of(r))) Gpt2Activations::release(*v);
 }
 
 std::vector<Activation*> ActivationOffloader::tensors(const Task& t, Gpt2Activations& a) const {
@@ -34,6 +83,11 @@ std::vector<Activation*> ActivationOffloader::tensors(const Task& t, Gpt2Activat
     throw std::logic_error(fmt::format("{}: names no activation segment of the Program", P.label(t)));
   const auto& seg = P.activations()[size_t(t.activation)];
   std::vector<Activation*> out;
+  if (!seg.tensors.empty()) {
+    for (const auto& x : seg.tensors)
+      for (Activation* v : named_tensors(a.blocks.at(size_t(x.block)), x.name)) out.push_back(v);
+    return out;
+  }
   for (int b = seg.first_block; b <= seg.last_block; ++b)
     for (Activation* v : forward_tensors(a.blocks.at(size_t(b)))) out.push_back(v);
   return out;

@@ -9,8 +9,15 @@
 // device) reads and writes the device tensors through one bounce buffer of the store; it never
 // stages through the host tier the Program accounts for.
 //
-// run() is called from the Executor's lane threads: tasks of different segments run concurrently,
-// and the Program orders the tasks of one segment (save before load, load before its backward).
+// With per-tensor choices a segment names the tensors that travel (core::ActivationSegment::tensors);
+// a tensor the Program recomputes by its own operator (a Recompute task outside any checkpoint)
+// leaves the device after its block's forward (after_forward) and its Recompute task writes it
+// again before the block's backward, from its input (kept or brought back first): the same
+// kernel on the same input, so the same numbers.
+//
+// run() and after_forward() are called from the Executor's lane threads: tasks of different
+// segments run concurrently, and the Program orders the tasks of one segment (save before load,
+// load before its backward).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,7 +35,11 @@ namespace zinf::engine {
 class ActivationOffloader {
 public:
   // `store` may be null when no segment of `program` goes to NVMe.
-  ActivationOffloader(const core::Program& program, NvmeStore* store);
+  ActivationOffloader(const core::Program& program, const core::ModelGraph& graph, NvmeStore* store);
+
+  // After a Forward task: at the end of a block's forward (its second residual), the tensors the
+  // Program recomputes per tensor in that block leave the device.
+  void after_forward(const core::Task& t, Gpt2Activations& a);
 
   // One Data::Activation task on micro-batch `t.micro_batch`'s activations `a`.
   void run(const core::Task& t, Gpt2Activations& a);
@@ -50,7 +61,9 @@ private:
   NvmeStore::TensorId nvme_tensor(const Key& key, size_t elements);
 
   const core::Program& P;
+  const core::ModelGraph& G;
   NvmeStore* store_;
+  std::map<int, std::vector<core::OpRole>> recomputed_;  // per block: producers recomputed per tensor
   mutable std::mutex mu_;
   std::map<Key, Copy> copies_;                  // on the host, or the sizes of what is on NVMe
   std::map<Key, NvmeStore::TensorId> on_nvme_;  // created once, reused every step

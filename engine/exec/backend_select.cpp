@@ -1,5 +1,6 @@
 #include "engine/exec/backend_select.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -43,9 +44,13 @@ BackendKind select_backend(const std::string& name) {
 }
 
 void require_backend_runs(BackendKind kind, const core::Program& program) {
-  if (kind == BackendKind::Cuda && !program.activations().empty())
+  const bool per_tensor_recompute = std::any_of(program.tasks().begin(), program.tasks().end(), [](const core::Task& t) {
+    return t.kind == core::TaskKind::Recompute && t.checkpoint < 0;
+  });
+  if (kind == BackendKind::Cuda && (!program.activations().empty() || per_tensor_recompute))
     throw std::invalid_argument(
-        "activation_offload: the plan offloads activations, which the cuda backend does not run yet; use "
+        "activation_offload: the plan offloads or recomputes single activation tensors, which the cuda backend does not "
+        "run yet; use "
         "--backend cpu, or activation_offload.policy: none with activation_checkpoint for the cuda backend");
 }
 

@@ -110,7 +110,7 @@ struct GptCpuBackend::Impl : GptProgramIndex {
         throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
       store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
     }
-    offloader = std::make_unique<ActivationOffloader>(P, store.get());
+    offloader = std::make_unique<ActivationOffloader>(P, graph, store.get());
     params.init(plan.params, space, store.get(), arena, "params");
     grads.init(plan.gradients, space, store.get(), arena, "grads");
     master.init(plan.optimizer, space, store.get(), arena, "master");
@@ -306,6 +306,7 @@ struct GptCpuBackend::Impl : GptProgramIndex {
       }
       if (op.kind == core::OpKind::Loss) losses[size_t(t.micro_batch)] = a.loss;
       if (t.kind == TaskKind::Forward && last_forward_of_run.count(t.id)) drop_run(t.checkpoint, t.micro_batch, a);
+      offloader->after_forward(t, a);
     } else {
       std::vector<GradBuf> gbufs;
       for (int32_t u : units) {

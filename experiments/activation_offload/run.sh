@@ -3,17 +3,20 @@
 #
 # 1. Measured on this machine (CPU backend): a GPT trained ROUNDS times (default 5) for STEPS steps
 #    (default 2) under each of: keep every activation on the device (the reference), checkpoint every
-#    block to the host and recompute, offload every block's activations to the host, and to NVMe.
-#    Configurations run interleaved within a round; it prints the median last-step time, its median
-#    ratio to the reference of the same round, the device arena's peak and the NVMe bytes of the
-#    last step (from its Timeline).
+#    block to the host and recompute, offload every block's activations to the host, and to NVMe;
+#    and the lifetime pass on NVMe with the device budget cut to 0.9 GB (keeping everything needs
+#    about 1.3 GB), choosing per tensor and per block. Configurations run interleaved within a
+#    round; it prints the median last-step time, its median ratio to the reference of the same
+#    round, the device arena's peak and the NVMe bytes of the last step (from its Timeline).
 # 2. Simulated on GPU profiles: a 70B-class GPT (80 layers x 8192, 64 heads: Llama-70B's depth and
 #    width, 65B parameters as zinf counts a GPT; seq 1024, micro-batch MB (default 8) x 4 accumulated)
 #    on one H200 node (8 GPUs) with parameters and optimizer states in host memory: recompute
 #    (ZeRO-Infinity's way) and lifetime-aware offload to the host, to NVMe through the host, to NVMe
-#    over GDS, or either; each against an unlimited-memory GPU (everything resident, nothing
-#    recomputed). Prints step time, throughput, fraction of the unlimited GPU's, device peak, NVMe
-#    traffic and the pass's split.
+#    over GDS, or either, each chosen per tensor (the default) and per block; each against an
+#    unlimited-memory GPU (everything resident, nothing recomputed). With either path (tier auto)
+#    the whole choices are compared by simulated step (sim/auto_config.hpp); its line gives each.
+#    Prints step time, throughput, fraction of the unlimited GPU's, device peak, NVMe traffic and
+#    the pass's split (items kept / offloaded / recomputed, and their bytes).
 #   bash experiments/activation_offload/run.sh NVME_DIR [ROUNDS] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,13 +43,20 @@ declare -A cfg=(
   [recompute]="activation_checkpoint: {interval: 1, tier: host}"
   [offload-host]="activation_offload: {policy: offload_all, tier: host}"
   [offload-nvme]="activation_offload: {policy: offload_all, tier: nvme}"
+  [lifetime-tensor]="activation_offload: {policy: lifetime, tier: nvme, granularity: tensor}"
+  [lifetime-block]="activation_offload: {policy: lifetime, tier: nvme, granularity: block}"
 )
-names=(keep recompute offload-host offload-nvme)
+names=(keep recompute offload-host offload-nvme lifetime-tensor lifetime-block)
 for n in "${names[@]}"; do printf 'zero_stage: 3\n%s\n' "${cfg[$n]}" > "$work/$n.yaml"; done
+# The lifetime rows run on a device budget of 0.9 GB: the CPU backend's arena (hwprofiles/local.yaml's gpu.memory).
+sed 's/^\(    memory:\) 2.147e+09 /\1 0.9e+09 /' hwprofiles/local.yaml > "$work/local-0.9gb.yaml"
+grep -q 'memory: 0.9e+09' "$work/local-0.9gb.yaml" || { echo "could not set the device budget in $work/local-0.9gb.yaml" >&2; exit 1; }
 echo "== measured: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; GPT 8 x 512, seq 256, micro-batch 8; $ROUNDS rounds of $STEPS steps"
 for r in $(seq 1 "$ROUNDS"); do
   for n in "${names[@]}"; do
-    "$ZINF" train --model "$work/model.yaml" --hw hwprofiles/local.yaml --config "$work/$n.yaml" --nvme-dir "$NVME" \
+    hw=hwprofiles/local.yaml
+    case $n in lifetime-*) hw="$work/local-0.9gb.yaml" ;; esac
+    "$ZINF" train --model "$work/model.yaml" --hw "$hw" --config "$work/$n.yaml" --nvme-dir "$NVME" \
       --steps "$STEPS" --timeline "$work/$n.r$r" > "$work/$n.r$r.out"
   done
 done
@@ -92,7 +102,9 @@ states="offload: {params: cpu, optimizer: cpu}"
 printf '%s\nactivation_checkpoint: {interval: 0}\n' "$common" > "$work/unlimited.yaml"
 printf '%s\n%s\nactivation_checkpoint: {interval: 1, tier: host}\n' "$common" "$states" > "$work/recompute.yaml"
 for t in host nvme auto; do
-  printf '%s\n%s\nactivation_offload: {policy: lifetime, tier: %s}\n' "$common" "$states" "$t" > "$work/lifetime-$t.yaml"
+  for g in tensor block; do
+    printf '%s\n%s\nactivation_offload: {policy: lifetime, tier: %s, granularity: %s}\n' "$common" "$states" "$t" "$g" > "$work/lifetime-$t-$g.yaml"
+  done
 done
 sim() {  # hw config name
   "$ZINF" sim --model "$work/gpt-70b.yaml" --hw "$1" --config "$2" --nodes 1 --json --timeline "$work/$3.csv" --timeline-ranks 0 > "$work/$3.json"
@@ -103,27 +115,37 @@ echo "== simulated: GPT 80 x 8192, 64 heads (65B, Llama-70B's depth and width), 
      "one H200 node (8 GPUs); params and optimizer states in host memory, optimizer overlapping backward"
 sim "$work/h200-unlimited.yaml" "$work/unlimited.yaml" unlimited
 sim hwprofiles/h200-node.yaml "$work/recompute.yaml" recompute
-sim hwprofiles/h200-node.yaml "$work/lifetime-host.yaml" lifetime-host
-sim hwprofiles/h200-node.yaml "$work/lifetime-nvme.yaml" lifetime-nvme
-sim "$work/h200-gds.yaml" "$work/lifetime-nvme.yaml" lifetime-nvme-gds
-sim hwprofiles/h200-node.yaml "$work/lifetime-auto.yaml" lifetime-auto
-sim "$work/h200-gds.yaml" "$work/lifetime-auto.yaml" lifetime-auto-gds
+for g in tensor block; do
+  sim hwprofiles/h200-node.yaml "$work/lifetime-host-$g.yaml" lifetime-host-$g
+  sim hwprofiles/h200-node.yaml "$work/lifetime-nvme-$g.yaml" lifetime-nvme-$g
+  sim "$work/h200-gds.yaml" "$work/lifetime-nvme-$g.yaml" lifetime-nvme-gds-$g
+  sim hwprofiles/h200-node.yaml "$work/lifetime-auto-$g.yaml" lifetime-auto-$g
+  sim "$work/h200-gds.yaml" "$work/lifetime-auto-$g.yaml" lifetime-auto-gds-$g
+done
 python3 - "$work" <<'PY'
 import csv, json, re, sys
 work = sys.argv[1]
-rows = ["unlimited", "recompute", "lifetime-host", "lifetime-nvme", "lifetime-nvme-gds", "lifetime-auto", "lifetime-auto-gds"]
-label = {"unlimited": "unlimited-memory GPU (reference)", "recompute": "checkpoint + recompute (ZeRO-Infinity)",
-         "lifetime-host": "lifetime: host", "lifetime-nvme": "lifetime: NVMe via host", "lifetime-nvme-gds": "lifetime: NVMe via GDS",
-         "lifetime-auto": "lifetime: host or NVMe", "lifetime-auto-gds": "lifetime: host or NVMe (GDS)"}
+rows = ["unlimited", "recompute"] + [f"lifetime-{t}-{g}" for g in ("tensor", "block")
+                                     for t in ("host", "nvme", "nvme-gds", "auto", "auto-gds")]
+path = {"host": "host", "nvme": "NVMe via host", "nvme-gds": "NVMe via GDS", "auto": "host or NVMe", "auto-gds": "host or NVMe (GDS)"}
+label = {"unlimited": "unlimited-memory GPU (reference)", "recompute": "checkpoint + recompute (ZeRO-Infinity)"}
+for r in rows[2:]:
+    t, g = r[len("lifetime-"):].rsplit("-", 1)
+    label[r] = f"lifetime per {g}: {path[t]}"
 ref = json.load(open(f"{work}/unlimited.json"))
-print(f"{'run':<40}{'step s':>8}{'TFLOP/s/GPU':>12}{'of unlimited':>13}{'device peak':>13}{'NVMe GB/step/GPU':>17}  kept/offloaded/recomputed")
+print(f"{'run':<42}{'step s':>8}{'TFLOP/s/GPU':>12}{'of unlimited':>13}{'device peak':>13}{'NVMe GB/step/GPU':>17}  kept/offloaded/recomputed")
+auto_lines = []
 for r in rows:
     j = json.load(open(f"{work}/{r}.json"))
     nvme = sum(float(x["bytes"]) for x in csv.DictReader(open(f"{work}/{r}.csv")) if x["lane"].startswith("nvme"))
     plan = open(f"{work}/{r}.plan").read()
-    m = re.search(r"(\d+) segment\(s\) kept, (\d+) offloaded, (\d+) recomputed", plan)
-    split = "/".join(m.groups()) if m else ("80/0/0" if r == "unlimited" else "0/0/80")
-    print(f"{label[r]:<40}{j['step_time']:>8.2f}{j['tflops_per_gpu']:>12.0f}{ref['step_time'] / j['step_time']:>12.1%}"
+    m = re.search(r"(\d+) (?:segment|tensor)\(s\) kept, (\d+) offloaded, (\d+) recomputed \(([^,]+) kept, ([^,]+) offloaded, ([^ ]+ \w+) recomputed", plan)
+    split = "/".join(m.groups()[:3]) + " (" + " / ".join(m.groups()[3:]) + ")" if m else ("all kept" if r == "unlimited" else "all blocks recomputed")
+    print(f"{label[r]:<42}{j['step_time']:>8.2f}{j['tflops_per_gpu']:>12.0f}{ref['step_time'] / j['step_time']:>12.1%}"
           f"{j['peak_memory']['device_per_gpu'] / 1e9:>10.1f} GB{nvme / 1e9:>17.1f}  {split}")
+    if "auto" in j:
+        auto_lines.append(f"  {label[r]}: {j['auto']}")
 print("published: TERAIO 80.7 % of an unlimited-memory GPU, ZeRO-Infinity 43 % (Llama-70B, TERAIO's paper)")
+print("whole choices compared by simulated step (tier auto):")
+print("\n".join(auto_lines))
 PY
