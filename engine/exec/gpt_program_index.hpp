@@ -1,6 +1,5 @@
-// What both GPT training backends (engine/exec/gpt_backend.cpp, engine/cuda/gpt_cuda_backend.cpp)
-// read off a Program once, at construction: each parameter group's units, the blocks of each
-// checkpointed run, the task that ends a checkpointed run's forward, each micro-batch's first
+// What the GPT training backend (GptBackendBase, engine/exec/gpt_backend_base.hpp) reads off a
+// Program once, at construction: each parameter group's units, the blocks of each checkpointed run, the task that ends a checkpointed run's forward, each micro-batch's first
 // backward and how many checkpoint copies each micro-batch makes. Immutable after construction,
 // so safe to read from every lane thread.
 #pragma once
