@@ -17,13 +17,11 @@ using core::Tier;
 
 namespace {
 
-uint64_t arena_budget(uint64_t asked) {
-  if (asked) return asked;
+// The arena: the Program's device budget, when this GPU has that much free.
+uint64_t arena_budget(const core::Program& program, int device) {
   size_t free = 0, total = 0;
   ZINF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  // Leave room for cuBLAS workspaces, NCCL buffers and the CUDA context's own growth.
-  const uint64_t reserve = std::max<uint64_t>(uint64_t(1) << 30, uint64_t(free) / 20);
-  return free > reserve ? free - reserve : 0;
+  return device_arena_bytes(program, uint64_t(free), fmt::format("CUDA device {}", device));
 }
 
 void wait_both(IoHandle a, IoHandle b) {
@@ -53,7 +51,7 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
     ZINF_CUBLAS_CHECK(cublasCreate(&ctx->blas));
     ZINF_CUBLAS_CHECK(cublasSetStream(ctx->blas, ctx->stream));
   }
-  arena_ = std::make_unique<DeviceArena>(arena_budget(o.device_memory));
+  arena_ = std::make_unique<DeviceArena>(arena_budget(P, device_));
   model_ = std::make_unique<GptCudaModel>(graph, *arena_);
   params_.init(*arena_, plan.params, space, store.get(), "params");
   grads_.init(*arena_, plan.gradients, space, store.get(), "grads");
@@ -100,10 +98,12 @@ void GptCudaBackend::write_state(int64_t off, int64_t n, StateTensor which, cons
 
 // ---- parameters ---------------------------------------------------------------------------------------
 
-// The shard a gather stage sends: its home on the device, or what the host-to-device copy staged.
+// The shard a gather stage sends: its home on the device, or what the host-to-device copy staged
+// (the Program's Task::source; owner-based, the copy fills the broadcast's own buffer).
 DeviceBlock GptCudaBackend::staged_shard(const Task& t, const core::ParamUnit& u) {
-  if (plan.params == Tier::Device) return {};
-  return take(dev_param_, t.unit, "the host-to-device copy of " + u.name);
+  const int64_t from = t.kind == TaskKind::Broadcast ? (plan.params == Tier::Device ? -1 : t.buffer) : t.source;
+  if (from < 0) return {};
+  return take(dev_param_, from, P.label(t) + ": the host-to-device copy of " + u.name);
 }
 
 void GptCudaBackend::fetch(const Task& t) {
@@ -115,13 +115,13 @@ void GptCudaBackend::fetch(const Task& t) {
     case TaskKind::NvmeRead: {
       PinnedLoan buf = pinned_.acquire(bytes);
       params_.read(off, n, buf.as<bf16>(), ctx.stream);
-      return stage(host_param_, t.unit, std::move(buf));
+      return stage(host_param_, t.buffer, std::move(buf));
     }
     case TaskKind::CopyH2D: {
       PinnedLoan staged;
       const bf16* src = params_.host_ptr(off);
-      if (plan.params == Tier::Nvme) {
-        staged = take(host_param_, t.unit, "the NVMe read of " + u.name);
+      if (t.source >= 0) {
+        staged = take(host_param_, t.source, P.label(t) + ": the NVMe read of " + u.name);
         src = staged.as<bf16>();
       }
       if (!src)
@@ -130,7 +130,7 @@ void GptCudaBackend::fetch(const Task& t) {
       DeviceBlock dst = arena_->allocate(bytes, "parameter shard " + u.name);
       ZINF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, ctx.stream));
       sync(ctx);
-      return stage(dev_param_, t.unit, std::move(dst));
+      return stage(dev_param_, t.buffer, std::move(dst));
     }
     case TaskKind::AllGather: {
       DeviceBlock staged = staged_shard(t, u);

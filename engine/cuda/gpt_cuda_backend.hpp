@@ -9,7 +9,8 @@
 // optimizer sub-groups are updated by CPU Adam (states on host or NVMe) or by the device Adam kernel
 // (states on the device).
 //
-// Device memory is one DeviceArena of a fixed budget; host tiers are pinned (cudaHostAlloc).
+// Device memory is one DeviceArena of the Program's device budget (the hwprofile's GPU memory less its
+// reserve, or --device-memory's: device_arena_bytes); host tiers are pinned (cudaHostAlloc).
 // Threading: each lane has its own CUDA stream and cuBLAS handle, a task enqueues its work on its
 // lane's stream and synchronizes that stream before returning, so the Executor's dependencies order
 // the lanes. (Events between streams instead of the per-task synchronization are a later
@@ -35,7 +36,6 @@ namespace zinf::engine::cuda {
 struct GptCudaBackendOptions {
   GptBackendOptions base;       // NVMe directory, CPU Adam threads, run config
   int device = 0;               // CUDA device of this rank
-  uint64_t device_memory = 0;   // bytes of the device arena; 0: the free memory less a reserve
 };
 
 class GptCudaBackend final : public GptBackendBase {
@@ -96,8 +96,8 @@ private:
   CudaHome<float> master_, m_, v_;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu.
-  std::map<int32_t, PinnedLoan> host_param_;   // by unit: NVMe read -> host
-  std::map<int32_t, DeviceBlock> dev_param_;   // by unit: host -> device
+  std::map<int64_t, PinnedLoan> host_param_;   // by buffer (Task::buffer, Task::source): NVMe read -> host
+  std::map<int64_t, DeviceBlock> dev_param_;   // by buffer: host -> device
   std::map<int64_t, DeviceBlock> gathered_;    // by buffer id: the gathered bf16 unit
   std::map<Key, DeviceBlock> grad_full_;       // (unit, mb): fp32, padded to ranks x shard
   std::map<Key, DeviceBlock> grad_shard_;      // (unit, mb): reduced fp32 shard, on the device

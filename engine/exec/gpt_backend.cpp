@@ -61,31 +61,6 @@ void GptCpuBackend::write_state(int64_t off, int64_t n, StateTensor which, const
 
 // ---- parameters -------------------------------------------------------------------------------------
 
-// What the stage of kind `kind` upstream of fetch task t (same unit, through its dependencies)
-// staged in `from`.
-template <typename Buffer>
-Buffer GptCpuBackend::take_upstream(std::map<int32_t, Buffer>& from, const Task& t, TaskKind kind, const char* what) {
-  std::vector<int32_t> frontier(P.deps(t).begin(), P.deps(t).end());
-  for (int depth = 0; depth < 3 && !frontier.empty(); ++depth) {
-    std::vector<int32_t> next;
-    for (int32_t d : frontier) {
-      const Task& dt = P.task(d);
-      if (dt.unit != t.unit) continue;
-      if (dt.kind == kind) {
-        std::lock_guard<std::mutex> lock(mu);
-        auto it = from.find(d);
-        if (it == from.end()) break;
-        auto out = std::move(it->second);
-        from.erase(it);
-        return out;
-      }
-      next.insert(next.end(), P.deps(dt).begin(), P.deps(dt).end());
-    }
-    frontier = std::move(next);
-  }
-  throw std::logic_error(fmt::format("{}: {} of unit {} is not staged", P.label(t), what, unit(t.unit).name));
-}
-
 void GptCpuBackend::fetch(const Task& t) {
   const auto& u = unit(t.unit);
   const int64_t off = mine_offset(u), n = mine_count(u);
@@ -93,13 +68,13 @@ void GptCpuBackend::fetch(const Task& t) {
     case TaskKind::NvmeRead: {
       Staging<bf16> buf = staging<bf16>(n);
       params_.read(off, n, buf.data());
-      return stage(host_param_, t.id, std::move(buf));
+      return stage(host_param_, t.buffer, std::move(buf));
     }
     case TaskKind::CopyH2D: {
       const bf16* src = params_.mem.data() + off;
       Staging<bf16> host;
-      if (plan.params == Tier::Nvme) {
-        host = take_upstream(host_param_, t, TaskKind::NvmeRead, "the NVMe read");
+      if (t.source >= 0) {  // the NVMe read's staging (Task::source), not the home on the host
+        host = take(host_param_, t.source, P.label(t) + ": the NVMe read of " + u.name);
         src = host.data();
       }
       if (owner_based) {  // the owner's whole unit, straight into the gathered buffer it broadcasts
@@ -108,13 +83,13 @@ void GptCpuBackend::fetch(const Task& t) {
       }
       DeviceVector<bf16> buf(size_t(n), device<bf16>());
       std::copy_n(src, n, buf.data());
-      return stage(dev_param_, t.id, std::move(buf));
+      return stage(dev_param_, t.buffer, std::move(buf));
     }
     case TaskKind::AllGather: {
       DeviceVector<bf16> held;
       const bf16* shard = params_.mem.data() + off;
-      if (plan.params != Tier::Device) {
-        held = take_upstream(dev_param_, t, TaskKind::CopyH2D, "the host-to-device copy");
+      if (t.source >= 0) {  // the host-to-device copy's shard (Task::source), not the home on the device
+        held = take(dev_param_, t.source, P.label(t) + ": the host-to-device copy of " + u.name);
         shard = held.data();
       }
       // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then

@@ -61,8 +61,6 @@ private:
   }
   float* gathered_data(const core::Task& t);
   const DeviceVector<float>& gathered_for(const core::Task& t, int32_t u);
-  template <typename Buffer>
-  Buffer take_upstream(std::map<int32_t, Buffer>& from, const core::Task& t, core::TaskKind kind, const char* what);
   void drop_after_backward(int b, Gpt2Activations& a);
   static void drop_outside_after_backward(core::OpKind kind, Gpt2Activations& a);
   DeviceVector<float>& grad_buffer(int32_t u, int32_t mb);
@@ -85,10 +83,11 @@ private:
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu, the vectors
   // touched only by the task that the Program orders after their producer. Fetch stages are keyed
-  // by the task that staged them (two fetches of one unit may be in flight together: its forward
-  // and backward fetches when gathered copies are not kept between them).
-  std::map<int32_t, Staging<bf16>> host_param_;           // by NVMe read task: on the host
-  std::map<int32_t, DeviceVector<bf16>> dev_param_;       // by host-to-device copy task: on the device
+  // by the buffer the Program says they fill (Task::buffer), and the next stage takes its Task::source
+  // (two fetches of one unit may be in flight together: its forward and backward fetches when
+  // gathered copies are not kept between them).
+  std::map<int64_t, Staging<bf16>> host_param_;           // by buffer: the NVMe read's, on the host
+  std::map<int64_t, DeviceVector<bf16>> dev_param_;       // by buffer: the host-to-device copy's, on the device
   std::map<int64_t, DeviceVector<float>> gathered_;       // by buffer id of the gathered unit
   std::map<Key, DeviceVector<float>> grad_full_;          // (unit, mb)
   std::map<Key, DeviceVector<float>> grad_shard_;         // (unit, mb): reduced, on the device

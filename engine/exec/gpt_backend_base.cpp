@@ -1,5 +1,7 @@
 #include "engine/exec/gpt_backend_base.hpp"
 
+#include "core/units.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +17,18 @@ using core::Phase;
 using core::Task;
 using core::TaskKind;
 using core::Tier;
+
+uint64_t device_arena_bytes(const core::Program& program, uint64_t device_free, const std::string& device) {
+  const double budget = core::at(program.budget(), Tier::Device);
+  if (!(budget > 0))
+    throw std::invalid_argument(fmt::format("the Program gives {} no device budget", device));
+  if (budget > double(device_free))
+    throw std::runtime_error(fmt::format(
+        "{} has {} free, less than the Program's device budget of {} (the hwprofile's node.gpu.memory less its "
+        "reserve): lower --device-memory or the profile's gpu memory, or free the device",
+        device, core::format_bytes(double(device_free)), core::format_bytes(budget)));
+  return uint64_t(budget);
+}
 
 GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& pl, const core::ModelGraph& g, int r,
                                Collectives& c, GptBackendOptions options, const char* device_name)

@@ -46,6 +46,11 @@ struct GptBackendOptions {
   core::RunConfig config;        // optimizer hyper-parameters, aio settings, clipping
 };
 
+// The bytes of a device's arena: the Program's device budget (the hwprofile's device memory less its
+// reserve, or --device-memory's), refused, naming both and the fix, when `device` (for the message)
+// has less than that free.
+uint64_t device_arena_bytes(const core::Program& program, uint64_t device_free, const std::string& device);
+
 class GptBackendBase : public TrainingBackend {
 public:
   // `device_name` names the backend in error messages ("CPU", "CUDA").
