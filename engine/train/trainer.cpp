@@ -103,23 +103,21 @@ struct Trainer::Impl {
       std::string why;
       const CudaPlugin* cuda = cuda_plugin(&why);
       if (!cuda) throw std::runtime_error("--backend cuda: " + why);
-      auto init = opt.init_from.empty() ? model.init_params(opt.init_seed) : load_gpt2_safetensors(opt.init_from, graph);
       const int device = cuda_device_for_rank(comm.rank());
       device_comm = cuda->make_device_collectives(comm, device);
       backend = cuda->make_backend(planned.program, planned.plan, model, comm.rank(), *device_comm, bo, device);
-      backend->initialize(init);
     } else {
       backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
-      // A fresh start streams its initialization (or --init-from) a parameter group at a time into
-      // the homes the plan chose, so the model never sits whole in host memory. A resumed run
-      // skips it: resume() loads every home from the checkpoint the same way.
-      const bool resuming = opt.start == CheckpointStart::Resume;
-      if (!resuming && opt.init_from.empty()) {
-        Gpt2::InitStream stream(model, opt.init_seed);
-        backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
-      } else if (!resuming) {
-        backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
-      }
+    }
+    // A fresh start streams its initialization (or --init-from) a parameter group at a time into
+    // the homes the plan chose, on either device, so the model never sits whole in host memory. A
+    // resumed run skips it: resume() loads every home from the checkpoint the same way.
+    const bool resuming = opt.start == CheckpointStart::Resume;
+    if (!resuming && opt.init_from.empty()) {
+      Gpt2::InitStream stream(model, opt.init_seed);
+      backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
+    } else if (!resuming) {
+      backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
     }
     executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     if (opt.start == CheckpointStart::Resume) resume();
