@@ -101,21 +101,6 @@ void write_timeline(const core::Timeline& t, const std::string& base) {
 
 void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm);
 
-// Memory sizes from the command line and the machine: on the CPU backend --device-memory is the
-// device arena's budget (the profile's node.gpu.memory); --host-memory caps the host tier; a profile
-// of a CPU machine never plans more host memory than this machine has.
-void size_for_this_machine(const TrainArgs& a, engine::TrainerOptions& o) {
-  constexpr double GiB = double(1ull << 30);
-  if (a.device_memory_gib > 0 && engine::select_backend(a.backend) != engine::BackendKind::Cuda)
-    o.hw.node.gpu.memory = a.device_memory_gib * GiB;
-  if (a.host_memory_gib > 0) {
-    o.hw.node.host_memory = a.host_memory_gib * GiB;
-  } else if (o.hw.node.device_shares_host_cores) {
-    const double machine = engine::this_machine("").memory;
-    if (machine > 0 && machine < o.hw.node.host_memory) o.hw.node.host_memory = machine;
-  }
-}
-
 void run_train(const TrainArgs& a) {
   if (a.resume && a.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
   if (a.resume && a.overwrite_checkpoints)
@@ -143,8 +128,7 @@ void run_train(const TrainArgs& a) {
                                       : engine::CheckpointStart::Fresh;
   o.adam_threads = a.adam_threads;
   o.backend = a.backend;
-  o.device_memory = uint64_t(a.device_memory_gib * double(1ull << 30));
-  size_for_this_machine(a, o);
+  engine::size_for_this_machine(o, a.device_memory_gib, a.host_memory_gib);
 
   install_stop_handlers();
   auto comm = engine::make_collectives(std::chrono::seconds(a.comm_timeout_s));
@@ -281,8 +265,8 @@ Registration reg(20, [](CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--device-memory", a->device_memory_gib,
-                  "GiB of device memory the plan may use: the CPU backend's arena in host memory (0: the profile's), "
-                  "or cuda's arena (0: free memory less a reserve)")
+                  "GiB of device memory the plan may use (0: the profile's node.gpu.memory): the CPU backend's arena "
+                  "in host memory, or cuda's on the GPU; the arena is the Program's device budget")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--host-memory", a->host_memory_gib,
                   "GiB of host memory the plan may use (0: the profile's, at most this machine's RAM on a CPU profile)")

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace zinf::core::planning {
@@ -38,6 +39,7 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
     t.bytes = shard;
     t.owner = owner;
     f.host_buf = ps.b_.buffer();
+    t.buffer = f.host_buf;
     f.nc_task = ps.b_.add(t, {prev_compute}, {{Tier::Host, f.host_buf, shard}});
     f.last_task = f.nc_task;
     return;
@@ -54,6 +56,7 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
       t.bytes = shard;
       t.owner = owner;
       t.buffer = f.gathered_buf;  // the owner copies its whole unit straight into the gathered buffer
+      t.source = f.host_buf;
       std::vector<MemEvent> frees;
       if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
       f.h2d_task = ps.b_.add(t, {prev_compute, alloc, f.nc_task}, {}, frees);
@@ -64,6 +67,8 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
     Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
     t.bytes = shard;
     f.shard_buf = ps.b_.buffer();
+    t.buffer = f.shard_buf;
+    t.source = f.host_buf;
     std::vector<MemEvent> frees;
     if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
     f.h2d_task = ps.b_.add(t, {prev_compute, f.nc_task}, {{Tier::Device, f.shard_buf, shard}}, frees);
@@ -82,6 +87,7 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   }
   f.gathered_buf = ps.b_.buffer();
   t.buffer = f.gathered_buf;
+  t.source = f.shard_buf;
   std::vector<MemEvent> frees;
   if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
   f.last_task = ps.b_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
@@ -413,6 +419,24 @@ void emit(PlanState& ps) {
   ps.ckpt_copies_.assign(static_cast<size_t>(ps.plan_.micro_batches), {});
   std::vector<char> backward_begun(static_cast<size_t>(ps.plan_.micro_batches), 0);
   make_sub_groups(ps);
+  // The checkpointed runs, their blocks, and (filled below) the task that ends each one's forward.
+  auto& ckpt_runs = ps.b_.checkpoint_runs();
+  ckpt_runs.clear();
+  for (const auto& r : ps.runs_) {
+    if (!r.recompute) continue;
+    CheckpointRun c;
+    c.id = r.checkpoint;
+    c.first_block = std::numeric_limits<int32_t>::max();
+    c.last_block = -1;
+    for (int32_t o : r.ops) {
+      const int32_t b = ps.g_.ops[static_cast<size_t>(o)].block;
+      if (b < 0) throw PlanError("internal: a checkpointed run holds an operator outside the blocks");
+      c.first_block = std::min(c.first_block, b);
+      c.last_block = std::max(c.last_block, b);
+    }
+    c.forward_end.assign(static_cast<size_t>(ps.plan_.micro_batches), -1);
+    ckpt_runs.push_back(std::move(c));
+  }
 
   // Fetch stages and checkpoint loads grouped by the step before which they are issued.
   std::vector<std::vector<int32_t>> at_nc(S), at_h2d(S), at_ag(S);
@@ -475,6 +499,8 @@ void emit(PlanState& ps) {
     }
     prev = ps.compute_task_[i] = ps.b_.add(t, deps, allocs, frees);
     const int32_t computed = prev;
+    if (st.kind == TaskKind::Forward && st.last_fwd_of_run && run.recompute)
+      ps.b_.checkpoint_runs()[static_cast<size_t>(run.checkpoint)].forward_end[static_cast<size_t>(st.mb)] = computed;
     // Tensor parallelism: the group all-reduces the operator's output (forward, recompute) or its
     // input gradient (backward) after its last tile, on the compute stream, before anything uses it.
     const bool last_tile = i + 1 == S || ps.steps_[i + 1].op != st.op || ps.steps_[i + 1].kind != st.kind || ps.steps_[i + 1].mb != st.mb;

@@ -2,6 +2,7 @@
 #include "core/json_text.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <ostream>
@@ -207,15 +208,22 @@ void Program::write_json(std::ostream& out) const {
     out << fmt::format("{{\"id\":{},\"blocks\":[{},{}],\"bytes\":{},\"tier\":\"{}\",\"gds\":{}}}{}\n", a.id, a.first_block,
                        a.last_block, num(a.bytes), to_string(a.tier), a.gds, i + 1 < activations_.size() ? "," : "");
   }
+  out << "],\n\"checkpoint_runs\":[\n";
+  for (size_t i = 0; i < checkpoint_runs_.size(); ++i) {
+    const auto& c = checkpoint_runs_[i];
+    out << fmt::format("{{\"id\":{},\"blocks\":[{},{}],\"forward_end\":[{}]}}{}\n", c.id, c.first_block,
+                       c.last_block, fmt::join(c.forward_end, ","), i + 1 < checkpoint_runs_.size() ? "," : "");
+  }
   out << "],\n\"tasks\":[\n";
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const auto& t = tasks_[i];
     out << fmt::format(
         "{{\"id\":{},\"kind\":\"{}\",\"lane\":\"{}\",\"data\":\"{}\",\"phase\":\"{}\",\"from\":\"{}\",\"to\":\"{}\","
-        "\"bytes\":{},\"flops\":{},\"gemm_dim\":{},\"op\":{},\"unit\":{},\"tile\":{},\"buffer\":{},\"micro_batch\":{},\"checkpoint\":{},"
+        "\"bytes\":{},\"flops\":{},\"gemm_dim\":{},\"op\":{},\"unit\":{},\"tile\":{},\"buffer\":{},\"source\":{},\"micro_batch\":{},\"checkpoint\":{},"
         "\"activation\":{},\"sub_group\":{},\"sg_offset\":{},\"sg_count\":{},\"participants\":{},\"root\":{},\"owner\":{},\"deps\":[",
         t.id, to_string(t.kind), to_string(t.lane), to_string(t.data), to_string(t.phase), to_string(t.from),
-        to_string(t.to), num(t.bytes), num(t.flops), t.gemm_dim, t.op, t.unit, t.tile, t.buffer, t.micro_batch, t.checkpoint,
+        to_string(t.to), num(t.bytes), num(t.flops), t.gemm_dim, t.op, t.unit, t.tile, t.buffer, t.source, t.micro_batch,
+        t.checkpoint,
         t.activation, t.sub_group, t.sg_offset, t.sg_count, t.participants, t.root, t.owner);
     auto d = deps(t);
     for (size_t j = 0; j < d.size(); ++j) out << (j ? "," : "") << d[j];

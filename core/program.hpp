@@ -131,6 +131,15 @@ struct ActivationSegment {
   std::vector<ActivationTensor> tensors;
 };
 
+// A checkpointed run of blocks [first_block, last_block]: its forward keeps only the run's input
+// (the checkpoint: the input of first_block) and its backward recomputes the rest from it. Tasks
+// name it by Task::checkpoint (its id).
+struct CheckpointRun {
+  int32_t id = 0;
+  int32_t first_block = 0, last_block = 0;
+  std::vector<int32_t> forward_end;  // per micro-batch: the task that ends the run's forward
+};
+
 struct MemEvent {
   Tier tier = Tier::Device;
   int64_t buffer = 0;  // unique within one rank's step; alloc and free of a buffer name the same id
@@ -155,8 +164,11 @@ struct Task {
   int32_t op = -1;             // OpInfo id
   int32_t unit = -1;           // ParamUnit id
   int32_t tile = -1;           // compute tasks: the tile of `unit` (a tiled group's) they run; -1: untiled
-  int64_t buffer = -1;         // parameter fetch stages that fill the gathered unit (all-gather, broadcast,
-                               // owner-based alloc and host-to-device copy): its device buffer
+  int64_t buffer = -1;         // parameter fetch stages: the buffer the stage fills (the NVMe read's host
+                               // staging, the host-to-device copy's device shard, the gathered unit of an
+                               // all-gather, broadcast, owner-based alloc or the owner's copy into it)
+  int64_t source = -1;         // parameter fetch stages that read what an earlier stage filled (the copy
+                               // of an NVMe read's staging, the all-gather of a copied shard): its buffer
   int32_t micro_batch = -1;
   int32_t checkpoint = -1;     // activation checkpoint index (segment)
   int32_t activation = -1;     // offloaded activation segment (Program::activations index)
@@ -209,6 +221,7 @@ public:
   const std::vector<SubGroup>& sub_groups() const { return sub_groups_; }
   const std::vector<OpInfo>& ops() const { return ops_; }
   const std::vector<ActivationSegment>& activations() const { return activations_; }
+  const std::vector<CheckpointRun>& checkpoint_runs() const { return checkpoint_runs_; }
   // Operator ids in the forward order the program was built from (graph order or a recorded one).
   const std::vector<int32_t>& op_order() const { return op_order_; }
   // Elements of `rank`'s shard space (sum of its shards; owner-based: of the units it owns).
@@ -246,6 +259,7 @@ private:
   std::vector<SubGroup> sub_groups_;
   std::vector<OpInfo> ops_;
   std::vector<ActivationSegment> activations_;
+  std::vector<CheckpointRun> checkpoint_runs_;
   std::vector<int32_t> op_order_;
   std::vector<int64_t> shard_space_;     // per rank (owner-based) or one entry (bandwidth-centric)
   std::vector<PerTier> static_bytes_;    // per rank (owner-based) or one entry (bandwidth-centric)

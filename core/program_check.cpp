@@ -232,6 +232,52 @@ std::vector<std::string> validate_program(const Program& p) {
     }
   }
 
+  // Invariant 6: what a backend reads off the Program is stated there. A fetch stage's source is
+  // the buffer of a stage of the same unit it depends on directly; every checkpointed run covers
+  // blocks, and its forward ends, per micro-batch, at a forward task of that run, after which no
+  // other forward of the run comes.
+  for (const auto& t : tasks) {
+    if (t.source < 0) continue;
+    bool stated = false;
+    for (int32_t d : p.deps(t)) {
+      const Task& dt = p.task(d);
+      stated |= dt.unit == t.unit && dt.data == Data::Param && dt.buffer == t.source;
+    }
+    if (!stated)
+      error(fmt::format("task {} ({}) reads buffer {}, which no fetch stage of its unit it depends on fills", t.id,
+                        p.label(t), t.source));
+  }
+  std::map<std::pair<int32_t, int32_t>, int32_t> last_forward;  // (checkpoint, micro-batch) -> task
+  for (const auto& t : tasks)
+    if (t.kind == TaskKind::Forward && t.checkpoint >= 0) last_forward[{t.checkpoint, t.micro_batch}] = t.id;
+  for (const auto& c : p.checkpoint_runs()) {
+    if (c.first_block < 0 || c.last_block < c.first_block)
+      error(fmt::format("checkpointed run {} covers blocks [{}, {}]", c.id, c.first_block, c.last_block));
+    if (c.forward_end.size() != static_cast<size_t>(p.micro_batches()))
+      error(fmt::format("checkpointed run {} states {} forward ends for {} micro-batches", c.id, c.forward_end.size(),
+                        p.micro_batches()));
+    for (size_t mb = 0; mb < c.forward_end.size(); ++mb) {
+      auto it = last_forward.find({c.id, static_cast<int32_t>(mb)});
+      if (it == last_forward.end() || it->second != c.forward_end[mb])
+        error(fmt::format("checkpointed run {} states task {} as its forward's end in micro-batch {}, but its last "
+                          "forward is task {}",
+                          c.id, c.forward_end[mb], mb, it == last_forward.end() ? -1 : it->second));
+    }
+  }
+  for (const auto& t : tasks) {
+    if (t.kind != TaskKind::Forward || t.checkpoint < 0) continue;
+    if (t.checkpoint >= static_cast<int32_t>(p.checkpoint_runs().size())) {
+      error(fmt::format("task {} ({}) names checkpoint {}, which the Program does not state", t.id, p.label(t),
+                        t.checkpoint));
+      continue;
+    }
+    const auto& c = p.checkpoint_runs()[static_cast<size_t>(t.checkpoint)];
+    const int32_t block = t.op >= 0 ? p.ops()[static_cast<size_t>(t.op)].block : -1;
+    if (block < c.first_block || block > c.last_block)
+      error(fmt::format("task {} ({}) runs block {}, outside its checkpointed run {} [{}, {}]", t.id, p.label(t), block,
+                        c.id, c.first_block, c.last_block));
+  }
+
   // Invariant 2: the peak the planner found is within budget.
   for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
     if (at(p.peak_bytes(), t) > at(p.budget(), t) * (1 + 1e-9))

@@ -33,7 +33,7 @@ std::vector<double> train(const std::string& backend, const std::string& config,
   o.config = core::parse_run_config(config, "equivalence");
   o.nvme_dir = (dir / "nvme").string();
   o.backend = backend;
-  o.device_memory = uint64_t(2) << 30;
+  // Both backends' device arena is the Program's device budget: cpu-dev's 2 GiB less its reserve.
   std::vector<double> losses;
   {
     engine::LocalCollectives comm;

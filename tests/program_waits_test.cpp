@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -55,6 +56,7 @@ Program without_deps(const Program& p, int32_t waiter, const std::set<int32_t>& 
   b.sub_groups() = p.sub_groups();
   b.ops() = p.ops();
   b.activations() = p.activations();
+  b.checkpoint_runs() = p.checkpoint_runs();
   b.op_order() = p.op_order();
   b.shard_space() = {p.shard_space(0)};
   b.static_bytes() = {p.static_bytes(0)};
@@ -161,15 +163,16 @@ TEST_CASE("gather stages name the buffer they fill, and compute tasks the tile t
       for (const Task& t : p.tasks()) {
         const int rank = std::max(0, t.owner);
         if (t.data == Data::Param && t.phase != Phase::Optimizer) {
-          const bool fills = t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast ||
-                             (owner && (t.kind == TaskKind::Alloc || t.kind == TaskKind::CopyH2D));
+          const bool fills_gathered = t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast ||
+                                      (owner && (t.kind == TaskKind::Alloc || t.kind == TaskKind::CopyH2D));
           INFO(p.label(t));
-          if (!fills) {
-            CHECK(t.buffer == -1);
+          REQUIRE(t.buffer >= 0);  // every fetch stage names the buffer it fills
+          const auto al = p.allocs(t, rank);
+          if (!fills_gathered) {  // a staging buffer of its own: the host-to-device copy's shard
+            REQUIRE(al.size() == 1);
+            CHECK(al[0].buffer == t.buffer);
             continue;
           }
-          REQUIRE(t.buffer >= 0);
-          const auto al = p.allocs(t, rank);
           if (t.kind == TaskKind::AllGather || t.kind == TaskKind::Alloc) {
             REQUIRE(al.size() == 1);
             CHECK(al[0].buffer == t.buffer);  // the one it allocates
@@ -195,4 +198,81 @@ TEST_CASE("gather stages name the buffer they fill, and compute tasks the tile t
       CHECK(tiles > 0);
     }
   }
+}
+
+TEST_CASE("fetch stages name the buffer they read, and checkpointed runs their blocks and forward ends", "[program]") {
+  for (const char* partitioning : {"bandwidth-centric", "owner-based"}) {
+    DYNAMIC_SECTION(partitioning) {
+      const PlanResult r = plan_tiny(fmt::format("zero_stage: 3\npartitioning: {}\n"
+                                                 "offload: {{params: nvme, optimizer: nvme}}\n"
+                                                 "activation_checkpoint: {{interval: 1, tier: nvme}}\n"
+                                                 "gradient_accumulation: 2\ntiling_factor: 2\n",
+                                                 partitioning),
+                                     1);
+      const Program& p = r.program;
+      CHECK(validate_program(p).empty());
+      const bool owner = p.partitioning() == Partitioning::OwnerBased;
+      // Each stage that reads what an earlier stage filled names it, and depends on that stage.
+      int sourced = 0;
+      for (const Task& t : p.tasks()) {
+        if (t.data != Data::Param || t.phase == Phase::Optimizer) continue;
+        INFO(p.label(t));
+        const bool reads_staged = t.kind == TaskKind::CopyH2D || (!owner && t.kind == TaskKind::AllGather);
+        CHECK((t.source >= 0) == reads_staged);
+        if (t.source < 0) continue;
+        const Task* from = nullptr;
+        for (int32_t d : p.deps(t))
+          if (p.task(d).buffer == t.source) from = &p.task(d);
+        REQUIRE(from != nullptr);
+        CHECK(from->unit == t.unit);
+        CHECK(from->kind == (t.kind == TaskKind::CopyH2D ? TaskKind::NvmeRead : TaskKind::CopyH2D));
+        ++sourced;
+      }
+      CHECK(sourced > 0);
+      // The runs the Program states are those its forward tasks name: the blocks they run, and the
+      // last of them in each micro-batch.
+      std::map<int32_t, std::set<int32_t>> blocks;
+      std::map<std::pair<int32_t, int32_t>, int32_t> last;
+      for (const Task& t : p.tasks())
+        if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
+          blocks[t.checkpoint].insert(p.ops()[size_t(t.op)].block);
+          last[{t.checkpoint, t.micro_batch}] = t.id;
+        }
+      REQUIRE(p.checkpoint_runs().size() == blocks.size());
+      REQUIRE(p.checkpoint_runs().size() >= 2);
+      for (const auto& c : p.checkpoint_runs()) {
+        CHECK(*blocks[c.id].begin() == c.first_block);
+        CHECK(*blocks[c.id].rbegin() == c.last_block);
+        CHECK(blocks[c.id].size() == size_t(c.last_block - c.first_block + 1));
+        REQUIRE(c.forward_end.size() == 2);
+        for (int32_t mb = 0; mb < 2; ++mb) CHECK(c.forward_end[size_t(mb)] == last.at({c.id, mb}));
+      }
+    }
+  }
+}
+
+TEST_CASE("validate_program fails a source no dependency fills and a misstated checkpointed run", "[program]") {
+  const PlanResult r = plan_tiny("zero_stage: 3\noffload: {params: nvme, optimizer: cpu}\n"
+                                 "activation_checkpoint: {interval: 1, tier: host}\n");
+  const Program& p = r.program;
+  REQUIRE(validate_program(p).empty());
+  const Task* copy = nullptr;
+  for (const Task& t : p.tasks())
+    if (t.kind == TaskKind::CopyH2D && t.data == Data::Param && t.source >= 0) copy = &t;
+  REQUIRE(copy != nullptr);
+  std::set<int32_t> readers;
+  for (int32_t d : p.deps(*copy))
+    if (p.task(d).buffer == copy->source) readers.insert(d);
+  const auto unsourced = validate_program(without_deps(p, copy->id, readers));
+  CHECK_THAT(fmt::format("{}", fmt::join(unsourced, "\n")), Contains("which no fetch stage of its unit it depends on fills"));
+
+  Program misstated = without_deps(p, -1, {});
+  REQUIRE(validate_program(misstated).empty());
+  ProgramBuilder b(misstated);
+  REQUIRE(!b.checkpoint_runs().empty());
+  b.checkpoint_runs()[0].forward_end[0] -= 1;
+  b.checkpoint_runs().back().last_block = b.checkpoint_runs().back().first_block - 1;
+  const auto errors = fmt::format("{}", fmt::join(validate_program(misstated), "\n"));
+  CHECK_THAT(errors, Contains("as its forward's end in micro-batch 0"));
+  CHECK_THAT(errors, Contains("covers blocks"));
 }

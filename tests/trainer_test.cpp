@@ -15,6 +15,7 @@
 #include "core/hwprofile.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
+#include "engine/exec/gpt_backend_base.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
@@ -54,6 +55,31 @@ TEST_CASE("a run whose plan needs more device memory than the budget is refused 
   REQUIRE_THROWS_AS(engine::Trainer(o, comm), core::PlanError);
   REQUIRE_THROWS_WITH(engine::Trainer(o, comm), Contains("device") && Contains("short"));
   CHECK(fs::is_empty(o.nvme_dir));  // nothing was written
+}
+
+TEST_CASE("a --device-memory override sets the Program's device budget on every backend, and a device arena is that budget",
+          "[trainer][budget]") {
+  constexpr double GiB = double(1ull << 30);
+  TempDir dir("budget");
+  for (const char* backend : {"cpu", "cuda"}) {
+    INFO(backend);
+    auto o = options("zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\n", dir.path);
+    o.backend = backend;
+    const double profile = o.hw.node.gpu.memory;
+    engine::size_for_this_machine(o, 0, 0);  // no override: the profile's device memory
+    CHECK(o.hw.node.gpu.memory == profile);
+    engine::size_for_this_machine(o, 3.0, 0);
+    CHECK(o.hw.node.gpu.memory == 3.0 * GiB);
+    const core::Program p = core::make_plan(models::build_gpt(o.model, o.config), o.hw, o.config, 1).program;
+    const double budget = core::at(p.budget(), core::Tier::Device);
+    CHECK(budget == Approx(o.hw.gpu_budget()));
+    CHECK(budget > 2.0 * GiB);
+    // The arena takes the Program's budget, and a device with less free memory is refused, naming
+    // the override.
+    CHECK(engine::device_arena_bytes(p, uint64_t(8 * GiB), "CUDA device 0") == uint64_t(budget));
+    CHECK_THROWS_WITH(engine::device_arena_bytes(p, uint64_t(GiB), "CUDA device 0"),
+                      Contains("CUDA device 0") && Contains("--device-memory"));
+  }
 }
 
 TEST_CASE("resume from a checkpoint continues bitwise like the uninterrupted run", "[trainer][checkpoint]") {

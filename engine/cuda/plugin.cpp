@@ -21,10 +21,9 @@ int device_count(std::string* why) {
 }
 
 std::unique_ptr<TrainingBackend> make_backend(const core::Program& program, const core::Plan& plan, const Gpt2& model,
-                                              int rank, Collectives& comm, const GptBackendOptions& options, int device,
-                                              uint64_t device_memory) {
+                                              int rank, Collectives& comm, const GptBackendOptions& options, int device) {
   return std::make_unique<cuda::GptCudaBackend>(program, plan, model, rank, comm,
-                                                cuda::GptCudaBackendOptions{options, device, device_memory});
+                                                cuda::GptCudaBackendOptions{options, device});
 }
 
 const CudaPlugin kPlugin{kCudaPluginAbi, &device_count, &cuda::make_device_collectives, &make_backend};

@@ -24,7 +24,7 @@
 namespace zinf::engine {
 
 // Bump when CudaPlugin or any type it passes changes.
-inline constexpr int kCudaPluginAbi = 1;
+inline constexpr int kCudaPluginAbi = 2;
 
 struct CudaPlugin {
   int abi = 0;
@@ -32,12 +32,11 @@ struct CudaPlugin {
   int (*device_count)(std::string* why) = nullptr;
   // The CUDA backend's collectives over `bootstrap` (NCCL for several ranks, device copies for one).
   std::unique_ptr<Collectives> (*make_device_collectives)(Collectives& bootstrap, int device) = nullptr;
-  // A GPT training backend on `device` with an arena of `device_memory` bytes (0: the free memory
-  // less a reserve); `comm` must be from make_device_collectives.
+  // A GPT training backend on `device`, its arena the Program's device budget (device_arena_bytes,
+  // engine/exec/gpt_backend_base.hpp); `comm` must be from make_device_collectives.
   std::unique_ptr<TrainingBackend> (*make_backend)(const core::Program& program, const core::Plan& plan,
                                                    const Gpt2& model, int rank, Collectives& comm,
-                                                   const GptBackendOptions& options, int device,
-                                                   uint64_t device_memory) = nullptr;
+                                                   const GptBackendOptions& options, int device) = nullptr;
 };
 
 // The loaded plugin, or nullptr with `why` saying what is missing: this build has no CUDA, the

@@ -6,71 +6,103 @@
 // Adam with their fp32 master weights and moments read from and written back to their tier.
 //
 // It decides nothing (docs/DESIGN.md): which shard, tier, tile, buffer and order come from the Program;
-// the backend only keeps the data each task names. One backend per rank; run() is called
-// concurrently from the Executor's lane threads and is thread-safe; the other methods are called
-// between steps from one thread. ZeRO stage 3 only: stages 0-2 keep whole parameters on every
-// device, which this backend does not implement (the planner and the simulator do).
+// the backend only keeps the data each task names. It is the CPU device of GptBackendBase
+// (engine/exec/gpt_backend_base.hpp), which holds the task logic every device shares; this class
+// implements only the device interface: memory, copies, collectives on its buffers and kernels.
+// One backend per rank; run() is called concurrently from the Executor's lane threads and is
+// thread-safe; the other methods are called between steps from one thread. ZeRO stage 3 only:
+// stages 0-2 keep whole parameters on every device, which this backend does not implement (the
+// planner and the simulator do).
 #pragma once
-#include <functional>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <set>
 #include <vector>
 
-#include "core/plan.hpp"
-#include "core/program.hpp"
-#include "engine/bf16.hpp"
-#include "engine/comm/collectives.hpp"
-#include "engine/data/token_data.hpp"
-#include "engine/exec/executor.hpp"
-#include "engine/exec/training_backend.hpp"
-#include "engine/io/nvme_store.hpp"
-#include "engine/model/gpt2.hpp"
+#include "engine/exec/activation_offload.hpp"
+#include "engine/exec/gpt_backend_base.hpp"
+#include "engine/exec/home.hpp"
+#include "engine/memory/device_arena.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
 namespace zinf::engine {
 
-struct GptBackendOptions {
-  std::string nvme_dir;          // this rank's directory for NVMe tiers; required when a state lives on NVMe
-  unsigned adam_threads = 1;
-  core::RunConfig config;        // optimizer hyper-parameters, aio settings, clipping
-};
-
-class GptCpuBackend final : public TrainingBackend {
+class GptCpuBackend final : public GptBackendBase {
 public:
   GptCpuBackend(const core::Program& program, const core::Plan& plan, const Gpt2& model, int rank, Collectives& comm,
                 GptBackendOptions options);
   ~GptCpuBackend() override;
 
-  // Initialization and load_state go a group at a time (streams_state): host memory holds one
-  // group's tensor and one unit's shard of it, never the model (a model larger than RAM starts
-  // from NVMe this way).
-  using TrainingBackend::initialize;
-  void begin_step(int64_t step, std::vector<Batch> batches) override;
-  void run(const core::Task& task) override;
-  std::vector<core::TaskWait> waits() const override;
-  double loss() const override;
-  double grad_norm() const override { return grad_norm_; }
-  // Computed with or without clipping, after the last micro-batch.
-  std::optional<LocalGradCheck> local_grad_check() const override;
   // Bytes of the device arena (homes on the device, fetched and gathered parameters, gradients,
   // activations) at their peak since the last reset; the budget is the Program's device budget.
-  int64_t device_peak_bytes() const override;
-  void reset_device_peak() override;
-
-  FullState gather_state() override;
-  void load_state(const FullState& s) override;
-  bool streams_state() const override { return true; }
-  // Reads this rank's shards of the group unit by unit from their tier.
-  void gather_group(int32_t group, StateTensor which, std::vector<float>& out) override;
-  void load_state(const GroupReader& master, const GroupReader& m, const GroupReader& v) override;
-
-  struct Impl;
+  int64_t device_peak_bytes() const override { return arena_.peak(); }
+  void reset_device_peak() override { arena_.reset_peak(); }
 
 private:
-  std::unique_ptr<Impl> impl_;
-  double grad_norm_ = 0;
+  using Key = std::pair<int32_t, int32_t>;
+
+  void start_step(std::vector<Batch>& batches) override;
+  void compute(const core::Task& t) override;
+  void fetch(const core::Task& t) override;
+  void checkpoint(const core::Task& t) override;
+  void activation(const core::Task& t) override;
+  void gradient(const core::Task& t) override;
+  void optimizer(const core::Task& t) override;
+  void drop_gathered(int64_t buffer) override;
+  void read_state(StateTensor which, int64_t off, int64_t n, float* dst) override;
+  void write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) override;
+
+  template <typename T>
+  DeviceAllocator<T> device() {
+    return DeviceAllocator<T>(&arena_);
+  }
+  Home<float>& state_home(StateTensor which) {
+    return which == StateTensor::Master ? master_ : which == StateTensor::AdamM ? m_ : v_;
+  }
+  float* gathered_data(const core::Task& t);
+  const DeviceVector<float>& gathered_for(const core::Task& t, int32_t u);
+  void drop_after_backward(int b, Gpt2Activations& a);
+  static void drop_outside_after_backward(core::OpKind kind, Gpt2Activations& a);
+  DeviceVector<float>& grad_buffer(int32_t u, int32_t mb);
+  void drop_run(int32_t c, int32_t mb, Gpt2Activations& a);
+  void begin_backward(const core::Task& t);
+  void reduce_task(const core::Task& t, const Key& key, int64_t off, int64_t n);
+  void adam_step(const core::Task& t);
+
+  const Gpt2& model_;
+  CpuAdam adam_;
+  // Every device buffer below is drawn from (or, for homes, charged to) this rank's device arena,
+  // whose budget is the Program's: it is declared first so that it outlives them.
+  DeviceArena arena_;
+  Home<bf16> params_, grads_;
+  Home<float> master_, m_, v_;
+
+  // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
+  // in id order), after which the block's intermediates and gradients are no longer needed.
+  std::map<int32_t, int> last_backward_of_block_;
+
+  // Transient data, keyed by what the Program names; the maps are guarded by mu, the vectors
+  // touched only by the task that the Program orders after their producer. Fetch stages are keyed
+  // by the buffer the Program says they fill (Task::buffer), and the next stage takes its Task::source
+  // (two fetches of one unit may be in flight together: its forward and backward fetches when
+  // gathered copies are not kept between them).
+  std::map<int64_t, Staging<bf16>> host_param_;           // by buffer: the NVMe read's, on the host
+  std::map<int64_t, DeviceVector<bf16>> dev_param_;       // by buffer: the host-to-device copy's, on the device
+  std::map<int64_t, DeviceVector<float>> gathered_;       // by buffer id of the gathered unit
+  std::map<Key, DeviceVector<float>> grad_full_;          // (unit, mb)
+  std::map<Key, DeviceVector<float>> grad_shard_;         // (unit, mb): reduced, on the device
+  std::map<Key, Staging<float>> grad_host_;               // (unit, mb): copied to the host for NVMe
+  std::map<Key, Staging<bf16>> grad_partial_;             // (unit, mb): earlier mbs' sum from NVMe
+  std::map<Key, Staging<float>> ckpt_host_;               // (checkpoint, mb)
+  std::map<int32_t, Staging<float>> sg_master_, sg_m_, sg_v_;  // by sub-group
+  std::map<int32_t, Staging<bf16>> sg_grad_, sg_param_;
+  // (checkpoint, mb) copied off the device, and whose run's forward is done: an offloaded
+  // checkpoint leaves the device when both are (the Program frees it after its copy; its run's
+  // forward, which reads it too, counts it among that run's activations).
+  std::set<Key> ckpt_copied_, ckpt_forward_done_;
+
+  std::vector<Gpt2Activations> acts_;
+  std::unique_ptr<ActivationOffloader> offloader_;  // the Program's Data::Activation transfers
 };
 
 }  // namespace zinf::engine

@@ -1,9 +1,7 @@
 #include "engine/exec/gpt_program_index.hpp"
 
 #include <algorithm>
-#include <climits>
-#include <map>
-#include <utility>
+#include <stdexcept>
 
 namespace zinf::engine {
 
@@ -15,24 +13,21 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
   const int mbs = P.micro_batches();
   first_backward_of_mb.assign(size_t(mbs), -1);
   ckpt_saves_per_mb.assign(size_t(mbs), 0);
-  std::map<std::pair<int32_t, int32_t>, int32_t> last_fwd;  // (checkpoint, micro-batch) -> task
+  // The checkpointed runs, their blocks and where each one's forward ends: the Program's.
+  for (const auto& c : P.checkpoint_runs()) {
+    if (c.id != int32_t(ckpt_blocks.size()))
+      throw std::logic_error("the Program's checkpointed runs are not numbered in order");
+    ckpt_first_block.push_back(c.first_block);
+    ckpt_blocks.emplace_back();
+    for (int b = c.first_block; b <= c.last_block; ++b) ckpt_blocks.back().push_back(b);
+    for (int32_t id : c.forward_end)
+      if (id >= 0) last_forward_of_run.insert(id);
+  }
   for (const auto& t : P.tasks()) {
-    if (t.kind == TaskKind::Forward && t.checkpoint >= 0) {
-      const int block = graph.ops[size_t(t.op)].block;
-      if (size_t(t.checkpoint) >= ckpt_blocks.size()) {
-        ckpt_blocks.resize(size_t(t.checkpoint) + 1);
-        ckpt_first_block.resize(size_t(t.checkpoint) + 1, INT_MAX);
-      }
-      auto& bl = ckpt_blocks[size_t(t.checkpoint)];
-      if (std::find(bl.begin(), bl.end(), block) == bl.end()) bl.push_back(block);
-      ckpt_first_block[size_t(t.checkpoint)] = std::min(ckpt_first_block[size_t(t.checkpoint)], block);
-      last_fwd[{t.checkpoint, t.micro_batch}] = t.id;
-    }
     if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
       first_backward_of_mb[size_t(t.micro_batch)] = t.id;
     if (t.kind == TaskKind::CopyD2H && t.data == core::Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
   }
-  for (const auto& [key, id] : last_fwd) last_forward_of_run.insert(id);
 }
 
 }  // namespace zinf::engine

@@ -1,8 +1,8 @@
-// What both GPT training backends (engine/exec/gpt_backend.cpp, engine/cuda/gpt_cuda_backend.cpp)
-// read off a Program once, at construction: each parameter group's units, the blocks of each
-// checkpointed run, the task that ends a checkpointed run's forward, each micro-batch's first
-// backward and how many checkpoint copies each micro-batch makes. Immutable after construction,
-// so safe to read from every lane thread.
+// What the GPT training backend (GptBackendBase, engine/exec/gpt_backend_base.hpp) reads off a
+// Program once, at construction: each parameter group's units; the blocks of each checkpointed run
+// and the task that ends its forward, as the Program states them (Program::checkpoint_runs); each
+// micro-batch's first backward and how many checkpoint copies it makes. Immutable after
+// construction, so safe to read from every lane thread.
 #pragma once
 #include <cstdint>
 #include <set>

@@ -1,9 +1,10 @@
 // TrainingBackend is what the trainer needs of a backend that trains a GPT through a Program: the
 // tasks (TaskBackend::run, called by the Executor), and between steps the step's inputs, its loss
-// and gradient norm, the device arena's peak, and the optimizer state in and out. GptCpuBackend
-// (engine/exec/gpt_backend.hpp) and the CUDA backend (engine/cuda/gpt_cuda_backend.hpp, loaded from
-// the CUDA plugin: engine/exec/cuda_plugin.hpp) implement it; the trainer holds one through this
-// interface and never names either. run() may be called concurrently from the Executor's lanes;
+// and gradient norm, the device arena's peak, and the optimizer state in and out. GptBackendBase
+// (engine/exec/gpt_backend_base.hpp) implements it once for every device: the CPU one
+// (engine/exec/gpt_backend.hpp) and the CUDA one (engine/cuda/gpt_cuda_backend.hpp, loaded from the
+// CUDA plugin: engine/exec/cuda_plugin.hpp); the trainer holds one through this interface and never
+// names either. run() may be called concurrently from the Executor's lanes;
 // the other methods are called between steps from one thread.
 #pragma once
 #include <cstdint>

@@ -108,24 +108,21 @@ struct Trainer::Impl {
       std::string why;
       const CudaPlugin* cuda = cuda_plugin(&why);
       if (!cuda) throw std::runtime_error("--backend cuda: " + why);
-      auto init = opt.init_from.empty() ? model.init_params(opt.init_seed) : load_gpt2_safetensors(opt.init_from, graph);
       const int device = cuda_device_for_rank(comm.rank());
       device_comm = cuda->make_device_collectives(comm, device);
-      backend = cuda->make_backend(planned.program, planned.plan, model, comm.rank(), *device_comm, bo, device,
-                                   opt.device_memory);
-      backend->initialize(init);
+      backend = cuda->make_backend(planned.program, planned.plan, model, comm.rank(), *device_comm, bo, device);
     } else {
       backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
-      // A fresh start streams its initialization (or --init-from) a parameter group at a time into
-      // the homes the plan chose, so the model never sits whole in host memory. A resumed run
-      // skips it: resume() loads every home from the checkpoint the same way.
-      const bool resuming = opt.start == CheckpointStart::Resume;
-      if (!resuming && opt.init_from.empty()) {
-        Gpt2::InitStream stream(model, opt.init_seed);
-        backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
-      } else if (!resuming) {
-        backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
-      }
+    }
+    // A fresh start streams its initialization (or --init-from) a parameter group at a time into
+    // the homes the plan chose, on either device, so the model never sits whole in host memory. A
+    // resumed run skips it: resume() loads every home from the checkpoint the same way.
+    const bool resuming = opt.start == CheckpointStart::Resume;
+    if (!resuming && opt.init_from.empty()) {
+      Gpt2::InitStream stream(model, opt.init_seed);
+      backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
+    } else if (!resuming) {
+      backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
     }
     executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
     if (opt.start == CheckpointStart::Resume) resume();
@@ -388,6 +385,17 @@ void Trainer::export_safetensors(const std::string& path) {
   I.comm.all_reduce(&failed, 1, "export");
   if (!error.empty()) throw std::runtime_error(error);
   if (failed > 0) throw std::runtime_error("rank 0 could not export " + path);
+}
+
+void size_for_this_machine(TrainerOptions& o, double device_gib, double host_gib) {
+  constexpr double GiB = double(1ull << 30);
+  if (device_gib > 0) o.hw.node.gpu.memory = device_gib * GiB;
+  if (host_gib > 0) {
+    o.hw.node.host_memory = host_gib * GiB;
+  } else if (o.hw.node.device_shares_host_cores) {
+    const double machine = this_machine("").memory;
+    if (machine > 0 && machine < o.hw.node.host_memory) o.hw.node.host_memory = machine;
+  }
 }
 
 }  // namespace zinf::engine

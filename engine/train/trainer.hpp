@@ -54,7 +54,6 @@ struct TrainerOptions {
   CheckpointStart start = CheckpointStart::Fresh;
   unsigned adam_threads = 1;
   std::string backend = "cpu";   // cpu, cuda or auto (engine/exec/backend_select.hpp)
-  uint64_t device_memory = 0;    // cuda: device arena bytes; 0: the free memory less a reserve
   IoEnv* env = nullptr;          // the checkpoint files' door to the OS; null: default_io_env()
   std::function<void(const std::string&)> note;  // messages for the user (rank 0); null: stderr
   // Decides the config's `auto` knobs before planning, given the model, the hwprofile as this
@@ -74,6 +73,13 @@ struct StepStats {
   int64_t device_arena_peak = -1;  // bytes the backend's device arena held at most (-1: no arena)
   core::Timeline timeline;       // this rank's measured step
 };
+
+// Memory sizes from the command line and the machine, applied to o.hw before planning, for every
+// backend: device_gib > 0 is the device memory the plan may use (node.gpu.memory: the CPU backend's
+// arena in host memory, the CUDA backend's on the GPU; either arena is the Program's device budget,
+// this less the profile's reserve); host_gib > 0 caps the host tier; a profile of a CPU machine
+// never plans more host memory than this machine has.
+void size_for_this_machine(TrainerOptions& o, double device_gib, double host_gib);
 
 class Trainer {
 public:
