@@ -74,6 +74,10 @@ double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_paral
 
 namespace {
 
+// The offload engine's staging buffers per rank in this estimate: DeepSpeed's swap buffers (8 of
+// 64 MiB). zinf's own staging is the Program's host buffers, counted in its plan.
+constexpr double kPinnedStagingBytes = 8.0 * double(64 << 20);
+
 void add(TierBytes& t, Tier tier, double per_gpu_bytes, int gpus_per_node) {
   switch (tier) {
     case Tier::Device: t.device += per_gpu_bytes; break;
@@ -156,7 +160,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
                    (c.checkpoint_interval > 0 && tier_of(c.checkpoints) != Tier::Device);
   if (offloaded) {
     MemoryRow pinned{"pinned buffers", {}};
-    pinned.bytes.host = double(c.pinned_buffer_count) * double(c.pinned_buffer_size) * G;
+    pinned.bytes.host = kPinnedStagingBytes * G;
     r.rows.push_back(pinned);
   }
   // Room for one saved training checkpoint (bf16 params + fp32 master, m, v: 14 bytes/param) on the

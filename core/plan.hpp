@@ -58,6 +58,10 @@ struct Plan {
   double reuse_distance_bytes = 0;
   int64_t sub_group_size = 0;
   int64_t sub_groups = 0;
+  // Optimizer on NVMe: sub-groups whose states are in host memory at once (the optimizer pipeline's
+  // depth), and whether they move as waves (every read of a wave, then every write).
+  int64_t sub_groups_in_flight = 0;
+  bool optimizer_nvme_phases = false;
   OptimizerTiming optimizer_timing = OptimizerTiming::AfterBackward;
   bool grad_clip = false;
   std::string optimizer_timing_note;  // what the Program does about clipping under overlap

@@ -10,6 +10,11 @@ namespace zinf::core::planning {
 
 namespace {
 
+std::vector<int32_t> window_and(std::vector<int32_t> window, int32_t dep) {
+  window.push_back(dep);
+  return window;
+}
+
 // Advances one sub-group through its stages as far as the tasks it depends on exist.
 // Returns true when it emitted anything.
 bool advance_sub_group(PlanState& ps, int32_t id) {
@@ -34,25 +39,38 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
   for (int32_t u : s.units) grad_deps.push_back(ps.grad_store_[static_cast<size_t>(u)]);
   bool progressed = false;
   if (s.stage == 0) {
-    // Inputs may be read ahead, but only `depth` sub-groups of one owner are in flight at once.
+    // Inputs may be read ahead, but only `depth` sub-groups of one owner are in flight at once:
+    // the sub-group `depth` before this one has written its outputs back or, in waves (phases), every
+    // sub-group of the wave before has.
     if (!s.ready || (!overlap && ps.backward_done_ < 0)) return false;
-    int32_t window_dep = -1;
-    if (started.size() >= static_cast<size_t>(kOptimizerPipelineDepth)) {
-      const auto& old = ps.sg_[static_cast<size_t>(started[started.size() - kOptimizerPipelineDepth])];
+    const size_t depth = static_cast<size_t>(ps.sg_in_flight_);
+    std::vector<int32_t> window;
+    auto wait_for = [&](int32_t old_id) {
+      const auto& old = ps.sg_[static_cast<size_t>(old_id)];
       if (old.stage < 3) return false;
-      window_dep = old.outs.empty() ? old.adam : old.outs.back();
-      for (int32_t o : old.outs) window_dep = std::max(window_dep, o);
+      window.push_back(old.adam);
+      window.insert(window.end(), old.outs.begin(), old.outs.end());
+      return true;
+    };
+    if (started.size() >= depth) {
+      if (ps.sg_phases_) {
+        const size_t wave_begin = started.size() / depth * depth;
+        for (size_t j = wave_begin - depth; j < wave_begin; ++j)
+          if (!wait_for(started[j])) return false;
+      } else if (!wait_for(started[started.size() - depth])) {
+        return false;
+      }
     }
     s.seq = static_cast<int64_t>(started.size());
     started.push_back(id);
     std::vector<int32_t> deps = grad_deps;
-    deps.push_back(window_dep);
+    deps.insert(deps.end(), window.begin(), window.end());
     if (!overlap) deps.push_back(ps.backward_done_);
     if (ps.plan_.optimizer == Tier::Nvme) {
       s.state_buf = ps.b_.buffer();
       s.in_states = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host,
                                 kStateBytes * n),
-                           {window_dep, overlap ? -1 : ps.backward_done_}, {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
+                           window_and(window, overlap ? -1 : ps.backward_done_), {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
     } else if (ps.plan_.optimizer == Tier::Host) {
       s.in_states = -1;
     }
@@ -105,10 +123,23 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
     progressed = true;
   }
   if (s.stage == 2) {
+    // In waves, the writes of a wave wait for every update of the wave (so for every read of it).
+    std::vector<int32_t> gate{s.adam};
+    if (ps.sg_phases_) {
+      const size_t depth = static_cast<size_t>(ps.sg_in_flight_);
+      const size_t wb = static_cast<size_t>(s.seq) / depth * depth;
+      const size_t we = std::min(wb + depth, static_cast<size_t>(ps.owner_sg_count_[ps.owner_based() ? static_cast<size_t>(g.owner) : 0]));
+      if (started.size() < we) return progressed;
+      for (size_t j = wb; j < we; ++j) {
+        const auto& other = ps.sg_[static_cast<size_t>(started[j])];
+        if (other.stage < 2) return progressed;
+        gate.push_back(other.adam);
+      }
+    }
     if (ps.plan_.optimizer == Tier::Nvme)
       s.outs.push_back(ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::OptimizerState, Tier::Host, Tier::Nvme,
                                    kStateBytes * n),
-                              {s.adam}, {}, {{Tier::Host, s.state_buf, kStateBytes * n}}));
+                              gate, {}, {{Tier::Host, s.state_buf, kStateBytes * n}}));
     const Tier where = ps.optim_compute_tier();
     int32_t param_done = s.adam;
     if (ps.plan_.params != where) {
@@ -125,7 +156,9 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
                      {{Tier::Host, hbuf, pb}}, {{Tier::Device, buf, pb}});
           buf = hbuf;
         }
-        param_done = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::Param, Tier::Host, Tier::Nvme, pb), {t}, {},
+        std::vector<int32_t> pdeps = gate;
+        pdeps.push_back(t);
+        param_done = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::Param, Tier::Host, Tier::Nvme, pb), pdeps, {},
                             {{Tier::Host, buf, pb}});
       } else {  // host params, device optimizer
         param_done = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {s.adam}, {},
@@ -149,6 +182,26 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
 }
 
 }  // namespace
+
+double sub_group_host_bytes(const PlanState& ps, int64_t count) {
+  const double n = double(count);
+  const Tier where = ps.optim_compute_tier();
+  double bytes = ps.plan_.optimizer == Tier::Nvme ? kStateBytes * n : 0.0;
+  if (where == Tier::Host && ps.plan_.gradients != Tier::Host) bytes += kGradBytes * n;
+  if (where == Tier::Host && ps.plan_.params != Tier::Host) bytes += kParamBytes * n;
+  return bytes;
+}
+
+int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_groups) {
+  if (ps.c_.optimizer_sub_groups_in_flight > 0) return ps.c_.optimizer_sub_groups_in_flight;
+  if (ps.plan_.optimizer != Tier::Nvme || largest_count <= 0) return kOptimizerPipelineDepth;
+  // A share of what the host budget leaves after the states placed there, in sub-groups; never
+  // fewer than the read / update / write pipeline needs, nor more than a rank has.
+  const double free = at(ps.plan_.budget, Tier::Host) - at(ps.plan_.static_bytes, Tier::Host);
+  int64_t fit = static_cast<int64_t>(kOptimizerHostShare * std::max(0.0, free) / sub_group_host_bytes(ps, largest_count));
+  if (ps.sg_depth_cap_ > 0) fit = std::min(fit, ps.sg_depth_cap_);
+  return std::max<int64_t>(kOptimizerPipelineDepth, std::min(fit, sub_groups));
+}
 
 void make_sub_groups(PlanState& ps) {
   // A rank's shard space is its shards (bandwidth-centric) or the units it owns (owner-based), in
@@ -201,6 +254,18 @@ void make_sub_groups(PlanState& ps) {
   }
   ps.b_.sub_groups() = sgs;
   ps.plan_.sub_groups = static_cast<int64_t>(sgs.size());
+  ps.owner_sg_count_.assign(ps.owner_based() ? static_cast<size_t>(ps.R_) : 1, 0);
+  int64_t largest = 0, most = 0;
+  for (const auto& g : sgs) {
+    auto& c = ps.owner_sg_count_[ps.owner_based() ? static_cast<size_t>(g.owner) : 0];
+    largest = std::max(largest, g.count);
+    most = std::max(most, ++c);
+  }
+  ps.sg_in_flight_ = optimizer_depth(ps, largest, most);
+  ps.sg_phases_ = ps.plan_.optimizer == Tier::Nvme && ps.c_.optimizer_nvme_phases;
+  ps.plan_.sub_groups_in_flight = ps.sg_in_flight_;
+  ps.plan_.optimizer_nvme_phases = ps.sg_phases_;
+  ps.sg_largest_ = largest;
   ps.sg_.assign(sgs.size(), {});
   for (size_t u = 0; u < ps.units_.size(); ++u)
     for (int32_t sg : ps.unit_sgs_[u]) {

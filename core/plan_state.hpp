@@ -100,6 +100,9 @@ inline constexpr double kGradBytes = 2.0;    // bf16 gradient
 inline constexpr double kStateBytes = 12.0;  // fp32 master weight, Adam m and v
 inline constexpr double kAdamFlopsPerParam = 12.0;
 inline constexpr int kOptimizerPipelineDepth = 3;  // sub-groups in flight: NVMe read, CPU Adam, NVMe write
+// An NVMe optimizer's automatic depth: sub-groups whose buffers fit this share of the host budget
+// the states placed in host memory leave (at least kOptimizerPipelineDepth).
+inline constexpr double kOptimizerHostShare = 0.25;
 // Backpressure, so that memory stays bounded however fast or slow each lane runs: a backward step
 // that starts new gradients waits until the gradient stored this many reductions ago is stored, and
 // a forward step that starts a new checkpoint waits for the save of the one this many before.
@@ -258,6 +261,11 @@ struct PlanState {
   size_t sg_cursor_ = 0;
   std::vector<std::vector<int32_t>> unit_sgs_;       // unit -> sub-groups it overlaps
   std::vector<std::vector<int32_t>> owner_started_;  // per owner slot: sub-groups started, in order
+  std::vector<int64_t> owner_sg_count_;              // per owner slot: its sub-groups
+  int64_t sg_in_flight_ = kOptimizerPipelineDepth;   // the pipeline's depth (optimizer_depth)
+  bool sg_phases_ = false;                           // waves of sg_in_flight_: reads, then writes
+  int64_t sg_largest_ = 0;                           // elements of the largest sub-group
+  int64_t sg_depth_cap_ = 0;                         // an automatic depth's cap after a host peak over budget
 };
 
 inline Task make_task(TaskKind kind, Lane lane, Data data, Phase phase) {
@@ -304,6 +312,10 @@ void reset_emission(PlanState& ps);
 
 // optimizer (plan_optimizer.cpp)
 void make_sub_groups(PlanState& ps);
+// Bytes of host memory one sub-group of `count` elements holds while in flight (its states,
+// gradients and updated parameters staged there), and the pipeline's depth for the NVMe optimizer.
+double sub_group_host_bytes(const PlanState& ps, int64_t count);
+int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_groups);
 void pump_optimizer(PlanState& ps, bool backward_done);
 
 }  // namespace planning

@@ -81,6 +81,13 @@ PlanResult run_passes(PlanState& ps) {
       reset_emission(ps);
       continue;
     }
+    // An automatic optimizer depth that puts the host over budget is halved (down to the pipeline's 3).
+    if (at(peak, Tier::Host) > at(ps.plan_.budget, Tier::Host) && ps.c_.optimizer_sub_groups_in_flight == 0 &&
+        ps.sg_in_flight_ > kOptimizerPipelineDepth) {
+      ps.sg_depth_cap_ = std::max<int64_t>(kOptimizerPipelineDepth, ps.sg_in_flight_ / 2);
+      reset_emission(ps);
+      continue;
+    }
     if (!(device_short && ps.c_.tiling_factor == 0 && attempt < 3)) break;
     ps.plan_.tiling_factor *= 2;
     ps.plan_.tiling_reason += fmt::format("; the schedule's device peak {} is over budget: {}", bytes_text(at(peak, Tier::Device)),
@@ -90,6 +97,12 @@ PlanResult run_passes(PlanState& ps) {
   }
   ps.b_.peak() = peak;
   ps.plan_.peak_bytes = peak;
+  if (ps.plan_.optimizer == Tier::Nvme)
+    ps.plan_.optimizer_timing_note +=
+        fmt::format("; {} sub-groups in flight ({} of host memory){}{}", ps.sg_in_flight_,
+                    bytes_text(double(ps.sg_in_flight_) * sub_group_host_bytes(ps, ps.sg_largest_)),
+                    ps.sg_depth_cap_ > 0 ? ", halved: the host peak was over budget deeper" : "",
+                    ps.sg_phases_ ? ", their NVMe reads and writes in waves" : "");
   for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme}) {
     const double over = at(peak, t) - at(ps.plan_.budget, t);
     if (over > 0)

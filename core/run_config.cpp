@@ -42,8 +42,7 @@ constexpr double kMaxBlock = 1 << 30;
 constexpr int64_t kMaxQueueDepth = 65536;
 constexpr int64_t kMaxRings = 64;
 constexpr int64_t kMaxTasksInFlight = 64;
-constexpr int64_t kMaxBuffers = 65536;
-constexpr int64_t kMaxBufferBytes = int64_t(1) << 40;
+constexpr int64_t kMaxSubGroupsInFlight = 4096;
 constexpr int64_t kMaxParams = int64_t(1) << 50;
 constexpr int64_t kMaxAccumulation = 1024;
 constexpr int64_t kMaxMicroBatch = 65536;
@@ -111,11 +110,12 @@ RunConfig read_yaml(ConfigReader& r) {
       a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,
                                         c.aio_block_size));
   }
-  if (auto p = r.maybe_child("pinned")) {
-    c.pinned_buffer_count = p->int_in("buffer_count", 1, kMaxBuffers, c.pinned_buffer_count);
-    c.pinned_buffer_size =
-        static_cast<int64_t>(p->number_in("buffer_size", U::Bytes, double(kIoAlignmentBytes), kMaxBufferBytes, double(c.pinned_buffer_size)));
-  }
+  // pinned.buffer_count and pinned.buffer_size are gone: host staging is the Program's host buffers
+  // (its MemEvents, counted in the plan's host peak), not a count x size of equal buffers.
+  if (r.has("pinned"))
+    r.fail("pinned", "pinned.buffer_count and pinned.buffer_size were removed: host staging buffers follow the "
+                     "Program (their sizes and count are the plan's host peak); delete the pinned block");
+  r.ignore("pinned");
   if (auto o = r.maybe_child("optimizer")) {
     c.optimizer_type = o->choice("type", {"adam", "adamw"}, "adamw");
     c.lr = o->positive_number("lr", U::Count, c.lr);
@@ -129,6 +129,13 @@ RunConfig read_yaml(ConfigReader& r) {
                                  "overlap-backward"
                              ? OptimizerTiming::OverlapBackward
                              : OptimizerTiming::AfterBackward;
+    if (o->has("sub_groups_in_flight")) {
+      c.optimizer_sub_groups_in_flight =
+          o->str("sub_groups_in_flight") == "auto" ? 0 : o->int_in("sub_groups_in_flight", 1, kMaxSubGroupsInFlight);
+    } else {
+      o->ignore("sub_groups_in_flight");
+    }
+    c.optimizer_nvme_phases = o->boolean("nvme_phases", c.optimizer_nvme_phases);
   }
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
@@ -178,11 +185,13 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
         out = parse_placement(o->choice("device", {"none", "cpu", "nvme"}, "none"));
         o->ignore("nvme_path");  // the NVMe directory is given on the command line (--nvme-dir)
         o->boolean("pin_memory", true);
-        if (o->has("buffer_count")) c.pinned_buffer_count = o->int_in("buffer_count", 1, kMaxBuffers);
-        else o->ignore("buffer_count");
-        if (o->has("buffer_size"))  // DeepSpeed counts elements (fp16)
-          c.pinned_buffer_size = 2 * o->int_in("buffer_size", 2048, kMaxBufferBytes / 2);
-        else o->ignore("buffer_size");
+        // DeepSpeed's swap buffers: zinf stages through the Program's host buffers instead.
+        for (const char* k : {"buffer_count", "buffer_size"}) {
+          if (o->has(k))
+            warnings.push_back(fmt::format("{}: zero_optimization.{}.{}: zinf's host staging buffers follow the plan, "
+                                           "this key has no effect", r.file(), key, k));
+          o->ignore(k);
+        }
       }
     };
     offload("offload_param", c.params);

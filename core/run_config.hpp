@@ -77,14 +77,19 @@ struct RunConfig {
   // for its last block, the others keep the disk's queue full. Program::lane_slots of the NVMe lanes.
   int64_t aio_tasks_in_flight = 1;
   bool swap_checksums = false;               // CRC32C per 4 KiB page of the NVMe swap files (aio.checksums)
-  int64_t pinned_buffer_count = 8;
-  int64_t pinned_buffer_size = 64 << 20;
 
   std::string optimizer_type = "adamw";
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
   double grad_clip = 0.0;                    // 0 = no clipping
   int64_t sub_group_size = 1'000'000'000;    // parameters per optimizer sub-group
   OptimizerTiming optimizer_timing = OptimizerTiming::AfterBackward;
+  // Optimizer sub-groups whose states are in host memory at once when the optimizer states are on
+  // NVMe (optimizer.sub_groups_in_flight; 0 = auto: a quarter of the host budget the states placed
+  // there leave, at least 3). Their states are read ahead of the gradient norm.
+  int64_t optimizer_sub_groups_in_flight = 0;
+  // NVMe optimizer: the sub-groups in flight move as a wave, reads then writes (optimizer.nvme_phases),
+  // instead of a sub-group's read following the write of the one `in flight` before it.
+  bool optimizer_nvme_phases = true;
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
   bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint

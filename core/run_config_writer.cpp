@@ -60,12 +60,13 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
       c.reuse_distance_bytes);
   out += fmt::format("aio: {{block_size: {}, queue_depth: {}, rings: {}, tasks_in_flight: {}, checksums: {}}}\n",
                      c.aio_block_size, c.aio_queue_depth, c.aio_rings, c.aio_tasks_in_flight, c.swap_checksums);
-  out += fmt::format("pinned: {{buffer_count: {}, buffer_size: {}}}\n", c.pinned_buffer_count, c.pinned_buffer_size);
   out += fmt::format(
       "optimizer: {{type: {}, lr: {}, beta1: {}, beta2: {}, eps: {}, weight_decay: {}, grad_clip: {}, "
-      "sub_group_size: {}, timing: {}}}\n",
+      "sub_group_size: {}, timing: {}, sub_groups_in_flight: {}, nvme_phases: {}}}\n",
       c.optimizer_type, c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.grad_clip, c.sub_group_size,
-      c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward");
+      c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward",
+      c.optimizer_sub_groups_in_flight > 0 ? std::to_string(c.optimizer_sub_groups_in_flight) : "auto",
+      c.optimizer_nvme_phases);
   out += fmt::format("gradient_accumulation: {}\n", c.gradient_accumulation);
   if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
   out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);
@@ -86,15 +87,12 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
                     {"params", {{"lr", c.lr}, {"betas", {c.beta1, c.beta2}}, {"eps", c.eps}, {"weight_decay", c.weight_decay}}}};
   ordered_json z;
   z["stage"] = c.zero_stage;
-  auto offload = [&](const Placement& p, bool with_buffers) {
+  // DeepSpeed's swap buffer_count and buffer_size are left to its defaults: zinf has no such setting.
+  auto offload = [&](const Placement& p, bool) {
     ordered_json o;
     o["device"] = deepspeed_device(p);
     if (p.tier == Tier::Nvme) o["nvme_path"] = "/local_nvme";
     o["pin_memory"] = true;
-    if (with_buffers) {
-      o["buffer_count"] = c.pinned_buffer_count;
-      o["buffer_size"] = c.pinned_buffer_size / 2;  // DeepSpeed counts fp16 elements
-    }
     return o;
   };
   z["offload_param"] = offload(c.params, true);

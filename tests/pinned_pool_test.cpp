@@ -91,15 +91,6 @@ TEST_CASE("a memlock limit too low is refused up front, with the limit and the f
   CHECK_NOTHROW(PinnedPool({4, 4 << 20}, privileged));
 }
 
-TEST_CASE("options come from the run config") {
-  zinf::core::RunConfig c;
-  c.pinned_buffer_count = 5;
-  c.pinned_buffer_size = 1 << 20;
-  auto o = PinnedPoolOptions::from_run_config(c);
-  CHECK(o.count == 5);
-  CHECK(o.buffer_size == (1u << 20));
-}
-
 // Strict seccomp lets a process only read, write and exit: any other system call kills it. A
 // child that survives a million checkouts and returns under it proves the path stays in user space.
 TEST_CASE("checkout and return make no system call") {

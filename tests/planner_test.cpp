@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -700,4 +701,131 @@ TEST_CASE("the planner admits ZeRO-Infinity's 20T run: 512 V100, tensor parallel
   const MemoryReport m = memory_requirement(in);
   CHECK(m.fits);
   CHECK(m.total.device == Approx(device_peak).epsilon(0.2));
+}
+
+namespace {
+
+// Whether task `to` depends on task `from`, directly or through other tasks.
+bool depends_on(const Program& p, int32_t to, int32_t from) {
+  std::vector<char> seen(p.tasks().size(), 0);
+  std::vector<int32_t> stack{to};
+  while (!stack.empty()) {
+    const int32_t t = stack.back();
+    stack.pop_back();
+    if (t == from) return true;
+    if (t < from || seen[size_t(t)]) continue;
+    seen[size_t(t)] = 1;
+    for (int32_t d : p.deps(p.tasks()[size_t(t)])) stack.push_back(d);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the NVMe optimizer keeps a host budget's share of sub-groups in flight, in waves of reads then writes",
+          "[planner][optimizer]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.gradients = {false, Tier::Nvme};
+  c.sub_group_size = 2000;
+  c.optimizer_timing = OptimizerTiming::OverlapBackward;
+  c.grad_clip = 1.0;
+  SECTION("auto: a quarter of the host budget the states leave, in sub-groups, at least 3") {
+    // From a roomy host down to one that holds a few sub-groups: every depth follows the formula,
+    // and some lie strictly between the floor of 3 and every sub-group.
+    bool between = false, all = false;
+    for (double host = hw.node.host_memory; host > 1e5; host /= 2) {
+      HwProfile small = hw;
+      small.node.host_memory = host;
+      PlanResult r;
+      try {
+        r = make_plan(g, small, c, 1);
+      } catch (const PlanError&) {
+        break;  // too small for the rest of the step
+      }
+      INFO("host memory " << host);
+      require_valid(r, small);
+      int64_t largest = 0;
+      for (const auto& sg : r.program.sub_groups()) largest = std::max(largest, sg.count);
+      // states (12 B), gradients (2 B) and updated parameters (2 B) per element staged in host memory
+      const double per = 16.0 * double(largest);
+      const double free = at(r.plan.budget, Tier::Host) - at(r.plan.static_bytes, Tier::Host);
+      const auto fit = static_cast<int64_t>(0.25 * free / per);
+      const int64_t formula = std::max<int64_t>(3, std::min(fit, r.plan.sub_groups));
+      if (r.plan.optimizer_timing_note.find("halved") == std::string::npos) {
+        CHECK(r.plan.sub_groups_in_flight == formula);
+      } else {  // the formula's depth put the host over budget at the step's peak
+        CHECK(r.plan.sub_groups_in_flight < formula);
+        CHECK(r.plan.sub_groups_in_flight >= 3);
+        CHECK(at(r.plan.peak_bytes, Tier::Host) <= at(r.plan.budget, Tier::Host));
+      }
+      CHECK(r.plan.optimizer_nvme_phases);
+      CHECK_THAT(r.plan.optimizer_timing_note, Contains("sub-groups in flight"));
+      between |= r.plan.sub_groups_in_flight > 3 && r.plan.sub_groups_in_flight < r.plan.sub_groups;
+      all |= r.plan.sub_groups_in_flight == r.plan.sub_groups;
+    }
+    CHECK(between);
+    CHECK(all);
+  }
+  SECTION("waves: a wave's reads wait for every write of the wave before, its writes for every read of it") {
+    c.optimizer_sub_groups_in_flight = 4;
+    PlanResult r = make_plan(g, hw, c, 1);
+    require_valid(r, hw);
+    const Program& p = r.program;
+    REQUIRE(r.plan.sub_groups > 8);
+    // Sub-groups in the order they start (their first optimizer-phase task), their reads and writes.
+    std::vector<int32_t> order;
+    std::map<int32_t, std::vector<int32_t>> reads, writes;
+    for (const auto& t : p.tasks()) {
+      if (t.phase != Phase::Optimizer || t.sub_group < 0) continue;
+      if (std::find(order.begin(), order.end(), t.sub_group) == order.end()) order.push_back(t.sub_group);
+      if (t.kind == TaskKind::NvmeRead) reads[t.sub_group].push_back(t.id);
+      if (t.kind == TaskKind::NvmeWrite) writes[t.sub_group].push_back(t.id);
+    }
+    REQUIRE(int64_t(order.size()) == r.plan.sub_groups);
+    for (size_t i = 0; i < order.size(); ++i)
+      for (size_t j = 0; j < order.size(); ++j) {
+        INFO("sub-groups " << i << " and " << j << " in start order");
+        const size_t wi = i / 4, wj = j / 4;
+        REQUIRE(reads[order[i]].size() == 2);   // states and gradients
+        REQUIRE(writes[order[i]].size() == 2);  // states and parameters
+        for (int32_t w : writes[order[i]])
+          for (int32_t rd : reads[order[j]]) {
+            // writes of wave k after every read of wave k; reads of wave k + 1 after every write of wave k
+            if (wj == wi) CHECK(depends_on(p, w, rd));
+            if (wj == wi + 1) CHECK(depends_on(p, rd, w));
+            // ... and no read of a later wave before a write of an earlier one is possible, nor the other way
+            if (wj > wi) CHECK_FALSE(depends_on(p, w, rd));
+          }
+      }
+  }
+  SECTION("interleaved: a sub-group's reads wait for the writes of the one `depth` before it only") {
+    c.optimizer_sub_groups_in_flight = 4;
+    c.optimizer_nvme_phases = false;
+    PlanResult r = make_plan(g, hw, c, 1);
+    require_valid(r, hw);
+    const Program& p = r.program;
+    std::vector<int32_t> order;
+    std::map<int32_t, std::vector<int32_t>> reads, writes;
+    for (const auto& t : p.tasks()) {
+      if (t.phase != Phase::Optimizer || t.sub_group < 0) continue;
+      if (std::find(order.begin(), order.end(), t.sub_group) == order.end()) order.push_back(t.sub_group);
+      if (t.kind == TaskKind::NvmeRead) reads[t.sub_group].push_back(t.id);
+      if (t.kind == TaskKind::NvmeWrite) writes[t.sub_group].push_back(t.id);
+    }
+    CHECK_FALSE(r.plan.optimizer_nvme_phases);
+    for (size_t i = 4; i < order.size(); ++i)
+      for (int32_t rd : reads[order[i]]) {
+        for (int32_t w : writes[order[i - 4]]) CHECK(depends_on(p, rd, w));
+        for (int32_t w : writes[order[i - 3]]) CHECK_FALSE(depends_on(p, rd, w));
+      }
+  }
+  SECTION("a deeper pipeline holds more host memory at its peak") {
+    c.optimizer_sub_groups_in_flight = 3;
+    const double three = at(make_plan(g, hw, c, 1).plan.peak_bytes, Tier::Host);
+    c.optimizer_sub_groups_in_flight = 8;
+    const double eight = at(make_plan(g, hw, c, 1).plan.peak_bytes, Tier::Host);
+    CHECK(eight > three);
+  }
 }

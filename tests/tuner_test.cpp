@@ -294,7 +294,6 @@ TEST_CASE("the run config tune writes as YAML is read back the same", "[tuner][c
   CHECK(r.beta2 == c.beta2);
   CHECK(r.partitioning == Partitioning::OwnerBased);
   CHECK(r.aio_block_size == c.aio_block_size);
-  CHECK(r.pinned_buffer_size == c.pinned_buffer_size);
   CHECK(r.checkpoint_copies_synchronous);
   CHECK(r.checkpoints_partitioned);
   CHECK(r.tensor_parallel == 4);

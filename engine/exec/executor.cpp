@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/io/io_priority.hpp"
+
 namespace zinf::engine {
 
 using core::Lane;
@@ -80,6 +82,7 @@ core::Timeline Executor::run_step() {
   };
 
   auto worker = [&](size_t lane) {
+    if (lane == static_cast<size_t>(Lane::NvmeRead) || lane == static_cast<size_t>(Lane::NvmeWrite)) raise_io_thread_priority();
     LaneState& L = lanes[lane];
     for (;;) {
       int32_t id;

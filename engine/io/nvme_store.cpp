@@ -1,5 +1,6 @@
 #include "engine/io/nvme_store.hpp"
 
+#include "engine/io/io_priority.hpp"
 #include "engine/io/safe_files.hpp"
 
 #include <fcntl.h>
@@ -475,7 +476,10 @@ NvmeStore::NvmeStore(NvmeStoreOptions options, IoEnv& env) : options_(std::move(
   for (int s = int(o.file_slots); s-- > 0;) impl_->free_file_slots.push_back(s);
   for (auto& ring : impl_->rings) {
     Impl::Ring* rp = ring.get();
-    ring->reaper = std::thread([this, rp] { impl_->reap(*rp); });
+    ring->reaper = std::thread([this, rp] {
+      raise_io_thread_priority();
+      impl_->reap(*rp);
+    });
   }
 }
 

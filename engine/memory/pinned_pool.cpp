@@ -24,7 +24,7 @@ std::string mib(uint64_t bytes) {
 
 std::string memlock_fix() {
   return "raise it with `ulimit -l unlimited` (or `memlock` in /etc/security/limits.conf, LimitMEMLOCK= "
-         "for a systemd unit, --ulimit memlock=-1 for docker), or lower pinned_buffer_count x pinned_buffer_size";
+         "for a systemd unit, --ulimit memlock=-1 for docker), or ask for a smaller pool";
 }
 
 }  // namespace
@@ -70,10 +70,6 @@ void* MlockHostMemory::allocate(size_t bytes, std::string& error) {
 void MlockHostMemory::release(void* p, size_t bytes) {
   munlock(p, bytes);
   munmap(p, bytes);
-}
-
-PinnedPoolOptions PinnedPoolOptions::from_run_config(const core::RunConfig& config) {
-  return {size_t(config.pinned_buffer_count), size_t(config.pinned_buffer_size)};
 }
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {

@@ -54,8 +54,6 @@ private:
 struct PinnedPoolOptions {
   size_t count = 8;
   size_t buffer_size = 64 << 20;  // rounded up to a multiple of core::kIoAlignmentBytes (O_DIRECT)
-
-  static PinnedPoolOptions from_run_config(const core::RunConfig& config);
 };
 
 class PinnedPool;

@@ -12,7 +12,9 @@
 # max(compute alone, read bytes / best read + written bytes / best write). TASKS_IN_FLIGHT
 # (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
 # keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
-# updated, and their states move, while backward computes) is optimizer.timing.
+# updated, and their states move, while backward computes) is optimizer.timing. SUB_GROUPS_IN_FLIGHT
+# (default auto: a share of the host budget) and NVME_PHASES (default true: the optimizer's reads and
+# writes in waves) are optimizer.sub_groups_in_flight and optimizer.nvme_phases.
 #   bash experiments/memory_wall/run.sh NVME_DIR [FACTOR] [STEPS]
 set -euo pipefail -o pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +25,10 @@ CHECKPOINT=${CHECKPOINT:-1}
 IO_BENCH=${IO_BENCH:-1}
 TASKS_IN_FLIGHT=${TASKS_IN_FLIGHT:-4}
 OPTIMIZER_TIMING=${OPTIMIZER_TIMING:-overlap-backward}
+SUB_GROUPS_IN_FLIGHT=${SUB_GROUPS_IN_FLIGHT:-auto}
+NVME_PHASES=${NVME_PHASES:-true}
+# TILING (default auto) is tiling_factor; a number skips the `auto` search, which simulates candidates.
+TILING=${TILING:-auto}
 ZINF=${ZINF:-build/zinf}
 mkdir -p "$NVME"
 work=$(mktemp -d)
@@ -80,9 +86,10 @@ description: every state on NVMe, checkpoints on the host
 zero_stage: 3
 offload: {params: nvme, gradients: nvme, optimizer: nvme}
 activation_checkpoint: {interval: 1, tier: host}
-tiling_factor: auto
+tiling_factor: $TILING
 aio: {block_size: $block, queue_depth: $depth, tasks_in_flight: $TASKS_IN_FLIGHT}
-optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING}
+optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING,
+            sub_groups_in_flight: $SUB_GROUPS_IN_FLIGHT, nvme_phases: $NVME_PHASES}
 reserve_nvme_for_checkpoint: false
 YAML
 # This machine's profile with room for the states on its disk and a device arena of DEVICE_GIB
@@ -94,7 +101,8 @@ sed "s/^name: .*/name: local-memory-wall/; s/^\(    capacity:\).*/\1 $free_disk/
 
 echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round(12 * $layers * $hidden**2 / 1e9, 2))")B params," \
      "$(numfmt --to=iec $((layers * per_layer))) of states = $(python3 -c "print(round($layers * $per_layer / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
-"$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
+# PLAN=0 skips `zinf plan` (its `auto` resolution simulates candidates: minutes on a loaded machine).
+[ "${PLAN:-1}" = 0 ] || "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
 ckpt_args=()
 [ "$CHECKPOINT" = 0 ] || ckpt_args=(--checkpoint-dir "$NVME/checkpoints")
 if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
@@ -139,7 +147,9 @@ if best["nvme_read"] and best["nvme_write"]:
     need = lane("nvme_read")[0] / best["nvme_read"] + lane("nvme_write")[0] / best["nvme_write"]
     print(f"disk: {total / 1e9:.1f} GB in {disk_busy:.1f} s with either lane busy; at io-bench's best that traffic takes {need:.1f} s: {need / disk_busy:.2f} x")
 _, compute = lane("compute")
-print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s")
+t0 = min(float(r["start"]) for r in rows)
+last_bwd = max((float(r["end"]) for r in rows if r["kind"] == "backward"), default=t0)
+print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s; {step - (last_bwd - t0):.1f} s of it after backward")
 if traffic:
     bound = max(compute, traffic)
     print(f"step bound max(compute {compute:.1f} s, NVMe traffic / io-bench best {traffic:.1f} s) = {bound:.1f} s: step = {step / bound:.2f} x bound")
