@@ -178,7 +178,7 @@ void GptCudaBackend::compute(const Task& t) {
   const CudaContext& ctx = lane(t);
   CudaActivations& a = acts_[size_t(t.micro_batch)];
   if (first_backward(t)) {
-    for (int b : checkpoints_to_drop(t)) a.x[size_t(b)].release();
+    drop_checkpoints(t, [&](int b) { a.x[size_t(b)].release(); });
     a.zero_grads(ctx.stream);
   }
   const std::vector<int32_t> units = compute_units(t);
@@ -251,13 +251,14 @@ void GptCudaBackend::checkpoint(const Task& t) {
   if (t.kind != TaskKind::CopyH2D)
     throw std::logic_error(fmt::format("no checkpoint transfer of kind {}", core::to_string(t.kind)));
   PinnedLoan host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
-  if (x.n != n) {
-    x.block = arena_->allocate(bytes, "activation checkpoint");
-    x.n = n;
-  }
-  ZINF_CUDA_CHECK(cudaMemcpyAsync(x.data(), host.as<float>(), bytes, cudaMemcpyHostToDevice, ctx.stream));
-  sync(ctx);
-  checkpoint_restored(t.checkpoint, t.micro_batch);
+  checkpoint_restored(t.checkpoint, t.micro_batch, [&] {
+    if (x.n != n) {
+      x.block = arena_->allocate(bytes, "activation checkpoint");
+      x.n = n;
+    }
+    ZINF_CUDA_CHECK(cudaMemcpyAsync(x.data(), host.as<float>(), bytes, cudaMemcpyHostToDevice, ctx.stream));
+    sync(ctx);
+  });
 }
 
 // ---- gradients ----------------------------------------------------------------------------------------

@@ -218,7 +218,7 @@ void GptCpuBackend::drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
 // activation gradients start at zero.
 void GptCpuBackend::begin_backward(const Task& t) {
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
-  for (int b : checkpoints_to_drop(t)) Gpt2Activations::release(a.x[size_t(b)]);
+  drop_checkpoints(t, [&](int b) { Gpt2Activations::release(a.x[size_t(b)]); });
   a.zero_grads();
 }
 
@@ -255,8 +255,7 @@ void GptCpuBackend::checkpoint(const Task& t) {
     }
     case TaskKind::CopyH2D: {
       Staging<float> host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
-      x.assign(host.begin(), host.end());
-      return checkpoint_restored(t.checkpoint, t.micro_batch);
+      return checkpoint_restored(t.checkpoint, t.micro_batch, [&] { x.assign(host.begin(), host.end()); });
     }
     default:
       throw std::logic_error(fmt::format("no checkpoint transfer of kind {}", core::to_string(t.kind)));

@@ -140,8 +140,8 @@ void GptBackendBase::release(const Task& t) {
   for (const auto& e : P.frees(t, rank)) drop_gathered(e.buffer);
 }
 
-std::vector<int> GptBackendBase::checkpoints_to_drop(const Task& t) {
-  if (plan.checkpoints == Tier::Device) return {};
+void GptBackendBase::drop_checkpoints(const Task& t, const std::function<void(int block)>& drop) {
+  if (plan.checkpoints == Tier::Device) return;
   const int32_t mb = t.micro_batch;
   std::lock_guard<std::mutex> lock(mu);
   if (ckpt_saved_[size_t(mb)] < index.ckpt_saves_per_mb[size_t(mb)])
@@ -149,10 +149,8 @@ std::vector<int> GptBackendBase::checkpoints_to_drop(const Task& t) {
                                        "make its first backward depend on them",
                                        P.label(t), ckpt_saved_[size_t(mb)], index.ckpt_saves_per_mb[size_t(mb)]));
   // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
-  std::vector<int> out;
   for (size_t c = 0; c < index.ckpt_first_block.size(); ++c)
-    if (!ckpt_restored_.count({int32_t(c), mb})) out.push_back(index.ckpt_first_block[c]);
-  return out;
+    if (!ckpt_restored_.count({int32_t(c), mb})) drop(index.ckpt_first_block[c]);
 }
 
 NvmeStore::TensorId GptBackendBase::checkpoint_tensor(int32_t c, int32_t mb, size_t bytes) {

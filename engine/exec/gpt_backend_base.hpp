@@ -19,6 +19,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -121,16 +122,21 @@ protected:
   // Drops every gathered buffer the Program frees at task t.
   void release(const core::Task& t);
   // Before a micro-batch's backward with offloaded checkpoints: fails unless every checkpoint copy
-  // of the micro-batch is done (the Program makes this task depend on them), and returns the
-  // first blocks of the checkpoints that may leave the device (those not brought back already).
-  std::vector<int> checkpoints_to_drop(const core::Task& t);
+  // of the micro-batch is done (the Program makes this task depend on them), and calls `drop` with
+  // the first block of each checkpoint that may leave the device (those not brought back already).
+  // `drop` runs under the backend's lock, as checkpoint_restored's `write` does: a restore on the
+  // host-to-device lane cannot land between the choice and the drop (and be dropped).
+  void drop_checkpoints(const core::Task& t, const std::function<void(int block)>& drop);
   // A checkpoint copy off the device is done; a checkpoint brought back to the device.
   void checkpoint_saved(int32_t mb) {
     std::lock_guard<std::mutex> lock(mu);
     ++ckpt_saved_[size_t(mb)];
   }
-  void checkpoint_restored(int32_t c, int32_t mb) {
+  // Brings checkpoint (c, mb) back: `write` (the copy onto the device) and the record run under the
+  // backend's lock (see drop_checkpoints).
+  void checkpoint_restored(int32_t c, int32_t mb, const std::function<void()>& write) {
     std::lock_guard<std::mutex> lock(mu);
+    write();
     ckpt_restored_.insert({c, mb});
   }
   int checkpoint_first_block(int32_t c) const { return index.ckpt_first_block[size_t(c)]; }
