@@ -4,10 +4,14 @@ each also simulated (`zinf sim`) on this machine's profile, and the configuratio
 on that profile trained the same way.
 
     /usr/bin/python3 experiments/tune/real_grid.py [--hw hwprofiles/local.yaml] [--steps 12] [--warmup 3]
-        [--rounds 3] [--models gpt-mini,gpt-overlap] [--out analysis/tune/real_grid]
+        [--rounds 3] [--models gpt-mini,gpt-overlap] [--grid placements|wide] [--out analysis/tune/real_grid]
 
-For each model: 12 configurations (4 placements x 3 splits of a global batch of 4 sequences into
-micro-batch x gradient accumulation), trained for --steps steps each; a run's step time is the
+For each model: 12 configurations, trained for --steps steps each. `--grid placements` (the default):
+4 placements x 3 splits of a global batch of 4 sequences into micro-batch x gradient accumulation.
+`--grid wide`: 12 configurations along more of the tuner's dimensions (placements, checkpoints off /
+on the device / on NVMe, tiling 4, prefetch distances 1/1/1, the optimizer overlapping backward,
+micro-batch 1 x 4), so that the grid's step times spread wider than a round's scatter on a small
+model; a run's step time is the
 median of the steps after --warmup (all ranks' work is one process here). Every configuration is
 trained --rounds times, the rounds interleaved (round 1 of every configuration, then round 2, ...)
 so that a change of load on the machine falls on all of them; its measured step is the median of
@@ -41,6 +45,24 @@ PLACEMENTS = {
 }
 SPLITS = [(4, 1), (2, 2), (1, 4)]  # micro-batch x gradient accumulation = 4 sequences per step
 GLOBAL_BATCH = 4
+# --grid wide: name -> (params and gradients, optimizer, checkpoints, micro-batch, gradient accumulation,
+# extra YAML lines; a key given there replaces BASE's line of that key)
+WIDE = {
+    "device": ("device", "device", "device", 4, 1, ""),
+    "device-ckpt-off": ("device", "device", "device", 4, 1, "activation_checkpoint: {interval: 0, tier: device}"),
+    "device-mb1x4": ("device", "device", "device", 1, 4, ""),
+    "host": ("host", "host", "host", 4, 1, ""),
+    "host-overlap": ("host", "host", "host", 4, 1,
+                     "optimizer: {type: adamw, lr: 1.0e-3, sub_group_size: 100000, timing: overlap-backward}"),
+    "host-optim-nvme": ("host", "nvme", "host", 4, 1, ""),
+    "nvme": ("nvme", "nvme", "host", 4, 1, ""),
+    "nvme-mb1x4": ("nvme", "nvme", "host", 1, 4, ""),
+    "nvme-prefetch1": ("nvme", "nvme", "host", 4, 1,
+                       "prefetch: {nvme_distance: 1, h2d_distance: 1, allgather_distance: 1}"),
+    "nvme-ckpt-nvme": ("nvme", "nvme", "nvme", 4, 1, ""),
+    "nvme-tiled": ("nvme", "nvme", "host", 4, 1, "tiling_factor: 4"),
+    "nvme-tiled-ckpt-nvme": ("nvme", "nvme", "nvme", 4, 1, "tiling_factor: 4"),
+}
 BASE = """zero_stage: 3
 offload: {{params: {p}, optimizer: {o}}}
 activation_checkpoint: {{interval: 1, tier: {c}}}
@@ -50,6 +72,23 @@ micro_batch: {mb}
 gradient_accumulation: {ga}
 """
 STEP_RE = re.compile(r"step (\d+)/\d+ \|[^|]*\|[^|]*\| ([0-9.]+) s \|")
+
+
+def grid_configs(grid):
+    """(name, YAML text) of each configuration of the grid."""
+    out = []
+    if grid == "placements":
+        for pname, (p, o, c) in PLACEMENTS.items():
+            for mb, ga in SPLITS:
+                out.append((f"{pname}-mb{mb}x{ga}", BASE.format(p=p, o=o, c=c, mb=mb, ga=ga)))
+        return out
+    for name, (p, o, c, mb, ga, extra) in WIDE.items():
+        lines = BASE.format(p=p, o=o, c=c, mb=mb, ga=ga).splitlines()
+        for e in filter(None, extra.splitlines()):
+            key = e.split(":")[0]
+            lines = [x for x in lines if not x.startswith(key + ":")] + [e]
+        out.append((name, "\n".join(lines) + "\n"))
+    return out
 
 
 def run(cmd, **kw):
@@ -137,6 +176,9 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--grid", choices=["placements", "wide"], default="placements")
+    ap.add_argument("--predict-only", action="store_true",
+                    help="simulate the grid and the tuner's pick, train nothing, write nothing")
     ap.add_argument("--out", default=os.path.join(ROOT, "analysis/tune/real_grid"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -144,19 +186,17 @@ def main():
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     start = time.time()
     print(f"profile {a.hw}; load {open('/proc/loadavg').read().split()[:3]}", flush=True)
-    summary = {"hw": a.hw, "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "models": {}}
+    summary = {"hw": a.hw, "grid": a.grid, "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "models": {}}
     for model in a.models.split(","):
         rows = []
-        for pname, (p, o, c) in PLACEMENTS.items():
-            for mb, ga in SPLITS:
-                name = f"{pname}-mb{mb}x{ga}"
-                cfg = os.path.join(scratch, f"{model}-{name}.yaml")
-                with open(cfg, "w") as f:
-                    f.write(f"description: tune grid {name}\n" + BASE.format(p=p, o=o, c=c, mb=mb, ga=ga))
-                rows.append({"name": name, "config": cfg})
+        for name, text in grid_configs(a.grid):
+            cfg = os.path.join(scratch, f"{model}-{name}.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"description: tune grid {name}\n" + text)
+            rows.append({"name": name, "config": cfg})
         # The tuner's pick on this machine's profile, from the device placement as the base.
         t0 = time.time()
-        pick_cfg = os.path.join(a.out, f"{model}-pick.yaml")
+        pick_cfg = os.path.join(scratch if a.predict_only else a.out, f"{model}-pick.yaml")
         tune = json.loads(run([a.zinf, "tune", "--model", model, "--hw", a.hw, "--config", rows[0]["config"],
                                "--global-batch", str(GLOBAL_BATCH), "--json", "--yaml", pick_cfg, "--deepspeed", ""]))
         tune_s = time.time() - t0
@@ -165,6 +205,10 @@ def main():
         for r in rows:
             r["predicted"] = simulate(a.zinf, model, r["config"], a.hw)
             r["rounds"], r["steps"] = [], []
+        if a.predict_only:
+            for r in sorted(rows, key=lambda r: r["predicted"]):
+                print(f"  {model:<12} {r['name']:<26} predicted {r['predicted']:.4f} s")
+            continue
         for k in range(a.rounds):
             for r in rows:
                 median, kept = train(a.zinf, model, r["config"], a.hw, a.steps, a.warmup,
@@ -193,6 +237,9 @@ def main():
                 f.write(f"{r['name']},{r['predicted']:.6f},{r['measured']:.6f},{' '.join(f'{x:.4f}' for x in r['rounds'])},"
                         f"{' '.join(f'{x:.4f}' for x in r['steps'])}\n")
     summary["seconds"] = time.time() - start
+    if a.predict_only:
+        subprocess.run(["rm", "-rf", scratch])
+        return 0
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print()
