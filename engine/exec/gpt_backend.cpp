@@ -19,7 +19,6 @@ GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const
                              GptBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o), "CPU"), model_(mdl),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads), arena_(core::at(p.budget(), Tier::Device)) {
-  offloader_ = std::make_unique<ActivationOffloader>(P, graph, store.get());
   params_.init(plan.params, space, store.get(), arena_, "params");
   grads_.init(plan.gradients, space, store.get(), arena_, "grads");
   master_.init(plan.optimizer, space, store.get(), arena_, "master");
@@ -157,7 +156,6 @@ void GptCpuBackend::compute(const Task& t) {
     else model_.forward(t.op, pbufs, a);
     if (op.kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
     if (t.kind == TaskKind::Forward && ends_run_forward(t)) drop_run(t.checkpoint, t.micro_batch, a);
-    offloader_->after_forward(t, a);
     return;
   }
   std::vector<GradBuf> gbufs;
@@ -222,7 +220,30 @@ void GptCpuBackend::begin_backward(const Task& t) {
   a.zero_grads();
 }
 
-void GptCpuBackend::activation(const Task& t) { offloader_->run(t, acts_[size_t(t.micro_batch)]); }
+// ---- offloaded activations ------------------------------------------------------------------------
+
+HostFloats GptCpuBackend::activation_host(size_t n) {
+  auto owner = std::make_shared<Staging<float>>(staging<float>(int64_t(n)));
+  return HostFloats(owner, owner->data());
+}
+
+void GptCpuBackend::save_activations(const Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                                     float* host) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Activation& v = tensor(t.micro_batch, refs[i]);
+    std::copy_n(v.begin(), sizes[i], host);
+    host += sizes[i];
+    Gpt2Activations::release(v);
+  }
+}
+
+void GptCpuBackend::restore_activations(const Task& t, std::span<const ActivationRef> refs,
+                                        std::span<const size_t> sizes, const float* host) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    tensor(t.micro_batch, refs[i]).assign(host, host + sizes[i]);
+    host += sizes[i];
+  }
+}
 
 // ---- activation checkpoints -----------------------------------------------------------------------
 
