@@ -207,7 +207,7 @@ void GptCudaBackend::compute(const Task& t) {
     for (int32_t u : units) gbufs.push_back(grad_buffer(u, t.micro_batch, ctx));
     if (tiled >= 0) model_->backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a, ctx);
     else model_->backward(t.op, pbufs, gbufs, a, ctx);
-    return;
+    return drop_after_backward(t, a, [](DeviceTensor& v) { v.release(); });  // the model synchronized the stream
   }
   if (tiled >= 0) model_->forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a, ctx);
   else model_->forward(t.op, pbufs, a, ctx);

@@ -68,8 +68,6 @@ private:
   }
   float* gathered_data(const core::Task& t);
   const DeviceVector<float>& gathered_for(const core::Task& t, int32_t u);
-  void drop_after_backward(int b, Gpt2Activations& a);
-  static void drop_outside_after_backward(core::OpKind kind, Gpt2Activations& a);
   DeviceVector<float>& grad_buffer(int32_t u, int32_t mb);
   void drop_run(int32_t c, int32_t mb, Gpt2Activations& a);
   void begin_backward(const core::Task& t);
@@ -83,10 +81,6 @@ private:
   DeviceArena arena_;
   Home<bf16> params_, grads_;
   Home<float> master_, m_, v_;
-
-  // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
-  // in id order), after which the block's intermediates and gradients are no longer needed.
-  std::map<int32_t, int> last_backward_of_block_;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu, the vectors
   // touched only by the task that the Program orders after their producer. Fetch stages are keyed

@@ -141,6 +141,27 @@ protected:
     write();
     ckpt_restored_.insert({c, mb});
   }
+  // After backward task t, what the Program frees of micro-batch activations `a`: after a block's
+  // last backward its intermediates and their gradients, its input, its output and the output's
+  // gradient (the next use of each is the next step, which allocates them zeroed); after ln_f's
+  // backward (the last of its run) the head's tensors; after the embedding's the first block's
+  // input and its gradient. So backward holds one run's activations, not every block's. `Acts` is
+  // a device's activations (Gpt2Activations, cuda::CudaActivations: the same members); `release`
+  // frees one tensor.
+  template <class Acts, class Release>
+  void drop_after_backward(const core::Task& t, Acts& a, Release release) const {
+    const core::Operator& op = graph.ops[size_t(t.op)];
+    if (auto it = index.last_backward_of_block.find(t.id); it != index.last_backward_of_block.end()) {
+      const size_t b = size_t(it->second);
+      a.drop_block(int(b));
+      for (auto* v : {&a.x[b], &a.x[b + 1], &a.dx[b + 1]}) release(*v);
+    }
+    if (op.block >= 0) return;
+    if (op.kind == core::OpKind::LayerNorm)
+      for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.d_lnf, &a.logits, &a.probs, &a.losses, &a.d_logits}) release(*v);
+    if (op.kind == core::OpKind::Embedding)
+      for (auto* v : {&a.x[0], &a.dx[0]}) release(*v);
+  }
   int checkpoint_first_block(int32_t c) const { return index.ckpt_first_block[size_t(c)]; }
   const std::vector<int>& checkpoint_blocks(int32_t c) const { return index.ckpt_blocks[size_t(c)]; }
   // Elements of one activation checkpoint (a block's input).
