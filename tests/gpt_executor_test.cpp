@@ -5,10 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <tuple>
@@ -369,9 +371,14 @@ public:
   }
   std::vector<float>& at(int32_t mb, engine::ActivationRef r) { return device.at({mb, r.block, int(r.tensor)}); }
   size_t activation_elements(int32_t mb, engine::ActivationRef r) override { return at(mb, r).size(); }
+  std::vector<std::weak_ptr<std::vector<float>>> lent;  // the host memory handed out
+  size_t host_held() const {
+    return size_t(std::count_if(lent.begin(), lent.end(), [](const auto& w) { return !w.expired(); }));
+  }
   engine::HostFloats activation_host(size_t n) override {
     ++hosts;
     auto owner = std::make_shared<std::vector<float>>(std::max<size_t>(n, 1), -1.0f);
+    lent.push_back(owner);
     return engine::HostFloats(owner, owner->data());
   }
   void save_activations(const core::Task& t, std::span<const engine::ActivationRef> refs,
@@ -448,6 +455,22 @@ TEST_CASE("the activation offloader's task logic, on a recording device: every s
     CHECK(dev.saved_elements > 0);
     CHECK((host_copies == 0) == v.gds);  // over GDS, nothing stops in the Program's host tier
     CHECK(dev.device == dev.original);   // every tensor back, equal
+    CHECK(dev.host_held() == 0);         // and every host copy given back
+
+    // A step stopped after its saves: clear() gives back the host memory the copies hold (a
+    // device whose host memory they borrow calls it before that memory goes).
+    RecordingDevice dev2(P.micro_batches(), spec.layers);
+    engine::ActivationOffloader stopped(P, graph, &store, dev2);
+    for (const auto& t : P.tasks())
+      if (t.data == core::Data::Activation && !core::is_compute(t.kind) &&
+          (t.kind == core::TaskKind::CopyD2H || t.kind == core::TaskKind::NvmeWrite))
+        stopped.run(t);
+    // On the host tier each save holds its copy; an NVMe write gives its copy (or bounce buffer) back.
+    const bool host_tier = P.activations().front().tier == core::Tier::Host;
+    CHECK(dev2.host_held() == (host_tier ? size_t(dev2.saves) : 0));
+    CHECK(dev2.saves > 0);
+    stopped.clear();
+    CHECK(dev2.host_held() == 0);
   }
 }
 
