@@ -238,8 +238,9 @@ protected:
 
 private:
   void norm_task(const core::Task& t);
-  std::unique_ptr<ActivationOffloader> offloader_;  // the Program's Data::Activation transfers
   void check_state(const Gpt2Params& p, const char* what, bool optional) const;
+
+  std::unique_ptr<ActivationOffloader> offloader_;  // the Program's Data::Activation transfers
 
   std::vector<double> losses_;
   std::vector<int> ckpt_saved_;                          // per micro-batch: its checkpoint copies done
