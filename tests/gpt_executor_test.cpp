@@ -5,20 +5,26 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
+#include <span>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
 #include "core/hwprofile.hpp"
+#include "core/kernel_activations.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/data/token_data.hpp"
-#include "engine/exec/backend_select.hpp"
+#include "engine/exec/activation_offload.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
 #include "engine/reference_trainer.hpp"
@@ -343,15 +349,184 @@ TEST_CASE("executor: gradient accumulation with offloaded activations matches ke
   for (int i = 0; i < steps; ++i) CHECK(got[size_t(i)] == ref[size_t(i)]);
 }
 
-TEST_CASE("the cuda backend refuses a plan that offloads activations, naming the key; the cpu backend takes it") {
-  auto graph = models::build_gpt(core::load_model_spec(source("models/gpt-tiny.yaml")));
-  auto hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
-  auto offload = core::make_plan(graph, hw, core::parse_run_config("activation_offload: {policy: offload_all}\n", "c.yaml"), 1);
-  auto keep = core::make_plan(graph, hw, core::parse_run_config("zero_stage: 3\n", "c.yaml"), 1);
-  CHECK_THROWS_WITH(engine::require_backend_runs(engine::BackendKind::Cuda, offload.program),
-                    Catch::Matchers::Contains("activation_offload"));
-  CHECK_NOTHROW(engine::require_backend_runs(engine::BackendKind::Cpu, offload.program));
-  CHECK_NOTHROW(engine::require_backend_runs(engine::BackendKind::Cuda, keep.program));
+namespace {
+
+// A device that keeps each block tensor as a host vector of distinct values and records what the
+// offloader asks of it: the shared task logic as any device (the CUDA one included) sees it.
+class RecordingDevice final : public engine::ActivationDevice {
+public:
+  using Id = std::tuple<int32_t, int, int>;  // (micro-batch, block, tensor)
+  std::map<Id, std::vector<float>> device, original;
+  int saves = 0, restores = 0, releases = 0, hosts = 0;
+  size_t saved_elements = 0;
+
+  RecordingDevice(int micro_batches, int layers) {
+    for (int mb = 0; mb < micro_batches; ++mb)
+      for (int b = 0; b < layers; ++b)
+        for (int k = 0; k < 14; ++k) {
+          std::vector<float> v(size_t(3 + k + b));
+          for (size_t i = 0; i < v.size(); ++i) v[i] = float(mb * 10000 + b * 100 + k) + float(i) / 64.0f;
+          device[{mb, b, k}] = original[{mb, b, k}] = v;
+        }
+  }
+  std::vector<float>& at(int32_t mb, engine::ActivationRef r) { return device.at({mb, r.block, int(r.tensor)}); }
+  size_t activation_elements(int32_t mb, engine::ActivationRef r) override { return at(mb, r).size(); }
+  std::vector<std::weak_ptr<std::vector<float>>> lent;  // the host memory handed out
+  size_t host_held() const {
+    return size_t(std::count_if(lent.begin(), lent.end(), [](const auto& w) { return !w.expired(); }));
+  }
+  engine::HostFloats activation_host(size_t n) override {
+    ++hosts;
+    auto owner = std::make_shared<std::vector<float>>(std::max<size_t>(n, 1), -1.0f);
+    lent.push_back(owner);
+    return engine::HostFloats(owner, owner->data());
+  }
+  void save_activations(const core::Task& t, std::span<const engine::ActivationRef> refs,
+                        std::span<const size_t> sizes, float* host) override {
+    ++saves;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      auto& v = at(t.micro_batch, refs[i]);
+      REQUIRE(v.size() == sizes[i]);
+      host = std::copy(v.begin(), v.end(), host);
+      saved_elements += v.size();
+      v.clear();
+    }
+  }
+  void restore_activations(const core::Task& t, std::span<const engine::ActivationRef> refs,
+                           std::span<const size_t> sizes, const float* host) override {
+    ++restores;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      auto& v = at(t.micro_batch, refs[i]);
+      REQUIRE(v.empty());  // the save freed it
+      v.assign(host, host + sizes[i]);
+      host += sizes[i];
+    }
+  }
+  void release_activation(int32_t mb, engine::ActivationRef r) override {
+    ++releases;
+    at(mb, r).clear();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the activation offloader's task logic, on a recording device: every saved tensor comes back equal, GDS without a host copy",
+          "[executor][activation]") {
+  auto spec = core::load_model_spec(source("models/gpt-tiny.yaml"));
+  const auto graph = models::build_gpt(spec);
+  struct Variant {
+    const char* yaml;
+    bool gds;
+  };
+  const Variant variants[] = {
+      {"zero_stage: 3\ngradient_accumulation: 2\nactivation_offload: {policy: offload_all, tier: host, granularity: block}\n", false},
+      {"zero_stage: 3\nactivation_offload: {policy: offload_all, tier: host, granularity: tensor}\n", false},
+      {"zero_stage: 3\nactivation_offload: {policy: offload_all, tier: nvme, granularity: block}\n", false},
+      {"zero_stage: 3\ngradient_accumulation: 2\nactivation_offload: {policy: offload_all, tier: nvme, granularity: tensor}\n", false},
+      {"zero_stage: 3\nactivation_offload: {policy: offload_all, tier: nvme}\n", true},
+  };
+  for (const auto& v : variants) {
+    INFO(v.yaml << (v.gds ? " with node.gds" : ""));
+    auto hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+    if (v.gds) hw.node.gds_bandwidth = 4e9;
+    const auto config = core::parse_run_config(v.yaml, "c.yaml");
+    const auto planned = core::make_plan(graph, hw, config, 1);
+    const core::Program& P = planned.program;
+    REQUIRE(!P.activations().empty());
+    TempDir dir;
+    engine::NvmeStore store(engine::NvmeStoreOptions::from_run_config(config, dir.path.string()));
+    RecordingDevice dev(P.micro_batches(), spec.layers);
+    engine::ActivationOffloader off(P, graph, &store, dev);
+    int saves = 0, restores = 0, host_copies = 0;
+    // Tasks in id order (a topological order): each segment's save precedes its load.
+    for (const auto& t : P.tasks()) {
+      if (core::is_compute(t.kind)) off.after_forward(t);
+      if (core::is_compute(t.kind) || t.data != core::Data::Activation) continue;
+      const bool device_end = t.from == core::Tier::Device || t.to == core::Tier::Device;
+      saves += device_end && (t.kind == core::TaskKind::CopyD2H || t.kind == core::TaskKind::NvmeWrite);
+      restores += device_end && (t.kind == core::TaskKind::CopyH2D || t.kind == core::TaskKind::NvmeRead);
+      host_copies += t.kind == core::TaskKind::CopyD2H || t.kind == core::TaskKind::CopyH2D;
+      off.run(t);
+    }
+    CHECK(saves > 0);
+    CHECK(dev.saves == saves);
+    CHECK(dev.restores == restores);
+    CHECK(dev.releases == 0);  // offload_all recomputes nothing per tensor
+    CHECK(dev.saved_elements > 0);
+    CHECK((host_copies == 0) == v.gds);  // over GDS, nothing stops in the Program's host tier
+    CHECK(dev.device == dev.original);   // every tensor back, equal
+    CHECK(dev.host_held() == 0);         // and every host copy given back
+
+    // A step stopped after its saves: clear() gives back the host memory the copies hold (a
+    // device whose host memory they borrow calls it before that memory goes).
+    RecordingDevice dev2(P.micro_batches(), spec.layers);
+    engine::ActivationOffloader stopped(P, graph, &store, dev2);
+    for (const auto& t : P.tasks())
+      if (t.data == core::Data::Activation && !core::is_compute(t.kind) &&
+          (t.kind == core::TaskKind::CopyD2H || t.kind == core::TaskKind::NvmeWrite))
+        stopped.run(t);
+    // On the host tier each save holds its copy; an NVMe write gives its copy (or bounce buffer) back.
+    const bool host_tier = P.activations().front().tier == core::Tier::Host;
+    CHECK(dev2.host_held() == (host_tier ? size_t(dev2.saves) : 0));
+    CHECK(dev2.saves > 0);
+    stopped.clear();
+    CHECK(dev2.host_held() == 0);
+  }
+}
+
+TEST_CASE("the activation offloader releases the tensors the Program recomputes per tensor after their block's forward",
+          "[executor][activation]") {
+  // The budget search of the per-tensor test above, at the first budget whose plan recomputes some
+  // tensors by their own operator.
+  auto spec = core::load_model_spec(source("models/gpt-tiny.yaml"));
+  spec.layers = 4;
+  const auto graph = models::build_gpt(spec);
+  core::HwProfile base = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  base.node.pcie_bandwidth = 1e9;
+  base.node.nvme_read_bandwidth = base.node.nvme_write_bandwidth = 1e9;
+  const auto config = core::parse_run_config("zero_stage: 3\nactivation_offload: {policy: lifetime, tier: host}\n", "c.yaml");
+  const double keep_peak = core::at(
+      core::make_plan(graph, base, core::parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 0}\n", "c.yaml"), 1)
+          .plan.peak_bytes,
+      core::Tier::Device);
+  std::optional<core::PlanResult> planned;
+  for (double f = 0.99; f > 0.85 && !planned; f -= 0.01) {
+    core::HwProfile hw = base;
+    hw.node.gpu.memory = f * keep_peak / (1.0 - hw.reserve.gpu);
+    try {
+      auto r = core::make_plan(graph, hw, config, 1);
+      const bool recomputes = std::any_of(r.program.tasks().begin(), r.program.tasks().end(), [](const core::Task& t) {
+        return t.kind == core::TaskKind::Recompute && t.checkpoint < 0;
+      });
+      if (recomputes) planned = std::move(r);
+    } catch (const core::PlanError&) {  // too small for the pass: try the next
+    }
+  }
+  REQUIRE(planned);
+  const core::Program& P = planned->program;
+  RecordingDevice dev(P.micro_batches(), spec.layers);
+  engine::ActivationOffloader off(P, graph, nullptr, dev);
+  int recomputes = 0;
+  for (const auto& t : P.tasks()) {
+    if (t.kind == core::TaskKind::Recompute && t.checkpoint < 0) {
+      // What its operator writes left the device after the block's forward (and is there before).
+      const auto& op = graph.ops[size_t(t.op)];
+      std::string name;
+      for (const auto& bt : core::block_tensors(spec, false))
+        if (bt.producer == op.role) name = bt.name;
+      REQUIRE(!name.empty());
+      for (engine::SavedTensor k : engine::activation_tensors(name)) {
+        CHECK(dev.device.at({t.micro_batch, op.block, int(k)}).empty());
+        CHECK(!dev.original.at({t.micro_batch, op.block, int(k)}).empty());
+      }
+      ++recomputes;
+    }
+    if (core::is_compute(t.kind)) off.after_forward(t);
+    else if (t.data == core::Data::Activation) off.run(t);
+  }
+  CHECK(recomputes > 0);
+  CHECK(dev.releases > 0);
+  CHECK_THROWS_WITH(engine::activation_tensors("logits"), Catch::Matchers::Contains("'logits'"));
 }
 
 TEST_CASE("executor: NVMe lanes with several tasks in flight give the losses of one at a time, bit for bit",

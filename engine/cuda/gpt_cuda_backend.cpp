@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
+#include <mutex>
 
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/kernels.hpp"
@@ -22,6 +25,17 @@ uint64_t arena_budget(const core::Program& program, int device) {
   size_t free = 0, total = 0;
   ZINF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   return device_arena_bytes(program, uint64_t(free), fmt::format("CUDA device {}", device));
+}
+
+// The plan moves activations over GPUDirect Storage, which this build runs through pinned host
+// memory: said once per process.
+void warn_no_cufile() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "zinf: the plan moves activations NVMe <-> GPU over GPUDirect Storage; the CUDA backend has no cuFile "
+                 "path, so these transfers go through pinned host memory (a bounce buffer per transfer)\n");
+  });
 }
 
 void wait_both(IoHandle a, IoHandle b) {
@@ -51,6 +65,8 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
     ZINF_CUBLAS_CHECK(cublasCreate(&ctx->blas));
     ZINF_CUBLAS_CHECK(cublasSetStream(ctx->blas, ctx->stream));
   }
+  if (std::any_of(P.activations().begin(), P.activations().end(), [](const core::ActivationSegment& a) { return a.gds; }))
+    warn_no_cufile();
   arena_ = std::make_unique<DeviceArena>(arena_budget(P, device_));
   model_ = std::make_unique<GptCudaModel>(graph, *arena_);
   params_.init(*arena_, plan.params, space, store.get(), "params");
@@ -61,6 +77,7 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
 }
 
 GptCudaBackend::~GptCudaBackend() {
+  drop_activation_copies();  // pinned loans, before pinned_ goes
   cudaSetDevice(device_);
   std::vector<CudaContext*> contexts{&main_ctx_};
   for (auto& l : lanes_) contexts.push_back(&l);
@@ -190,7 +207,7 @@ void GptCudaBackend::compute(const Task& t) {
     for (int32_t u : units) gbufs.push_back(grad_buffer(u, t.micro_batch, ctx));
     if (tiled >= 0) model_->backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a, ctx);
     else model_->backward(t.op, pbufs, gbufs, a, ctx);
-    return;
+    return drop_after_backward(t, a, [](DeviceTensor& v) { v.release(); });  // the model synchronized the stream
   }
   if (tiled >= 0) model_->forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a, ctx);
   else model_->forward(t.op, pbufs, a, ctx);
@@ -218,8 +235,42 @@ void GptCudaBackend::drop_run(int32_t c, CudaActivations& a) {
   }
 }
 
-void GptCudaBackend::activation(const Task& t) {
-  throw std::logic_error(fmt::format("{}: the CUDA backend does not offload activation segments", P.label(t)));
+// ---- offloaded activations -----------------------------------------------------------------------------
+
+HostFloats GptCudaBackend::activation_host(size_t n) {
+  auto owner = std::make_shared<PinnedLoan>(pinned_.acquire(std::max<size_t>(n, 1) * sizeof(float)));
+  return HostFloats(owner, owner->as<float>());
+}
+
+// The copies are enqueued on the lane's stream; the tensors go back to the arena only once the
+// stream has finished them.
+void GptCudaBackend::save_activations(const Task& t, std::span<const ActivationRef> refs,
+                                      std::span<const size_t> sizes, float* host) {
+  const CudaContext& ctx = lane(t);
+  for (size_t i = 0, at = 0; i < refs.size(); at += sizes[i++])
+    if (sizes[i] > 0)
+      ZINF_CUDA_CHECK(cudaMemcpyAsync(host + at, tensor(t.micro_batch, refs[i]).data(), sizes[i] * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx.stream));
+  sync(ctx);
+  for (const ActivationRef& r : refs) tensor(t.micro_batch, r).release();
+}
+
+void GptCudaBackend::restore_activations(const Task& t, std::span<const ActivationRef> refs,
+                                         std::span<const size_t> sizes, const float* host) {
+  const CudaContext& ctx = lane(t);
+  for (size_t i = 0, at = 0; i < refs.size(); at += sizes[i++]) {
+    DeviceTensor& v = tensor(t.micro_batch, refs[i]);
+    if (sizes[i] == 0) {
+      v.release();
+      continue;
+    }
+    if (v.n != int64_t(sizes[i])) {
+      v.block = arena_->allocate(sizes[i] * sizeof(float), "offloaded activations");
+      v.n = int64_t(sizes[i]);
+    }
+    ZINF_CUDA_CHECK(cudaMemcpyAsync(v.data(), host + at, sizes[i] * sizeof(float), cudaMemcpyHostToDevice, ctx.stream));
+  }
+  sync(ctx);
 }
 
 // ---- activation checkpoints ---------------------------------------------------------------------------

@@ -5,7 +5,11 @@
 // NvmeStore), copied to the device with cudaMemcpyAsync, all-gathered (NCCL) into bf16 device
 // buffers that the operators read directly; operators run forward / recomputed / backward with the
 // CUDA kernels and cuBLAS (GptCudaModel); fp32 gradients are reduce-scattered and accumulated as
-// bf16 shards on their tier; activation checkpoints go to pinned host memory or NVMe and back;
+// bf16 shards on their tier; activation checkpoints go to pinned host memory or NVMe and back, and
+// so do offloaded activation tensors (the base's ActivationOffloader; this class supplies the copies
+// on the task's lane stream through pinned host memory, the device memory freed once a save is
+// copied and allocated from the arena at the restore; a GPUDirect Storage transfer takes the same
+// pinned bounce buffer, as there is no cuFile path, said once on stderr);
 // optimizer sub-groups are updated by CPU Adam (states on host or NVMe) or by the device Adam kernel
 // (states on the device).
 //
@@ -65,7 +69,15 @@ private:
   void compute(const core::Task& t) override;
   void gradient(const core::Task& t) override;
   void checkpoint(const core::Task& t) override;
-  void activation(const core::Task& t) override;
+  // ActivationDevice: fp32 tensors in the arena, copied on the task's lane stream to and from pinned memory.
+  size_t activation_elements(int32_t mb, ActivationRef r) override { return size_t(tensor(mb, r).n); }
+  HostFloats activation_host(size_t n) override;
+  void save_activations(const core::Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                        float* host) override;
+  void restore_activations(const core::Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                           const float* host) override;
+  void release_activation(int32_t mb, ActivationRef r) override { tensor(mb, r).release(); }
+  DeviceTensor& tensor(int32_t mb, ActivationRef r) { return saved_tensor(acts_[size_t(mb)].blocks.at(size_t(r.block)), r.tensor); }
   void optimizer(const core::Task& t) override;
 
   const CudaContext& lane(const core::Task& t) const { return lanes_[size_t(t.lane)]; }

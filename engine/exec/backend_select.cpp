@@ -1,6 +1,5 @@
 #include "engine/exec/backend_select.hpp"
 
-#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -41,17 +40,6 @@ BackendKind select_backend(const std::string& name) {
     return BackendKind::Cuda;
   }
   throw std::invalid_argument("--backend '" + name + "': expected cpu, cuda or auto");
-}
-
-void require_backend_runs(BackendKind kind, const core::Program& program) {
-  const bool per_tensor_recompute = std::any_of(program.tasks().begin(), program.tasks().end(), [](const core::Task& t) {
-    return t.kind == core::TaskKind::Recompute && t.checkpoint < 0;
-  });
-  if (kind == BackendKind::Cuda && (!program.activations().empty() || per_tensor_recompute))
-    throw std::invalid_argument(
-        "activation_offload: the plan offloads or recomputes single activation tensors, which the cuda backend does not "
-        "run yet; use "
-        "--backend cpu, or activation_offload.policy: none with activation_checkpoint for the cuda backend");
 }
 
 int cuda_device_for_rank(int rank) {

@@ -25,11 +25,6 @@ bool cuda_device_available(std::string* why = nullptr);
 // asked for without CUDA in the build or without a device.
 BackendKind select_backend(const std::string& name);
 
-// Throws std::invalid_argument naming the run-config key when backend `kind` cannot run what
-// `program` asks: the CUDA backend has no activation-offload transfers yet (activation_offload
-// runs on the CPU backend; no GPU was at hand to test a CUDA or cuFile path).
-void require_backend_runs(BackendKind kind, const core::Program& program);
-
 // The CUDA device a rank uses: its local rank on the node (from the MPI launcher's environment, or
 // `rank`) modulo the devices present.
 int cuda_device_for_rank(int rank);

@@ -19,19 +19,11 @@ GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const
                              GptBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o), "CPU"), model_(mdl),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads), arena_(core::at(p.budget(), Tier::Device)) {
-  offloader_ = std::make_unique<ActivationOffloader>(P, graph, store.get());
   params_.init(plan.params, space, store.get(), arena_, "params");
   grads_.init(plan.gradients, space, store.get(), arena_, "grads");
   master_.init(plan.optimizer, space, store.get(), arena_, "master");
   m_.init(plan.optimizer, space, store.get(), arena_, "adam_m");
   v_.init(plan.optimizer, space, store.get(), arena_, "adam_v");
-  std::map<Key, int32_t> last_bwd;  // (micro-batch, block) -> task
-  for (const auto& t : P.tasks())
-    if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
-      auto& id = last_bwd[{t.micro_batch, graph.ops[size_t(t.op)].block}];
-      id = std::max(id, t.id);
-    }
-  for (const auto& [key, id] : last_bwd) last_backward_of_block_[id] = key.second;
 }
 
 GptCpuBackend::~GptCpuBackend() = default;
@@ -157,39 +149,13 @@ void GptCpuBackend::compute(const Task& t) {
     else model_.forward(t.op, pbufs, a);
     if (op.kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
     if (t.kind == TaskKind::Forward && ends_run_forward(t)) drop_run(t.checkpoint, t.micro_batch, a);
-    offloader_->after_forward(t, a);
     return;
   }
   std::vector<GradBuf> gbufs;
   for (int32_t u : units) gbufs.push_back({grad_buffer(u, t.micro_batch).data(), unit(u).numel});
   if (tiled >= 0) model_.backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a);
   else model_.backward(t.op, pbufs, gbufs, a);
-  if (auto it = last_backward_of_block_.find(t.id); it != last_backward_of_block_.end())
-    drop_after_backward(it->second, a);
-  if (op.block < 0) drop_outside_after_backward(op.kind, a);
-}
-
-// After block b's backward: its recomputed intermediates and their gradients, its output and the
-// output's gradient go (the next use of each is the next step, which allocates them zeroed as
-// zero_grads would leave them), so backward holds one run's activations, not every block's.
-void GptCpuBackend::drop_after_backward(int b, Gpt2Activations& a) {
-  a.drop_block(b);
-  Gpt2Activations::release(a.x[size_t(b)]);  // its input: only ln1's backward reads it
-  Gpt2Activations::release(a.x[size_t(b) + 1]);
-  Gpt2Activations::release(a.dx[size_t(b) + 1]);
-}
-
-// The same for the operators outside the blocks, at the Program's free points: after ln_f's
-// backward (the last of its run: lm_head and the loss precede it) the head's tensors go, after the
-// embedding's the first block's input gradient.
-void GptCpuBackend::drop_outside_after_backward(core::OpKind kind, Gpt2Activations& a) {
-  if (kind == core::OpKind::LayerNorm)
-    for (Activation* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.d_lnf, &a.logits, &a.probs, &a.losses, &a.d_logits})
-      Gpt2Activations::release(*v);
-  if (kind == core::OpKind::Embedding) {
-    Gpt2Activations::release(a.x[0]);
-    Gpt2Activations::release(a.dx[0]);
-  }
+  drop_after_backward(t, a, [](Activation& v) { Gpt2Activations::release(v); });
 }
 
 DeviceVector<float>& GptCpuBackend::grad_buffer(int32_t u, int32_t mb) {
@@ -222,7 +188,30 @@ void GptCpuBackend::begin_backward(const Task& t) {
   a.zero_grads();
 }
 
-void GptCpuBackend::activation(const Task& t) { offloader_->run(t, acts_[size_t(t.micro_batch)]); }
+// ---- offloaded activations ------------------------------------------------------------------------
+
+HostFloats GptCpuBackend::activation_host(size_t n) {
+  auto owner = std::make_shared<Staging<float>>(staging<float>(int64_t(n)));
+  return HostFloats(owner, owner->data());
+}
+
+void GptCpuBackend::save_activations(const Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                                     float* host) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Activation& v = tensor(t.micro_batch, refs[i]);
+    std::copy_n(v.begin(), sizes[i], host);
+    host += sizes[i];
+    Gpt2Activations::release(v);
+  }
+}
+
+void GptCpuBackend::restore_activations(const Task& t, std::span<const ActivationRef> refs,
+                                        std::span<const size_t> sizes, const float* host) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    tensor(t.micro_batch, refs[i]).assign(host, host + sizes[i]);
+    host += sizes[i];
+  }
+}
 
 // ---- activation checkpoints -----------------------------------------------------------------------
 

@@ -19,7 +19,6 @@
 #include <set>
 #include <vector>
 
-#include "engine/exec/activation_offload.hpp"
 #include "engine/exec/gpt_backend_base.hpp"
 #include "engine/exec/home.hpp"
 #include "engine/memory/device_arena.hpp"
@@ -45,12 +44,20 @@ private:
   void compute(const core::Task& t) override;
   void fetch(const core::Task& t) override;
   void checkpoint(const core::Task& t) override;
-  void activation(const core::Task& t) override;
   void gradient(const core::Task& t) override;
   void optimizer(const core::Task& t) override;
   void drop_gathered(int64_t buffer) override;
   void read_state(StateTensor which, int64_t off, int64_t n, float* dst) override;
   void write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) override;
+  // ActivationDevice: the tensors are host arena vectors, the copies plain copies into staging memory.
+  size_t activation_elements(int32_t mb, ActivationRef r) override { return tensor(mb, r).size(); }
+  HostFloats activation_host(size_t n) override;
+  void save_activations(const core::Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                        float* host) override;
+  void restore_activations(const core::Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                           const float* host) override;
+  void release_activation(int32_t mb, ActivationRef r) override { Gpt2Activations::release(tensor(mb, r)); }
+  Activation& tensor(int32_t mb, ActivationRef r) { return saved_tensor(acts_[size_t(mb)].blocks.at(size_t(r.block)), r.tensor); }
 
   template <typename T>
   DeviceAllocator<T> device() {
@@ -61,8 +68,6 @@ private:
   }
   float* gathered_data(const core::Task& t);
   const DeviceVector<float>& gathered_for(const core::Task& t, int32_t u);
-  void drop_after_backward(int b, Gpt2Activations& a);
-  static void drop_outside_after_backward(core::OpKind kind, Gpt2Activations& a);
   DeviceVector<float>& grad_buffer(int32_t u, int32_t mb);
   void drop_run(int32_t c, int32_t mb, Gpt2Activations& a);
   void begin_backward(const core::Task& t);
@@ -76,10 +81,6 @@ private:
   DeviceArena arena_;
   Home<bf16> params_, grads_;
   Home<float> master_, m_, v_;
-
-  // Backward task id -> block: the last backward task of that block in its micro-batch (lanes run
-  // in id order), after which the block's intermediates and gradients are no longer needed.
-  std::map<int32_t, int> last_backward_of_block_;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu, the vectors
   // touched only by the task that the Program orders after their producer. Fetch stages are keyed
@@ -102,7 +103,6 @@ private:
   std::set<Key> ckpt_copied_, ckpt_forward_done_;
 
   std::vector<Gpt2Activations> acts_;
-  std::unique_ptr<ActivationOffloader> offloader_;  // the Program's Data::Activation transfers
 };
 
 }  // namespace zinf::engine

@@ -47,6 +47,7 @@ GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& p
       throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
     store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
   }
+  offloader_ = std::make_unique<ActivationOffloader>(P, graph, store.get(), static_cast<ActivationDevice&>(*this));  // calls no device method yet
   ckpt_saved_.assign(size_t(P.micro_batches()), 0);
 }
 
@@ -81,6 +82,7 @@ void GptBackendBase::run(const Task& t) {
   bind_thread();
   if (core::is_compute(t.kind)) {
     compute(t);
+    offloader_->after_forward(t);
     return release(t);
   }
   switch (t.data) {
@@ -89,7 +91,7 @@ void GptBackendBase::run(const Task& t) {
       fetch(t);
       return release(t);
     case Data::Checkpoint: return checkpoint(t);
-    case Data::Activation: return activation(t);
+    case Data::Activation: return offloader_->run(t);
     case Data::Grad:
       if (t.phase == Phase::Optimizer) return optimizer(t);
       return gradient(t);

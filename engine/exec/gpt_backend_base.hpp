@@ -34,6 +34,7 @@
 #include "core/program.hpp"
 #include "engine/bf16.hpp"
 #include "engine/comm/collectives.hpp"
+#include "engine/exec/activation_offload.hpp"
 #include "engine/exec/gpt_program_index.hpp"
 #include "engine/exec/training_backend.hpp"
 #include "engine/io/nvme_store.hpp"
@@ -52,7 +53,7 @@ struct GptBackendOptions {
 // has less than that free.
 uint64_t device_arena_bytes(const core::Program& program, uint64_t device_free, const std::string& device);
 
-class GptBackendBase : public TrainingBackend {
+class GptBackendBase : public TrainingBackend, protected ActivationDevice {
 public:
   // `device_name` names the backend in error messages ("CPU", "CUDA").
   GptBackendBase(const core::Program& program, const core::Plan& plan, const core::ModelGraph& graph, int rank,
@@ -83,7 +84,6 @@ protected:
   virtual void compute(const core::Task& t) = 0;           // Forward, Recompute, Backward
   virtual void fetch(const core::Task& t) = 0;             // a parameter fetch stage (Data::Param, not optimizer)
   virtual void checkpoint(const core::Task& t) = 0;        // Data::Checkpoint
-  virtual void activation(const core::Task& t) = 0;        // Data::Activation (an offloaded segment)
   virtual void gradient(const core::Task& t) = 0;          // Data::Grad outside the optimizer phase
   virtual void optimizer(const core::Task& t) = 0;         // the optimizer phase's tasks
   // Drops the gathered parameters of Program buffer `buffer` (a Program free).
@@ -93,6 +93,8 @@ protected:
   // padded span); `rounded` is the master weights rounded to bf16, the parameters' home.
   virtual void read_state(StateTensor which, int64_t off, int64_t n, float* dst) = 0;
   virtual void write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) = 0;
+  // Data::Activation tasks (an offloaded segment) and the tensors recomputed per tensor are the
+  // base's ActivationOffloader: the device implements ActivationDevice (its tensors and copies).
 
   // ---- what the handlers share ------------------------------------------------------------------
   const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
@@ -139,6 +141,27 @@ protected:
     write();
     ckpt_restored_.insert({c, mb});
   }
+  // After backward task t, what the Program frees of micro-batch activations `a`: after a block's
+  // last backward its intermediates and their gradients, its input, its output and the output's
+  // gradient (the next use of each is the next step, which allocates them zeroed); after ln_f's
+  // backward (the last of its run) the head's tensors; after the embedding's the first block's
+  // input and its gradient. So backward holds one run's activations, not every block's. `Acts` is
+  // a device's activations (Gpt2Activations, cuda::CudaActivations: the same members); `release`
+  // frees one tensor.
+  template <class Acts, class Release>
+  void drop_after_backward(const core::Task& t, Acts& a, Release release) const {
+    const core::Operator& op = graph.ops[size_t(t.op)];
+    if (auto it = index.last_backward_of_block.find(t.id); it != index.last_backward_of_block.end()) {
+      const size_t b = size_t(it->second);
+      a.drop_block(int(b));
+      for (auto* v : {&a.x[b], &a.x[b + 1], &a.dx[b + 1]}) release(*v);
+    }
+    if (op.block >= 0) return;
+    if (op.kind == core::OpKind::LayerNorm)
+      for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.d_lnf, &a.logits, &a.probs, &a.losses, &a.d_logits}) release(*v);
+    if (op.kind == core::OpKind::Embedding)
+      for (auto* v : {&a.x[0], &a.dx[0]}) release(*v);
+  }
   int checkpoint_first_block(int32_t c) const { return index.ckpt_first_block[size_t(c)]; }
   const std::vector<int>& checkpoint_blocks(int32_t c) const { return index.ckpt_blocks[size_t(c)]; }
   // Elements of one activation checkpoint (a block's input).
@@ -146,6 +169,10 @@ protected:
   // The NVMe store tensor of checkpoint (c, mb): created of `bytes` the first time, or (bytes 0)
   // one that must exist already.
   NvmeStore::TensorId checkpoint_tensor(int32_t c, int32_t mb, size_t bytes);
+
+  // Drops the offloaded activations' host copies: a device whose host memory they borrow calls it
+  // in its destructor (the base, and its offloader, outlive the device's members).
+  void drop_activation_copies() { offloader_->clear(); }
 
   // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction.
   float grad_scale() const { return 1.0f / float(P.ranks() * P.micro_batches()); }
@@ -212,6 +239,8 @@ protected:
 private:
   void norm_task(const core::Task& t);
   void check_state(const Gpt2Params& p, const char* what, bool optional) const;
+
+  std::unique_ptr<ActivationOffloader> offloader_;  // the Program's Data::Activation transfers
 
   std::vector<double> losses_;
   std::vector<int> ckpt_saved_;                          // per micro-batch: its checkpoint copies done

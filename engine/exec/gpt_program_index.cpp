@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace zinf::engine {
 
@@ -28,6 +29,13 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
       first_backward_of_mb[size_t(t.micro_batch)] = t.id;
     if (t.kind == TaskKind::CopyD2H && t.data == core::Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
   }
+  std::map<std::pair<int32_t, int>, int32_t> last;  // (micro-batch, block) -> task
+  for (const auto& t : P.tasks())
+    if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
+      auto& id = last[{t.micro_batch, graph.ops[size_t(t.op)].block}];
+      id = std::max(id, t.id);
+    }
+  for (const auto& [key, id] : last) last_backward_of_block[id] = key.second;
 }
 
 }  // namespace zinf::engine

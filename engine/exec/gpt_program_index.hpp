@@ -1,10 +1,12 @@
 // What the GPT training backend (GptBackendBase, engine/exec/gpt_backend_base.hpp) reads off a
 // Program once, at construction: each parameter group's units; the blocks of each checkpointed run
 // and the task that ends its forward, as the Program states them (Program::checkpoint_runs); each
-// micro-batch's first backward and how many checkpoint copies it makes. Immutable after
+// micro-batch's first backward and how many checkpoint copies it makes; the last backward task of
+// each block in each micro-batch (lanes run in id order: the highest id). Immutable after
 // construction, so safe to read from every lane thread.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -22,6 +24,7 @@ struct GptProgramIndex {
   std::set<int32_t> last_forward_of_run;          // the last forward task of each checkpointed run, per micro-batch
   std::vector<int32_t> first_backward_of_mb;      // per micro-batch: its first Backward task
   std::vector<int> ckpt_saves_per_mb;             // per micro-batch: its CopyD2H(Checkpoint) tasks
+  std::map<int32_t, int> last_backward_of_block;  // Backward task id -> the block whose last backward (in its mb) it is
 };
 
 }  // namespace zinf::engine

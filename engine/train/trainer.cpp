@@ -78,13 +78,12 @@ struct Trainer::Impl {
     // pages that are already faulted in: first touch of fresh pages runs at ~0.3 GB/s here.
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, INT32_MAX);
-    // Say so up front when the plan cannot fit in this machine's RAM, instead of meeting the OOM
-    // killer halfway through initialization.
-    require_backend_runs(kind, planned.program);
     // The Program's invariants (core::validate_program), checked once before anything runs: a
     // planner bug stops here with what it broke, not as a hang or a wrong gradient later.
     if (const auto broken = core::validate_program(planned.program); !broken.empty())
       throw std::logic_error(invalid_program_message("the planner produced a Program that breaks its invariants", broken));
+    // Say so up front when the plan cannot fit in this machine's RAM, instead of meeting the OOM
+    // killer halfway through initialization.
     const bool device_in_ram = kind != BackendKind::Cuda;
     check_plan_fits_ram(planned.plan.peak_bytes, device_in_ram, ranks_on_this_node(c.size()), available_memory());
     corpus = TokenCorpus::load(opt.data);
