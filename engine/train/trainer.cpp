@@ -20,6 +20,7 @@
 #include "engine/exec/gpt_backend.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/memory/staging_cache.hpp"
+#include "engine/io/io_priority.hpp"
 #include "engine/io/safe_files.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/checkpoint_dir.hpp"
@@ -77,6 +78,15 @@ struct Trainer::Impl {
         staging_budget(uint64_t(planned.plan.peak_bytes[size_t(core::Tier::Host)] +
                                 (kind != BackendKind::Cuda ? planned.plan.peak_bytes[size_t(core::Tier::Device)] : 0.0))),
         model(graph), env(opt.env ? *opt.env : default_io_env()) {
+    // Under chrt, real time for the NVMe threads only: compute at real time starves the kernel's
+    // own block I/O workers (engine/io/io_priority.hpp).
+    const auto& pl = planned.plan;
+    if (pl.params == core::Tier::Nvme || pl.gradients == core::Tier::Nvme || pl.optimizer == core::Tier::Nvme ||
+        pl.checkpoints == core::Tier::Nvme) {
+      if (keep_realtime_for_io_only() > 0)
+        note(fmt::format("real-time priority kept for the NVMe threads only: compute runs at SCHED_OTHER nice {} "
+                         "(ZINF_REALTIME_COMPUTE=1 keeps it real-time)", kComputeNice));
+    }
     // Checkpoint directory first: a run that cannot save (unwritable, locked, or holding an
     // earlier run's checkpoints) is refused before it trains, not after.
     open_checkpoint_dir();
