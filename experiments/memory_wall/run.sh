@@ -186,29 +186,37 @@ if rbusy and wbusy:
           f" disk busy {dbusy:.1f} s, cpu_optim lane busy {abusy:.1f} s")
 if sys.argv[4]:
     # Cores used per thread class in the window after backward; the sampler's last row is the
-    # process's end, which the last step's end precedes by well under a second.
+    # process's end, which the last step's end precedes by about a second. A thread's CPU time at
+    # t is its last sample at or before t (0 before its first: it did not exist); the NVMe
+    # threads are those above the process's real-time priority.
     samples = list(csv.DictReader(open(sys.argv[4])))
     if samples:
         t_end = max(float(r["t"]) for r in samples)
         lo = t_end - (step - (last_bwd - t0))
-        def at(t):
-            times = sorted({float(r["t"]) for r in samples})
-            return min(times, key=lambda x: abs(x - t))
-        a, b = at(lo), at(t_end)
-        def cls(r): return "io" if int(r["rt_priority"]) > 0 and int(r["rt_priority"]) > base_rt else "other"
         base_rt = min(int(r["rt_priority"]) for r in samples)
-        use = {}
-        for side, t in ((0, a), (1, b)):
-            for r in samples:
-                if float(r["t"]) == t:
-                    use.setdefault(r["tid"], [None, None, cls(r)])[side] = float(r["cpu_s"])
-        span = max(1e-9, b - a)
-        by = {}
-        for first, last, c in use.values():
-            by[c] = by.get(c, 0.0) + ((last or 0.0) - (first or 0.0))
-        m = {float(r["t"]): (float(r["machine_busy_s"]), float(r["machine_steal_s"])) for r in samples}
-        print(f"threads after backward ({span:.1f} s): I/O threads {by.get('io', 0) / span:.2f} cores, others {by.get('other', 0) / span:.2f} cores;"
-              f" machine busy {(m[b][0] - m[a][0]) / span:.2f} cores, steal {(m[b][1] - m[a][1]) / span:.2f} cores (of {__import__('os').cpu_count()})")
+        per = {}
+        for r in samples:
+            per.setdefault(r["tid"], []).append((float(r["t"]), float(r["cpu_s"]), int(r["rt_priority"]) > base_rt))
+        def cpu_at(pts, t):
+            v = 0.0
+            for ts, c, _ in pts:
+                if ts <= t:
+                    v = c
+            return v
+        by = {"io": 0.0, "other": 0.0}
+        for pts in per.values():
+            by["io" if any(x[2] for x in pts) else "other"] += cpu_at(pts, t_end) - cpu_at(pts, lo)
+        m = sorted({(float(r["t"]), float(r["machine_busy_s"]), float(r["machine_steal_s"])) for r in samples})
+        def mach(t):
+            v = m[0]
+            for x in m:
+                if x[0] <= t:
+                    v = x
+            return v
+        (ta, ba, sa), (tb, bb, sb) = mach(lo), mach(t_end)
+        span = max(1e-9, tb - ta)
+        print(f"threads after backward ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others {by['other'] / span:.2f} cores;"
+              f" the machine busy {(bb - ba) / span:.2f} cores, steal {(sb - sa) / span:.2f} (of {__import__('os').cpu_count()})")
 if traffic:
     bound = max(compute, traffic)
     print(f"step bound max(compute {compute:.1f} s, NVMe traffic / io-bench best {traffic:.1f} s) = {bound:.1f} s: step = {step / bound:.2f} x bound")
