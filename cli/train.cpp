@@ -208,11 +208,12 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   if (lead) {
     const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
     fmt::print("{}\n", mem.text);
-    // Device tensors and host staging share one cache of mapped blocks, reused by size class: what
-    // it maps beyond the most in use at once is memory the RSS shows and the plan does not count.
+    // Device tensors and host staging share one cache of mapped blocks, reused by size class and
+    // held within the plan's host (+ device) bytes: it unmaps free blocks rather than map beyond.
     const auto cache = engine::StagingCache::instance().stats();
-    fmt::print("buffers: {} mapped, at most {} in use at once\n", core::format_bytes(double(cache.mapped_bytes)),
-               core::format_bytes(double(cache.peak_in_use_bytes)));
+    fmt::print("buffers: {} mapped (limit {}: the plan), at most {} in use at once; {} unmapped to stay within it\n",
+               core::format_bytes(double(cache.mapped_bytes)), core::format_bytes(double(cache.budget_bytes)),
+               core::format_bytes(double(cache.peak_in_use_bytes)), core::format_bytes(double(cache.unmapped_for_limit)));
   }
   if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
     // After the reset the high-water mark is the RSS the save starts from (freed memory stays in

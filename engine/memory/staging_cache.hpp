@@ -7,11 +7,17 @@
 // huge pages and touched once when mapped.
 //
 // Sizes are rounded to a class: powers of two from 4 KiB up to 2 MiB (carved out of 2 MiB slabs),
-// multiples of 2 MiB above. A returned small block goes to its class's free list. Larger blocks are
-// carved best-fit out of free ranges of mappings of at least 64 MiB, and a returned one merges with
-// its free neighbours, so a step's buffers of many sizes share memory: what is mapped follows the
-// most in use at once, not the sum of each size's most. Memory is unmapped only by trim() or when
-// the cache is destroyed. All methods are thread-safe (one mutex: a task allocates a
+// multiples of 2 MiB above. A returned block goes to its class's free list and is handed out again
+// only for the same class; a large block (over 2 MiB) is a mapping of its own. What is mapped is
+// bounded by a limit: the sum of the budgets the users of the cache declare (a Trainer declares its
+// Program's host peak, plus its device peak on the CPU backend), or, when none is declared, the most
+// ever in use at once. Before a new mapping would take the mapped bytes over the limit, free large
+// blocks are unmapped (largest first) until it fits. So the mapped bytes stay within
+// max(limit, in use + the request) plus the free blocks of the small classes (at most one 2 MiB slab
+// per class beyond their peak): a step whose buffers change size from phase to phase re-maps some
+// of them instead of keeping every size's most at once (carving many sizes out of shared mappings
+// fragmented: 8.1 GB mapped for 6.4 GB in use at 2.5x RAM). Memory is also unmapped by trim() and
+// when the cache is destroyed. All methods are thread-safe (one mutex: a task allocates a
 // handful of buffers, each far more expensive to fill than to lock for).
 #pragma once
 #include <algorithm>
@@ -42,6 +48,10 @@ public:
   void release(void* p, size_t bytes);
   // Unmaps every mapping none of whose blocks is out (slabs with a block in use stay).
   void trim();
+  // Declares (or, with remove_budget, withdraws) bytes a user of the cache plans to have in it at
+  // most; the limit on what is mapped is the sum of the declared budgets (none: the most in use).
+  void add_budget(uint64_t bytes);
+  void remove_budget(uint64_t bytes);
 
   static size_t size_class(size_t bytes);
 
@@ -51,6 +61,8 @@ public:
     uint64_t peak_in_use_bytes = 0;  // the most handed out at once since the last reset_peak()
     uint64_t maps = 0;             // mmap calls so far: stops growing once steps repeat
     uint64_t allocations = 0;
+    uint64_t budget_bytes = 0;     // the declared budgets' sum (0: none declared)
+    uint64_t unmapped_for_limit = 0;  // bytes of free blocks unmapped to stay within the limit
   };
   Stats stats() const;
   // Starts peak_in_use_bytes again from what is handed out now.
@@ -58,20 +70,31 @@ public:
 
 private:
   struct Mapping {
-    std::byte* base;
     size_t bytes;
-    size_t block;   // class of the blocks carved from it; 0: a mapping for large blocks
+    size_t block;   // class of the blocks carved from it (2 MiB and under); 0: one large block
   };
   void map_class(size_t cls);
-  std::byte* take_large(size_t cls);
-  void give_large(std::byte* p, size_t cls);
+  std::byte* map_large(size_t cls);
+  // Unmaps free large blocks, largest first, until `bytes` more fit within the limit or none is left.
+  void make_room(size_t bytes);
 
   mutable std::mutex mu_;
-  std::map<size_t, std::vector<std::byte*>> free_;  // class -> free blocks (2 MiB and under)
-  std::map<std::byte*, size_t> large_free_;         // free ranges of the large mappings, by address
-  std::map<std::byte*, size_t> large_maps_;         // the large mappings: base -> bytes
-  std::vector<Mapping> mappings_;
+  std::map<size_t, std::vector<std::byte*>> free_;  // class -> free blocks
+  std::map<std::byte*, Mapping> mappings_;         // base -> mapping
+  uint64_t high_water_ = 0;                         // the most in use at once, ever
   Stats stats_;
+};
+
+// A declared budget for the process-wide cache, withdrawn when it goes (StagingCache::add_budget).
+class StagingBudget {
+public:
+  explicit StagingBudget(uint64_t bytes) : bytes_(bytes) { StagingCache::instance().add_budget(bytes_); }
+  ~StagingBudget() { StagingCache::instance().remove_budget(bytes_); }
+  StagingBudget(const StagingBudget&) = delete;
+  StagingBudget& operator=(const StagingBudget&) = delete;
+
+private:
+  uint64_t bytes_;
 };
 
 // The construct() of an allocator whose vectors leave new elements default-initialized (arithmetic

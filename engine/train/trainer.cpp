@@ -19,6 +19,8 @@
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
 #include "engine/machine_info.hpp"
+#include "engine/memory/staging_cache.hpp"
+#include "engine/io/io_priority.hpp"
 #include "engine/io/safe_files.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/checkpoint_dir.hpp"
@@ -58,6 +60,9 @@ struct Trainer::Impl {
   models::GptPlan gpt;  // the graph and its plan, from models::plan_gpt
   core::ModelGraph& graph = gpt.graph;
   core::PlanResult& planned = gpt.planned;
+  // The staging cache maps at most what this Program plans for the host (and for the device, whose
+  // memory is the host's on the CPU backend): its blocks are all the Program's buffers.
+  StagingBudget staging_budget;
   Gpt2 model;
   TokenCorpus corpus;
   std::unique_ptr<BatchLoader> loader;
@@ -69,7 +74,19 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())), model(graph), env(opt.env ? *opt.env : default_io_env()) {
+      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())),
+        staging_budget(uint64_t(planned.plan.peak_bytes[size_t(core::Tier::Host)] +
+                                (kind != BackendKind::Cuda ? planned.plan.peak_bytes[size_t(core::Tier::Device)] : 0.0))),
+        model(graph), env(opt.env ? *opt.env : default_io_env()) {
+    // Under chrt, real time for the NVMe threads only: compute at real time starves the kernel's
+    // own block I/O workers (engine/io/io_priority.hpp).
+    const auto& pl = planned.plan;
+    if (pl.params == core::Tier::Nvme || pl.gradients == core::Tier::Nvme || pl.optimizer == core::Tier::Nvme ||
+        pl.checkpoints == core::Tier::Nvme) {
+      if (keep_realtime_for_io_only() > 0)
+        note(fmt::format("real-time priority kept for the NVMe threads only: compute runs at SCHED_OTHER nice {} "
+                         "(ZINF_REALTIME_COMPUTE=1 keeps it real-time)", kComputeNice));
+    }
     // Checkpoint directory first: a run that cannot save (unwritable, locked, or holding an
     // earlier run's checkpoints) is refused before it trains, not after.
     open_checkpoint_dir();

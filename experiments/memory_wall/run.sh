@@ -5,8 +5,8 @@
 # its bounds. Then (unless CHECKPOINT=0) it saves a checkpoint, resumes from it in a new process for
 # one more step and saves again, reporting the peak RSS while saving and while loading against the
 # plan's RAM: both stream a parameter group at a time, so neither holds the model. Checks free disk
-# first (the states, and with checkpoints two of 12 B/param more) and scales the model down,
-# saying so, when it is short. Before training (unless IO_BENCH=0) it runs `zinf io-bench` on the
+# first (the states, embeddings included, and with checkpoints two of 12 B/param more, with
+# RESERVE_GB, default 8, left free) and scales the model down, saying so, when it is short. Before training (unless IO_BENCH=0) it runs `zinf io-bench` on the
 # same directory: the run config takes its best block size and queue depth, and the NVMe lanes'
 # bandwidth while busy is reported against its best read and best write, the step against
 # max(compute alone, read bytes / best read + written bytes / best write). TASKS_IN_FLIGHT
@@ -37,16 +37,21 @@ trap 'rm -rf "$work" "$NVME"/rank* "$NVME"/checkpoints' EXIT
 ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 free_disk=$(df -B1 --output=avail "$NVME" | tail -n 1)
 hidden=3200
+vocab=50257
+seq=128
 per_layer=$((16 * 12 * hidden * hidden))           # bytes of model states per layer (16 B/param)
-layers=$(python3 -c "import math; print(math.ceil($FACTOR * $ram / $per_layer))")
-# The states once (and two checkpoints of master, m and v: 24 B/param), plus a tenth for swap-file
-# padding and the embedding: must fit the disk.
-disk_per_layer=$per_layer
-[ "$CHECKPOINT" = 0 ] || disk_per_layer=$((per_layer * 40 / 16))
-max_layers=$(python3 -c "print(int(0.9 * $free_disk / $disk_per_layer) - 1)")
+embed=$((16 * (vocab + seq) * hidden))             # the token and position embeddings' states
+layers=$(python3 -c "import math; print(max(1, math.ceil(($FACTOR * $ram - $embed) / $per_layer)))")
+# The states once (and two checkpoints of master, m and v: 24 B/param more) must fit the disk with
+# RESERVE_GB (default 8) left for everyone else on it.
+scale=16
+[ "$CHECKPOINT" = 0 ] || scale=40
+reserve=$(( ${RESERVE_GB:-8} * 1000000000 ))
+max_layers=$(python3 -c "print(int((($free_disk - $reserve) * 16 / $scale - $embed) // $per_layer))")
 if [ "$layers" -gt "$max_layers" ]; then
-  echo "memory_wall: $NVME has $(numfmt --to=iec "$free_disk") free: $layers layers ($FACTOR x RAM) do not fit;" \
-       "scaling down to $max_layers layers ($(python3 -c "print(round($max_layers * $per_layer / $ram, 2))") x RAM)"
+  echo "memory_wall: $NVME has $(numfmt --to=iec "$free_disk") free, $(numfmt --to=iec "$reserve") of it kept for others:" \
+       "$layers layers ($FACTOR x RAM) do not fit; scaling down to $max_layers layers" \
+       "($(python3 -c "print(round(($max_layers * $per_layer + $embed) / $ram, 2))") x RAM)"
   layers=$max_layers
 fi
 [ "$layers" -ge 1 ] || { echo "memory_wall: not enough free disk in $NVME for one layer"; exit 1; }
@@ -77,8 +82,8 @@ name: gpt-memory-wall
 layers: $layers
 hidden: $hidden
 heads: 25
-seq: 128
-vocab: 50257
+seq: $seq
+vocab: $vocab
 micro_batch: 1
 YAML
 cat > "$work/config.yaml" <<YAML
@@ -99,21 +104,29 @@ DEVICE_GIB=${DEVICE_GIB:-8}
 sed "s/^name: .*/name: local-memory-wall/; s/^\(    capacity:\).*/\1 $free_disk/; s/^\(    memory:\).*\(# the CPU backend.*\)/\1 $DEVICE_GIB GiB  \2/" \
   hwprofiles/local.yaml > "$work/hw.yaml"
 
-echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round(12 * $layers * $hidden**2 / 1e9, 2))")B params," \
-     "$(numfmt --to=iec $((layers * per_layer))) of states = $(python3 -c "print(round($layers * $per_layer / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
+states=$((layers * per_layer + embed))
+echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round($states / 16 / 1e9, 2))")B params," \
+     "$(numfmt --to=iec $states) of states ($(python3 -c "print(round($states / 1e9, 1))") GB, embeddings included) = $(python3 -c "print(round($states / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
 # PLAN=0 skips `zinf plan` (its `auto` resolution simulates candidates: minutes on a loaded machine).
 [ "${PLAN:-1}" = 0 ] || "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
 ckpt_args=()
 [ "$CHECKPOINT" = 0 ] || ckpt_args=(--checkpoint-dir "$NVME/checkpoints")
+# THREAD_CPU=FILE samples every thread's CPU time during training (experiments/memory_wall/thread_cpu.py).
+sampler=
+if [ -n "${THREAD_CPU:-}" ]; then
+  python3 experiments/memory_wall/thread_cpu.py "$work/model.yaml" "$THREAD_CPU" &
+  sampler=$!
+fi
 if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
   --nvme-dir "$NVME" --steps "$STEPS" --timeline "$work/last" "${ckpt_args[@]}" 2> "$work/time.txt" | tee "$work/train.txt"; then
   grep -v -E '^\s' "$work/time.txt" | head -n 20
   exit 1
 fi
 [ -z "${TIMELINE_OUT:-}" ] || cp "$work/last.csv" "$TIMELINE_OUT"
+[ -z "$sampler" ] || wait "$sampler"
 rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 * 1024}' "$work/time.txt")
 echo "peak RSS: $(numfmt --to=iec "$rss")"
-python3 - "$work/last.csv" "$best_read" "$best_write" <<'PY'
+python3 - "$work/last.csv" "$best_read" "$best_write" "${THREAD_CPU:-}" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 best = {"nvme_read": float(sys.argv[2]), "nvme_write": float(sys.argv[3])}
@@ -150,6 +163,60 @@ _, compute = lane("compute")
 t0 = min(float(r["start"]) for r in rows)
 last_bwd = max((float(r["end"]) for r in rows if r["kind"] == "backward"), default=t0)
 print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s; {step - (last_bwd - t0):.1f} s of it after backward")
+# After backward: the optimizer's waves. Their bytes over the disk's busy time then.
+def after(name, t):
+    spans = [(max(float(r["start"]), t), float(r["end"]), float(r["bytes"]) * max(0.0, float(r["end"]) - max(float(r["start"]), t)) / max(1e-9, float(r["end"]) - float(r["start"])))
+             for r in rows if r["lane"] == name and float(r["end"]) > t]
+    spans.sort()
+    busy, lo, hi = 0.0, None, None
+    for a, b, _ in spans:
+        if hi is None or a > hi:
+            busy += (hi - lo) if hi is not None else 0.0
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    busy += (hi - lo) if hi is not None else 0.0
+    return sum(x for _, _, x in spans), busy
+rb, rbusy = after("nvme_read", last_bwd)
+wb, wbusy = after("nvme_write", last_bwd)
+_, dbusy = after("nvme", last_bwd)
+_, abusy = after("cpu_optim", last_bwd)
+if rbusy and wbusy:
+    print(f"after backward: read {rb / 1e9:.1f} GB at {rb / rbusy / 1e9:.2f} GB/s while busy, write {wb / 1e9:.1f} GB at {wb / wbusy / 1e9:.2f} GB/s;"
+          f" disk busy {dbusy:.1f} s, cpu_optim lane busy {abusy:.1f} s")
+if sys.argv[4]:
+    # Cores used per thread class in the window after backward; the sampler's last row is the
+    # process's end, which the last step's end precedes by about a second. A thread's CPU time at
+    # t is its last sample at or before t (0 before its first: it did not exist); the NVMe
+    # threads are those above the process's real-time priority.
+    samples = list(csv.DictReader(open(sys.argv[4])))
+    if samples:
+        t_end = max(float(r["t"]) for r in samples)
+        lo = t_end - (step - (last_bwd - t0))
+        base_rt = min(int(r["rt_priority"]) for r in samples)
+        per = {}
+        for r in samples:
+            per.setdefault(r["tid"], []).append((float(r["t"]), float(r["cpu_s"]), int(r["rt_priority"]) > base_rt))
+        def cpu_at(pts, t):
+            v = 0.0
+            for ts, c, _ in pts:
+                if ts <= t:
+                    v = c
+            return v
+        by = {"io": 0.0, "other": 0.0}
+        for pts in per.values():
+            by["io" if any(x[2] for x in pts) else "other"] += cpu_at(pts, t_end) - cpu_at(pts, lo)
+        m = sorted({(float(r["t"]), float(r["machine_busy_s"]), float(r["machine_steal_s"])) for r in samples})
+        def mach(t):
+            v = m[0]
+            for x in m:
+                if x[0] <= t:
+                    v = x
+            return v
+        (ta, ba, sa), (tb, bb, sb) = mach(lo), mach(t_end)
+        span = max(1e-9, tb - ta)
+        print(f"threads after backward ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others {by['other'] / span:.2f} cores;"
+              f" the machine busy {(bb - ba) / span:.2f} cores, steal {(sb - sa) / span:.2f} (of {__import__('os').cpu_count()})")
 if traffic:
     bound = max(compute, traffic)
     print(f"step bound max(compute {compute:.1f} s, NVMe traffic / io-bench best {traffic:.1f} s) = {bound:.1f} s: step = {step / bound:.2f} x bound")
