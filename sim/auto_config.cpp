@@ -16,6 +16,7 @@
 #include "core/errors.hpp"
 #include "core/hwprofile_writer.hpp"
 #include "core/plan.hpp"
+#include "core/self_exe.hpp"
 #include "models/gpt.hpp"
 #include "sim/tuner.hpp"
 
@@ -54,7 +55,7 @@ constexpr int kFinalists = 2;
 // This executable, by size and modification time: a rebuilt zinf may decide differently.
 std::string build_identity() {
   std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto exe = core::self_exe(ec);
   struct stat st {};
   if (ec || ::stat(exe.c_str(), &st) != 0) return "unknown-build";
   return fmt::format("{}:{}:{}", exe.string(), int64_t(st.st_size), int64_t(st.st_mtime));
