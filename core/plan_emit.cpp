@@ -418,8 +418,10 @@ void reset_emit_records(PlanState& ps) {
   ps.ckpt_copies_.assign(static_cast<size_t>(ps.plan_.micro_batches), {});
 }
 
-// The checkpointed runs, their blocks, and (filled by emit) the task that ends each one's forward.
+// The checkpointed runs, their blocks, and (filled by emit) the task that ends each one's forward;
+// each micro-batch's backward start (filled by emit).
 void state_checkpoint_runs(PlanState& ps) {
+  ps.b_.backward_starts().assign(static_cast<size_t>(ps.plan_.micro_batches), {});
   auto& ckpt_runs = ps.b_.checkpoint_runs();
   ckpt_runs.clear();
   for (const auto& r : ps.runs_) {
@@ -466,7 +468,7 @@ struct StepEvents {
 // What step i's compute task waits for and allocates and frees: its units' fetches (a gathered
 // buffer freed at its last use), its run's buffers, its micro-batch's checkpoint copies before
 // its first backward, and the gradient buffer of each unit whose first backward use it is.
-StepEvents step_events(PlanState& ps, size_t i, int32_t prev, std::vector<char>& backward_begun) {
+StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
   const Step& st = ps.steps_[i];
   StepEvents ev{{prev}, {}, {}};
   auto& [deps, allocs, frees] = ev;
@@ -484,9 +486,9 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev, std::vector<char>&
   run_memory_events(ps, st, deps, allocs, frees);
   if (st.kind != TaskKind::Backward) return ev;
   // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
-  // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here).
-  if (!backward_begun[static_cast<size_t>(st.mb)]) {
-    backward_begun[static_cast<size_t>(st.mb)] = 1;
+  // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here; emit
+  // records the start in Program::backward_starts).
+  if (ps.b_.backward_starts()[static_cast<size_t>(st.mb)].task < 0) {
     const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
     deps.insert(deps.end(), copies.begin(), copies.end());
   }
@@ -552,7 +554,6 @@ void emit_after_step(PlanState& ps, size_t i, int32_t computed, int32_t prev) {
 void emit(PlanState& ps) {
   const size_t S = ps.steps_.size();
   reset_emit_records(ps);
-  std::vector<char> backward_begun(static_cast<size_t>(ps.plan_.micro_batches), 0);
   make_sub_groups(ps);
   state_checkpoint_runs(ps);
   const IssuedBefore at = issued_before_steps(ps);
@@ -567,8 +568,10 @@ void emit(PlanState& ps) {
     for (int32_t r : at.act_load[i]) emit_activation_load(ps, static_cast<size_t>(r), st.mb, prev);
 
     const Task t = compute_task(ps, st);
-    const StepEvents ev = step_events(ps, i, prev, backward_begun);
+    const StepEvents ev = step_events(ps, i, prev);
     const int32_t computed = ps.compute_task_[i] = ps.b_.add(t, ev.deps, ev.allocs, ev.frees);
+    if (auto& start = ps.b_.backward_starts()[static_cast<size_t>(st.mb)]; st.kind == TaskKind::Backward && start.task < 0)
+      start = {computed, ps.ckpt_copies_[static_cast<size_t>(st.mb)]};
     const auto& run = ps.runs_[static_cast<size_t>(st.run)];
     if (st.kind == TaskKind::Forward && st.last_fwd_of_run && run.recompute)
       ps.b_.checkpoint_runs()[static_cast<size_t>(run.checkpoint)].forward_end[static_cast<size_t>(st.mb)] = computed;

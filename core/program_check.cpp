@@ -1,5 +1,6 @@
 // validate_program (core/plan.hpp): docs/DESIGN.md's invariants, checked on the Program itself.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -47,6 +48,7 @@ public:
     sub_group_updates();
     lane_slots();
     stated_fields();
+    stated_backward_starts();
     budget();
     return std::move(errors);
   }
@@ -308,6 +310,41 @@ private:
     }
   }
 
+  // Invariant 6, continued: each micro-batch's stated backward start is its first backward task, and
+  // names exactly the micro-batch's checkpoint copies, on each of which it depends directly.
+  void stated_backward_starts() {
+    const auto mbs = static_cast<size_t>(std::max(0, p.micro_batches()));
+    if (p.backward_starts().size() != mbs) {
+      error(fmt::format("the Program states {} backward starts for {} micro-batches", p.backward_starts().size(), mbs));
+      return;
+    }
+    std::vector<int32_t> first(mbs, -1);
+    std::vector<std::vector<int32_t>> copies(mbs);
+    for (const auto& t : tasks) {
+      if (t.micro_batch < 0 || static_cast<size_t>(t.micro_batch) >= mbs) continue;
+      const auto mb = static_cast<size_t>(t.micro_batch);
+      if (t.kind == TaskKind::Backward && first[mb] < 0) first[mb] = t.id;
+      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) copies[mb].push_back(t.id);
+    }
+    for (size_t mb = 0; mb < mbs; ++mb) {
+      const BackwardStart& b = p.backward_starts()[mb];
+      if (b.task != first[mb])
+        error(fmt::format("micro-batch {} states task {} as its backward's start, but its first backward is task {}", mb,
+                          b.task, first[mb]));
+      std::vector<int32_t> stated = b.checkpoint_copies;
+      std::sort(stated.begin(), stated.end());
+      if (stated != copies[mb])
+        error(fmt::format("micro-batch {} states checkpoint copies [{}] before its backward, but copies [{}]", mb,
+                          fmt::join(stated, ", "), fmt::join(copies[mb], ", ")));
+      if (b.task < 0 || static_cast<size_t>(b.task) >= tasks.size()) continue;
+      const auto deps = p.deps(p.task(b.task));
+      for (int32_t c : b.checkpoint_copies)
+        if (std::find(deps.begin(), deps.end(), c) == deps.end())
+          error(fmt::format("task {} ({}) starts micro-batch {}'s backward without depending on its checkpoint copy {}",
+                            b.task, p.label(p.task(b.task)), mb, c));
+    }
+  }
+
   // Invariant 2: the peak the planner found is within budget.
   void budget() {
     for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
@@ -347,16 +384,10 @@ std::vector<std::string> unstated_waits(const Program& p, const std::vector<Task
 }
 
 std::vector<TaskWait> checkpoint_copy_waits(const Program& p) {
-  std::vector<int32_t> first_backward(static_cast<size_t>(std::max(0, p.micro_batches())), -1);
-  for (const auto& t : p.tasks())
-    if (t.kind == TaskKind::Backward && t.micro_batch >= 0 && first_backward[static_cast<size_t>(t.micro_batch)] < 0)
-      first_backward[static_cast<size_t>(t.micro_batch)] = t.id;
   std::vector<TaskWait> waits;
-  for (const auto& t : p.tasks())
-    if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint && t.micro_batch >= 0 &&
-        first_backward[static_cast<size_t>(t.micro_batch)] >= 0)
-      waits.push_back({first_backward[static_cast<size_t>(t.micro_batch)], t.id,
-                       "the first backward of a micro-batch drops its offloaded checkpoints' device copies"});
+  for (const auto& b : p.backward_starts())
+    for (int32_t c : b.checkpoint_copies)
+      waits.push_back({b.task, c, "the first backward of a micro-batch drops its offloaded checkpoints' device copies"});
   return waits;
 }
 
