@@ -155,88 +155,77 @@ std::vector<std::string> activation_lines(const Inputs& in, int nodes) {
   return out;
 }
 
-void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
-  Inputs in = load_inputs(opts);
-  const RunConfig asked = in.config;
-  // `auto` decided as every other command decides it (sim/auto_config.hpp).
-  const sim::AutoResolution resolved = sim::resolve_auto(in.model, in.hw, opts.nodes, in.config);
-  in.config = resolved.config;
-  MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
-  const std::string auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, opts.nodes, mm);
-  MemoryReport rep = memory_requirement(mm);
-  auto eff = efficiency_rows(in, mm.config);
-  const std::vector<std::string> act_lines = activation_lines(in, opts.nodes);
-  std::string program_line;
-  if (!outs.program.empty() || !outs.trace.empty()) program_line = write_program_outputs(in, opts.nodes, outs);
+struct StrategyRow {
+  Strategy s;
+  LargestModel largest;
+  MemoryReport this_model;
+};
 
-  struct StrategyRow {
-    Strategy s;
-    LargestModel largest;
-    MemoryReport this_model;
-  };
+// What `zinf plan` reports besides the inputs, computed once for the JSON and the text.
+struct PlanFigures {
+  RunConfig config;  // with `auto` resolved as the planner resolved it
+  MemoryReport rep;
+  std::vector<EfficiencyRow> eff;
   std::vector<StrategyRow> strategies;
-  for (Strategy s : all_strategies()) {
-    MemoryModelInput si = mm;
-    si.config = strategy_config(s, mm.config);
-    strategies.push_back({s, largest_model(si), memory_requirement(si)});
-  }
-
   // The largest hidden size at this depth, untiled and with the probe's tiling factor (the paper's
   // §5.1.3 figure uses 16).
-  MemoryModelInput untiled = mm, tiled = mm;
-  untiled.config.tiling_factor = 1;
-  tiled.config.tiling_factor = probe_tiling;
-  const int64_t hidden_untiled = largest_hidden(untiled), hidden_tiled = largest_hidden(tiled);
+  int64_t hidden_untiled = 0, hidden_tiled = 0, probe_tiling = 1;
+  std::string auto_line, program_line;
+  std::vector<std::string> act_lines;
+};
 
-  if (json) {
-    nlohmann::json j;
-    j["model"] = {{"name", in.model.name}, {"params", rep.params}, {"layers", in.model.layers},
-                  {"hidden", in.model.hidden}, {"heads", in.model.heads}, {"seq", in.model.seq},
-                  {"micro_batch", in.config.micro_batch.value_or(in.model.micro_batch)}};
-    j["hwprofile"] = in.hw.name;
-    j["nodes"] = opts.nodes;
-    j["ranks"] = rep.ranks;
-    j["tiling_factor"] = rep.tiling_factor;
-    const RunConfig& c = mm.config;  // with `auto` resolved as the planner resolved it
-    j["config"] = {{"name", in.config_name},
-                   {"zero_stage", c.zero_stage},
-                   {"params", to_string(c.params)},
-                   {"gradients", to_string(c.gradients)},
-                   {"optimizer", to_string(c.optimizer)},
-                   {"checkpoints", to_string(c.checkpoints)},
-                   {"checkpoint_interval", c.checkpoint_interval},
-                   {"checkpoints_partitioned", c.checkpoints_partitioned},
-                   {"tiling_factor", rep.tiling_factor},
-                   {"tensor_parallel", c.tensor_parallel},
-                   {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
-                   {"gradient_accumulation", c.gradient_accumulation},
-                   {"max_live_bytes", c.max_live_bytes}};
-    j["largest_hidden"] = {{"untiled", hidden_untiled}, {"tiled", hidden_tiled}, {"tiling_factor", probe_tiling}};
-    for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
-    j["total"] = tier_json(rep.total);
-    j["budget"] = tier_json(rep.budget);
-    j["fits"] = rep.fits;
-    if (rep.short_tier) j["short"] = {{"tier", to_string(*rep.short_tier)}, {"bytes", rep.shortfall}};
-    for (const auto& s : strategies)
-      j["strategies"].push_back({{"strategy", to_string(s.s)},
-                                 {"largest_layers", s.largest.layers},
-                                 {"largest_params", s.largest.params},
-                                 {"fits_this_model", s.this_model.fits}});
-    for (const auto& e : eff)
-      j["efficiency"].push_back({{"what", e.what}, {"tier", to_string(e.tier)}, {"ait", e.ait},
-                                 {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
-    if (!program_line.empty()) j["program"] = program_line;
-    if (!auto_line.empty()) j["auto"] = auto_line;
-    for (const auto& l : act_lines) j["activation_offload"].push_back(l);
-    std::cout << j.dump(2) << "\n";
-    return;
-  }
+void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
+  const MemoryReport& rep = f.rep;
+  nlohmann::json j;
+  j["model"] = {{"name", in.model.name}, {"params", rep.params}, {"layers", in.model.layers},
+                {"hidden", in.model.hidden}, {"heads", in.model.heads}, {"seq", in.model.seq},
+                {"micro_batch", in.config.micro_batch.value_or(in.model.micro_batch)}};
+  j["hwprofile"] = in.hw.name;
+  j["nodes"] = nodes;
+  j["ranks"] = rep.ranks;
+  j["tiling_factor"] = rep.tiling_factor;
+  const RunConfig& c = f.config;
+  j["config"] = {{"name", in.config_name},
+                 {"zero_stage", c.zero_stage},
+                 {"params", to_string(c.params)},
+                 {"gradients", to_string(c.gradients)},
+                 {"optimizer", to_string(c.optimizer)},
+                 {"checkpoints", to_string(c.checkpoints)},
+                 {"checkpoint_interval", c.checkpoint_interval},
+                 {"checkpoints_partitioned", c.checkpoints_partitioned},
+                 {"tiling_factor", rep.tiling_factor},
+                 {"tensor_parallel", c.tensor_parallel},
+                 {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
+                 {"gradient_accumulation", c.gradient_accumulation},
+                 {"max_live_bytes", c.max_live_bytes}};
+  j["largest_hidden"] = {{"untiled", f.hidden_untiled}, {"tiled", f.hidden_tiled}, {"tiling_factor", f.probe_tiling}};
+  for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
+  j["total"] = tier_json(rep.total);
+  j["budget"] = tier_json(rep.budget);
+  j["fits"] = rep.fits;
+  if (rep.short_tier) j["short"] = {{"tier", to_string(*rep.short_tier)}, {"bytes", rep.shortfall}};
+  for (const auto& s : f.strategies)
+    j["strategies"].push_back({{"strategy", to_string(s.s)},
+                               {"largest_layers", s.largest.layers},
+                               {"largest_params", s.largest.params},
+                               {"fits_this_model", s.this_model.fits}});
+  for (const auto& e : f.eff)
+    j["efficiency"].push_back({{"what", e.what}, {"tier", to_string(e.tier)}, {"ait", e.ait},
+                               {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
+  if (!f.program_line.empty()) j["program"] = f.program_line;
+  if (!f.auto_line.empty()) j["auto"] = f.auto_line;
+  for (const auto& l : f.act_lines) j["activation_offload"].push_back(l);
+  std::cout << j.dump(2) << "\n";
+}
 
+// The header and the memory table: what is planned, per tier, and whether it fits.
+void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, const PlanFigures& f) {
   const auto& m = in.model;
+  const MemoryReport& rep = f.rep;
   auto shown = [](const Placement& a, const Placement& r) {
     return a.automatic && !r.automatic ? fmt::format("auto -> {}", to_string(r.tier)) : to_string(r);
   };
-  fmt::print("zinf plan: {} on {} x {} node(s) = {} GPUs ({})\n", m.name, in.hw.name, opts.nodes, rep.ranks,
+  fmt::print("zinf plan: {} on {} x {} node(s) = {} GPUs ({})\n", m.name, in.hw.name, nodes, rep.ranks,
              in.hw.node.gpu.name);
   fmt::print("model: {} params ({} layers, hidden {}, {} heads, seq {}, micro-batch {})\n", format_count(double(rep.params)),
              m.layers, m.hidden, m.heads, m.seq, in.config.micro_batch.value_or(m.micro_batch));
@@ -245,7 +234,7 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
              shown(asked.gradients, in.config.gradients), shown(asked.optimizer, in.config.optimizer),
              shown(asked.checkpoints, in.config.checkpoints), in.config.checkpoint_interval,
              asked.tiling_factor == 0 ? fmt::format("auto -> {}", rep.tiling_factor) : std::to_string(rep.tiling_factor));
-  if (!auto_line.empty()) fmt::print("{}\n\n", auto_line);
+  if (!f.auto_line.empty()) fmt::print("{}\n\n", f.auto_line);
   if (in.config.tensor_parallel > 1)
     fmt::print("tensor_parallel {}: a rank holds its group's share of every layer; ZeRO partitions it over the {} "
                "data-parallel ranks that hold the same share{}\n\n",
@@ -263,23 +252,57 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   else
     fmt::print("fits: NO - {} is short by {} ({})\n\n", to_string(*rep.short_tier), format_bytes(rep.shortfall),
                *rep.short_tier == Tier::Device ? "per GPU" : "per node");
+}
 
-  fmt::print("largest model of this shape (hidden {}, layers scaled) on {} node(s):\n", m.hidden, opts.nodes);
+// The largest models per strategy, the largest hidden size, the efficiency estimate and the rest.
+void print_plan_outlook(const Inputs& in, int nodes, const PlanFigures& f) {
+  const auto& m = in.model;
+  fmt::print("largest model of this shape (hidden {}, layers scaled) on {} node(s):\n", m.hidden, nodes);
   fmt::print("  {:<22}{:>10}{:>12}   {}\n", "strategy", "layers", "params", "this model");
-  for (const auto& s : strategies)
+  for (const auto& s : f.strategies)
     fmt::print("  {:<22}{:>10}{:>12}   {}\n", to_string(s.s), s.largest.layers, format_count(double(s.largest.params)),
                s.this_model.fits ? "fits" : fmt::format("short on {}", to_string(*s.this_model.short_tier)));
 
   fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor {}\n", m.layers,
-             hidden_untiled, hidden_tiled, probe_tiling);
+             f.hidden_untiled, f.hidden_tiled, f.probe_tiling);
 
   fmt::print("\nbandwidth efficiency (paper §4), peak {} per GPU:\n", format_flops(in.hw.node.gpu.peak_flops));
-  for (const auto& e : eff)
+  for (const auto& e : f.eff)
     fmt::print("  {:<24} from {:<6} ait {:>9.0f}  bw/GPU {:>12}  efficiency {:5.1f}%\n", e.what, to_string(e.tier), e.ait,
                format_bandwidth(e.bandwidth), 100.0 * e.efficiency);
-  if (!act_lines.empty()) fmt::print("\n");
-  for (const auto& l : act_lines) fmt::print("{}\n", l);
-  if (!program_line.empty()) fmt::print("\n{}\n", program_line);
+  if (!f.act_lines.empty()) fmt::print("\n");
+  for (const auto& l : f.act_lines) fmt::print("{}\n", l);
+  if (!f.program_line.empty()) fmt::print("\n{}\n", f.program_line);
+}
+
+void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
+  Inputs in = load_inputs(opts);
+  const RunConfig asked = in.config;
+  // `auto` decided as every other command decides it (sim/auto_config.hpp).
+  const sim::AutoResolution resolved = sim::resolve_auto(in.model, in.hw, opts.nodes, in.config);
+  in.config = resolved.config;
+  MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
+  PlanFigures f;
+  f.auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, opts.nodes, mm);
+  f.config = mm.config;
+  f.rep = memory_requirement(mm);
+  f.eff = efficiency_rows(in, mm.config);
+  f.act_lines = activation_lines(in, opts.nodes);
+  if (!outs.program.empty() || !outs.trace.empty()) f.program_line = write_program_outputs(in, opts.nodes, outs);
+  for (Strategy s : all_strategies()) {
+    MemoryModelInput si = mm;
+    si.config = strategy_config(s, mm.config);
+    f.strategies.push_back({s, largest_model(si), memory_requirement(si)});
+  }
+  MemoryModelInput untiled = mm, tiled = mm;
+  untiled.config.tiling_factor = 1;
+  tiled.config.tiling_factor = probe_tiling;
+  f.hidden_untiled = largest_hidden(untiled);
+  f.hidden_tiled = largest_hidden(tiled);
+  f.probe_tiling = probe_tiling;
+  if (json) return print_plan_json(in, opts.nodes, f);
+  print_plan_memory(in, opts.nodes, asked, f);
+  print_plan_outlook(in, opts.nodes, f);
 }
 
 Registration reg(10, [](CLI::App& app) {

@@ -2,7 +2,6 @@
 // hwprofile the simulator reads (measure/machine_profile.hpp does the measuring); `--check P` says
 // whether profile P was measured on this machine.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 
 #include "cli/command.hpp"
 #include "core/hwprofile.hpp"
+#include "core/self_exe.hpp"
 #include "core/units.hpp"
 #include "measure/machine_profile.hpp"
 
@@ -34,10 +34,6 @@ void run(const Args& a) {
   if (!a.comm_worker.empty()) return measure::collective_worker(a.comm_worker);
   const auto device_memory = core::parse_quantity(a.device_memory, core::UnitKind::Bytes);
   if (!device_memory) throw CLI::ValidationError("--device-memory", "expected a size such as '2 GiB'");
-  char self[4096];
-  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (len <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
-  self[len] = 0;
   measure::ProfileOptions o;
   o.name = a.name;
   o.nvme_dir = a.nvme_dir;
@@ -45,7 +41,7 @@ void run(const Args& a) {
   o.quick = a.quick;
   o.no_mpi = a.no_mpi;
   o.calibration_steps = a.calibration_steps;
-  o.executable = self;
+  o.executable = core::self_exe().string();
   o.source_dir = source_dir();
   const std::string y = measure::profile_machine(o);
   const fs::path out(a.out);

@@ -2,13 +2,13 @@
 // machine's profile, then prints the step time measured vs predicted, the error, and each lane's
 // busy time measured vs predicted (measure/validate_run.hpp does the work).
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <stdexcept>
 
 #include "cli/command.hpp"
 #include "core/program.hpp"
+#include "core/self_exe.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "measure/validate_run.hpp"
@@ -22,17 +22,9 @@ struct Args {
   bool worker = false;  // internal: one measuring rank
 };
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe)");
-  buf[n] = 0;
-  return buf;
-}
-
 void run(Args a) {
   a.o.source_dir = source_dir();
-  a.o.executable = self_exe();
+  a.o.executable = core::self_exe().string();
   if (a.worker) return measure::validate_worker(a.o);
   nlohmann::json j;
   try {

@@ -1,76 +1,123 @@
 #include "core/hwprofile_writer.hpp"
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
-#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace zinf::core {
 
 namespace {
 
-// Emits `key: value` lines at an indentation, each with its note when the notes name its path.
-class Emitter {
+// yaml-cpp's Emitter with the profile's conventions on top: every field's note (looked up by its
+// path) as a comment after its value, numbers as fmt's shortest round-tripping text or rounded to
+// `significant_digits` (yaml-cpp's own double output is max_digits10, e.g. 0.068 as
+// 0.068000000000000005), strings double-quoted.
+class ProfileEmitter {
 public:
-  explicit Emitter(const HwProfileNotes& notes) : notes_(notes), digits_(notes.significant_digits) {}
+  explicit ProfileEmitter(const HwProfileNotes& notes) : notes_(notes) {
+    out_.SetIndent(2);
+    out_.SetBoolFormat(YAML::TrueFalseBool);
+  }
 
   void open(const std::string& key) {
-    line(key + ":", path(key));
+    out_ << YAML::Key << key << YAML::Value;
+    note(path(key));
+    out_ << YAML::BeginMap;
     stack_.push_back(key);
   }
-  void close() { stack_.pop_back(); }
-  void value(const std::string& key, const std::string& v) { line(key + ": " + v, path(key)); }
-  void number(const std::string& key, double v) { value(key, num(v)); }
-  void integer(const std::string& key, long long v) { value(key, std::to_string(v)); }
-  void boolean(const std::string& key, bool v) { value(key, v ? "true" : "false"); }
-  void text(const std::string& key, const std::string& v) { value(key, quote(v)); }
+  void close() {
+    out_ << YAML::EndMap;
+    stack_.pop_back();
+  }
+  void number(const std::string& key, double v) { field(key, [&] { scalar(v); }); }
+  void integer(const std::string& key, long long v) { field(key, [&] { out_ << v; }); }
+  void boolean(const std::string& key, bool v) { field(key, [&] { out_ << v; }); }
+  void text(const std::string& key, const std::string& v) { field(key, [&] { out_ << YAML::DoubleQuoted << v; }); }
   void curve(const std::string& key, const Curve& c) {
     if (c.points.empty()) return;  // absent: the reader's default
-    std::string s;
-    for (const auto& [x, y] : c.points) s += fmt::format("{}[{}, {}]", s.empty() ? "" : ", ", num(x), num(y));
-    value(key, "[" + s + "]");
+    field(key, [&] {
+      out_ << YAML::Flow << YAML::BeginSeq;
+      for (const auto& [x, y] : c.points) {
+        out_ << YAML::Flow << YAML::BeginSeq;
+        scalar(x);
+        scalar(y);
+        out_ << YAML::EndSeq;
+      }
+      out_ << YAML::EndSeq;
+    });
   }
-  void raw(const std::string& text) { out_ += text; }
-  std::string take() { return std::move(out_); }
-
-  std::string num(double v) const { return digits_ > 0 ? fmt::format("{:.{}g}", v, digits_) : fmt::format("{}", v); }
-  static std::string quote(const std::string& s) {
-    std::string q = "\"";
-    for (char c : s) {
-      if (c == '"' || c == '\\') q += '\\';
-      q += c;
-    }
-    return q + "\"";
+  // A flow map of numbers on one line: `key: {a: 1, b: 2}`.
+  void numbers(const std::string& key, const std::vector<std::pair<std::string, double>>& values) {
+    field(key, [&] {
+      out_ << YAML::Flow << YAML::BeginMap;
+      for (const auto& [k, v] : values) {
+        out_ << YAML::Key << k << YAML::Value;
+        scalar(v);
+      }
+      out_ << YAML::EndMap;
+    });
+  }
+  void texts(const std::string& key, const std::vector<std::string>& values) {
+    field(key, [&] {
+      out_ << YAML::BeginSeq;
+      for (const auto& v : values) out_ << YAML::DoubleQuoted << v;
+      out_ << YAML::EndSeq;
+    });
+  }
+  // The header: comment lines above the document.
+  void header(const std::vector<std::string>& lines) {
+    std::string text;
+    for (const auto& l : lines) text += (text.empty() ? "" : "\n") + l;
+    if (!text.empty()) out_ << YAML::Comment(text);
+  }
+  void begin() { out_ << YAML::BeginMap; }
+  std::string end() {
+    out_ << YAML::EndMap;
+    if (!out_.good()) throw std::logic_error("hwprofile_to_yaml: yaml-cpp's emitter: " + out_.GetLastError());
+    return std::string(out_.c_str()) + "\n";
   }
 
 private:
+  template <class Write>
+  void field(const std::string& key, Write write) {
+    out_ << YAML::Key << key << YAML::Value;
+    write();
+    note(path(key));
+  }
+  void scalar(double v) {
+    if (!std::isfinite(v)) {
+      out_ << v;  // yaml-cpp's .inf / .nan
+      return;
+    }
+    const int digits = notes_.significant_digits;
+    out_ << (digits > 0 ? fmt::format("{:.{}g}", v, digits) : fmt::format("{}", v));
+  }
+  void note(const std::string& field) {
+    if (auto it = notes_.fields.find(field); it != notes_.fields.end() && !it->second.empty()) out_ << YAML::Comment(it->second);
+  }
   std::string path(const std::string& key) const {
     std::string p;
     for (const auto& k : stack_) p += k + ".";
     return p + key;
   }
-  void line(const std::string& body, const std::string& field) {
-    std::string l = std::string(2 * stack_.size(), ' ') + body;
-    if (auto it = notes_.fields.find(field); it != notes_.fields.end() && !it->second.empty())
-      l += std::string(std::max<size_t>(2, 40 - std::min<size_t>(l.size(), 38)), ' ') + "# " + it->second;
-    out_ += l + "\n";
-  }
   const HwProfileNotes& notes_;
-  int digits_;
+  YAML::Emitter out_;
   std::vector<std::string> stack_;
-  std::string out_;
 };
 
 }  // namespace
 
 std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) {
-  Emitter e(notes);
-  for (const auto& h : notes.header) e.raw("# " + h + "\n");
+  ProfileEmitter e(notes);
+  e.header(notes.header);
+  e.begin();
   e.text("name", hw.name);
   if (!hw.description.empty()) e.text("description", hw.description);
-  if (!notes.sources.empty()) {
-    e.raw("sources:\n");
-    for (const auto& s : notes.sources) e.raw("  - " + Emitter::quote(s) + "\n");
-  }
+  if (!notes.sources.empty()) e.texts("sources", notes.sources);
   if (!hw.measured_on.empty()) {
     const auto& m = hw.measured_on;
     e.open("measured_on");
@@ -127,8 +174,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   e.number("write_bandwidth", n.nvme_write_bandwidth);
   e.number("latency", n.nvme_latency);
   e.boolean("serial_requests", n.nvme_serial_requests);
-  e.value("in_step_slowdown",
-          fmt::format("{{read: {}, write: {}}}", e.num(n.nvme_read_in_step), e.num(n.nvme_write_in_step)));
+  e.numbers("in_step_slowdown", {{"read", n.nvme_read_in_step}, {"write", n.nvme_write_in_step}});
   e.close();
   e.open("pcie");
   e.number("bandwidth_per_gpu", n.pcie_bandwidth);
@@ -159,7 +205,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   e.number("host", hw.reserve.host);
   e.number("nvme", hw.reserve.nvme);
   e.close();
-  return e.take();
+  return e.end();
 }
 
 }  // namespace zinf::core

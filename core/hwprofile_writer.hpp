@@ -3,7 +3,7 @@
 // together field by field). Numbers are written exactly (the shortest text that reads back as the
 // same double) unless `significant_digits` rounds them. Notes, keyed by a field's path
 // ("node.gpu.peak_flops", "node.nvme", ...), become comments on that line; `header` lines become
-// comments at the top. Used by `zinf profile-hw`; pure function.
+// comments at the top. Written with yaml-cpp's emitter. Used by `zinf profile-hw`; pure function.
 #pragma once
 #include <map>
 #include <string>

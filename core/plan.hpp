@@ -119,8 +119,9 @@ struct TaskWait {
 std::vector<std::string> unstated_waits(const Program& program, const std::vector<TaskWait>& waits);
 
 // The wait of a backend that, as a micro-batch's backward begins, drops the device copies of the
-// checkpoints it offloaded: the micro-batch's first Backward task waits for every device-to-host
-// copy of its checkpoints. The planner states these as dependencies.
+// checkpoints it offloaded: the micro-batch's backward start (Program::backward_starts, its first
+// Backward task) waits for every device-to-host copy of its checkpoints. The planner states these
+// as dependencies.
 std::vector<TaskWait> checkpoint_copy_waits(const Program& program);
 
 }  // namespace zinf::core

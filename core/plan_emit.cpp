@@ -398,9 +398,8 @@ Task compute_task(const PlanState& ps, const Step& st) {
   return t;
 }
 
-}  // namespace
-
-void emit(PlanState& ps) {
+// Every per-step, per-run and per-unit record emit fills, sized and unset.
+void reset_emit_records(PlanState& ps) {
   const size_t S = ps.steps_.size();
   ps.compute_task_.assign(S, -1);
   ps.grad_buf_.assign(ps.units_.size(), -1);
@@ -417,9 +416,12 @@ void emit(PlanState& ps) {
   ps.act_keep_buf_.assign(ps.runs_.size(), -1);
   ps.act_part_buf_.assign(ps.runs_.size(), -1);
   ps.ckpt_copies_.assign(static_cast<size_t>(ps.plan_.micro_batches), {});
-  std::vector<char> backward_begun(static_cast<size_t>(ps.plan_.micro_batches), 0);
-  make_sub_groups(ps);
-  // The checkpointed runs, their blocks, and (filled below) the task that ends each one's forward.
+}
+
+// The checkpointed runs, their blocks, and (filled by emit) the task that ends each one's forward;
+// each micro-batch's backward start (filled by emit).
+void state_checkpoint_runs(PlanState& ps) {
+  ps.b_.backward_starts().assign(static_cast<size_t>(ps.plan_.micro_batches), {});
   auto& ckpt_runs = ps.b_.checkpoint_runs();
   ckpt_runs.clear();
   for (const auto& r : ps.runs_) {
@@ -437,99 +439,144 @@ void emit(PlanState& ps) {
     c.forward_end.assign(static_cast<size_t>(ps.plan_.micro_batches), -1);
     ckpt_runs.push_back(std::move(c));
   }
+}
 
-  // Fetch stages and checkpoint loads grouped by the step before which they are issued.
-  std::vector<std::vector<int32_t>> at_nc(S), at_h2d(S), at_ag(S);
+// The transfers issued before each step: fetch stages by stage, checkpoint and activation loads.
+struct IssuedBefore {
+  std::vector<std::vector<int32_t>> nc, h2d, ag, ckpt_load, act_load;
+};
+
+IssuedBefore issued_before_steps(const PlanState& ps) {
+  const size_t S = ps.steps_.size();
+  IssuedBefore at{std::vector<std::vector<int32_t>>(S), std::vector<std::vector<int32_t>>(S),
+                  std::vector<std::vector<int32_t>>(S), std::vector<std::vector<int32_t>>(S),
+                  std::vector<std::vector<int32_t>>(S)};
   for (size_t f = 0; f < ps.fetches_.size(); ++f) {
-    at_nc[static_cast<size_t>(ps.fetches_[f].t_nc)].push_back(static_cast<int32_t>(f));
-    at_h2d[static_cast<size_t>(ps.fetches_[f].t_h2d)].push_back(static_cast<int32_t>(f));
-    at_ag[static_cast<size_t>(ps.fetches_[f].t_ag)].push_back(static_cast<int32_t>(f));
+    at.nc[static_cast<size_t>(ps.fetches_[f].t_nc)].push_back(static_cast<int32_t>(f));
+    at.h2d[static_cast<size_t>(ps.fetches_[f].t_h2d)].push_back(static_cast<int32_t>(f));
+    at.ag[static_cast<size_t>(ps.fetches_[f].t_ag)].push_back(static_cast<int32_t>(f));
   }
-  std::vector<std::vector<int32_t>> ckpt_load_at(S), act_load_at(S);
-  schedule_run_loads(ps, ckpt_load_at, act_load_at);
+  schedule_run_loads(ps, at.ckpt_load, at.act_load);
+  return at;
+}
+
+struct StepEvents {
+  std::vector<int32_t> deps;
+  std::vector<MemEvent> allocs, frees;
+};
+
+// What step i's compute task waits for and allocates and frees: its units' fetches (a gathered
+// buffer freed at its last use), its run's buffers, its micro-batch's checkpoint copies before
+// its first backward, and the gradient buffer of each unit whose first backward use it is.
+StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
+  const Step& st = ps.steps_[i];
+  StepEvents ev{{prev}, {}, {}};
+  auto& [deps, allocs, frees] = ev;
+  for (uint32_t k = 0; k < st.units_count; ++k) {
+    const int32_t f = ps.use_fetch_[st.units_begin + k];
+    if (f < 0) continue;
+    const Fetch& fe = ps.fetches_[static_cast<size_t>(f)];
+    deps.push_back(fe.last_task);
+    if (fe.release == static_cast<int32_t>(i) &&
+        std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
+            frees.end())
+      frees.push_back({Tier::Device, fe.gathered_buf, ps.wb_ * double(ps.owner_based() ? ps.units_[static_cast<size_t>(fe.unit)].numel
+                                                                                           : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.D_)});
+  }
+  run_memory_events(ps, st, deps, allocs, frees);
+  if (st.kind != TaskKind::Backward) return ev;
+  // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
+  // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here; emit
+  // records the start in Program::backward_starts).
+  if (ps.b_.backward_starts()[static_cast<size_t>(st.mb)].task < 0) {
+    const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
+    deps.insert(deps.end(), copies.begin(), copies.end());
+  }
+  // Gradients of whole units live from their first to their last backward use.
+  for (uint32_t k = 0; k < st.units_count; ++k) {
+    const int32_t u = ps.step_units_[st.units_begin + k];
+    if (ps.first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
+      if (ps.grad_stores_.size() >= kGradStoresInFlight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - kGradStoresInFlight]);
+      ps.grad_buf_[static_cast<size_t>(u)] = ps.b_.buffer();
+      const auto& un = ps.units_[static_cast<size_t>(u)];
+      const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.wb_ * double(un.numel)
+                                                              : ps.wb_ * double(un.shard_numel) * ps.D_;
+      allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb});
+    }
+  }
+  return ev;
+}
+
+// Tensor parallelism: the group all-reduces the operator's output (forward, recompute) or its
+// input gradient (backward) after its last tile, on the compute stream, before anything uses it.
+// Returns the task that ends step i on the compute stream.
+int32_t emit_tensor_parallel_all_reduce(PlanState& ps, size_t i, int32_t computed) {
+  const size_t S = ps.steps_.size();
+  const Step& st = ps.steps_[i];
+  const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
+  const bool last_tile = i + 1 == S || ps.steps_[i + 1].op != st.op || ps.steps_[i + 1].kind != st.kind || ps.steps_[i + 1].mb != st.mb;
+  const double ar = st.kind == TaskKind::Backward ? op.tp_bwd_allreduce_bytes : op.tp_fwd_allreduce_bytes;
+  if (ps.T_ <= 1 || ar <= 0 || !last_tile) return computed;
+  Task a = make_task(TaskKind::AllReduce, Lane::Compute, Data::Activation,
+                     st.kind == TaskKind::Backward ? Phase::Backward : Phase::Forward);
+  a.op = st.op;
+  a.micro_batch = st.mb;
+  a.from = a.to = Tier::Device;
+  a.bytes = ar;
+  a.participants = static_cast<int>(ps.T_);
+  return ps.b_.add(a, {computed}, {}, {});
+}
+
+// What follows step i: the next run's checkpoint save and this run's activation save after its
+// last forward; after a backward, the reduction of each unit's gradient at its last use, and the
+// optimizer's sub-groups that are ready when it overlaps backward.
+void emit_after_step(PlanState& ps, size_t i, int32_t computed, int32_t prev) {
+  const Step& st = ps.steps_[i];
+  const size_t ri = static_cast<size_t>(st.run);
+  const auto& run = ps.runs_[ri];
+  if (st.last_fwd_of_run && ri + 1 < ps.runs_.size() && ps.runs_[ri + 1].recompute)
+    emit_checkpoint_save(ps, static_cast<int32_t>(ri + 1), st.mb, prev);
+  if (st.last_fwd_of_run && run.action == ActivationAction::Offload) emit_activation_save(ps, ri, st.mb, prev);
+  if (st.kind != TaskKind::Backward) return;
+  for (uint32_t k = 0; k < st.units_count; ++k) {
+    const int32_t u = ps.step_units_[st.units_begin + k];
+    if (ps.last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
+      bool dup = false;  // the same unit twice in one step reduces once
+      for (uint32_t j = 0; j < k; ++j) dup |= ps.step_units_[st.units_begin + j] == u;
+      if (!dup) emit_grad_reduction(ps, u, st.mb, computed);
+    }
+  }
+  if (ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
+}
+
+}  // namespace
+
+void emit(PlanState& ps) {
+  const size_t S = ps.steps_.size();
+  reset_emit_records(ps);
+  make_sub_groups(ps);
+  state_checkpoint_runs(ps);
+  const IssuedBefore at = issued_before_steps(ps);
 
   int32_t prev = -1;
   for (size_t i = 0; i < S; ++i) {
     const Step& st = ps.steps_[i];
-    for (int32_t f : at_nc[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 0, prev);
-    for (int32_t f : at_h2d[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 1, prev);
-    for (int32_t f : at_ag[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 2, prev);
-    for (int32_t r : ckpt_load_at[i]) emit_checkpoint_load(ps, r, st.mb, prev);
-    for (int32_t r : act_load_at[i]) emit_activation_load(ps, static_cast<size_t>(r), st.mb, prev);
+    for (int32_t f : at.nc[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 0, prev);
+    for (int32_t f : at.h2d[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 1, prev);
+    for (int32_t f : at.ag[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 2, prev);
+    for (int32_t r : at.ckpt_load[i]) emit_checkpoint_load(ps, r, st.mb, prev);
+    for (int32_t r : at.act_load[i]) emit_activation_load(ps, static_cast<size_t>(r), st.mb, prev);
 
-    const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
-    const auto& run = ps.runs_[static_cast<size_t>(st.run)];
-    const size_t ri = static_cast<size_t>(st.run);
     const Task t = compute_task(ps, st);
-
-    std::vector<int32_t> deps{prev};
-    std::vector<MemEvent> allocs, frees;
-    for (uint32_t k = 0; k < st.units_count; ++k) {
-      const int32_t f = ps.use_fetch_[st.units_begin + k];
-      if (f < 0) continue;
-      const Fetch& fe = ps.fetches_[static_cast<size_t>(f)];
-      deps.push_back(fe.last_task);
-      if (fe.release == static_cast<int32_t>(i) &&
-          std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
-              frees.end())
-        frees.push_back({Tier::Device, fe.gathered_buf, ps.wb_ * double(ps.owner_based() ? ps.units_[static_cast<size_t>(fe.unit)].numel
-                                                                                             : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.D_)});
-    }
-    run_memory_events(ps, st, deps, allocs, frees);
-    // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
-    // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here).
-    if (st.kind == TaskKind::Backward && !backward_begun[static_cast<size_t>(st.mb)]) {
-      backward_begun[static_cast<size_t>(st.mb)] = 1;
-      const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
-      deps.insert(deps.end(), copies.begin(), copies.end());
-    }
-    // Gradients of whole units live from their first to their last backward use.
-    if (st.kind == TaskKind::Backward) {
-      for (uint32_t k = 0; k < st.units_count; ++k) {
-        const int32_t u = ps.step_units_[st.units_begin + k];
-        if (ps.first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
-          if (ps.grad_stores_.size() >= kGradStoresInFlight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - kGradStoresInFlight]);
-          ps.grad_buf_[static_cast<size_t>(u)] = ps.b_.buffer();
-          const auto& un = ps.units_[static_cast<size_t>(u)];
-          const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.wb_ * double(un.numel)
-                                                                  : ps.wb_ * double(un.shard_numel) * ps.D_;
-          allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb});
-        }
-      }
-    }
-    prev = ps.compute_task_[i] = ps.b_.add(t, deps, allocs, frees);
-    const int32_t computed = prev;
+    const StepEvents ev = step_events(ps, i, prev);
+    const int32_t computed = ps.compute_task_[i] = ps.b_.add(t, ev.deps, ev.allocs, ev.frees);
+    if (auto& start = ps.b_.backward_starts()[static_cast<size_t>(st.mb)]; st.kind == TaskKind::Backward && start.task < 0)
+      start = {computed, ps.ckpt_copies_[static_cast<size_t>(st.mb)]};
+    const auto& run = ps.runs_[static_cast<size_t>(st.run)];
     if (st.kind == TaskKind::Forward && st.last_fwd_of_run && run.recompute)
       ps.b_.checkpoint_runs()[static_cast<size_t>(run.checkpoint)].forward_end[static_cast<size_t>(st.mb)] = computed;
-    // Tensor parallelism: the group all-reduces the operator's output (forward, recompute) or its
-    // input gradient (backward) after its last tile, on the compute stream, before anything uses it.
-    const bool last_tile = i + 1 == S || ps.steps_[i + 1].op != st.op || ps.steps_[i + 1].kind != st.kind || ps.steps_[i + 1].mb != st.mb;
-    if (const double ar = st.kind == TaskKind::Backward ? op.tp_bwd_allreduce_bytes : op.tp_fwd_allreduce_bytes;
-        ps.T_ > 1 && ar > 0 && last_tile) {
-      Task a = make_task(TaskKind::AllReduce, Lane::Compute, Data::Activation,
-                         st.kind == TaskKind::Backward ? Phase::Backward : Phase::Forward);
-      a.op = st.op;
-      a.micro_batch = st.mb;
-      a.from = a.to = Tier::Device;
-      a.bytes = ar;
-      a.participants = static_cast<int>(ps.T_);
-      prev = ps.b_.add(a, {computed}, {}, {});
-    }
-
-    if (st.last_fwd_of_run && ri + 1 < ps.runs_.size() && ps.runs_[ri + 1].recompute)
-      emit_checkpoint_save(ps, static_cast<int32_t>(ri + 1), st.mb, prev);
-    if (st.last_fwd_of_run && run.action == ActivationAction::Offload) emit_activation_save(ps, ri, st.mb, prev);
-    if (st.kind == TaskKind::Backward) {
-      for (uint32_t k = 0; k < st.units_count; ++k) {
-        const int32_t u = ps.step_units_[st.units_begin + k];
-        if (ps.last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
-          bool dup = false;  // the same unit twice in one step reduces once
-          for (uint32_t j = 0; j < k; ++j) dup |= ps.step_units_[st.units_begin + j] == u;
-          if (!dup) emit_grad_reduction(ps, u, st.mb, computed);
-        }
-      }
-      if (ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
-    }
+    prev = emit_tensor_parallel_all_reduce(ps, i, computed);
+    emit_after_step(ps, i, computed, prev);
   }
   ps.backward_done_ = prev;
   // Units that no backward step touched (none in a GPT, but a graph may have them) have no gradient.

@@ -15,30 +15,20 @@ std::vector<int32_t> window_and(std::vector<int32_t> window, int32_t dep) {
   return window;
 }
 
-// Advances one sub-group through its stages as far as the tasks it depends on exist.
-// Returns true when it emitted anything.
-bool advance_sub_group(PlanState& ps, int32_t id) {
-  auto& s = ps.sg_[static_cast<size_t>(id)];
-  const SubGroup& g = ps.b_.sub_groups()[static_cast<size_t>(id)];
-  const double n = double(g.count);
-  const bool overlap = ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward;
-  const bool cpu = ps.plan_.optimizer != Tier::Device;
-  auto& started = ps.owner_started_[ps.owner_based() ? static_cast<size_t>(g.owner) : 0];
-  auto base = [&](TaskKind k, Lane l, Data d, Tier from, Tier to, double bytes) {
-    Task t = make_task(k, l, d, Phase::Optimizer);
-    t.sub_group = id;
-    t.sg_offset = g.offset;
-    t.sg_count = g.count;
-    t.owner = g.owner;
-    t.from = from;
-    t.to = to;
-    t.bytes = bytes;
-    return t;
-  };
-  std::vector<int32_t> grad_deps;
-  for (int32_t u : s.units) grad_deps.push_back(ps.grad_store_[static_cast<size_t>(u)]);
-  bool progressed = false;
-  if (s.stage == 0) {
+// One sub-group's stages, each emitted once the tasks it depends on exist: read its inputs (states
+// and gradients to where the optimizer runs), update it (Adam), write its outputs back.
+class SubGroupStages {
+public:
+  SubGroupStages(PlanState& state, int32_t sub_group)
+      : ps(state), id(sub_group), s(state.sg_[static_cast<size_t>(sub_group)]),
+        g(state.b_.sub_groups()[static_cast<size_t>(sub_group)]), n(double(g.count)),
+        overlap(state.c_.optimizer_timing == OptimizerTiming::OverlapBackward),
+        started(state.owner_started_[state.owner_based() ? static_cast<size_t>(g.owner) : 0]) {
+    for (int32_t u : s.units) grad_deps.push_back(ps.grad_store_[static_cast<size_t>(u)]);
+  }
+
+  // Each returns whether it emitted its stage (and moved the sub-group to the next).
+  bool read_inputs() {
     // Inputs may be read ahead, but only `depth` sub-groups of one owner are in flight at once:
     // the sub-group `depth` before this one has written its outputs back or, in waves (phases), every
     // sub-group of the wave before has.
@@ -98,10 +88,12 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
       }
     }
     s.stage = 1;
-    progressed = true;
+    return true;
   }
-  if (s.stage == 1) {
-    if (ps.plan_.grad_clip && ps.norm_task_ < 0) return progressed;
+
+  bool update() {
+    const bool cpu = ps.plan_.optimizer != Tier::Device;
+    if (ps.plan_.grad_clip && ps.norm_task_ < 0) return false;
     std::vector<int32_t> deps = grad_deps;
     deps.push_back(s.in_states);
     deps.push_back(s.in_grads);
@@ -120,19 +112,20 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
     t.flops = kAdamFlopsPerParam * n;
     s.adam = ps.b_.add(t, deps, allocs, frees);
     s.stage = 2;
-    progressed = true;
+    return true;
   }
-  if (s.stage == 2) {
+
+  bool write_back() {
     // In waves, the writes of a wave wait for every update of the wave (so for every read of it).
     std::vector<int32_t> gate{s.adam};
     if (ps.sg_phases_) {
       const size_t depth = static_cast<size_t>(ps.sg_in_flight_);
       const size_t wb = static_cast<size_t>(s.seq) / depth * depth;
       const size_t we = std::min(wb + depth, static_cast<size_t>(ps.owner_sg_count_[ps.owner_based() ? static_cast<size_t>(g.owner) : 0]));
-      if (started.size() < we) return progressed;
+      if (started.size() < we) return false;
       for (size_t j = wb; j < we; ++j) {
         const auto& other = ps.sg_[static_cast<size_t>(started[j])];
-        if (other.stage < 2) return progressed;
+        if (other.stage < 2) return false;
         gate.push_back(other.adam);
       }
     }
@@ -176,8 +169,41 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
       s.outs.push_back(ps.b_.add(t, {param_done}, {}, {}));
     }
     s.stage = 3;
-    progressed = true;
+    return true;
   }
+
+private:
+  Task base(TaskKind k, Lane l, Data d, Tier from, Tier to, double bytes) const {
+    Task t = make_task(k, l, d, Phase::Optimizer);
+    t.sub_group = id;
+    t.sg_offset = g.offset;
+    t.sg_count = g.count;
+    t.owner = g.owner;
+    t.from = from;
+    t.to = to;
+    t.bytes = bytes;
+    return t;
+  }
+
+  PlanState& ps;
+  const int32_t id;
+  SgState& s;
+  const SubGroup& g;
+  const double n;
+  const bool overlap;
+  std::vector<int32_t>& started;  // its owner's sub-groups started, in order
+  std::vector<int32_t> grad_deps;  // the last gradient store of each unit it covers
+};
+
+// Advances one sub-group through its stages as far as the tasks it depends on exist.
+// Returns true when it emitted anything.
+bool advance_sub_group(PlanState& ps, int32_t id) {
+  SubGroupStages stages(ps, id);
+  const int32_t& stage = ps.sg_[static_cast<size_t>(id)].stage;
+  bool progressed = false;
+  if (stage == 0 && !(progressed = stages.read_inputs())) return false;
+  if (stage == 1 && stages.update()) progressed = true;
+  if (stage == 2 && stages.write_back()) progressed = true;
   return progressed;
 }
 

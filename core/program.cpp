@@ -214,6 +214,12 @@ void Program::write_json(std::ostream& out) const {
     out << fmt::format("{{\"id\":{},\"blocks\":[{},{}],\"forward_end\":[{}]}}{}\n", c.id, c.first_block,
                        c.last_block, fmt::join(c.forward_end, ","), i + 1 < checkpoint_runs_.size() ? "," : "");
   }
+  out << "],\n\"backward_starts\":[\n";
+  for (size_t i = 0; i < backward_starts_.size(); ++i) {
+    const auto& b = backward_starts_[i];
+    out << fmt::format("{{\"micro_batch\":{},\"task\":{},\"checkpoint_copies\":[{}]}}{}\n", i, b.task,
+                       fmt::join(b.checkpoint_copies, ","), i + 1 < backward_starts_.size() ? "," : "");
+  }
   out << "],\n\"tasks\":[\n";
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const auto& t = tasks_[i];

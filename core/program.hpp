@@ -140,6 +140,14 @@ struct CheckpointRun {
   std::vector<int32_t> forward_end;  // per micro-batch: the task that ends the run's forward
 };
 
+// Where one micro-batch's backward starts: its first backward task, at which the backends drop the
+// device copies of the micro-batch's offloaded checkpoints, and the device-to-host checkpoint
+// copies that task depends on (empty when the checkpoints stay on the device).
+struct BackwardStart {
+  int32_t task = -1;
+  std::vector<int32_t> checkpoint_copies;
+};
+
 struct MemEvent {
   Tier tier = Tier::Device;
   int64_t buffer = 0;  // unique within one rank's step; alloc and free of a buffer name the same id
@@ -222,6 +230,8 @@ public:
   const std::vector<OpInfo>& ops() const { return ops_; }
   const std::vector<ActivationSegment>& activations() const { return activations_; }
   const std::vector<CheckpointRun>& checkpoint_runs() const { return checkpoint_runs_; }
+  // Per micro-batch.
+  const std::vector<BackwardStart>& backward_starts() const { return backward_starts_; }
   // Operator ids in the forward order the program was built from (graph order or a recorded one).
   const std::vector<int32_t>& op_order() const { return op_order_; }
   // Elements of `rank`'s shard space (sum of its shards; owner-based: of the units it owns).
@@ -260,6 +270,7 @@ private:
   std::vector<OpInfo> ops_;
   std::vector<ActivationSegment> activations_;
   std::vector<CheckpointRun> checkpoint_runs_;
+  std::vector<BackwardStart> backward_starts_;
   std::vector<int32_t> op_order_;
   std::vector<int64_t> shard_space_;     // per rank (owner-based) or one entry (bandwidth-centric)
   std::vector<PerTier> static_bytes_;    // per rank (owner-based) or one entry (bandwidth-centric)

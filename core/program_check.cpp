@@ -1,5 +1,6 @@
 // validate_program (core/plan.hpp): docs/DESIGN.md's invariants, checked on the Program itself.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -15,7 +16,7 @@ namespace {
 
 // Does `to` depend on `from` (or is it `from`)? Searches backwards from `to` over tasks with ids
 // not below `from`, which is all that can lie on a path since ids are topological.
-bool reaches(const Program& p, int32_t from, int32_t to, std::vector<int32_t>& mark, int32_t stamp) {
+bool reaches_from(const Program& p, int32_t from, int32_t to, std::vector<int32_t>& mark, int32_t stamp) {
   if (from == to) return true;
   std::vector<int32_t> stack{to};
   while (!stack.empty()) {
@@ -31,204 +32,233 @@ bool reaches(const Program& p, int32_t from, int32_t to, std::vector<int32_t>& m
   return false;
 }
 
-}  // namespace
+// validate_program's state: the Program, the errors so far (the first 50) and the marks of the
+// dependency search; one method per invariant of docs/DESIGN.md.
+class Checker {
+public:
+  explicit Checker(const Program& program)
+      : p(program), tasks(program.tasks()), R(program.ranks()),
+        owner_based(program.partitioning() == Partitioning::OwnerBased), mark(tasks.size(), -1) {}
 
-std::vector<std::string> validate_program(const Program& p) {
-  std::vector<std::string> errors;
-  auto error = [&](std::string m) {
+  std::vector<std::string> run() {
+    order_and_collectives();
+    buffer_lifetimes();
+    gathers();
+    gradient_reductions();
+    sub_group_updates();
+    lane_slots();
+    stated_fields();
+    stated_backward_starts();
+    budget();
+    return std::move(errors);
+  }
+
+private:
+  void error(std::string m) {
     if (errors.size() < 50) errors.push_back(std::move(m));
-  };
-  const auto& tasks = p.tasks();
-  const int R = p.ranks();
-  const bool owner_based = p.partitioning() == Partitioning::OwnerBased;
+  }
+  // Does `to` depend on `from` (or is it `from`)?
+  bool reaches(int32_t from, int32_t to) { return reaches_from(p, from, to, mark, stamp++); }
 
   // Invariant 4: acyclic, lanes in topological order. Dependencies point to lower ids, and each lane
   // runs in id order, so both hold when every dependency is an earlier task.
-  for (const auto& t : tasks) {
-    for (int32_t d : p.deps(t))
-      if (d < 0 || d >= t.id) error(fmt::format("task {} ({}) depends on task {}, not an earlier task", t.id, p.label(t), d));
-    if (is_collective(t.kind)) {
-      // All ranks, or (tensor parallelism) groups of consecutive ranks that divide them and a node.
-      const int G = std::max(1, std::min(p.gpus_per_node(), R));
-      if (t.participants != R && (t.participants < 2 || R % t.participants != 0 || G % t.participants != 0))
-        error(fmt::format("collective {} has {} participants: neither all {} ranks nor groups inside a node of {}", t.id,
-                          t.participants, R, G));
-      if ((t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) && (t.root < 0 || t.root >= R))
-        error(fmt::format("collective {} has root {}", t.id, t.root));
-      if (t.owner >= 0) error(fmt::format("collective {} is not done by every rank", t.id));
+  void order_and_collectives() {
+    for (const auto& t : tasks) {
+      for (int32_t d : p.deps(t))
+        if (d < 0 || d >= t.id) error(fmt::format("task {} ({}) depends on task {}, not an earlier task", t.id, p.label(t), d));
+      if (is_collective(t.kind)) {
+        // All ranks, or (tensor parallelism) groups of consecutive ranks that divide them and a node.
+        const int G = std::max(1, std::min(p.gpus_per_node(), R));
+        if (t.participants != R && (t.participants < 2 || R % t.participants != 0 || G % t.participants != 0))
+          error(fmt::format("collective {} has {} participants: neither all {} ranks nor groups inside a node of {}", t.id,
+                            t.participants, R, G));
+        if ((t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) && (t.root < 0 || t.root >= R))
+          error(fmt::format("collective {} has root {}", t.id, t.root));
+        if (t.owner >= 0) error(fmt::format("collective {} is not done by every rank", t.id));
+      }
+      if (t.owner >= R) error(fmt::format("task {} is owned by rank {} of {}", t.id, t.owner, R));
     }
-    if (t.owner >= R) error(fmt::format("task {} is owned by rank {} of {}", t.id, t.owner, R));
   }
 
   // Invariant 1 and memory balance: every buffer allocated once and freed once, on the same tier
   // with the same size, by a task that depends on the allocating one. Checked for rank 0 and, for
   // owner-based programs, for every rank (their owner-only tasks differ).
-  std::vector<int32_t> mark(tasks.size(), -1);
-  int32_t stamp = 0;
-  const int ranks_to_check = owner_based ? R : 1;
-  for (int r = 0; r < ranks_to_check; ++r) {
-    struct Life {
-      int32_t alloc = -1, free = -1;
-      Tier tier = Tier::Device;
-      double bytes = 0;
-    };
-    std::unordered_map<int64_t, Life> life;
-    for (const auto& t : tasks) {
-      for (const auto& e : p.allocs(t, r)) {
-        auto& l = life[e.buffer];
-        if (l.alloc >= 0) error(fmt::format("rank {}: buffer {} allocated twice (tasks {} and {})", r, e.buffer, l.alloc, t.id));
-        l.alloc = t.id;
-        l.tier = e.tier;
-        l.bytes = e.bytes;
-      }
-      for (const auto& e : p.frees(t, r)) {
-        auto& l = life[e.buffer];
-        if (l.free >= 0) error(fmt::format("rank {}: buffer {} freed twice", r, e.buffer));
-        l.free = t.id;
-        if (l.alloc < 0) {
-          error(fmt::format("rank {}: buffer {} freed by task {} ({}) before it is allocated", r, e.buffer, t.id, p.label(t)));
-          continue;
+  void buffer_lifetimes() {
+    const int ranks_to_check = owner_based ? R : 1;
+    for (int r = 0; r < ranks_to_check; ++r) {
+      struct Life {
+        int32_t alloc = -1, free = -1;
+        Tier tier = Tier::Device;
+        double bytes = 0;
+      };
+      std::unordered_map<int64_t, Life> life;
+      for (const auto& t : tasks) {
+        for (const auto& e : p.allocs(t, r)) {
+          auto& l = life[e.buffer];
+          if (l.alloc >= 0)
+            error(fmt::format("rank {}: buffer {} allocated twice (tasks {} and {})", r, e.buffer, l.alloc, t.id));
+          l.alloc = t.id;
+          l.tier = e.tier;
+          l.bytes = e.bytes;
         }
-        if (l.tier != e.tier || l.bytes != e.bytes)
-          error(fmt::format("rank {}: buffer {} allocated as {} bytes on {}, freed as {} on {}", r, e.buffer, l.bytes,
-                            to_string(l.tier), e.bytes, to_string(e.tier)));
-        if (!reaches(p, l.alloc, t.id, mark, stamp++))
-          error(fmt::format("rank {}: buffer {} is freed by task {} ({}) which does not wait for its allocation by {} ({})",
-                            r, e.buffer, t.id, p.label(t), l.alloc, p.label(p.task(l.alloc))));
+        for (const auto& e : p.frees(t, r)) {
+          auto& l = life[e.buffer];
+          if (l.free >= 0) error(fmt::format("rank {}: buffer {} freed twice", r, e.buffer));
+          l.free = t.id;
+          if (l.alloc < 0) {
+            error(fmt::format("rank {}: buffer {} freed by task {} ({}) before it is allocated", r, e.buffer, t.id, p.label(t)));
+            continue;
+          }
+          if (l.tier != e.tier || l.bytes != e.bytes)
+            error(fmt::format("rank {}: buffer {} allocated as {} bytes on {}, freed as {} on {}", r, e.buffer, l.bytes,
+                              to_string(l.tier), e.bytes, to_string(e.tier)));
+          if (!reaches(l.alloc, t.id))
+            error(fmt::format("rank {}: buffer {} is freed by task {} ({}) which does not wait for its allocation by {} ({})",
+                              r, e.buffer, t.id, p.label(t), l.alloc, p.label(p.task(l.alloc))));
+        }
       }
+      for (const auto& [buf, l] : life)
+        if (l.free < 0)
+          error(fmt::format("rank {}: buffer {} allocated by task {} ({}) is never freed", r, buf, l.alloc,
+                            p.label(p.task(l.alloc))));
     }
-    for (const auto& [buf, l] : life)
-      if (l.free < 0)
-        error(fmt::format("rank {}: buffer {} allocated by task {} ({}) is never freed", r, buf, l.alloc,
-                          p.label(p.task(l.alloc))));
   }
 
   // Invariant 3a: every use of a partitioned parameter waits for the collective that gathers it,
   // and the gathered buffer is freed no earlier than that use.
-  std::unordered_map<int64_t, int32_t> freed_by;  // rank 0's view; the gathered buffers are the same on every rank
-  for (const auto& t : tasks)
-    for (const auto& e : p.frees(t, 0)) freed_by[e.buffer] = t.id;
-  bool partitioned_params = false;
-  for (const auto& t : tasks)
-    if (t.data == Data::Param && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast) && t.phase != Phase::Optimizer)
-      partitioned_params = true;
-  if (partitioned_params) {
-    for (const auto& t : tasks) {
-      if (!is_compute(t.kind) || t.unit < 0) continue;
-      int32_t gather = -1;
-      for (int32_t d : p.deps(t)) {
-        const auto& dt = p.task(d);
-        if ((dt.kind == TaskKind::AllGather || dt.kind == TaskKind::Broadcast) && dt.unit == t.unit) gather = d;
+  void gathers() {
+    std::unordered_map<int64_t, int32_t> freed_by;  // rank 0's view; the gathered buffers are the same on every rank
+    for (const auto& t : tasks)
+      for (const auto& e : p.frees(t, 0)) freed_by[e.buffer] = t.id;
+    bool partitioned_params = false;
+    for (const auto& t : tasks)
+      if (t.data == Data::Param && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast) &&
+          t.phase != Phase::Optimizer)
+        partitioned_params = true;
+    if (partitioned_params) {
+      for (const auto& t : tasks) {
+        if (!is_compute(t.kind) || t.unit < 0) continue;
+        int32_t gather = -1;
+        for (int32_t d : p.deps(t)) {
+          const auto& dt = p.task(d);
+          if ((dt.kind == TaskKind::AllGather || dt.kind == TaskKind::Broadcast) && dt.unit == t.unit) gather = d;
+        }
+        if (gather < 0) {
+          error(fmt::format("task {} ({}) uses unit {} without waiting for its gather", t.id, p.label(t), t.unit));
+          continue;
+        }
+        // The gathered buffer: allocated by the all-gather, or (owner-based) by the Alloc it waits for.
+        int64_t buf = -1;
+        const auto& gt = p.task(gather);
+        for (const auto& e : p.allocs(gt, 0)) buf = e.buffer;
+        if (buf < 0)
+          for (int32_t d : p.deps(gt))
+            if (p.task(d).kind == TaskKind::Alloc || p.task(d).kind == TaskKind::CopyH2D)
+              for (const auto& e : p.allocs(p.task(d), 0)) buf = e.buffer;
+        if (buf < 0) {
+          // a copy by the owner: look one step further back for the Alloc
+          for (int32_t d : p.deps(gt))
+            for (int32_t dd : p.deps(p.task(d)))
+              if (p.task(dd).kind == TaskKind::Alloc)
+                for (const auto& e : p.allocs(p.task(dd), 0)) buf = e.buffer;
+        }
+        auto it = freed_by.find(buf);
+        if (buf < 0 || it == freed_by.end() || it->second < t.id)
+          error(fmt::format("task {} ({}): the gathered unit {} is freed before this use", t.id, p.label(t), t.unit));
       }
-      if (gather < 0) {
-        error(fmt::format("task {} ({}) uses unit {} without waiting for its gather", t.id, p.label(t), t.unit));
-        continue;
-      }
-      // The gathered buffer: allocated by the all-gather, or (owner-based) by the Alloc it waits for.
-      int64_t buf = -1;
-      const auto& gt = p.task(gather);
-      for (const auto& e : p.allocs(gt, 0)) buf = e.buffer;
-      if (buf < 0)
-        for (int32_t d : p.deps(gt))
-          if (p.task(d).kind == TaskKind::Alloc || p.task(d).kind == TaskKind::CopyH2D)
-            for (const auto& e : p.allocs(p.task(d), 0)) buf = e.buffer;
-      if (buf < 0) {
-        // a copy by the owner: look one step further back for the Alloc
-        for (int32_t d : p.deps(gt))
-          for (int32_t dd : p.deps(p.task(d)))
-            if (p.task(dd).kind == TaskKind::Alloc)
-              for (const auto& e : p.allocs(p.task(dd), 0)) buf = e.buffer;
-      }
-      auto it = freed_by.find(buf);
-      if (buf < 0 || it == freed_by.end() || it->second < t.id)
-        error(fmt::format("task {} ({}): the gathered unit {} is freed before this use", t.id, p.label(t), t.unit));
     }
   }
 
   // Invariant 3b: each unit's gradient is reduced exactly once per micro-batch.
-  std::map<std::pair<int32_t, int32_t>, int> reduced;
-  for (const auto& t : tasks)
-    if (t.data == Data::Grad && is_collective(t.kind)) ++reduced[{t.unit, t.micro_batch}];
-  for (const auto& u : p.units())
-    for (int mb = 0; mb < p.micro_batches(); ++mb) {
-      auto it = reduced.find({u.id, mb});
-      const int n = it == reduced.end() ? 0 : it->second;
-      if (n != 1) error(fmt::format("unit {} ({}) has its gradient reduced {} times in micro-batch {}", u.id, u.name, n, mb));
-    }
+  void gradient_reductions() {
+    std::map<std::pair<int32_t, int32_t>, int> reduced;
+    for (const auto& t : tasks)
+      if (t.data == Data::Grad && is_collective(t.kind)) ++reduced[{t.unit, t.micro_batch}];
+    for (const auto& u : p.units())
+      for (int mb = 0; mb < p.micro_batches(); ++mb) {
+        auto it = reduced.find({u.id, mb});
+        const int n = it == reduced.end() ? 0 : it->second;
+        if (n != 1) error(fmt::format("unit {} ({}) has its gradient reduced {} times in micro-batch {}", u.id, u.name, n, mb));
+      }
+  }
 
   // Invariant 3c: each sub-group updated exactly once; the sub-groups tile every rank's shard space;
   // each update waits for the last gradient store of every unit it covers, and for the global norm
   // when gradients are clipped.
-  std::vector<int> updates(p.sub_groups().size(), 0);
-  std::vector<int32_t> adam_of(p.sub_groups().size(), -1);
-  int32_t norm = -1;
-  for (const auto& t : tasks) {
-    if (t.kind == TaskKind::OptimizerStep) {
-      if (t.sub_group < 0 || static_cast<size_t>(t.sub_group) >= updates.size()) {
-        error(fmt::format("optimizer step {} has no sub-group", t.id));
-        continue;
+  void sub_group_updates() {
+    std::vector<int> updates(p.sub_groups().size(), 0);
+    std::vector<int32_t> adam_of(p.sub_groups().size(), -1);
+    int32_t norm = -1;
+    for (const auto& t : tasks) {
+      if (t.kind == TaskKind::OptimizerStep) {
+        if (t.sub_group < 0 || static_cast<size_t>(t.sub_group) >= updates.size()) {
+          error(fmt::format("optimizer step {} has no sub-group", t.id));
+          continue;
+        }
+        ++updates[static_cast<size_t>(t.sub_group)];
+        adam_of[static_cast<size_t>(t.sub_group)] = t.id;
       }
-      ++updates[static_cast<size_t>(t.sub_group)];
-      adam_of[static_cast<size_t>(t.sub_group)] = t.id;
+      if (t.kind == TaskKind::AllReduce && t.data == Data::Scalar) norm = t.id;
     }
-    if (t.kind == TaskKind::AllReduce && t.data == Data::Scalar) norm = t.id;
-  }
-  std::map<int32_t, int64_t> next_offset;  // per owner
-  for (const auto& g : p.sub_groups()) {
-    if (updates[static_cast<size_t>(g.id)] != 1)
-      error(fmt::format("sub-group {} is updated {} times", g.id, updates[static_cast<size_t>(g.id)]));
-    auto& off = next_offset[g.owner];
-    if (g.offset != off) error(fmt::format("sub-group {} starts at {}, expected {}", g.id, g.offset, off));
-    off = g.offset + g.count;
-  }
-  for (const auto& [owner, end] : next_offset)
-    if (end != p.shard_space(owner < 0 ? 0 : owner))
-      error(fmt::format("sub-groups of rank {} cover {} elements of its {}", owner, end, p.shard_space(owner < 0 ? 0 : owner)));
-  // Last gradient store of each unit: the last Grad task of the last micro-batch's backward.
-  std::vector<int32_t> last_store(p.units().size(), -1);
-  for (const auto& t : tasks)
-    if (t.data == Data::Grad && t.phase == Phase::Backward && t.unit >= 0) last_store[static_cast<size_t>(t.unit)] = t.id;
-  for (const auto& u : p.units()) {
-    const int64_t ub = owner_based ? u.owner_offset : u.shard_offset;
-    const int64_t ue = ub + (owner_based ? u.numel : u.shard_numel);
+    std::map<int32_t, int64_t> next_offset;  // per owner
     for (const auto& g : p.sub_groups()) {
-      if (owner_based && g.owner != u.owner) continue;
-      if (!(ub < g.offset + g.count && g.offset < ue)) continue;
-      const int32_t a = adam_of[static_cast<size_t>(g.id)];
-      if (a < 0) continue;
-      if (!reaches(p, last_store[static_cast<size_t>(u.id)], a, mark, stamp++))
-        error(fmt::format("the update of sub-group {} does not wait for the gradient of {}", g.id, u.name));
+      if (updates[static_cast<size_t>(g.id)] != 1)
+        error(fmt::format("sub-group {} is updated {} times", g.id, updates[static_cast<size_t>(g.id)]));
+      auto& off = next_offset[g.owner];
+      if (g.offset != off) error(fmt::format("sub-group {} starts at {}, expected {}", g.id, g.offset, off));
+      off = g.offset + g.count;
     }
+    for (const auto& [owner, end] : next_offset)
+      if (end != p.shard_space(owner < 0 ? 0 : owner))
+        error(fmt::format("sub-groups of rank {} cover {} elements of its {}", owner, end, p.shard_space(owner < 0 ? 0 : owner)));
+    // Last gradient store of each unit: the last Grad task of the last micro-batch's backward.
+    std::vector<int32_t> last_store(p.units().size(), -1);
+    for (const auto& t : tasks)
+      if (t.data == Data::Grad && t.phase == Phase::Backward && t.unit >= 0) last_store[static_cast<size_t>(t.unit)] = t.id;
+    for (const auto& u : p.units()) {
+      const int64_t ub = owner_based ? u.owner_offset : u.shard_offset;
+      const int64_t ue = ub + (owner_based ? u.numel : u.shard_numel);
+      for (const auto& g : p.sub_groups()) {
+        if (owner_based && g.owner != u.owner) continue;
+        if (!(ub < g.offset + g.count && g.offset < ue)) continue;
+        const int32_t a = adam_of[static_cast<size_t>(g.id)];
+        if (a < 0) continue;
+        if (!reaches(last_store[static_cast<size_t>(u.id)], a))
+          error(fmt::format("the update of sub-group {} does not wait for the gradient of {}", g.id, u.name));
+      }
+    }
+    if (norm >= 0)
+      for (int32_t a : adam_of)
+        if (a >= 0 && !reaches(norm, a))
+          error(fmt::format("optimizer step {} does not wait for the global gradient norm", a));
   }
-  if (norm >= 0)
-    for (int32_t a : adam_of)
-      if (a >= 0 && !reaches(p, norm, a, mark, stamp++))
-        error(fmt::format("optimizer step {} does not wait for the global gradient norm", a));
 
   // Invariant 5: lane slots. A lane runs at least one task at a time; only the NVMe lanes run more,
   // and there lane order no longer orders anything: two writes of the same range of a state (a
   // unit's or sub-group's gradients, parameters or optimizer states in any micro-batch; a
   // checkpoint or activation segment of one micro-batch) must be ordered by a dependency path.
-  for (int l = 0; l < kLaneCount; ++l) {
-    const auto lane = static_cast<Lane>(l);
-    const int slots = p.lane_slots(lane);
-    if (slots < 1 || (slots > 1 && lane != Lane::NvmeRead && lane != Lane::NvmeWrite))
-      error(fmt::format("lane {} has {} slots: every lane has at least 1, only the NVMe lanes more", to_string(lane), slots));
-  }
-  if (p.lane_slots(Lane::NvmeWrite) > 1) {
-    std::map<std::tuple<int, int32_t, int32_t, int32_t, int32_t, int32_t>, int32_t> last_write;
-    for (const auto& t : tasks) {
-      if (t.lane != Lane::NvmeWrite) continue;
-      const bool state = t.data == Data::Grad || t.data == Data::Param || t.data == Data::OptimizerState;
-      const auto key = std::make_tuple(static_cast<int>(t.data), t.unit, t.sub_group, t.checkpoint, t.activation,
-                                       state ? -1 : t.micro_batch);
-      auto [it, fresh] = last_write.try_emplace(key, t.id);
-      if (fresh) continue;
-      if (!reaches(p, it->second, t.id, mark, stamp++))
-        error(fmt::format("NVMe writes {} ({}) and {} ({}) of the same range may overlap on a lane of {} slots: the "
-                          "later must depend on the earlier",
-                          it->second, p.label(p.task(it->second)), t.id, p.label(t), p.lane_slots(Lane::NvmeWrite)));
-      it->second = t.id;
+  void lane_slots() {
+    for (int l = 0; l < kLaneCount; ++l) {
+      const auto lane = static_cast<Lane>(l);
+      const int slots = p.lane_slots(lane);
+      if (slots < 1 || (slots > 1 && lane != Lane::NvmeRead && lane != Lane::NvmeWrite))
+        error(fmt::format("lane {} has {} slots: every lane has at least 1, only the NVMe lanes more", to_string(lane), slots));
+    }
+    if (p.lane_slots(Lane::NvmeWrite) > 1) {
+      std::map<std::tuple<int, int32_t, int32_t, int32_t, int32_t, int32_t>, int32_t> last_write;
+      for (const auto& t : tasks) {
+        if (t.lane != Lane::NvmeWrite) continue;
+        const bool state = t.data == Data::Grad || t.data == Data::Param || t.data == Data::OptimizerState;
+        const auto key = std::make_tuple(static_cast<int>(t.data), t.unit, t.sub_group, t.checkpoint, t.activation,
+                                         state ? -1 : t.micro_batch);
+        auto [it, fresh] = last_write.try_emplace(key, t.id);
+        if (fresh) continue;
+        if (!reaches(it->second, t.id))
+          error(fmt::format("NVMe writes {} ({}) and {} ({}) of the same range may overlap on a lane of {} slots: the "
+                            "later must depend on the earlier",
+                            it->second, p.label(p.task(it->second)), t.id, p.label(t), p.lane_slots(Lane::NvmeWrite)));
+        it->second = t.id;
+      }
     }
   }
 
@@ -236,54 +266,104 @@ std::vector<std::string> validate_program(const Program& p) {
   // the buffer of a stage of the same unit it depends on directly; every checkpointed run covers
   // blocks, and its forward ends, per micro-batch, at a forward task of that run, after which no
   // other forward of the run comes.
-  for (const auto& t : tasks) {
-    if (t.source < 0) continue;
-    bool stated = false;
-    for (int32_t d : p.deps(t)) {
-      const Task& dt = p.task(d);
-      stated |= dt.unit == t.unit && dt.data == Data::Param && dt.buffer == t.source;
+  void stated_fields() {
+    for (const auto& t : tasks) {
+      if (t.source < 0) continue;
+      bool stated = false;
+      for (int32_t d : p.deps(t)) {
+        const Task& dt = p.task(d);
+        stated |= dt.unit == t.unit && dt.data == Data::Param && dt.buffer == t.source;
+      }
+      if (!stated)
+        error(fmt::format("task {} ({}) reads buffer {}, which no fetch stage of its unit it depends on fills", t.id,
+                          p.label(t), t.source));
     }
-    if (!stated)
-      error(fmt::format("task {} ({}) reads buffer {}, which no fetch stage of its unit it depends on fills", t.id,
-                        p.label(t), t.source));
+    std::map<std::pair<int32_t, int32_t>, int32_t> last_forward;  // (checkpoint, micro-batch) -> task
+    for (const auto& t : tasks)
+      if (t.kind == TaskKind::Forward && t.checkpoint >= 0) last_forward[{t.checkpoint, t.micro_batch}] = t.id;
+    for (const auto& c : p.checkpoint_runs()) {
+      if (c.first_block < 0 || c.last_block < c.first_block)
+        error(fmt::format("checkpointed run {} covers blocks [{}, {}]", c.id, c.first_block, c.last_block));
+      if (c.forward_end.size() != static_cast<size_t>(p.micro_batches()))
+        error(fmt::format("checkpointed run {} states {} forward ends for {} micro-batches", c.id, c.forward_end.size(),
+                          p.micro_batches()));
+      for (size_t mb = 0; mb < c.forward_end.size(); ++mb) {
+        auto it = last_forward.find({c.id, static_cast<int32_t>(mb)});
+        if (it == last_forward.end() || it->second != c.forward_end[mb])
+          error(fmt::format("checkpointed run {} states task {} as its forward's end in micro-batch {}, but its last "
+                            "forward is task {}",
+                            c.id, c.forward_end[mb], mb, it == last_forward.end() ? -1 : it->second));
+      }
+    }
+    for (const auto& t : tasks) {
+      if (t.kind != TaskKind::Forward || t.checkpoint < 0) continue;
+      if (t.checkpoint >= static_cast<int32_t>(p.checkpoint_runs().size())) {
+        error(fmt::format("task {} ({}) names checkpoint {}, which the Program does not state", t.id, p.label(t),
+                          t.checkpoint));
+        continue;
+      }
+      const auto& c = p.checkpoint_runs()[static_cast<size_t>(t.checkpoint)];
+      const int32_t block = t.op >= 0 ? p.ops()[static_cast<size_t>(t.op)].block : -1;
+      if (block < c.first_block || block > c.last_block)
+        error(fmt::format("task {} ({}) runs block {}, outside its checkpointed run {} [{}, {}]", t.id, p.label(t), block,
+                          c.id, c.first_block, c.last_block));
+    }
   }
-  std::map<std::pair<int32_t, int32_t>, int32_t> last_forward;  // (checkpoint, micro-batch) -> task
-  for (const auto& t : tasks)
-    if (t.kind == TaskKind::Forward && t.checkpoint >= 0) last_forward[{t.checkpoint, t.micro_batch}] = t.id;
-  for (const auto& c : p.checkpoint_runs()) {
-    if (c.first_block < 0 || c.last_block < c.first_block)
-      error(fmt::format("checkpointed run {} covers blocks [{}, {}]", c.id, c.first_block, c.last_block));
-    if (c.forward_end.size() != static_cast<size_t>(p.micro_batches()))
-      error(fmt::format("checkpointed run {} states {} forward ends for {} micro-batches", c.id, c.forward_end.size(),
-                        p.micro_batches()));
-    for (size_t mb = 0; mb < c.forward_end.size(); ++mb) {
-      auto it = last_forward.find({c.id, static_cast<int32_t>(mb)});
-      if (it == last_forward.end() || it->second != c.forward_end[mb])
-        error(fmt::format("checkpointed run {} states task {} as its forward's end in micro-batch {}, but its last "
-                          "forward is task {}",
-                          c.id, c.forward_end[mb], mb, it == last_forward.end() ? -1 : it->second));
+
+  // Invariant 6, continued: each micro-batch's stated backward start is its first backward task, and
+  // names exactly the micro-batch's checkpoint copies, on each of which it depends directly.
+  void stated_backward_starts() {
+    const auto mbs = static_cast<size_t>(std::max(0, p.micro_batches()));
+    if (p.backward_starts().size() != mbs) {
+      error(fmt::format("the Program states {} backward starts for {} micro-batches", p.backward_starts().size(), mbs));
+      return;
     }
-  }
-  for (const auto& t : tasks) {
-    if (t.kind != TaskKind::Forward || t.checkpoint < 0) continue;
-    if (t.checkpoint >= static_cast<int32_t>(p.checkpoint_runs().size())) {
-      error(fmt::format("task {} ({}) names checkpoint {}, which the Program does not state", t.id, p.label(t),
-                        t.checkpoint));
-      continue;
+    std::vector<int32_t> first(mbs, -1);
+    std::vector<std::vector<int32_t>> copies(mbs);
+    for (const auto& t : tasks) {
+      if (t.micro_batch < 0 || static_cast<size_t>(t.micro_batch) >= mbs) continue;
+      const auto mb = static_cast<size_t>(t.micro_batch);
+      if (t.kind == TaskKind::Backward && first[mb] < 0) first[mb] = t.id;
+      if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) copies[mb].push_back(t.id);
     }
-    const auto& c = p.checkpoint_runs()[static_cast<size_t>(t.checkpoint)];
-    const int32_t block = t.op >= 0 ? p.ops()[static_cast<size_t>(t.op)].block : -1;
-    if (block < c.first_block || block > c.last_block)
-      error(fmt::format("task {} ({}) runs block {}, outside its checkpointed run {} [{}, {}]", t.id, p.label(t), block,
-                        c.id, c.first_block, c.last_block));
+    for (size_t mb = 0; mb < mbs; ++mb) {
+      const BackwardStart& b = p.backward_starts()[mb];
+      if (b.task != first[mb])
+        error(fmt::format("micro-batch {} states task {} as its backward's start, but its first backward is task {}", mb,
+                          b.task, first[mb]));
+      std::vector<int32_t> stated = b.checkpoint_copies;
+      std::sort(stated.begin(), stated.end());
+      if (stated != copies[mb])
+        error(fmt::format("micro-batch {} states checkpoint copies [{}] before its backward, but copies [{}]", mb,
+                          fmt::join(stated, ", "), fmt::join(copies[mb], ", ")));
+      if (b.task < 0 || static_cast<size_t>(b.task) >= tasks.size()) continue;
+      const auto deps = p.deps(p.task(b.task));
+      for (int32_t c : b.checkpoint_copies)
+        if (std::find(deps.begin(), deps.end(), c) == deps.end())
+          error(fmt::format("task {} ({}) starts micro-batch {}'s backward without depending on its checkpoint copy {}",
+                            b.task, p.label(p.task(b.task)), mb, c));
+    }
   }
 
   // Invariant 2: the peak the planner found is within budget.
-  for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
-    if (at(p.peak_bytes(), t) > at(p.budget(), t) * (1 + 1e-9))
-      error(fmt::format("{} peaks at {} bytes over its budget {}", to_string(t), at(p.peak_bytes(), t), at(p.budget(), t)));
-  return errors;
-}
+  void budget() {
+    for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
+      if (at(p.peak_bytes(), t) > at(p.budget(), t) * (1 + 1e-9))
+        error(fmt::format("{} peaks at {} bytes over its budget {}", to_string(t), at(p.peak_bytes(), t), at(p.budget(), t)));
+  }
+
+  const Program& p;
+  const std::vector<Task>& tasks;
+  const int R;
+  const bool owner_based;
+  std::vector<std::string> errors;
+  std::vector<int32_t> mark;
+  int32_t stamp = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> validate_program(const Program& p) { return Checker(p).run(); }
 
 std::vector<std::string> unstated_waits(const Program& p, const std::vector<TaskWait>& waits) {
   std::vector<std::string> errors;
@@ -296,7 +376,7 @@ std::vector<std::string> unstated_waits(const Program& p, const std::vector<Task
                                    n, w.why));
       continue;
     }
-    if (w.awaited < w.waiter && reaches(p, w.awaited, w.waiter, mark, stamp++)) continue;
+    if (w.awaited < w.waiter && reaches_from(p, w.awaited, w.waiter, mark, stamp++)) continue;
     errors.push_back(fmt::format("task {} ({}) waits for task {} ({}), which the Program does not make it depend on: {}",
                                  w.waiter, p.label(p.task(w.waiter)), w.awaited, p.label(p.task(w.awaited)), w.why));
   }
@@ -304,16 +384,10 @@ std::vector<std::string> unstated_waits(const Program& p, const std::vector<Task
 }
 
 std::vector<TaskWait> checkpoint_copy_waits(const Program& p) {
-  std::vector<int32_t> first_backward(static_cast<size_t>(std::max(0, p.micro_batches())), -1);
-  for (const auto& t : p.tasks())
-    if (t.kind == TaskKind::Backward && t.micro_batch >= 0 && first_backward[static_cast<size_t>(t.micro_batch)] < 0)
-      first_backward[static_cast<size_t>(t.micro_batch)] = t.id;
   std::vector<TaskWait> waits;
-  for (const auto& t : p.tasks())
-    if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint && t.micro_batch >= 0 &&
-        first_backward[static_cast<size_t>(t.micro_batch)] >= 0)
-      waits.push_back({first_backward[static_cast<size_t>(t.micro_batch)], t.id,
-                       "the first backward of a micro-batch drops its offloaded checkpoints' device copies"});
+  for (const auto& b : p.backward_starts())
+    for (int32_t c : b.checkpoint_copies)
+      waits.push_back({b.task, c, "the first backward of a micro-batch drops its offloaded checkpoints' device copies"});
   return waits;
 }
 

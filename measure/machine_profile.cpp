@@ -313,162 +313,134 @@ std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const s
 
 // ---- the profile --------------------------------------------------------------------------------
 
-}  // namespace
+// What profile_machine measures with each kernel, copy and disk request alone, before any
+// training step.
+struct Alone {
+  unsigned cores = 1;
+  double host_memory = 0, nvme_capacity = 0;
+  std::optional<std::string> blas_threads;  // OPENBLAS_NUM_THREADS
+  double load_before = 0;    // background_threads before the measurements
+  // The cores' parallel throughput is read three times, seconds apart (before the kernels, after
+  // the disk, and after the calibration runs), and the best reading kept: on this shared host a
+  // window in which something else ran gave 1.02 once, and 1.24 as the median of three
+  // back-to-back readings, among readings of 1.83..2.00. What other processes take is
+  // background_threads' to model.
+  std::vector<double> throughput_readings;
+  std::vector<GemmPoint> gemm;
+  double peak = 0;  // the best GEMM rate
+  double membw = 0;
+  Elementwise elementwise;
+  std::vector<AttentionPoint> attention;
+  LinearFit copy;
+  DiskFit disk;
+  bool serial_requests = false;
+  double adam = 0;
+  double background = 0;  // mean of background_threads before and after
+  std::optional<LinearFit> coll;
+};
 
-// One rank of the collective measurement (under mpirun): all-gathers of small and large buffers.
-void collective_worker(const std::string& out_path) {
-  auto comm = engine::make_collectives();
-  const int p = comm->size();
-  std::vector<std::pair<double, double>> pts;
-  for (size_t shard : {size_t(4) << 10, size_t(256) << 10, size_t(2) << 20, size_t(8) << 20}) {
-    std::vector<char> mine(shard, 1), full(shard * size_t(p));
-    comm->barrier("profile");
-    const double t = time_median(9, [&] { comm->all_gather(mine.data(), shard, full.data(), "profile"); });
-    pts.push_back({double(shard) * (p - 1), t});  // ring: (p-1)/p of the gathered bytes cross each link
-  }
-  std::vector<double> tt;
-  for (auto& pt : pts) tt.push_back(pt.second);
-  comm->all_reduce(tt.data(), tt.size(), "profile");
-  for (size_t i = 0; i < pts.size(); ++i) pts[i].second = tt[i] / p;
-  if (comm->rank() == 0) {
-    auto f = fit(pts);
-    std::ofstream(out_path) << f.latency / (p - 1) << " " << f.bandwidth << "\n";
-  }
+// Kernels, memory, copies and the cores, printing each figure.
+void measure_compute(const ProfileOptions& a, Alone& m) {
+  m.load_before = measure_background_threads(m.cores, a.quick ? 0.05 : 0.25);
+  m.throughput_readings.push_back(measure_parallel_throughput(m.cores, a.quick));
+  m.gemm = measure_gemm(a.quick);
+  for (const auto& g : m.gemm) m.peak = std::max({m.peak, g.forward, g.backward});
+  fmt::print("  GEMM (linear fwd, bwd) peak {}  at intensity dim {}..{}\n", core::format_flops(m.peak), m.gemm.front().dim,
+             m.gemm.back().dim);
+  m.membw = measure_memory_bandwidth(a.quick);
+  m.elementwise = measure_elementwise(a.quick);
+  const double elem = m.elementwise.bandwidth;
+  fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it), {} of arithmetic\n",
+             core::format_bandwidth(m.membw), core::format_bandwidth(elem), elem / m.membw,
+             core::format_flops(m.elementwise.vector_flops));
+  m.attention = measure_attention(a.quick);
+  fmt::print("  attention core         {:.2f} / {:.2f} of the GEMM peak forward / backward at head size {}\n",
+             m.attention.back().forward / m.peak, m.attention.back().backward / m.peak, m.attention.back().head);
+  m.copy = measure_copy(a.quick);
+  fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(m.copy.bandwidth),
+             core::format_seconds(m.copy.latency));
+  std::fflush(stdout);
 }
 
-std::string profile_machine(const ProfileOptions& a) {
-  const auto t_start = Clock::now();
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const double host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-  struct statvfs sv {};
-  double nvme_capacity = 0;
-  if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
-  const double device_memory = a.device_memory;
-  const char* blas_threads = std::getenv("OPENBLAS_NUM_THREADS");
-
-  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}\n", cores, core::format_bytes(host_memory),
-             blas_threads ? blas_threads : "(unset)");
-  std::fflush(stdout);
-  const double load_before = measure_background_threads(cores, a.quick ? 0.05 : 0.25);
-  // The cores' parallel throughput is read three times, seconds apart (here, after the disk, and
-  // after the calibration runs), and the best reading kept: on this shared host a window in which
-  // something else ran gave 1.02 once, and 1.24 as the median of three back-to-back readings,
-  // among readings of 1.83..2.00. What other processes take is background_threads' to model.
-  std::vector<double> throughput_readings{measure_parallel_throughput(cores, a.quick)};
-  auto gemm = measure_gemm(a.quick);
-  double peak = 0;
-  for (const auto& g : gemm) peak = std::max({peak, g.forward, g.backward});
-  fmt::print("  GEMM (linear fwd, bwd) peak {}  at intensity dim {}..{}\n", core::format_flops(peak), gemm.front().dim,
-             gemm.back().dim);
-  const double membw = measure_memory_bandwidth(a.quick);
-  const auto elementwise = measure_elementwise(a.quick);
-  const double elem = elementwise.bandwidth;
-  fmt::print("  memory copy            {}   elementwise kernels {} ({:.2f} of it), {} of arithmetic\n",
-             core::format_bandwidth(membw), core::format_bandwidth(elem), elem / membw,
-             core::format_flops(elementwise.vector_flops));
-  const auto attention = measure_attention(a.quick);
-  fmt::print("  attention core         {:.2f} / {:.2f} of the GEMM peak forward / backward at head size {}\n",
-             attention.back().forward / peak, attention.back().backward / peak, attention.back().head);
-  const auto copy = measure_copy(a.quick);
-  fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(copy.bandwidth), core::format_seconds(copy.latency));
-  std::fflush(stdout);
-  const auto disk = measure_nvme(a.nvme_dir, a.quick);
-  fmt::print("  NVMe store read        {} + {} per request\n", core::format_bandwidth(disk.read.bandwidth),
-             core::format_seconds(disk.read.latency));
-  fmt::print("  NVMe store write       {} + {} per request\n", core::format_bandwidth(disk.write.bandwidth),
-             core::format_seconds(disk.write.latency));
+// The disk, CPU Adam, the other processes' load and the collectives, printing each figure.
+void measure_io(const ProfileOptions& a, Alone& m) {
+  m.disk = measure_nvme(a.nvme_dir, a.quick);
+  fmt::print("  NVMe store read        {} + {} per request\n", core::format_bandwidth(m.disk.read.bandwidth),
+             core::format_seconds(m.disk.read.latency));
+  fmt::print("  NVMe store write       {} + {} per request\n", core::format_bandwidth(m.disk.write.bandwidth),
+             core::format_seconds(m.disk.write.latency));
   // Below 1.5 the second stream mostly waited: requests are served one at a time.
-  const bool serial_requests = disk.overlap < 1.5;
-  fmt::print("  NVMe, read + write     {:.2f} x one stream's requests per second: {}\n", disk.overlap,
-             serial_requests ? "served one at a time" : "served in parallel");
-  throughput_readings.push_back(measure_parallel_throughput(cores, a.quick));
-  const double adam = measure_adam(a.quick);
-  fmt::print("  CPU Adam (1 thread)    {:.3g} params/s\n", adam);
+  m.serial_requests = m.disk.overlap < 1.5;
+  fmt::print("  NVMe, read + write     {:.2f} x one stream's requests per second: {}\n", m.disk.overlap,
+             m.serial_requests ? "served one at a time" : "served in parallel");
+  m.throughput_readings.push_back(measure_parallel_throughput(m.cores, a.quick));
+  m.adam = measure_adam(a.quick);
+  fmt::print("  CPU Adam (1 thread)    {:.3g} params/s\n", m.adam);
   // The rates above were measured under this load: its mean over the measurements.
-  const double background = 0.5 * (load_before + measure_background_threads(cores, a.quick ? 0.05 : 0.25));
-  fmt::print("  other processes        {:.2f} runnable threads on {} cores\n", background, cores);
-  std::optional<LinearFit> coll;
-  if (!a.no_mpi && engine::mpi_available()) coll = measure_collectives(a.executable);
-  if (coll)
-    fmt::print("  all-gather, 2 ranks    {} + {} per hop\n", core::format_bandwidth(coll->bandwidth), core::format_seconds(coll->latency));
+  m.background = 0.5 * (m.load_before + measure_background_threads(m.cores, a.quick ? 0.05 : 0.25));
+  fmt::print("  other processes        {:.2f} runnable threads on {} cores\n", m.background, m.cores);
+  if (!a.no_mpi && engine::mpi_available()) m.coll = measure_collectives(a.executable);
+  if (m.coll)
+    fmt::print("  all-gather, 2 ranks    {} + {} per hop\n", core::format_bandwidth(m.coll->bandwidth),
+               core::format_seconds(m.coll->latency));
   else
     fmt::print("  all-gather             not measured (no MPI or --no-mpi): the memory copy rate stands in\n");
-  const LinearFit link = coll ? *coll : LinearFit{copy.latency, copy.bandwidth};
+}
 
-  // Plan a small Program against what is known so far to time the Executor itself.
+Alone measure_alone(const ProfileOptions& a) {
+  Alone m;
+  m.cores = std::max(1u, std::thread::hardware_concurrency());
+  m.host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  struct statvfs sv {};
+  if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) m.nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
+  if (const char* blas = std::getenv("OPENBLAS_NUM_THREADS")) m.blas_threads = blas;
+  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}\n", m.cores,
+             core::format_bytes(m.host_memory), m.blas_threads.value_or("(unset)"));
+  std::fflush(stdout);
+  measure_compute(a, m);
+  measure_io(a, m);
+  return m;
+}
+
+// The profile of what was measured alone: enough to plan and simulate the calibration steps.
+core::HwProfile profile_alone(const ProfileOptions& a, const Alone& m) {
   core::HwProfile hw;
   hw.name = a.name;
   hw.node.gpus = 1;
-  hw.node.gpu.memory = device_memory;
-  hw.node.gpu.peak_flops = peak;
-  hw.node.gpu.memory_bandwidth = membw;
-  hw.node.host_memory = host_memory;
-  hw.node.host_memory_bandwidth = membw;
-  hw.node.cpu_cores = int(cores);
-  hw.node.cpu_adam_rate = adam;
+  hw.node.gpu.memory = a.device_memory;
+  hw.node.gpu.peak_flops = m.peak;
+  hw.node.gpu.memory_bandwidth = m.membw;
+  hw.node.host_memory = m.host_memory;
+  hw.node.host_memory_bandwidth = m.membw;
+  hw.node.cpu_cores = int(m.cores);
+  hw.node.cpu_adam_rate = m.adam;
   hw.node.device_shares_host_cores = true;
-  hw.node.background_threads = background;
-  double throughput = *std::max_element(throughput_readings.begin(), throughput_readings.end());
-  hw.node.parallel_throughput = throughput;
-  hw.node.nvme_capacity = nvme_capacity;
-  hw.node.nvme_read_bandwidth = disk.read.bandwidth;
-  hw.node.nvme_write_bandwidth = disk.write.bandwidth;
-  hw.node.nvme_serial_requests = serial_requests;
-  hw.node.pcie_bandwidth = copy.bandwidth;
+  hw.node.background_threads = m.background;
+  hw.node.parallel_throughput = *std::max_element(m.throughput_readings.begin(), m.throughput_readings.end());
+  hw.node.nvme_capacity = m.nvme_capacity;
+  hw.node.nvme_read_bandwidth = m.disk.read.bandwidth;
+  hw.node.nvme_write_bandwidth = m.disk.write.bandwidth;
+  hw.node.nvme_serial_requests = m.serial_requests;
+  hw.node.pcie_bandwidth = m.copy.bandwidth;
   hw.reserve.host = 0.25;
   hw.reserve.nvme = 0.05;
-  const double executor_task = measure_task_overhead(hw);
-  hw.node.gpu.kernel_launch = executor_task;
+  const double peak = m.peak;
   auto of_peak = [peak](double x, double rate) { return std::pair{x, std::clamp(rate / peak, 0.001, 1.0)}; };
-  for (const auto& g : gemm) {
+  for (const auto& g : m.gemm) {
     hw.node.gpu.gemm_efficiency.points.push_back(of_peak(double(g.dim), g.backward));
     hw.node.gpu.gemm_forward_efficiency.points.push_back(of_peak(double(g.dim), g.forward));
   }
-  for (const auto& p : attention) {
+  for (const auto& p : m.attention) {
     hw.node.gpu.attention_forward_efficiency.points.push_back(of_peak(double(p.head), p.forward));
     hw.node.gpu.attention_backward_efficiency.points.push_back(of_peak(double(p.head), p.backward));
   }
-  hw.node.gpu.elementwise_efficiency = std::clamp(elem / membw, 0.001, 1.0);
-  hw.node.gpu.vector_flops = elementwise.vector_flops;
-  std::fflush(stdout);
-  const int calibration_steps = a.quick ? 3 : a.calibration_steps;
-  const InStep in_step = measure_in_step(hw, calibration_steps, a.source_dir);
-  hw.node.gpu.in_step_slowdown = in_step.slowdown;
-  hw.node.gpu.kernel_launch = in_step.dispatch;
-  const NvmeInStep nvme_step =
-      measure_nvme_in_step(hw, std::max(disk.read.latency, disk.write.latency), copy.latency, a.nvme_dir, calibration_steps);
-  const double nvme_read_in_step = nvme_step.read, nvme_write_in_step = nvme_step.write;
-  const double per_task = nvme_step.dispatch;
-  throughput_readings.push_back(measure_parallel_throughput(cores, a.quick));
-  throughput = *std::max_element(throughput_readings.begin(), throughput_readings.end());
-  hw.node.parallel_throughput = throughput;
-  fmt::print("  {} compute threads      {:.2f} one-thread rates together (best of {:.2f}, {:.2f}, {:.2f})\n", cores, throughput,
-             throughput_readings[0], throughput_readings[1], throughput_readings[2]);
-  fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
-             core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));
-  {
-    std::string line;
-    for (const auto& [key, f] : in_step.slowdown) line += fmt::format("{}{} {:.2f}", line.empty() ? "" : ", ", key, f);
-    fmt::print("  kernels in a step      x their time alone: {}\n", line);
-  }
-  fmt::print("  NVMe in a step         x the store's time: read {:.2f}, write {:.2f}\n", nvme_read_in_step, nvme_write_in_step);
+  hw.node.gpu.elementwise_efficiency = std::clamp(m.elementwise.bandwidth / m.membw, 0.001, 1.0);
+  hw.node.gpu.vector_flops = m.elementwise.vector_flops;
+  return hw;
+}
 
-  // The rest of the profile: what the measurements above give the simulator's other fields.
-  const double nvme_latency = std::max(disk.read.latency, disk.write.latency);
-  hw.description = fmt::format("measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}", cores,
-                               blas_threads ? blas_threads : "unset", a.quick ? ", quick mode" : "");
-  hw.measured_on = engine::this_machine(a.nvme_dir);
-  hw.node.gpu.name = "cpu-arena";
-  hw.node.gpu.working_bytes = 4;  // the CPU backend keeps fp32 working tensors
-  hw.node.gpu.kernel_launch = in_step.dispatch;
-  hw.node.nvme_latency = nvme_latency + per_task;
-  hw.node.nvme_read_in_step = nvme_read_in_step;
-  hw.node.nvme_write_in_step = nvme_write_in_step;
-  hw.node.pcie_latency = copy.latency + per_task;
-  hw.node.nvlink_bandwidth = link.bandwidth;  // ranks on this machine exchange through MPI shared memory
-  hw.node.nvlink_latency = link.latency + per_task;
-  hw.node.nic_bandwidth = link.bandwidth;
-  hw.fabric = {"full", link.latency + per_task};
+// The notes profile-hw writes beside the fields: where each figure comes from.
+core::HwProfileNotes profile_notes(const Alone& m, double executor_task, double per_task, const InStep& in_step) {
   core::HwProfileNotes notes;
   notes.header = {
       "This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own",
@@ -497,39 +469,106 @@ std::string profile_machine(const ProfileOptions& a) {
       {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")"},
       {"node.host.adam_params_per_s", "CpuAdam, 1 thread, bf16 gradients"},
       {"node.host.device_shares_cores", "the CPU backend: compute, Adam and copies share these cores"},
-      {"node.host.parallel_throughput", fmt::format("one-thread GEMM rates that {} busy threads deliver together", cores)},
+      {"node.host.parallel_throughput", fmt::format("one-thread GEMM rates that {} busy threads deliver together", m.cores)},
       {"node.host.background_threads", "other processes' runnable threads while measuring"},
       {"node.host.rank_skew", "[ranks, s a collective waits per s of compute since the last one] (two GPTs under mpirun)"},
       {"node.nvme.latency", fmt::format("per request (read {}, write {}) plus the hand-off",
-                                        core::format_seconds(disk.read.latency), core::format_seconds(disk.write.latency))},
-      {"node.nvme.serial_requests", fmt::format("a reader and a writer together: {:.2f} x one alone", disk.overlap)},
+                                        core::format_seconds(m.disk.read.latency), core::format_seconds(m.disk.write.latency))},
+      {"node.nvme.serial_requests", fmt::format("a reader and a writer together: {:.2f} x one alone", m.disk.overlap)},
       {"node.nvme.in_step_slowdown", "requests in a training step (a small GPT, states on NVMe) over the simulated ones"},
       {"node.pcie.bandwidth_per_gpu", "fresh buffer filled by a copy, as the GPT backend stages shards"},
       {"node.nvlink", "ranks on this machine exchange through MPI shared memory"},
       {"node.nic.bandwidth", "no network: the local MPI rate"}};
-  auto render = [&](const core::Curve& skew) {
-    core::HwProfile out = hw;
-    out.node.rank_skew = skew;
-    return core::hwprofile_to_yaml(out, notes);
-  };
+  return notes;
+}
 
-  // Ranks drifting apart: measured against a simulation on the profile so far (without it).
+// Ranks drifting apart: measured against a simulation on the profile so far (without it), printed.
+core::Curve measure_and_print_rank_skew(const ProfileOptions& a, const std::string& profile_so_far, int calibration_steps) {
   core::Curve skew;
-  if (coll) {
-    const auto fits = measure_rank_skew(a.executable, render(skew), a.nvme_dir, a.quick, calibration_steps);
-    std::string line;
-    for (const auto& f : fits) {
-      skew.points.push_back({double(f.ranks), f.skew});
-      line += fmt::format("\n    {} ranks: {:.2f} (steps", f.ranks, f.skew);
-      for (size_t c = 0; c < f.measured.size(); ++c)
-        line += fmt::format("{} {} measured, {} simulated without, {} with", c ? ";" : "", core::format_seconds(f.measured[c]),
-                            core::format_seconds(f.without[c]), core::format_seconds(f.fitted[c]));
-      line += ")";
-    }
-    fmt::print("  ranks drifting apart   {}\n",
-               line.empty() ? "not measured" : "s waited per s of compute between collectives, fitted to two GPTs' steps:" + line);
+  const auto fits = measure_rank_skew(a.executable, profile_so_far, a.nvme_dir, a.quick, calibration_steps);
+  std::string line;
+  for (const auto& f : fits) {
+    skew.points.push_back({double(f.ranks), f.skew});
+    line += fmt::format("\n    {} ranks: {:.2f} (steps", f.ranks, f.skew);
+    for (size_t c = 0; c < f.measured.size(); ++c)
+      line += fmt::format("{} {} measured, {} simulated without, {} with", c ? ";" : "", core::format_seconds(f.measured[c]),
+                          core::format_seconds(f.without[c]), core::format_seconds(f.fitted[c]));
+    line += ")";
   }
-  const std::string y = render(skew);
+  fmt::print("  ranks drifting apart   {}\n",
+             line.empty() ? "not measured" : "s waited per s of compute between collectives, fitted to two GPTs' steps:" + line);
+  return skew;
+}
+
+}  // namespace
+
+// One rank of the collective measurement (under mpirun): all-gathers of small and large buffers.
+void collective_worker(const std::string& out_path) {
+  auto comm = engine::make_collectives();
+  const int p = comm->size();
+  std::vector<std::pair<double, double>> pts;
+  for (size_t shard : {size_t(4) << 10, size_t(256) << 10, size_t(2) << 20, size_t(8) << 20}) {
+    std::vector<char> mine(shard, 1), full(shard * size_t(p));
+    comm->barrier("profile");
+    const double t = time_median(9, [&] { comm->all_gather(mine.data(), shard, full.data(), "profile"); });
+    pts.push_back({double(shard) * (p - 1), t});  // ring: (p-1)/p of the gathered bytes cross each link
+  }
+  std::vector<double> tt;
+  for (auto& pt : pts) tt.push_back(pt.second);
+  comm->all_reduce(tt.data(), tt.size(), "profile");
+  for (size_t i = 0; i < pts.size(); ++i) pts[i].second = tt[i] / p;
+  if (comm->rank() == 0) {
+    auto f = fit(pts);
+    std::ofstream(out_path) << f.latency / (p - 1) << " " << f.bandwidth << "\n";
+  }
+}
+
+std::string profile_machine(const ProfileOptions& a) {
+  const auto t_start = Clock::now();
+  Alone m = measure_alone(a);
+  const LinearFit link = m.coll ? *m.coll : LinearFit{m.copy.latency, m.copy.bandwidth};
+
+  // Plan a small Program against what is known so far to time the Executor itself.
+  core::HwProfile hw = profile_alone(a, m);
+  const double executor_task = measure_task_overhead(hw);
+  hw.node.gpu.kernel_launch = executor_task;
+  std::fflush(stdout);
+  const int calibration_steps = a.quick ? 3 : a.calibration_steps;
+  const InStep in_step = measure_in_step(hw, calibration_steps, a.source_dir);
+  hw.node.gpu.in_step_slowdown = in_step.slowdown;
+  hw.node.gpu.kernel_launch = in_step.dispatch;
+  const double nvme_latency = std::max(m.disk.read.latency, m.disk.write.latency);
+  const NvmeInStep nvme_step = measure_nvme_in_step(hw, nvme_latency, m.copy.latency, a.nvme_dir, calibration_steps);
+  const double per_task = nvme_step.dispatch;
+  m.throughput_readings.push_back(measure_parallel_throughput(m.cores, a.quick));
+  const double throughput = *std::max_element(m.throughput_readings.begin(), m.throughput_readings.end());
+  hw.node.parallel_throughput = throughput;
+  fmt::print("  {} compute threads      {:.2f} one-thread rates together (best of {:.2f}, {:.2f}, {:.2f})\n", m.cores,
+             throughput, m.throughput_readings[0], m.throughput_readings[1], m.throughput_readings[2]);
+  fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
+             core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));
+  std::string kernels;
+  for (const auto& [key, f] : in_step.slowdown) kernels += fmt::format("{}{} {:.2f}", kernels.empty() ? "" : ", ", key, f);
+  fmt::print("  kernels in a step      x their time alone: {}\n", kernels);
+  fmt::print("  NVMe in a step         x the store's time: read {:.2f}, write {:.2f}\n", nvme_step.read, nvme_step.write);
+
+  // The rest of the profile: what the measurements above give the simulator's other fields.
+  hw.description = fmt::format("measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}", m.cores,
+                               m.blas_threads.value_or("unset"), a.quick ? ", quick mode" : "");
+  hw.measured_on = engine::this_machine(a.nvme_dir);
+  hw.node.gpu.name = "cpu-arena";
+  hw.node.gpu.working_bytes = 4;  // the CPU backend keeps fp32 working tensors
+  hw.node.nvme_latency = nvme_latency + per_task;
+  hw.node.nvme_read_in_step = nvme_step.read;
+  hw.node.nvme_write_in_step = nvme_step.write;
+  hw.node.pcie_latency = m.copy.latency + per_task;
+  hw.node.nvlink_bandwidth = link.bandwidth;  // ranks on this machine exchange through MPI shared memory
+  hw.node.nvlink_latency = link.latency + per_task;
+  hw.node.nic_bandwidth = link.bandwidth;
+  hw.fabric = {"full", link.latency + per_task};
+  const core::HwProfileNotes notes = profile_notes(m, executor_task, per_task, in_step);
+  if (m.coll) hw.node.rank_skew = measure_and_print_rank_skew(a, core::hwprofile_to_yaml(hw, notes), calibration_steps);
+  const std::string y = core::hwprofile_to_yaml(hw, notes);
   // What we return must load.
   core::parse_hwprofile(y, a.name + " (measured)");
   fmt::print("measured in {}\n", core::format_seconds(seconds_since(t_start)));

@@ -16,6 +16,7 @@
 #include "core/errors.hpp"
 #include "core/hwprofile_writer.hpp"
 #include "core/plan.hpp"
+#include "core/self_exe.hpp"
 #include "models/gpt.hpp"
 #include "sim/tuner.hpp"
 
@@ -54,7 +55,7 @@ constexpr int kFinalists = 2;
 // This executable, by size and modification time: a rebuilt zinf may decide differently.
 std::string build_identity() {
   std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto exe = core::self_exe(ec);
   struct stat st {};
   if (ec || ::stat(exe.c_str(), &st) != 0) return "unknown-build";
   return fmt::format("{}:{}:{}", exe.string(), int64_t(st.st_size), int64_t(st.st_mtime));
@@ -161,31 +162,8 @@ RunConfig apply(RunConfig c, const Cached& k) {
 
 namespace {
 
-AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& config) {
-  AutoResolution r;
-  r.config = config;
-  if (!has_tier_knobs(config)) return r;
-
-  const std::string key_text = cache_key_text(model, hw, nodes, config);
-  const uint64_t key = fnv1a(key_text);
-  const std::string dir = cache_dir();
-  const std::string path = dir.empty() ? "" : fmt::format("{}/auto-{:016x}.txt", dir, key);
-  Cached k;
-  bool found = false;
-  if (auto it = memo().find(key); it != memo().end()) {
-    k = it->second;
-    found = true;
-  } else if (!path.empty() && read_cached(path, key_text, k)) {
-    found = true;
-  }
-  if (found) {
-    memo()[key] = k;
-    r.config = apply(config, k);
-    r.searched = r.cached = true;
-    r.summary = k.summary + " (cached)";
-    return r;
-  }
-
+// The tuner's search over what `config` leaves to auto; every other knob is held at its value.
+TuneRequest tier_search_request(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& config) {
   TuneRequest req;
   req.model = model;
   req.hw = hw;
@@ -214,10 +192,12 @@ AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile
   s.prefetch = {{config.nvme_prefetch_distance, config.h2d_prefetch_distance, config.allgather_prefetch_distance}};
   s.sub_group_sizes = {config.sub_group_size};
   s.timings = {config.optimizer_timing};
+  return req;
+}
 
-  // The planner's own greedy choice is a candidate too, simulated beside the search's finalists,
-  // so that the search never settles on something slower than what it replaces.
-  std::optional<TuneCandidate> greedy;
+// The planner's own greedy choice, or nothing when it refuses.
+std::optional<TuneCandidate> greedy_candidate(const core::ModelSpec& model, const core::HwProfile& hw, int nodes,
+                                              const RunConfig& config) {
   try {
     const core::PlanResult g = models::plan_gpt(model, hw, config, nodes * hw.node.gpus).planned;
     RunConfig c = config;
@@ -226,22 +206,21 @@ AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile
     c.optimizer = {false, g.plan.optimizer};
     if (c.checkpoints.automatic) c.checkpoints = {false, g.plan.checkpoints};
     c.tiling_factor = g.plan.tiling_factor;
-    greedy = TuneCandidate{c, nodes};
+    return TuneCandidate{c, nodes};
   } catch (const core::PlanError&) {
+    return std::nullopt;
   }
+}
 
-  const TuneEvaluators eval = isolated_evaluators(model, hw, 2);
-  TuneReport rep;
-  try {
-    rep = tune(req, eval);
-  } catch (const core::PlanError&) {
-    // Nothing the search covers fits: the planner's own auto decides, or says why not.
-    return r;
-  }
-  struct Judged {
-    RunConfig config;
-    double step;
-  };
+struct Judged {
+  RunConfig config;
+  double step;
+  bool greedy_simulated = false;  // the greedy choice was not among the finalists and was simulated beside them
+};
+
+// The fastest simulated finalist, or the greedy choice when it simulates faster (it is simulated
+// only when no finalist has its knobs); without either, the best planned candidate.
+std::optional<Judged> fastest(const TuneReport& rep, const std::optional<TuneCandidate>& greedy, const TuneEvaluators& eval) {
   std::optional<Judged> best;
   for (const auto& f : rep.finalists)
     if (f.simulated && f.simulated->ok && (!best || f.simulated->step_time < best->step))
@@ -264,10 +243,13 @@ AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile
     const auto& p = rep.planned.front();
     best = Judged{p.candidate.config, p.planned ? p.planned->step_time : 0.0};
   }
-  if (!best) return r;
-  const double step = best->step;
-  const RunConfig& b = best->config;
-  k = Cached{b.params.tier, b.gradients.tier, b.optimizer.tier, b.checkpoints.tier, b.tiling_factor, ""};
+  if (best) best->greedy_simulated = greedy_simulated;
+  return best;
+}
+
+// What the search chose for each knob `config` left to auto, and how it knows.
+std::string search_summary(const RunConfig& config, const Judged& best, const TuneReport& rep) {
+  const RunConfig& b = best.config;
   std::string chosen;
   auto add = [&](bool is_auto, const std::string& what) {
     if (!is_auto) return;
@@ -280,11 +262,54 @@ AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile
   add(config.checkpoints.automatic && config.checkpoint_interval > 0,
       fmt::format("checkpoints {}", core::to_string(b.checkpoints.tier)));
   add(config.tiling_factor == 0, fmt::format("tiling {}", b.tiling_factor));
-  k.summary = fmt::format("auto, by the tuner's search: {} — predicted step {:.4g} s, the fastest of {} planned ({} "
-                          "combinations searched, {} within the memory model, {} simulated{})",
-                          chosen, step, rep.planned.size(), rep.enumerated, rep.memory_fit,
-                          rep.simulations + (greedy_simulated ? 1 : 0),
-                          greedy_simulated ? ", the planner's greedy choice among them" : "");
+  return fmt::format("auto, by the tuner's search: {} — predicted step {:.4g} s, the fastest of {} planned ({} "
+                     "combinations searched, {} within the memory model, {} simulated{})",
+                     chosen, best.step, rep.planned.size(), rep.enumerated, rep.memory_fit,
+                     rep.simulations + (best.greedy_simulated ? 1 : 0),
+                     best.greedy_simulated ? ", the planner's greedy choice among them" : "");
+}
+
+AutoResolution resolve_tiers(const core::ModelSpec& model, const core::HwProfile& hw, int nodes, const RunConfig& config) {
+  AutoResolution r;
+  r.config = config;
+  if (!has_tier_knobs(config)) return r;
+
+  const std::string key_text = cache_key_text(model, hw, nodes, config);
+  const uint64_t key = fnv1a(key_text);
+  const std::string dir = cache_dir();
+  const std::string path = dir.empty() ? "" : fmt::format("{}/auto-{:016x}.txt", dir, key);
+  Cached k;
+  bool found = false;
+  if (auto it = memo().find(key); it != memo().end()) {
+    k = it->second;
+    found = true;
+  } else if (!path.empty() && read_cached(path, key_text, k)) {
+    found = true;
+  }
+  if (found) {
+    memo()[key] = k;
+    r.config = apply(config, k);
+    r.searched = r.cached = true;
+    r.summary = k.summary + " (cached)";
+    return r;
+  }
+
+  // The planner's own greedy choice is a candidate too, simulated beside the search's finalists,
+  // so that the search never settles on something slower than what it replaces.
+  const std::optional<TuneCandidate> greedy = greedy_candidate(model, hw, nodes, config);
+  const TuneEvaluators eval = isolated_evaluators(model, hw, 2);
+  TuneReport rep;
+  try {
+    rep = tune(tier_search_request(model, hw, nodes, config), eval);
+  } catch (const core::PlanError&) {
+    // Nothing the search covers fits: the planner's own auto decides, or says why not.
+    return r;
+  }
+  const std::optional<Judged> best = fastest(rep, greedy, eval);
+  if (!best) return r;
+  const RunConfig& b = best->config;
+  k = Cached{b.params.tier, b.gradients.tier, b.optimizer.tier, b.checkpoints.tier, b.tiling_factor,
+             search_summary(config, *best, rep)};
   memo()[key] = k;
   if (!path.empty()) write_cached(dir, path, key_text, k);
   r.config = apply(config, k);

@@ -452,133 +452,138 @@ std::vector<TuneCandidate> enumerate_candidates(const TuneRequest& req, const Tu
 // ---------------------------------------------------------------------------------------------------
 // The search
 
-TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TuneProgress& progress) {
-  const auto t0 = clock_type::now();
-  TuneReport rep;
-  rep.global_batch = resolve_global_batch(req);
-  const TuneSpace space = default_tune_space(req);
-  if (space.tensor_parallels.size() == 1 && space.tensor_parallels.front() == 1)
-    rep.not_searched.push_back("tensor parallelism (no degree above 1 divides this node's GPUs and the model's heads and widths)");
-  rep.not_searched.push_back(fmt::format("ZeRO stage (the base config's, {})", req.base.zero_stage));
-  rep.not_searched.push_back("gradients on another tier than the parameters");
-  if (std::find(space.partitionings.begin(), space.partitionings.end(), Partitioning::OwnerBased) ==
-      space.partitionings.end())
-    rep.not_searched.push_back(
-        fmt::format("owner-based partitioning (searched on 2 to {} ranks only)", kOwnerBasedMaxRanks));
+namespace {
 
-  auto score_of = [&](const TuneCandidate& c, double step) {
-    return req.objective == TuneObjective::Cost ? gpu_seconds_per_sample(step, c.nodes, req.hw, rep.global_batch) : step;
-  };
-  auto over_time = [&](double fraction) { return req.time_limit > 0 && since(t0) > fraction * req.time_limit; };
+// One run of `tune`: its inputs, the clock and the report it fills, with one method per step.
+class Search {
+public:
+  Search(const TuneRequest& req, const TuneEvaluators& eval, const TuneProgress& progress)
+      : req_(req), eval_(eval), progress_(progress), t0_(clock_type::now()) {
+    rep_.global_batch = resolve_global_batch(req);
+    space_ = default_tune_space(req);
+    budget_ = static_cast<size_t>(std::max(1, req.plan_budget));
+  }
+
+  TuneReport run() {
+    say_not_searched();
+    estimate_all();
+    plan_promising();
+    for (const TuneEntry& start : local_search_starts())
+      if (!over_time(0.6)) local_search(start);
+    std::stable_sort(planned_.begin(), planned_.end(), by_score);
+    rep_.seconds_plan = since(t1_);
+    simulate_finalists();
+    rep_.seconds_total = since(t0_);
+    if (req_.time_limit > 0 && rep_.plans < budget_ && next_ < order_.size()) rep_.time_limited = true;
+    return std::move(rep_);
+  }
+
+private:
+  static bool by_score(const TuneEntry& a, const TuneEntry& b) { return a.score < b.score; }
+  double score_of(const TuneCandidate& c, double step) const {
+    return req_.objective == TuneObjective::Cost ? gpu_seconds_per_sample(step, c.nodes, req_.hw, rep_.global_batch) : step;
+  }
+  bool over_time(double fraction) const { return req_.time_limit > 0 && since(t0_) > fraction * req_.time_limit; }
+
+  void say_not_searched() {
+    if (space_.tensor_parallels.size() == 1 && space_.tensor_parallels.front() == 1)
+      rep_.not_searched.push_back(
+          "tensor parallelism (no degree above 1 divides this node's GPUs and the model's heads and widths)");
+    rep_.not_searched.push_back(fmt::format("ZeRO stage (the base config's, {})", req_.base.zero_stage));
+    rep_.not_searched.push_back("gradients on another tier than the parameters");
+    if (std::find(space_.partitionings.begin(), space_.partitionings.end(), Partitioning::OwnerBased) ==
+        space_.partitionings.end())
+      rep_.not_searched.push_back(
+          fmt::format("owner-based partitioning (searched on 2 to {} ranks only)", kOwnerBasedMaxRanks));
+  }
 
   // 1. Enumerate, check the memory model, estimate every lane in closed form.
-  std::vector<Enumerated> all = enumerate(req, space, rep.global_batch);
-  if (all.empty())
-    throw std::invalid_argument(fmt::format(
-        "global batch {} cannot be split into micro-batches of {} on {} rank(s) with at most {} accumulation steps",
-        rep.global_batch, fmt::join(space.micro_batches, "/"), req.nodes * req.hw.node.gpus, kMaxAccumulation));
-  rep.enumerated = all.size();
-  std::vector<TuneEntry> entries;
-  entries.reserve(all.size());
-  for (const auto& e : all) {
-    TuneEntry t;
-    t.candidate = e.candidate;
-    t.memory_fits = e.fits;
-    t.estimate = estimate_lanes(req.model, req.hw, e.candidate.nodes, e.candidate.config);
-    t.score = score_of(t.candidate, t.estimate.step_time);
-    t.found_by = "closed form";
-    rep.memory_fit += e.fits ? 1 : 0;
-    entries.push_back(std::move(t));
+  void estimate_all() {
+    all_ = enumerate(req_, space_, rep_.global_batch);
+    if (all_.empty())
+      throw std::invalid_argument(fmt::format(
+          "global batch {} cannot be split into micro-batches of {} on {} rank(s) with at most {} accumulation steps",
+          rep_.global_batch, fmt::join(space_.micro_batches, "/"), req_.nodes * req_.hw.node.gpus, kMaxAccumulation));
+    rep_.enumerated = all_.size();
+    entries_.reserve(all_.size());
+    for (const auto& e : all_) {
+      TuneEntry t;
+      t.candidate = e.candidate;
+      t.memory_fits = e.fits;
+      t.estimate = estimate_lanes(req_.model, req_.hw, e.candidate.nodes, e.candidate.config);
+      t.score = score_of(t.candidate, t.estimate.step_time);
+      t.found_by = "closed form";
+      rep_.memory_fit += e.fits ? 1 : 0;
+      entries_.push_back(std::move(t));
+    }
+    // Fitting candidates by estimated objective; then the others, closest to fitting first (the
+    // memory model is a closed form; the planner may still accept what it calls short).
+    order_.resize(entries_.size());
+    std::iota(order_.begin(), order_.end(), 0);
+    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+      if (entries_[a].memory_fits != entries_[b].memory_fits) return entries_[a].memory_fits;
+      if (entries_[a].memory_fits) return entries_[a].score < entries_[b].score;
+      return all_[a].short_ratio < all_[b].short_ratio;
+    });
+    rep_.seconds_enumerate = since(t0_);
   }
-  // Fitting candidates by estimated objective; then the others, closest to fitting first (the
-  // memory model is a closed form; the planner may still accept what it calls short).
-  std::vector<size_t> order(entries.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (entries[a].memory_fits != entries[b].memory_fits) return entries[a].memory_fits;
-    if (entries[a].memory_fits) return entries[a].score < entries[b].score;
-    return all[a].short_ratio < all[b].short_ratio;
-  });
-  rep.seconds_enumerate = since(t0);
 
   // 2. Plan and schedule the most promising, a batch at a time.
-  const auto t1 = clock_type::now();
-  std::vector<TuneEntry> planned;
-  size_t next = 0, refused_unfit = 0;
-  std::string first_refusal;
-  const size_t budget = static_cast<size_t>(std::max(1, req.plan_budget));
-  while (next < order.size()) {
-    const bool have = !planned.empty();
-    if (have && (rep.plans >= budget || over_time(0.5))) break;
-    if (!have && over_time(0.8)) break;
-    // With nothing accepted yet, go on through every candidate the memory model accepts and the
-    // `budget` closest of those it refuses.
-    if (!entries[order[next]].memory_fits && refused_unfit >= budget) break;
-    std::vector<size_t> batch;
-    while (next < order.size() && batch.size() < kPlanBatch) batch.push_back(order[next++]);
-    std::vector<TuneCandidate> cs;
-    for (size_t i : batch) cs.push_back(entries[i].candidate);
-    const auto outcomes = eval.schedule(cs);
-    for (size_t k = 0; k < batch.size(); ++k) {
-      TuneEntry& e = entries[batch[k]];
-      ++rep.plans;
-      if (!e.memory_fits) ++refused_unfit;
-      e.planned = outcomes[k];
-      if (!outcomes[k].ok) {
-        ++rep.plans_refused;
-        if (first_refusal.empty())
-          first_refusal = fmt::format("{}: {}", e.candidate.describe(),
-                                      e.memory_fits ? outcomes[k].message : all[batch[k]].short_text);
-        continue;
-      }
-      e.candidate.config.tiling_factor = outcomes[k].tiling_factor;
-      e.score = score_of(e.candidate, outcomes[k].step_time);
-      planned.push_back(e);
-    }
-    if (progress) progress("plan", std::min(rep.plans, budget), budget);
-  }
-  if (planned.empty()) {
-    std::string closest = first_refusal;
-    if (closest.empty() && !order.empty()) closest = entries[order[0]].candidate.describe() + ": " + all[order[0]].short_text;
-    throw core::PlanError(fmt::format("no configuration of {} on {} x {} node(s) fits: {} searched, {} planned; the closest, {}",
-                                      req.model.name, req.hw.name, req.nodes, rep.enumerated, rep.plans, closest));
-  }
-  auto by_score = [](const TuneEntry& a, const TuneEntry& b) { return a.score < b.score; };
-  std::stable_sort(planned.begin(), planned.end(), by_score);
-
-  // 3. Local search over the schedule knobs of the best planned candidates: each knob's values in
-  // turn, keeping any that lowers the idealized objective.
-  // The best planned candidate of each of the first `local_search_top` structures.
-  const std::vector<TuneEntry> starts = best_per_structure(planned, static_cast<size_t>(std::max(0, req.local_search_top)));
-  for (size_t i = 0; i < starts.size() && !over_time(0.6); ++i) {
-    TuneEntry best = starts[i];
-    auto try_variants = [&](const std::string& knob, const std::vector<std::pair<std::string, RunConfig>>& variants) {
-      if (variants.empty() || over_time(0.6)) return;
+  void plan_promising() {
+    t1_ = clock_type::now();
+    size_t refused_unfit = 0;
+    std::string first_refusal;
+    while (next_ < order_.size()) {
+      const bool have = !planned_.empty();
+      if (have && (rep_.plans >= budget_ || over_time(0.5))) break;
+      if (!have && over_time(0.8)) break;
+      // With nothing accepted yet, go on through every candidate the memory model accepts and the
+      // `budget` closest of those it refuses.
+      if (!entries_[order_[next_]].memory_fits && refused_unfit >= budget_) break;
+      std::vector<size_t> batch;
+      while (next_ < order_.size() && batch.size() < kPlanBatch) batch.push_back(order_[next_++]);
       std::vector<TuneCandidate> cs;
-      for (const auto& v : variants) cs.push_back({v.second, best.candidate.nodes});
-      const auto outcomes = eval.schedule(cs);
-      std::optional<TuneEntry> winner;
-      for (size_t k = 0; k < cs.size(); ++k) {
-        ++rep.plans;
+      for (size_t i : batch) cs.push_back(entries_[i].candidate);
+      const auto outcomes = eval_.schedule(cs);
+      for (size_t k = 0; k < batch.size(); ++k) {
+        TuneEntry& e = entries_[batch[k]];
+        ++rep_.plans;
+        if (!e.memory_fits) ++refused_unfit;
+        e.planned = outcomes[k];
         if (!outcomes[k].ok) {
-          ++rep.plans_refused;
+          ++rep_.plans_refused;
+          if (first_refusal.empty())
+            first_refusal = fmt::format("{}: {}", e.candidate.describe(),
+                                        e.memory_fits ? outcomes[k].message : all_[batch[k]].short_text);
           continue;
         }
-        TuneEntry e = best;
-        e.candidate = cs[k];
         e.candidate.config.tiling_factor = outcomes[k].tiling_factor;
-        e.planned = outcomes[k];
-        e.estimate = estimate_lanes(req.model, req.hw, e.candidate.nodes, e.candidate.config);
         e.score = score_of(e.candidate, outcomes[k].step_time);
-        e.found_by = fmt::format("local search: {} {}", knob, variants[k].first);
-        planned.push_back(e);
-        if (e.score < (winner ? winner->score : best.score) * (1 - 1e-9)) winner = e;
+        planned_.push_back(e);
       }
-      if (winner) best = *winner;
-    };
+      if (progress_) progress_("plan", std::min(rep_.plans, budget_), budget_);
+    }
+    if (planned_.empty()) {
+      std::string closest = first_refusal;
+      if (closest.empty() && !order_.empty())
+        closest = entries_[order_[0]].candidate.describe() + ": " + all_[order_[0]].short_text;
+      throw core::PlanError(fmt::format("no configuration of {} on {} x {} node(s) fits: {} searched, {} planned; the closest, {}",
+                                        req_.model.name, req_.hw.name, req_.nodes, rep_.enumerated, rep_.plans, closest));
+    }
+    std::stable_sort(planned_.begin(), planned_.end(), by_score);
+  }
+
+  // 3. Local search over the schedule knobs of the best planned candidates: each knob's values in
+  // turn, keeping any that lowers the idealized objective. It starts from the best planned
+  // candidate of each of the first `local_search_top` structures.
+  std::vector<TuneEntry> local_search_starts() const {
+    return best_per_structure(planned_, static_cast<size_t>(std::max(0, req_.local_search_top)));
+  }
+
+  void local_search(TuneEntry best) {
     const RunConfig& c0 = best.candidate.config;
     std::vector<std::pair<std::string, RunConfig>> v;
-    for (const auto& p : space.prefetch) {
+    for (const auto& p : space_.prefetch) {
       if (p.nvme == c0.nvme_prefetch_distance && p.h2d == c0.h2d_prefetch_distance && p.allgather == c0.allgather_prefetch_distance)
         continue;
       RunConfig c = c0;
@@ -587,83 +592,128 @@ TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TunePr
       c.allgather_prefetch_distance = p.allgather;
       v.push_back({fmt::format("{}/{}/{}", p.nvme, p.h2d, p.allgather), c});
     }
-    try_variants("prefetch", v);
+    try_variants(best, "prefetch", v);
     v.clear();
     for (double live : {best.candidate.config.max_live_bytes * 4}) {
       RunConfig c = best.candidate.config;
       c.max_live_bytes = live;
       v.push_back({core::format_bytes(live), c});
     }
-    try_variants("live bytes", v);
+    try_variants(best, "live bytes", v);
     v.clear();
-    for (int64_t sg : space.sub_group_sizes) {
+    for (int64_t sg : space_.sub_group_sizes) {
       if (sg == best.candidate.config.sub_group_size) continue;
       RunConfig c = best.candidate.config;
       c.sub_group_size = sg;
       v.push_back({core::format_count(double(sg)), c});
     }
-    try_variants("sub-group", v);
+    try_variants(best, "sub-group", v);
     v.clear();
-    for (OptimizerTiming t : space.timings) {
+    for (OptimizerTiming t : space_.timings) {
       if (t == best.candidate.config.optimizer_timing) continue;
       RunConfig c = best.candidate.config;
       c.optimizer_timing = t;
       v.push_back({t == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward", c});
     }
-    try_variants("timing", v);
+    try_variants(best, "timing", v);
   }
-  std::stable_sort(planned.begin(), planned.end(), by_score);
-  rep.seconds_plan = since(t1);
+
+  // Schedules each variant of `best`; every accepted one joins the planned, and the best of them
+  // replaces `best` when it lowers the objective.
+  void try_variants(TuneEntry& best, const std::string& knob, const std::vector<std::pair<std::string, RunConfig>>& variants) {
+    if (variants.empty() || over_time(0.6)) return;
+    std::vector<TuneCandidate> cs;
+    for (const auto& v : variants) cs.push_back({v.second, best.candidate.nodes});
+    const auto outcomes = eval_.schedule(cs);
+    std::optional<TuneEntry> winner;
+    for (size_t k = 0; k < cs.size(); ++k) {
+      ++rep_.plans;
+      if (!outcomes[k].ok) {
+        ++rep_.plans_refused;
+        continue;
+      }
+      TuneEntry e = best;
+      e.candidate = cs[k];
+      e.candidate.config.tiling_factor = outcomes[k].tiling_factor;
+      e.planned = outcomes[k];
+      e.estimate = estimate_lanes(req_.model, req_.hw, e.candidate.nodes, e.candidate.config);
+      e.score = score_of(e.candidate, outcomes[k].step_time);
+      e.found_by = fmt::format("local search: {} {}", knob, variants[k].first);
+      planned_.push_back(e);
+      if (e.score < (winner ? winner->score : best.score) * (1 - 1e-9)) winner = e;
+    }
+    if (winner) best = *winner;
+  }
 
   // 4. Simulate the finalists: the best planned candidate of each of the best structures.
-  const auto t2 = clock_type::now();
-  std::vector<TuneEntry> finalists = best_per_structure(planned, static_cast<size_t>(std::max(1, req.finalists)));
-  // With a time limit, simulate what the time left allows (at least the best one).
-  size_t simulated = 0;
-  double last_batch = 0;
-  while (simulated < finalists.size()) {
-    // Another batch would take about as long as the last one: start it only if it ends in time.
-    if (simulated > 0 && req.time_limit > 0 && since(t0) + last_batch > req.time_limit) {
-      rep.time_limited = true;
-      break;
+  void simulate_finalists() {
+    const auto t2 = clock_type::now();
+    std::vector<TuneEntry> finalists = best_per_structure(planned_, static_cast<size_t>(std::max(1, req_.finalists)));
+    // With a time limit, simulate what the time left allows (at least the best one).
+    size_t simulated = 0;
+    double last_batch = 0;
+    while (simulated < finalists.size()) {
+      // Another batch would take about as long as the last one: start it only if it ends in time.
+      if (simulated > 0 && req_.time_limit > 0 && since(t0_) + last_batch > req_.time_limit) {
+        rep_.time_limited = true;
+        break;
+      }
+      const auto tb = clock_type::now();
+      const size_t n = req_.time_limit > 0 ? std::min<size_t>(2, finalists.size() - simulated) : finalists.size() - simulated;
+      std::vector<TuneCandidate> cs;
+      for (size_t k = simulated; k < simulated + n; ++k) cs.push_back(finalists[k].candidate);
+      const auto outcomes = eval_.simulate(cs);
+      for (size_t k = 0; k < n; ++k) {
+        TuneEntry& f = finalists[simulated + k];
+        f.simulated = outcomes[k];
+        ++rep_.simulations;
+        if (outcomes[k].ok) f.score = score_of(f.candidate, outcomes[k].step_time);
+      }
+      simulated += n;
+      last_batch = since(tb);
+      if (progress_) progress_("simulate", simulated, finalists.size());
     }
-    const auto tb = clock_type::now();
-    const size_t n = req.time_limit > 0 ? std::min<size_t>(2, finalists.size() - simulated) : finalists.size() - simulated;
-    std::vector<TuneCandidate> cs;
-    for (size_t k = simulated; k < simulated + n; ++k) cs.push_back(finalists[k].candidate);
-    const auto outcomes = eval.simulate(cs);
-    for (size_t k = 0; k < n; ++k) {
-      TuneEntry& f = finalists[simulated + k];
-      f.simulated = outcomes[k];
-      ++rep.simulations;
-      if (outcomes[k].ok) f.score = score_of(f.candidate, outcomes[k].step_time);
-    }
-    simulated += n;
-    last_batch = since(tb);
-    if (progress) progress("simulate", simulated, finalists.size());
+    finalists.resize(simulated);
+    std::stable_sort(finalists.begin(), finalists.end(), [](const TuneEntry& a, const TuneEntry& b) {
+      const bool ao = a.simulated && a.simulated->ok, bo = b.simulated && b.simulated->ok;
+      if (ao != bo) return ao;
+      if (a.score != b.score) return a.score < b.score;
+      // Equal predictions: the one that needs less device memory.
+      return a.planned->peak[0] < b.planned->peak[0];
+    });
+    for (auto& e : finalists) set_samples_per_s(e);
+    for (auto& e : planned_) set_samples_per_s(e);
+    rep_.finalists = std::move(finalists);
+    rep_.planned = std::move(planned_);
+    rep_.seconds_simulate = since(t2);
   }
-  finalists.resize(simulated);
-  std::stable_sort(finalists.begin(), finalists.end(), [](const TuneEntry& a, const TuneEntry& b) {
-    const bool ao = a.simulated && a.simulated->ok, bo = b.simulated && b.simulated->ok;
-    if (ao != bo) return ao;
-    if (a.score != b.score) return a.score < b.score;
-    // Equal predictions: the one that needs less device memory.
-    return a.planned->peak[0] < b.planned->peak[0];
-  });
-  auto samples = [&](TuneEntry& e) {
+
+  void set_samples_per_s(TuneEntry& e) const {
     const double step = e.simulated && e.simulated->ok ? e.simulated->step_time
                         : e.planned && e.planned->ok  ? e.planned->step_time
                                                       : e.estimate.step_time;
-    e.samples_per_s = step > 0 ? double(rep.global_batch) / step : 0;
-  };
-  for (auto& e : finalists) samples(e);
-  for (auto& e : planned) samples(e);
-  rep.finalists = std::move(finalists);
-  rep.planned = std::move(planned);
-  rep.seconds_simulate = since(t2);
-  rep.seconds_total = since(t0);
-  if (req.time_limit > 0 && rep.plans < budget && next < order.size()) rep.time_limited = true;
-  return rep;
+    e.samples_per_s = step > 0 ? double(rep_.global_batch) / step : 0;
+  }
+
+  const TuneRequest& req_;
+  const TuneEvaluators& eval_;
+  const TuneProgress& progress_;
+  const clock_type::time_point t0_;
+  clock_type::time_point t1_;
+  TuneReport rep_;
+  TuneSpace space_;
+  size_t budget_ = 1;               // plans to make before local search, once one is accepted
+  std::vector<Enumerated> all_;     // every candidate, as enumerated
+  std::vector<TuneEntry> entries_;  // the same, with their closed-form estimates
+  std::vector<size_t> order_;       // indices into both, most promising first
+  size_t next_ = 0;                 // the next of `order_` to plan
+  std::vector<TuneEntry> planned_;  // accepted by the planner, and the local search's variants
+};
+
+}  // namespace
+
+TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TuneProgress& progress) {
+  return Search(req, eval, progress).run();
 }
 
 // ---------------------------------------------------------------------------------------------------

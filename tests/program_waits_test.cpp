@@ -1,6 +1,7 @@
 // What the Program states so that backends infer nothing: every wait a backend makes is a Program
 // dependency (core::unstated_waits, enforced by the Executor), the buffer each gather stage fills
-// (Task::buffer) and the tile a compute task runs (Task::tile).
+// (Task::buffer), the tile a compute task runs (Task::tile), and where each micro-batch's backward
+// starts with the checkpoint copies before it (Program::backward_starts).
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/plan.hpp"
 #include "core/plan_state.hpp"  // ProgramBuilder, to make a Program that lacks a dependency
@@ -57,6 +59,7 @@ Program without_deps(const Program& p, int32_t waiter, const std::set<int32_t>& 
   b.ops() = p.ops();
   b.activations() = p.activations();
   b.checkpoint_runs() = p.checkpoint_runs();
+  b.backward_starts() = p.backward_starts();
   b.op_order() = p.op_order();
   b.shard_space() = {p.shard_space(0)};
   b.static_bytes() = {p.static_bytes(0)};
@@ -275,4 +278,49 @@ TEST_CASE("validate_program fails a source no dependency fills and a misstated c
   const auto errors = fmt::format("{}", fmt::join(validate_program(misstated), "\n"));
   CHECK_THAT(errors, Contains("as its forward's end in micro-batch 0"));
   CHECK_THAT(errors, Contains("covers blocks"));
+}
+
+TEST_CASE("each micro-batch's backward start is stated with the checkpoint copies before it, and checked",
+          "[program][waits]") {
+  const PlanResult r = plan_tiny(kHostCheckpoints);
+  const Program& p = r.program;
+  // What the start must be, found by scanning the tasks: the micro-batch's first backward, and
+  // every device-to-host copy of its checkpoints.
+  std::map<int32_t, int32_t> first;
+  std::map<int32_t, std::vector<int32_t>> copies;
+  for (const Task& t : p.tasks()) {
+    if (t.kind == TaskKind::Backward && !first.count(t.micro_batch)) first[t.micro_batch] = t.id;
+    if (t.kind == TaskKind::CopyD2H && t.data == Data::Checkpoint) copies[t.micro_batch].push_back(t.id);
+  }
+  REQUIRE(p.backward_starts().size() == 2);
+  for (int32_t mb = 0; mb < 2; ++mb) {
+    const BackwardStart& b = p.backward_starts()[size_t(mb)];
+    CHECK(b.task == first.at(mb));
+    CHECK(b.checkpoint_copies == copies.at(mb));
+    CHECK(int64_t(b.checkpoint_copies.size()) == r.plan.checkpoints_per_micro_batch);
+  }
+  std::ostringstream json;
+  p.write_json(json);
+  CHECK_THAT(json.str(), Contains(fmt::format("{{\"micro_batch\":0,\"task\":{},\"checkpoint_copies\":[{}]}}", first.at(0),
+                                              fmt::join(copies.at(0), ","))));
+  // Checkpoints kept on the device: a start, no copies.
+  const Program device = plan_tiny("zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n").program;
+  REQUIRE(device.backward_starts().size() == 1);
+  CHECK(device.backward_starts()[0].task >= 0);
+  CHECK(device.backward_starts()[0].checkpoint_copies.empty());
+
+  auto errors_of = [](const Program& q) { return fmt::format("{}", fmt::join(validate_program(q), "\n")); };
+  {
+    Program late = without_deps(p, -1, {});
+    ProgramBuilder(late).backward_starts()[1].task += 1;
+    CHECK_THAT(errors_of(late), Contains(fmt::format("micro-batch 1 states task {} as its backward's start", first.at(1) + 1)));
+  }
+  {
+    Program short_of_one = without_deps(p, -1, {});
+    ProgramBuilder(short_of_one).backward_starts()[0].checkpoint_copies.pop_back();
+    CHECK_THAT(errors_of(short_of_one), Contains("micro-batch 0 states checkpoint copies"));
+  }
+  const int32_t last_copy = copies.at(0).back();
+  CHECK_THAT(errors_of(without_deps(p, first.at(0), {last_copy})),
+             Contains(fmt::format("micro-batch 0's backward without depending on its checkpoint copy {}", last_copy)));
 }

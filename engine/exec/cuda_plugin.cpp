@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <mutex>
 
+#include "core/self_exe.hpp"
+
 namespace zinf::engine {
 
 namespace {
@@ -75,7 +77,7 @@ std::vector<std::string> cuda_plugin_candidates() {
   std::vector<std::string> paths;
   if (const char* env = std::getenv("ZINF_CUDA_PLUGIN"); env && *env) return {env};
   std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto exe = core::self_exe(ec);
   if (!ec) paths.push_back((exe.parent_path() / kPluginFile).string());
 #ifdef ZINF_CUDA_PLUGIN_BUILD_PATH
   if (paths.empty() || paths.front() != ZINF_CUDA_PLUGIN_BUILD_PATH) paths.push_back(ZINF_CUDA_PLUGIN_BUILD_PATH);

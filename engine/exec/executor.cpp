@@ -26,10 +26,43 @@ Executor::Executor(const core::Program& program, int rank, TaskBackend& backend)
                                             unstated.size(), unstated.front()));
 }
 
-core::Timeline Executor::run_step() {
-  const auto& tasks = program_.tasks();
-  const size_t n = tasks.size();
+namespace {
 
+// One step of one rank: the lanes, their workers and the state they share. One mutex guards that
+// state; each lane's workers sleep on the lane's condition variable, woken only when the lane's next
+// task becomes startable (or the step fails): waking every lane on every completion cost a context
+// switch per lane per task, on cores the lanes share with compute.
+class StepRun {
+public:
+  StepRun(const core::Program& program, int rank, TaskBackend& backend, core::PerTier& peak)
+      : program_(program), rank_(rank), backend_(backend), peak_(peak), lanes_(core::kLaneCount),
+        lane_cv_(core::kLaneCount), done_(program.tasks().size(), 0), live_(program.static_bytes(rank)),
+        t0_(Clock::now()) {
+    for (const auto& t : program_.tasks()) lanes_[static_cast<size_t>(t.lane)].ids.push_back(t.id);
+    peak_ = live_;
+    events_.reserve(program_.tasks().size());
+  }
+
+  // One worker per lane, or the lane's slots' worth (Program::lane_slots) where tasks may overlap.
+  core::Timeline run() {
+    std::vector<std::thread> threads;
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+      if (lanes_[l].ids.empty()) continue;
+      const auto slots = static_cast<size_t>(std::max(1, program_.lane_slots(static_cast<Lane>(l))));
+      for (size_t k = 0; k < std::min(slots, lanes_[l].ids.size()); ++k) threads.emplace_back([this, l] { worker(l); });
+    }
+    for (auto& t : threads) t.join();
+    if (failed_) {
+      const Task& t = program_.task(failed_task_);
+      throw ExecutionError(failed_task_, fmt::format("task {} ({}, lane {}) failed: {}", failed_task_, program_.label(t),
+                                                     core::to_string(t.lane), failure_));
+    }
+    core::Timeline timeline;
+    timeline.events = std::move(events_);
+    return timeline;
+  }
+
+private:
   // A lane's tasks in id order, and how far its workers got: `claimed` tasks have a worker,
   // `started` of them have started. Tasks start in id order: a worker waits until the task before
   // its own has started and its dependencies have ended.
@@ -37,122 +70,107 @@ core::Timeline Executor::run_step() {
     std::vector<int32_t> ids;
     size_t claimed = 0, started = 0;
   };
-  std::vector<LaneState> lanes(core::kLaneCount);
-  for (const auto& t : tasks) lanes[static_cast<size_t>(t.lane)].ids.push_back(t.id);
 
-  // One mutex guards the step's state; each lane's workers sleep on the lane's condition variable,
-  // woken only when the lane's next task becomes startable (or the step fails): waking every lane
-  // on every completion cost a context switch per lane per task, on cores the lanes share with compute.
-  std::mutex mu;
-  std::vector<std::condition_variable> lane_cv(core::kLaneCount);
-  std::vector<uint8_t> done(n, 0);
-  bool failed = false;
-  std::string failure;
-  int32_t failed_task = -1;
-
-  core::PerTier live = program_.static_bytes(rank_);
-  peak_ = live;
-  const core::PerTier& budget = program_.budget();
-
-  std::vector<core::TimelineEvent> events;
-  events.reserve(n);
-  const auto t0 = Clock::now();
-  auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
-
-  auto ready = [&](const Task& task) {
+  double seconds(Clock::time_point t) const { return std::chrono::duration<double>(t - t0_).count(); }
+  bool ready(const Task& task) const {
     for (int32_t d : program_.deps(task))
-      if (!done[static_cast<size_t>(d)]) return false;
+      if (!done_[static_cast<size_t>(d)]) return false;
     return true;
-  };
+  }
   // The lane's next task to start has a worker waiting and its dependencies are done.
-  auto startable = [&](const LaneState& l) {
-    return l.started < l.claimed && ready(program_.task(l.ids[l.started]));
-  };
-  auto wake_all = [&] {
-    for (auto& c : lane_cv) c.notify_all();
-  };
-  auto fail = [&](int32_t id, const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!failed) {
-      failed = true;
-      failed_task = id;
-      failure = what;
+  bool startable(const LaneState& l) const { return l.started < l.claimed && ready(program_.task(l.ids[l.started])); }
+  void wake_all() {
+    for (auto& c : lane_cv_) c.notify_all();
+  }
+  // Under the lock: the first failure is the step's.
+  void fail_locked(int32_t id, const std::string& what) {
+    if (!failed_) {
+      failed_ = true;
+      failed_task_ = id;
+      failure_ = what;
     }
     wake_all();
-  };
+  }
 
-  auto worker = [&](size_t lane) {
+  void worker(size_t lane) {
     if (lane == static_cast<size_t>(Lane::NvmeRead) || lane == static_cast<size_t>(Lane::NvmeWrite)) raise_io_thread_priority();
-    LaneState& L = lanes[lane];
     for (;;) {
       int32_t id;
       Task task;
       Clock::time_point start;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        if (failed || L.claimed == L.ids.size()) return;
-        const size_t mine = L.claimed++;
-        id = L.ids[mine];
-        task = program_.task_for_rank(id, rank_);
-        lane_cv[lane].wait(lock, [&] { return failed || (L.started == mine && ready(task)); });
-        if (failed) return;
-        for (const auto& e : program_.allocs(task, rank_)) {
-          double& tier_live = core::at(live, e.tier);
-          tier_live += e.bytes;
-          if (tier_live > core::at(budget, e.tier) * (1.0 + 1e-9)) {
-            failed = true;
-            failed_task = id;
-            failure = fmt::format("{} memory over budget: {:.0f} bytes live, budget {:.0f}", core::to_string(e.tier),
-                                  tier_live, core::at(budget, e.tier));
-            wake_all();
-            return;
-          }
-          core::at(peak_, e.tier) = std::max(core::at(peak_, e.tier), tier_live);
-        }
-        // Taken under the lock, so that the Timeline shows a lane's tasks starting in id order.
-        start = Clock::now();
-        ++L.started;
-        if (startable(L)) lane_cv[lane].notify_all();
-      }
+      if (!claim_and_start(lane, id, task, start)) return;
       if (program_.active(task, rank_)) {
         try {
           backend_.run(task);
         } catch (const std::exception& e) {
-          fail(id, e.what());
+          std::lock_guard<std::mutex> lock(mu_);
+          fail_locked(id, e.what());
           return;
         }
       }
-      const auto end = Clock::now();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        for (const auto& e : program_.frees(task, rank_)) core::at(live, e.tier) -= e.bytes;
-        done[static_cast<size_t>(id)] = 1;
-        if (program_.active(task, rank_))
-          events.push_back({rank_, task.lane, id, task.kind, program_.label(task), seconds(start), seconds(end),
-                            task.bytes, task.flops});
-        for (size_t l = 0; l < lanes.size(); ++l)
-          if (startable(lanes[l])) lane_cv[l].notify_all();
-      }
+      finish(id, task, start, Clock::now());
     }
-  };
-
-  // One worker per lane, or the lane's slots' worth (Program::lane_slots) where tasks may overlap.
-  std::vector<std::thread> threads;
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    if (lanes[l].ids.empty()) continue;
-    const auto slots = static_cast<size_t>(std::max(1, program_.lane_slots(static_cast<Lane>(l))));
-    for (size_t k = 0; k < std::min(slots, lanes[l].ids.size()); ++k) threads.emplace_back(worker, l);
   }
-  for (auto& t : threads) t.join();
 
-  if (failed) {
-    const Task& t = program_.task(failed_task);
-    throw ExecutionError(failed_task, fmt::format("task {} ({}, lane {}) failed: {}", failed_task, program_.label(t),
-                                                  core::to_string(t.lane), failure));
+  // Claims the lane's next task, waits until it may start, books its allocations against the
+  // budget and marks it started. False when the lane has nothing left or the step failed.
+  bool claim_and_start(size_t lane, int32_t& id, Task& task, Clock::time_point& start) {
+    LaneState& L = lanes_[lane];
+    std::unique_lock<std::mutex> lock(mu_);
+    if (failed_ || L.claimed == L.ids.size()) return false;
+    const size_t mine = L.claimed++;
+    id = L.ids[mine];
+    task = program_.task_for_rank(id, rank_);
+    lane_cv_[lane].wait(lock, [&] { return failed_ || (L.started == mine && ready(task)); });
+    if (failed_) return false;
+    const core::PerTier& budget = program_.budget();
+    for (const auto& e : program_.allocs(task, rank_)) {
+      double& tier_live = core::at(live_, e.tier);
+      tier_live += e.bytes;
+      if (tier_live > core::at(budget, e.tier) * (1.0 + 1e-9)) {
+        fail_locked(id, fmt::format("{} memory over budget: {:.0f} bytes live, budget {:.0f}", core::to_string(e.tier),
+                                    tier_live, core::at(budget, e.tier)));
+        return false;
+      }
+      core::at(peak_, e.tier) = std::max(core::at(peak_, e.tier), tier_live);
+    }
+    // Taken under the lock, so that the Timeline shows a lane's tasks starting in id order.
+    start = Clock::now();
+    ++L.started;
+    if (startable(L)) lane_cv_[lane].notify_all();
+    return true;
   }
-  core::Timeline timeline;
-  timeline.events = std::move(events);
-  return timeline;
-}
+
+  // Frees the task's memory, records it, and wakes each lane whose next task became startable.
+  void finish(int32_t id, const Task& task, Clock::time_point start, Clock::time_point end) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : program_.frees(task, rank_)) core::at(live_, e.tier) -= e.bytes;
+    done_[static_cast<size_t>(id)] = 1;
+    if (program_.active(task, rank_))
+      events_.push_back({rank_, task.lane, id, task.kind, program_.label(task), seconds(start), seconds(end), task.bytes,
+                         task.flops});
+    for (size_t l = 0; l < lanes_.size(); ++l)
+      if (startable(lanes_[l])) lane_cv_[l].notify_all();
+  }
+
+  const core::Program& program_;
+  const int rank_;
+  TaskBackend& backend_;
+  core::PerTier& peak_;
+  std::vector<LaneState> lanes_;
+  std::mutex mu_;
+  std::vector<std::condition_variable> lane_cv_;
+  std::vector<uint8_t> done_;
+  bool failed_ = false;
+  std::string failure_;
+  int32_t failed_task_ = -1;
+  core::PerTier live_;
+  std::vector<core::TimelineEvent> events_;
+  const Clock::time_point t0_;
+};
+
+}  // namespace
+
+core::Timeline Executor::run_step() { return StepRun(program_, rank_, backend_, peak_).run(); }
 
 }  // namespace zinf::engine

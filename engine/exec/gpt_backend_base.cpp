@@ -126,7 +126,7 @@ std::vector<int32_t> GptBackendBase::compute_units(const Task& t) const {
 }
 
 bool GptBackendBase::first_backward(const Task& t) const {
-  return t.kind == TaskKind::Backward && index.first_backward_of_mb[size_t(t.micro_batch)] == t.id;
+  return t.kind == TaskKind::Backward && P.backward_starts()[size_t(t.micro_batch)].task == t.id;
 }
 
 std::vector<int64_t> GptBackendBase::gathered_buffers(const Task& t, int32_t u) const {
@@ -146,10 +146,11 @@ void GptBackendBase::drop_checkpoints(const Task& t, const std::function<void(in
   if (plan.checkpoints == Tier::Device) return;
   const int32_t mb = t.micro_batch;
   std::lock_guard<std::mutex> lock(mu);
-  if (ckpt_saved_[size_t(mb)] < index.ckpt_saves_per_mb[size_t(mb)])
+  const size_t copies = P.backward_starts()[size_t(mb)].checkpoint_copies.size();
+  if (size_t(ckpt_saved_[size_t(mb)]) < copies)
     throw std::logic_error(fmt::format("{}: {} of the micro-batch's {} checkpoint copies are done; the Program must "
                                        "make its first backward depend on them",
-                                       P.label(t), ckpt_saved_[size_t(mb)], index.ckpt_saves_per_mb[size_t(mb)]));
+                                       P.label(t), ckpt_saved_[size_t(mb)], copies));
   // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
   for (size_t c = 0; c < index.ckpt_first_block.size(); ++c)
     if (!ckpt_restored_.count({int32_t(c), mb})) drop(index.ckpt_first_block[c]);

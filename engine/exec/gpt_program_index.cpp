@@ -6,14 +6,9 @@
 
 namespace zinf::engine {
 
-using core::TaskKind;
-
 GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph& graph) {
   group_units.assign(graph.params.size(), {});
   for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
-  const int mbs = P.micro_batches();
-  first_backward_of_mb.assign(size_t(mbs), -1);
-  ckpt_saves_per_mb.assign(size_t(mbs), 0);
   // The checkpointed runs, their blocks and where each one's forward ends: the Program's.
   for (const auto& c : P.checkpoint_runs()) {
     if (c.id != int32_t(ckpt_blocks.size()))
@@ -24,14 +19,9 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
     for (int32_t id : c.forward_end)
       if (id >= 0) last_forward_of_run.insert(id);
   }
-  for (const auto& t : P.tasks()) {
-    if (t.kind == TaskKind::Backward && first_backward_of_mb[size_t(t.micro_batch)] < 0)
-      first_backward_of_mb[size_t(t.micro_batch)] = t.id;
-    if (t.kind == TaskKind::CopyD2H && t.data == core::Data::Checkpoint) ++ckpt_saves_per_mb[size_t(t.micro_batch)];
-  }
   std::map<std::pair<int32_t, int>, int32_t> last;  // (micro-batch, block) -> task
   for (const auto& t : P.tasks())
-    if (t.kind == TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
+    if (t.kind == core::TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
       auto& id = last[{t.micro_batch, graph.ops[size_t(t.op)].block}];
       id = std::max(id, t.id);
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Explains the differences program_identity.sh found between two outputs directories when the new
 Program states more than the baseline's: each differing case must be identical once the fields the
-new Program adds are set aside (Task.source, the checkpoint_runs table, and the buffer a parameter
+new Program adds are set aside (Task.source, the checkpoint_runs and backward_starts tables, and the buffer a parameter
 fetch stage now names where the baseline's said -1: the NVMe read's host staging and the
 host-to-device copy's device shard). Anything else that differs (another task, dependency, memory
 event, report or error) is listed and fails the check.
@@ -18,6 +18,8 @@ def normalized(base, new):
     """The new Program with the added fields removed or set back to the baseline's, or an error."""
     new = dict(new)
     new.pop("checkpoint_runs", None)
+    if "backward_starts" not in base:
+        new.pop("backward_starts", None)
     if len(base.get("tasks", [])) != len(new.get("tasks", [])):
         return None, "task counts differ"
     tasks = []

@@ -1,0 +1,292 @@
+// The order and waits of the tasks the planner emits: the optimizer after or overlapping backward
+// (and after the global norm when clipping), a recorded operator order, checkpoint copies held on
+// or overlapped with the compute stream, and the NVMe optimizer's sub-groups in flight and waves.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "core/plan.hpp"
+#include "models/gpt.hpp"
+#include "planner_test_util.hpp"
+#include "test_paths.hpp"
+
+using namespace zinf::core;
+using namespace zinf::test;  // tiny_spec, roomy_hw, require_valid, source
+using Catch::Matchers::Contains;
+
+TEST_CASE("the optimizer overlaps backward, and waits for the global norm when clipping", "[planner][optimizer]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.sub_group_size = 2000;
+  auto last_backward = [](const Program& p) {
+    int32_t last = -1;
+    for (const auto& t : p.tasks())
+      if (t.kind == TaskKind::Backward) last = t.id;
+    return last;
+  };
+  auto first_of = [](const Program& p, TaskKind k, Data d) {
+    for (const auto& t : p.tasks())
+      if (t.kind == k && (d == Data::None || t.data == d)) return t.id;
+    return -1;
+  };
+  SECTION("after backward") {
+    PlanResult r = make_plan(g, hw, c, 4);
+    require_valid(r, hw);
+    CHECK(first_of(r.program, TaskKind::OptimizerStep, Data::None) > last_backward(r.program));
+    CHECK(first_of(r.program, TaskKind::NvmeRead, Data::OptimizerState) > last_backward(r.program));
+  }
+  SECTION("overlapping backward") {
+    c.optimizer_timing = OptimizerTiming::OverlapBackward;
+    PlanResult r = make_plan(g, hw, c, 4);
+    require_valid(r, hw);
+    CHECK(r.plan.sub_groups > 3);
+    CHECK(first_of(r.program, TaskKind::OptimizerStep, Data::None) < last_backward(r.program));
+  }
+  SECTION("overlapping backward with clipping") {
+    c.optimizer_timing = OptimizerTiming::OverlapBackward;
+    c.grad_clip = 1.0;
+    PlanResult r = make_plan(g, hw, c, 4);
+    require_valid(r, hw);  // includes: every optimizer step depends on the all-reduced norm
+    const Program& p = r.program;
+    const int32_t norm = first_of(p, TaskKind::AllReduce, Data::Scalar);
+    REQUIRE(norm > last_backward(p));
+    CHECK(first_of(p, TaskKind::GradNorm, Data::None) > last_backward(p));
+    CHECK(first_of(p, TaskKind::OptimizerStep, Data::None) > norm);
+    // ... while the reads of optimizer states still overlap backward.
+    CHECK(first_of(p, TaskKind::NvmeRead, Data::OptimizerState) < last_backward(p));
+    CHECK_THAT(r.plan.optimizer_timing_note, Contains("global gradient norm"));
+  }
+}
+
+TEST_CASE("a recorded operator order that differs from the graph's gives a valid program", "[planner][trace]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.checkpoint_interval = 2;
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 20; ++iter) {
+    std::vector<int32_t> order(g.ops.size());
+    std::iota(order.begin(), order.end(), 0);
+    // Local swaps (as a recorded trace would show) and, sometimes, a whole shuffle.
+    if (iter % 5 == 4) {
+      std::shuffle(order.begin(), order.end(), rng);
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        size_t i = rng() % (order.size() - 1);
+        std::swap(order[i], order[i + 1]);
+      }
+    }
+    c.partitioning = iter % 2 ? Partitioning::OwnerBased : Partitioning::BandwidthCentric;
+    PlanResult r = make_plan(g, hw, c, 4, order);
+    require_valid(r, hw);
+    CHECK(r.program.op_order() == order);
+    // Forward compute follows the recorded order.
+    std::vector<int32_t> seen;
+    for (const auto& t : r.program.tasks())
+      if (t.kind == TaskKind::Forward && t.micro_batch == 0 && (seen.empty() || seen.back() != t.op)) seen.push_back(t.op);
+    CHECK(seen == order);
+  }
+  std::vector<int32_t> bad(g.ops.size(), 0);
+  CHECK_THROWS_WITH(make_plan(g, hw, c, 4, bad), Contains("not a permutation"));
+}
+
+TEST_CASE("synchronous checkpoint copies hold the compute stream, overlapped ones do not", "[planner][checkpoint]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(4, 64));
+  const HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-cpu.yaml"));
+  c.checkpoint_interval = 1;
+  auto is_compute = [](const Task& t) { return t.lane == Lane::Compute && t.kind != TaskKind::OptimizerStep; };
+  for (Tier tier : {Tier::Host, Tier::Nvme}) {
+    INFO(to_string(tier));
+    c.checkpoints = {false, tier};
+    double step[2] = {0, 0};
+    for (bool sync : {false, true}) {
+      INFO((sync ? "synchronous" : "overlapped"));
+      c.checkpoint_copies_synchronous = sync;
+      PlanResult r = make_plan(g, hw, c, 4);
+      require_valid(r, hw);
+      const auto& tasks = r.program.tasks();
+      // Compute tasks in program order, and for each task the compute tasks that wait on it.
+      std::vector<int32_t> order;
+      std::vector<std::vector<int32_t>> waiters(tasks.size());
+      for (const auto& t : tasks) {
+        if (!is_compute(t)) continue;
+        order.push_back(t.id);
+        for (int32_t d : r.program.deps(t)) waiters[static_cast<size_t>(d)].push_back(t.id);
+      }
+      int saves = 0, loads = 0;
+      for (const auto& t : tasks) {
+        if (t.data != Data::Checkpoint) continue;
+        if (t.kind == TaskKind::CopyD2H) {
+          ++saves;
+          // Synchronous: the compute task after the one that produced the checkpoint waits for the copy;
+          // overlapped, it runs on (only a later one may wait, to bound the saves in flight).
+          int32_t producer = -1;
+          for (int32_t d : r.program.deps(t))
+            if (is_compute(tasks[static_cast<size_t>(d)])) producer = d;
+          const auto pos = std::find(order.begin(), order.end(), producer) - order.begin();
+          REQUIRE(pos + 1 < static_cast<std::ptrdiff_t>(order.size()));
+          const auto& w = waiters[static_cast<size_t>(t.id)];
+          CHECK((std::find(w.begin(), w.end(), order[static_cast<size_t>(pos + 1)]) != w.end()) == sync);
+        }
+        if (t.kind == TaskKind::CopyH2D) {
+          ++loads;
+          REQUIRE(waiters[static_cast<size_t>(t.id)].size() == 1);
+          const int32_t recompute = waiters[static_cast<size_t>(t.id)].front();
+          CHECK(tasks[static_cast<size_t>(recompute)].kind == TaskKind::Recompute);
+          // Synchronous: issued right after the compute task before the recompute, not a run ahead.
+          const auto pos = std::find(order.begin(), order.end(), recompute) - order.begin();
+          REQUIRE(pos > 0);
+          const auto deps = r.program.deps(t);
+          const bool after_previous = std::find(deps.begin(), deps.end(), order[static_cast<size_t>(pos - 1)]) != deps.end();
+          if (sync) CHECK(after_previous);
+        }
+      }
+      CHECK(saves > 0);
+      CHECK(loads == saves);
+      step[sync] = estimate_step_time(r.program, hw);
+    }
+    CHECK(step[1] > step[0]);
+  }
+  CHECK(parse_run_config("activation_checkpoint: {interval: 1, tier: host, copies: synchronous}\n", "c.yaml")
+            .checkpoint_copies_synchronous);
+  CHECK_FALSE(parse_run_config("activation_checkpoint: {interval: 1, tier: host}\n", "c.yaml").checkpoint_copies_synchronous);
+  CHECK_THROWS_WITH(parse_run_config("activation_checkpoint: {interval: 1, tier: host, copies: sometimes}\n", "c.yaml"),
+                    Contains("copies"));
+}
+
+namespace {
+
+// Whether task `to` depends on task `from`, directly or through other tasks.
+bool depends_on(const Program& p, int32_t to, int32_t from) {
+  std::vector<char> seen(p.tasks().size(), 0);
+  std::vector<int32_t> stack{to};
+  while (!stack.empty()) {
+    const int32_t t = stack.back();
+    stack.pop_back();
+    if (t == from) return true;
+    if (t < from || seen[size_t(t)]) continue;
+    seen[size_t(t)] = 1;
+    for (int32_t d : p.deps(p.tasks()[size_t(t)])) stack.push_back(d);
+  }
+  return false;
+}
+
+// The optimizer phase's sub-groups in the order they start (their first task), and each one's NVMe
+// reads and writes.
+struct OptimizerIo {
+  std::vector<int32_t> order;
+  std::map<int32_t, std::vector<int32_t>> reads, writes;
+};
+
+OptimizerIo optimizer_io(const Program& p) {
+  OptimizerIo io;
+  for (const auto& t : p.tasks()) {
+    if (t.phase != Phase::Optimizer || t.sub_group < 0) continue;
+    if (std::find(io.order.begin(), io.order.end(), t.sub_group) == io.order.end()) io.order.push_back(t.sub_group);
+    if (t.kind == TaskKind::NvmeRead) io.reads[t.sub_group].push_back(t.id);
+    if (t.kind == TaskKind::NvmeWrite) io.writes[t.sub_group].push_back(t.id);
+  }
+  return io;
+}
+
+}  // namespace
+
+TEST_CASE("the NVMe optimizer keeps a host budget's share of sub-groups in flight, in waves of reads then writes",
+          "[planner][optimizer]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.gradients = {false, Tier::Nvme};
+  c.sub_group_size = 2000;
+  c.optimizer_timing = OptimizerTiming::OverlapBackward;
+  c.grad_clip = 1.0;
+  SECTION("auto: a quarter of the host budget the states leave, in sub-groups, at least 3") {
+    // From a roomy host down to one that holds a few sub-groups: every depth follows the formula,
+    // and some lie strictly between the floor of 3 and every sub-group.
+    bool between = false, all = false;
+    for (double host = hw.node.host_memory; host > 1e5; host /= 2) {
+      HwProfile small = hw;
+      small.node.host_memory = host;
+      PlanResult r;
+      try {
+        r = make_plan(g, small, c, 1);
+      } catch (const PlanError&) {
+        break;  // too small for the rest of the step
+      }
+      INFO("host memory " << host);
+      require_valid(r, small);
+      int64_t largest = 0;
+      for (const auto& sg : r.program.sub_groups()) largest = std::max(largest, sg.count);
+      // states (12 B), gradients (2 B) and updated parameters (2 B) per element staged in host memory
+      const double per = 16.0 * double(largest);
+      const double free = at(r.plan.budget, Tier::Host) - at(r.plan.static_bytes, Tier::Host);
+      const auto fit = static_cast<int64_t>(0.25 * free / per);
+      const int64_t formula = std::max<int64_t>(3, std::min(fit, r.plan.sub_groups));
+      if (r.plan.optimizer_timing_note.find("halved") == std::string::npos) {
+        CHECK(r.plan.sub_groups_in_flight == formula);
+      } else {  // the formula's depth put the host over budget at the step's peak
+        CHECK(r.plan.sub_groups_in_flight < formula);
+        CHECK(r.plan.sub_groups_in_flight >= 3);
+        CHECK(at(r.plan.peak_bytes, Tier::Host) <= at(r.plan.budget, Tier::Host));
+      }
+      CHECK(r.plan.optimizer_nvme_phases);
+      CHECK_THAT(r.plan.optimizer_timing_note, Contains("sub-groups in flight"));
+      between |= r.plan.sub_groups_in_flight > 3 && r.plan.sub_groups_in_flight < r.plan.sub_groups;
+      all |= r.plan.sub_groups_in_flight == r.plan.sub_groups;
+    }
+    CHECK(between);
+    CHECK(all);
+  }
+  SECTION("waves: a wave's reads wait for every write of the wave before, its writes for every read of it") {
+    c.optimizer_sub_groups_in_flight = 4;
+    PlanResult r = make_plan(g, hw, c, 1);
+    require_valid(r, hw);
+    const Program& p = r.program;
+    REQUIRE(r.plan.sub_groups > 8);
+    auto [order, reads, writes] = optimizer_io(p);
+    REQUIRE(int64_t(order.size()) == r.plan.sub_groups);
+    for (size_t i = 0; i < order.size(); ++i)
+      for (size_t j = 0; j < order.size(); ++j) {
+        INFO("sub-groups " << i << " and " << j << " in start order");
+        const size_t wi = i / 4, wj = j / 4;
+        REQUIRE(reads[order[i]].size() == 2);   // states and gradients
+        REQUIRE(writes[order[i]].size() == 2);  // states and parameters
+        for (int32_t w : writes[order[i]])
+          for (int32_t rd : reads[order[j]]) {
+            // writes of wave k after every read of wave k; reads of wave k + 1 after every write of wave k
+            if (wj == wi) CHECK(depends_on(p, w, rd));
+            if (wj == wi + 1) CHECK(depends_on(p, rd, w));
+            // ... and no read of a later wave before a write of an earlier one is possible, nor the other way
+            if (wj > wi) CHECK_FALSE(depends_on(p, w, rd));
+          }
+      }
+  }
+  SECTION("interleaved: a sub-group's reads wait for the writes of the one `depth` before it only") {
+    c.optimizer_sub_groups_in_flight = 4;
+    c.optimizer_nvme_phases = false;
+    PlanResult r = make_plan(g, hw, c, 1);
+    require_valid(r, hw);
+    const Program& p = r.program;
+    auto [order, reads, writes] = optimizer_io(p);
+    CHECK_FALSE(r.plan.optimizer_nvme_phases);
+    for (size_t i = 4; i < order.size(); ++i)
+      for (int32_t rd : reads[order[i]]) {
+        for (int32_t w : writes[order[i - 4]]) CHECK(depends_on(p, rd, w));
+        for (int32_t w : writes[order[i - 3]]) CHECK_FALSE(depends_on(p, rd, w));
+      }
+  }
+  SECTION("a deeper pipeline holds more host memory at its peak") {
+    c.optimizer_sub_groups_in_flight = 3;
+    const double three = at(make_plan(g, hw, c, 1).plan.peak_bytes, Tier::Host);
+    c.optimizer_sub_groups_in_flight = 8;
+    const double eight = at(make_plan(g, hw, c, 1).plan.peak_bytes, Tier::Host);
+    CHECK(eight > three);
+  }
+}
