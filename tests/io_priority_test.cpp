@@ -41,19 +41,28 @@ TEST_CASE("an I/O thread of a SCHED_OTHER process keeps its policy", "[io][prior
   }).join();
 }
 
-TEST_CASE("an I/O thread of a SCHED_RR process goes one priority above it", "[io][priority]") {
-  // Run in a child thread whose process-level priority stays as it is: the child sets SCHED_RR 10
-  // for the whole process (sched_setscheduler(0) is the main thread's) only if allowed.
+namespace {
+// Puts the process and this thread under SCHED_RR 10 and says what they were; false (with a WARN)
+// where that is not permitted (needs CAP_SYS_NICE).
+bool enter_sched_rr_10(int& old_policy, sched_param& old) {
   sched_param rr{};
   rr.sched_priority = 10;
-  int old_policy = 0;
-  sched_param old{};
   pthread_getschedparam(pthread_self(), &old_policy, &old);
   if (sched_setscheduler(0, SCHED_RR, &rr) != 0) {
     WARN("not run: setting SCHED_RR is not permitted here (needs CAP_SYS_NICE)");
-    return;
+    return false;
   }
   pthread_setschedparam(pthread_self(), SCHED_RR, &rr);
+  return true;
+}
+}  // namespace
+
+TEST_CASE("an I/O thread of a SCHED_RR process goes one priority above it", "[io][priority]") {
+  // Run in a child thread whose process-level priority stays as it is: the child sets SCHED_RR 10
+  // for the whole process (sched_setscheduler(0) is the main thread's) only if allowed.
+  int old_policy = 0;
+  sched_param old{};
+  if (!enter_sched_rr_10(old_policy, old)) return;
   int got = -1, policy = -1, seen = -1;
   std::thread([&] {  // inherits SCHED_RR 10
     got = raise_io_thread_priority();
@@ -68,16 +77,9 @@ TEST_CASE("an I/O thread of a SCHED_RR process goes one priority above it", "[io
 }
 
 TEST_CASE("under SCHED_RR a trainer keeps real time for its I/O threads only", "[io][priority]") {
-  sched_param rr{};
-  rr.sched_priority = 10;
   int old_policy = 0;
   sched_param old{};
-  pthread_getschedparam(pthread_self(), &old_policy, &old);
-  if (sched_setscheduler(0, SCHED_RR, &rr) != 0) {
-    WARN("not run: setting SCHED_RR is not permitted here (needs CAP_SYS_NICE)");
-    return;
-  }
-  pthread_setschedparam(pthread_self(), SCHED_RR, &rr);
+  if (!enter_sched_rr_10(old_policy, old)) return;
   // A thread that exists before the call (as a BLAS pool's do) is moved too.
   std::atomic<bool> stop{false};
   std::atomic<int> earlier_policy{-1};

@@ -130,18 +130,20 @@ python3 - "$work/last.csv" "$best_read" "$best_write" "${THREAD_CPU:-}" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 best = {"nvme_read": float(sys.argv[2]), "nvme_write": float(sys.argv[3])}
-def lane(name):
-    # Busy time is the union of the lane's task intervals: tasks of an NVMe lane overlap.
-    spans = sorted((float(r["start"]), float(r["end"])) for r in rows if r["lane"] == name)
+def union_busy(spans):
+    """Seconds covered by the union of (start, end) intervals."""
     busy, lo, hi = 0.0, None, None
-    for a, b in spans:
+    for a, b in sorted(spans):
         if hi is None or a > hi:
             busy += (hi - lo) if hi is not None else 0.0
             lo, hi = a, b
         else:
             hi = max(hi, b)
-    busy += (hi - lo) if hi is not None else 0.0
-    return sum(float(r["bytes"]) for r in rows if r["lane"] == name), busy
+    return busy + ((hi - lo) if hi is not None else 0.0)
+def lane(name):
+    # Busy time is the union of the lane's task intervals: tasks of an NVMe lane overlap.
+    spans = [(float(r["start"]), float(r["end"])) for r in rows if r["lane"] == name]
+    return sum(float(r["bytes"]) for r in rows if r["lane"] == name), union_busy(spans)
 step = max(float(r["end"]) for r in rows) - min(float(r["start"]) for r in rows)
 traffic = 0.0
 for name in ("nvme_read", "nvme_write"):
@@ -167,16 +169,7 @@ print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s; {step - (last
 def after(name, t):
     spans = [(max(float(r["start"]), t), float(r["end"]), float(r["bytes"]) * max(0.0, float(r["end"]) - max(float(r["start"]), t)) / max(1e-9, float(r["end"]) - float(r["start"])))
              for r in rows if r["lane"] == name and float(r["end"]) > t]
-    spans.sort()
-    busy, lo, hi = 0.0, None, None
-    for a, b, _ in spans:
-        if hi is None or a > hi:
-            busy += (hi - lo) if hi is not None else 0.0
-            lo, hi = a, b
-        else:
-            hi = max(hi, b)
-    busy += (hi - lo) if hi is not None else 0.0
-    return sum(x for _, _, x in spans), busy
+    return sum(x for _, _, x in spans), union_busy([(a, b) for a, b, _ in spans])
 rb, rbusy = after("nvme_read", last_bwd)
 wb, wbusy = after("nvme_write", last_bwd)
 _, dbusy = after("nvme", last_bwd)
