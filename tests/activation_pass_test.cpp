@@ -49,6 +49,25 @@ RunConfig config(const std::string& extra, const std::string& offload = "offload
   return parse_run_config("zero_stage: 3\n" + offload + extra, "test-config.yaml");
 }
 
+// A DGX-2 profile whose device budget lies halfway between keeping every block's activations and
+// offloading them all (PCIe at `pcie` B/s, no switch uplink limit), and the keep-everything config.
+struct BetweenBudget {
+  HwProfile hw;
+  RunConfig keep;
+};
+
+BetweenBudget budget_between_keep_and_offload(const ModelGraph& g, double pcie) {
+  BetweenBudget b{load_hwprofile(source("hwprofiles/dgx2-v100.yaml")), config("activation_checkpoint: {interval: 0}\n", "")};
+  b.hw.node.pcie_bandwidth = pcie;
+  b.hw.node.pcie_switch_uplink = 0;
+  const RunConfig offload = config("activation_offload: {policy: offload_all, tier: host}\n", "");
+  const double keep_peak = at(make_plan(g, b.hw, b.keep, 1).plan.peak_bytes, Tier::Device);
+  const double off_peak = at(make_plan(g, b.hw, offload, 1).plan.peak_bytes, Tier::Device);
+  REQUIRE(off_peak < keep_peak);
+  b.hw.node.gpu.memory = 0.5 * (keep_peak + off_peak) / (1.0 - b.hw.reserve.gpu);
+  return b;
+}
+
 void require_valid(const PlanResult& r, const HwProfile& hw) {
   auto errors = validate_program(r.program);
   INFO((errors.empty() ? std::string() : errors.front()));
@@ -209,19 +228,10 @@ TEST_CASE("the activation pass recomputes when the path is too slow, and uses GD
 
 TEST_CASE("a device too small to keep every block's activations: the lifetime pass fits it with ordinary tasks") {
   const ModelGraph g = zinf::models::build_gpt(spec());
-  HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
   // Parameters stay on the device, and PCIe is fast enough for a tiny block's transfer to hide
   // behind its idle window (at the profile's own rate, recomputing a tiny block is cheaper).
-  hw.node.pcie_bandwidth = 1e13;
-  hw.node.pcie_switch_uplink = 0;
-  const RunConfig keep = config("activation_checkpoint: {interval: 0}\n", "");
-  const RunConfig offload = config("activation_offload: {policy: offload_all, tier: host}\n", "");
+  auto [hw, keep] = budget_between_keep_and_offload(g, 1e13);
   const RunConfig lifetime = config("activation_offload: {policy: lifetime, granularity: block}\n", "");
-  const double keep_peak = at(make_plan(g, hw, keep, 1).plan.peak_bytes, Tier::Device);
-  const double off_peak = at(make_plan(g, hw, offload, 1).plan.peak_bytes, Tier::Device);
-  REQUIRE(off_peak < keep_peak);
-  // A budget between the two.
-  hw.node.gpu.memory = 0.5 * (keep_peak + off_peak) / (1.0 - hw.reserve.gpu);
   CHECK_THROWS_AS(make_plan(g, hw, keep, 1), PlanError);
   const PlanResult r = make_plan(g, hw, lifetime, 1);
   require_valid(r, hw);
@@ -381,16 +391,8 @@ TEST_CASE("the per-tensor pass recomputes cheap tensors by their own operator, n
 
 TEST_CASE("per-tensor choices in the Program: the kept, offloaded and recomputed tensors of a block, and a fallback to blocks") {
   const ModelGraph g = zinf::models::build_gpt(spec());
-  HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
-  hw.node.pcie_bandwidth = 1e12;
-  hw.node.pcie_switch_uplink = 0;
-  const RunConfig keep = config("activation_checkpoint: {interval: 0}\n", "");
-  const RunConfig offload = config("activation_offload: {policy: offload_all, tier: host}\n", "");
+  auto [hw, keep] = budget_between_keep_and_offload(g, 1e12);
   const RunConfig lifetime = config("activation_offload: {policy: lifetime}\n", "");
-  const double keep_peak = at(make_plan(g, hw, keep, 1).plan.peak_bytes, Tier::Device);
-  const double off_peak = at(make_plan(g, hw, offload, 1).plan.peak_bytes, Tier::Device);
-  REQUIRE(off_peak < keep_peak);
-  hw.node.gpu.memory = 0.5 * (keep_peak + off_peak) / (1.0 - hw.reserve.gpu);
   const PlanResult r = make_plan(g, hw, lifetime, 1);
   require_valid(r, hw);
   CHECK(at(r.plan.peak_bytes, Tier::Device) <= at(r.plan.budget, Tier::Device));
