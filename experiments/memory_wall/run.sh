@@ -9,7 +9,10 @@
 # RESERVE_GB, default 8, left free) and scales the model down, saying so, when it is short. Before training (unless IO_BENCH=0) it runs `zinf io-bench` on the
 # same directory: the run config takes its best block size and queue depth, and the NVMe lanes'
 # bandwidth while busy is reported against its best read and best write, the step against
-# max(compute alone, read bytes / best read + written bytes / best write). TASKS_IN_FLIGHT
+# max(compute alone, read bytes / best read + written bytes / best write). io-bench moves 2 GiB; the
+# disk here sustains about half its rates over the tens of GB a step moves, so after training (unless
+# STORE_FIO=0) fio also reads and rewrites the run's own state files, and the report
+# (experiments/memory_wall/report.py) gives every figure against both references. TASKS_IN_FLIGHT
 # (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
 # keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
 # updated, and their states move, while backward computes) is optimizer.timing. SUB_GROUPS_IN_FLIGHT
@@ -27,6 +30,9 @@ TASKS_IN_FLIGHT=${TASKS_IN_FLIGHT:-4}
 OPTIMIZER_TIMING=${OPTIMIZER_TIMING:-overlap-backward}
 SUB_GROUPS_IN_FLIGHT=${SUB_GROUPS_IN_FLIGHT:-auto}
 NVME_PHASES=${NVME_PHASES:-true}
+# GRAD_CLIP (default 1.0) is optimizer.grad_clip; 0 turns clipping off, so no update waits for the
+# gradient norm of the whole model (the end of backward).
+GRAD_CLIP=${GRAD_CLIP:-1.0}
 # TILING (default auto) is tiling_factor; a number skips the `auto` search, which simulates candidates.
 TILING=${TILING:-auto}
 ZINF=${ZINF:-build/zinf}
@@ -74,7 +80,7 @@ best = max(pts, key=lambda p: 2 / (1 / p[2] + 1 / p[3]))
 print(best[0], best[1], max(p[3] for p in pts), max(p[2] for p in pts))
 PY
 )
-  echo "memory_wall: io-bench best read $(numfmt --to=si "${best_read%.*}")B/s, best write $(numfmt --to=si "${best_write%.*}")B/s; aio block $block, queue depth $depth"
+  echo "memory_wall: io-bench best read $(numfmt --to=si --round=nearest "${best_read%.*}")B/s, best write $(numfmt --to=si --round=nearest "${best_write%.*}")B/s; aio block $block, queue depth $depth"
 fi
 
 cat > "$work/model.yaml" <<YAML
@@ -93,7 +99,7 @@ offload: {params: nvme, gradients: nvme, optimizer: nvme}
 activation_checkpoint: {interval: 1, tier: host}
 tiling_factor: $TILING
 aio: {block_size: $block, queue_depth: $depth, tasks_in_flight: $TASKS_IN_FLIGHT}
-optimizer: {type: adamw, lr: 1.0e-5, grad_clip: 1.0, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING,
+optimizer: {type: adamw, lr: 1.0e-5, grad_clip: $GRAD_CLIP, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING,
             sub_groups_in_flight: $SUB_GROUPS_IN_FLIGHT, nvme_phases: $NVME_PHASES}
 reserve_nvme_for_checkpoint: false
 YAML
@@ -126,94 +132,34 @@ fi
 [ -z "$sampler" ] || wait "$sampler"
 rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 * 1024}' "$work/time.txt")
 echo "peak RSS: $(numfmt --to=iec "$rss")"
-python3 - "$work/last.csv" "$best_read" "$best_write" "${THREAD_CPU:-}" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-best = {"nvme_read": float(sys.argv[2]), "nvme_write": float(sys.argv[3])}
-def union_busy(spans):
-    """Seconds covered by the union of (start, end) intervals."""
-    busy, lo, hi = 0.0, None, None
-    for a, b in sorted(spans):
-        if hi is None or a > hi:
-            busy += (hi - lo) if hi is not None else 0.0
-            lo, hi = a, b
-        else:
-            hi = max(hi, b)
-    return busy + ((hi - lo) if hi is not None else 0.0)
-def lane(name):
-    # Busy time is the union of the lane's task intervals: tasks of an NVMe lane overlap.
-    spans = [(float(r["start"]), float(r["end"])) for r in rows if r["lane"] == name]
-    return sum(float(r["bytes"]) for r in rows if r["lane"] == name), union_busy(spans)
-step = max(float(r["end"]) for r in rows) - min(float(r["start"]) for r in rows)
-traffic = 0.0
-for name in ("nvme_read", "nvme_write"):
-    b, busy = lane(name)
-    rate = b / busy if busy else 0
-    ratio = f", {rate / best[name]:.2f} x io-bench's best" if best[name] else ""
-    print(f"{name}: {b / 1e9:.1f} GB in {busy:.1f} s busy = {rate / 1e9:.2f} GB/s while busy{ratio}, {b / step / 1e9:.2f} GB/s over the step")
-    if best[name]:
-        traffic += b / best[name]
-# The disk as a whole: both lanes share it, so each lane's rate while busy falls when they overlap.
-# Its efficiency is the time io-bench's best rates need for the step's traffic over the time at
-# least one NVMe lane was busy.
-rows.extend([dict(r, lane="nvme") for r in rows if r["lane"] in ("nvme_read", "nvme_write")])
-total, disk_busy = lane("nvme")
-if best["nvme_read"] and best["nvme_write"]:
-    need = lane("nvme_read")[0] / best["nvme_read"] + lane("nvme_write")[0] / best["nvme_write"]
-    print(f"disk: {total / 1e9:.1f} GB in {disk_busy:.1f} s with either lane busy; at io-bench's best that traffic takes {need:.1f} s: {need / disk_busy:.2f} x")
-_, compute = lane("compute")
-t0 = min(float(r["start"]) for r in rows)
-last_bwd = max((float(r["end"]) for r in rows if r["kind"] == "backward"), default=t0)
-print(f"last step {step:.1f} s: compute lane busy {compute:.1f} s; {step - (last_bwd - t0):.1f} s of it after backward")
-# After backward: the optimizer's waves. Their bytes over the disk's busy time then.
-def after(name, t):
-    spans = [(max(float(r["start"]), t), float(r["end"]), float(r["bytes"]) * max(0.0, float(r["end"]) - max(float(r["start"]), t)) / max(1e-9, float(r["end"]) - float(r["start"])))
-             for r in rows if r["lane"] == name and float(r["end"]) > t]
-    return sum(x for _, _, x in spans), union_busy([(a, b) for a, b, _ in spans])
-rb, rbusy = after("nvme_read", last_bwd)
-wb, wbusy = after("nvme_write", last_bwd)
-_, dbusy = after("nvme", last_bwd)
-_, abusy = after("cpu_optim", last_bwd)
-if rbusy and wbusy:
-    print(f"after backward: read {rb / 1e9:.1f} GB at {rb / rbusy / 1e9:.2f} GB/s while busy, write {wb / 1e9:.1f} GB at {wb / wbusy / 1e9:.2f} GB/s;"
-          f" disk busy {dbusy:.1f} s, cpu_optim lane busy {abusy:.1f} s")
-if sys.argv[4]:
-    # Cores used per thread class in the window after backward; the sampler's last row is the
-    # process's end, which the last step's end precedes by about a second. A thread's CPU time at
-    # t is its last sample at or before t (0 before its first: it did not exist); the NVMe
-    # threads are those above the process's real-time priority.
-    samples = list(csv.DictReader(open(sys.argv[4])))
-    if samples:
-        t_end = max(float(r["t"]) for r in samples)
-        lo = t_end - (step - (last_bwd - t0))
-        base_rt = min(int(r["rt_priority"]) for r in samples)
-        per = {}
-        for r in samples:
-            per.setdefault(r["tid"], []).append((float(r["t"]), float(r["cpu_s"]), int(r["rt_priority"]) > base_rt))
-        def cpu_at(pts, t):
-            v = 0.0
-            for ts, c, _ in pts:
-                if ts <= t:
-                    v = c
-            return v
-        by = {"io": 0.0, "other": 0.0}
-        for pts in per.values():
-            by["io" if any(x[2] for x in pts) else "other"] += cpu_at(pts, t_end) - cpu_at(pts, lo)
-        m = sorted({(float(r["t"]), float(r["machine_busy_s"]), float(r["machine_steal_s"])) for r in samples})
-        def mach(t):
-            v = m[0]
-            for x in m:
-                if x[0] <= t:
-                    v = x
-            return v
-        (ta, ba, sa), (tb, bb, sb) = mach(lo), mach(t_end)
-        span = max(1e-9, tb - ta)
-        print(f"threads after backward ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others {by['other'] / span:.2f} cores;"
-              f" the machine busy {(bb - ba) / span:.2f} cores, steal {(sb - sa) / span:.2f} (of {__import__('os').cpu_count()})")
-if traffic:
-    bound = max(compute, traffic)
-    print(f"step bound max(compute {compute:.1f} s, NVMe traffic / io-bench best {traffic:.1f} s) = {bound:.1f} s: step = {step / bound:.2f} x bound")
+# The disk on the run's own files, right after it (unless STORE_FIO=0): fio reads each state file the
+# run left (the sizes and the recency the step read), then rewrites it in place, with the run's block
+# size and queue depth (io_uring, O_DIRECT, registered buffers). The run is over: the rewrite loses
+# nothing it needs (a checkpoint, when one is saved, lives in its own files; resuming recreates the store).
+store_read=0; store_write=0
+if [ "${STORE_FIO:-1}" != 0 ]; then
+  files=("$NVME"/rank*/*.zt)
+  read -r store_read store_write < <(python3 - "$block" "$depth" "${files[@]}" <<'PY'
+import json, subprocess, sys
+block, depth, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+def rate(rw):
+    moved = seconds = 0.0
+    for f in files:
+        out = subprocess.run(["fio", "--name=store", f"--filename={f}", f"--rw={rw}", f"--bs={block}", f"--iodepth={depth}",
+                              "--ioengine=io_uring", "--direct=1", "--fixedbufs", "--registerfiles", "--output-format=json"],
+                             capture_output=True, text=True, check=True).stdout
+        job = json.loads(out[out.index("{"):])["jobs"][0]["read" if rw == "read" else "write"]
+        moved += job["io_bytes"]
+        seconds += job["runtime"] / 1e3
+    return moved / seconds if seconds else 0.0
+print(rate("read"), rate("write"))
 PY
+)
+  echo "memory_wall: fio on the run's ${#files[@]} store files: read $(numfmt --to=si --round=nearest "${store_read%.*}")B/s, rewrite $(numfmt --to=si --round=nearest "${store_write%.*}")B/s"
+fi
+refs=(--ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write")
+[ -z "${THREAD_CPU:-}" ] || refs+=(--thread-cpu "$THREAD_CPU")
+python3 experiments/memory_wall/report.py "$work/last.csv" "${refs[@]}"
 
 [ "$CHECKPOINT" = 0 ] && exit 0
 echo "memory_wall: resuming from $(cat "$NVME/checkpoints/latest") in a new process for one more step"

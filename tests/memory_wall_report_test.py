@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""experiments/memory_wall/report.py over a synthetic Timeline whose figures are known: overlapping
+NVMe tasks counted once in busy time, each reference's ratios, the step against its bound."""
+import contextlib
+import csv
+import importlib.util
+import io
+import os
+import re
+import tempfile
+import unittest
+
+ROOT = os.environ.get("ZINF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+spec = importlib.util.spec_from_file_location("mw_report", os.path.join(ROOT, "experiments", "memory_wall", "report.py"))
+rep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rep)
+
+GB = 1e9
+# A 10 s step: forward 0-2 s and backward 2-6 s on the compute lane (6 s busy); two reads of 4 GB
+# overlapping over 0-4 s (busy 4 s, 8 GB: 2 GB/s), one write of 6 GB over 5-8 s (3 s: 2 GB/s), so
+# the disk is busy 0-8 s minus the 4-5 s gap = 7 s; the optimizer after backward 6-10 s.
+ROWS = [
+    ("compute", "forward", 0, 2, 0), ("compute", "backward", 2, 6, 0),
+    ("nvme_read", "nvme_read", 0, 4, 4 * GB), ("nvme_read", "nvme_read", 1, 4, 4 * GB),
+    ("nvme_write", "nvme_write", 5, 8, 6 * GB), ("cpu_optim", "optimizer_step", 6, 10, 0),
+]
+
+
+def run(refs):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "last.csv")
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["rank", "lane", "task", "kind", "label", "start", "end", "bytes", "flops"])
+            for i, (lane, kind, a, b, n) in enumerate(ROWS):
+                w.writerow([0, lane, i, kind, kind, a, b, n, 0])
+        out = io.StringIO()
+        args = [path]
+        for name, r, wr in refs:
+            args += ["--ref", name, str(r), str(wr)]
+        with contextlib.redirect_stdout(out):
+            rep.main(args)
+        return out.getvalue()
+
+
+class Report(unittest.TestCase):
+    def test_union_busy_counts_overlap_once(self):
+        self.assertAlmostEqual(rep.union_busy([(0, 4), (1, 4), (5, 8)]), 7.0)
+        self.assertAlmostEqual(rep.union_busy([]), 0.0)
+
+    def test_lanes_against_each_reference(self):
+        text = run([("bench", 4 * GB, 4 * GB), ("store", 2 * GB, 1 * GB)])
+        self.assertIn("nvme_read: 8.0 GB in 4.0 s busy = 2.00 GB/s while busy, 0.50 x bench, 1.00 x store", text)
+        self.assertIn("nvme_write: 6.0 GB in 3.0 s busy = 2.00 GB/s while busy, 0.50 x bench, 2.00 x store", text)
+        self.assertIn("last step 10.0 s: compute lane busy 6.0 s; 4.0 s of it after backward", text)
+
+    def test_disk_efficiency_and_bound(self):
+        text = run([("bench", 4 * GB, 4 * GB), ("store", 2 * GB, 1 * GB)])
+        # bench: 8/4 + 6/4 = 3.5 s needed over 7 s busy; bound max(6, 3.5) = 6 s.
+        bench = re.search(r"against bench .*", text).group(0)
+        self.assertIn("3.5 s at the reference's rates = 0.50 x", bench)
+        self.assertIn("= 6.0 s: step = 1.67 x bound", bench)
+        # store: 8/2 + 6/1 = 10 s needed over 7 s busy; bound 10 s.
+        store = re.search(r"against store .*", text).group(0)
+        self.assertIn("10.0 s at the reference's rates = 1.43 x", store)
+        self.assertIn("= 10.0 s: step = 1.00 x bound", store)
+
+    def test_reference_without_rates_is_left_out(self):
+        text = run([("bench", 0, 0)])
+        self.assertNotIn("x bench", text)
+        self.assertNotIn("against bench", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
