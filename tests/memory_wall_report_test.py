@@ -7,6 +7,7 @@ import importlib.util
 import io
 import os
 import re
+import shutil
 import tempfile
 import unittest
 
@@ -14,6 +15,9 @@ ROOT = os.environ.get("ZINF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.ab
 spec = importlib.util.spec_from_file_location("mw_report", os.path.join(ROOT, "experiments", "memory_wall", "report.py"))
 rep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rep)
+spec = importlib.util.spec_from_file_location("mw_refs", os.path.join(ROOT, "experiments", "memory_wall", "disk_refs.py"))
+refs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(refs)
 
 GB = 1e9
 # A 10 s step: forward 0-2 s and backward 2-6 s on the compute lane (6 s busy); two reads of 4 GB
@@ -69,6 +73,41 @@ class Report(unittest.TestCase):
         text = run([("bench", 0, 0)])
         self.assertNotIn("x bench", text)
         self.assertNotIn("against bench", text)
+
+
+# `zinf io-bench`'s output as the terminal gets it: progress redrawn with carriage returns.
+IO_BENCH = ("  [ 1/3]   1 MiB qd   8   writing\r  [ 1/3]   1 MiB qd   8        write  2.54 GB/s  read  1.44 GB/s   \n"
+            "  [ 2/3]   1 MiB qd  32        write  2.63 GB/s  read  1.62 GB/s   \n"
+            "  [ 3/3] 512 KiB qd   8        write  900 MB/s  read  1.90 GB/s   \n"
+            "best: 1 MiB qd 32: write 2.63 GB/s, read 1.62 GB/s\n")
+
+
+class DiskRefs(unittest.TestCase):
+    def test_io_bench_points_in_bytes(self):
+        self.assertEqual(refs.io_bench_points(IO_BENCH), [(1 << 20, 8, 2.54e9, 1.44e9), (1 << 20, 32, 2.63e9, 1.62e9),
+                                                          (512 << 10, 8, 0.9e9, 1.9e9)])
+
+    def test_best_point_and_best_rates(self):
+        # The best point by harmonic mean is 1 MiB qd 32; the best read comes from another point.
+        self.assertEqual(refs.io_bench_best(IO_BENCH), (1 << 20, 32, 1.9e9, 2.63e9))
+
+    @unittest.skipUnless(shutil.which("fio"), "fio is not installed (scripts/setup.sh installs it)")
+    def test_fio_reads_and_rewrites_the_files(self):
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/var/tmp")) as d:
+            files = []
+            for i in range(2):
+                files.append(os.path.join(d, f"s{i}.zt"))
+                with open(files[-1], "wb") as f:
+                    f.write(os.urandom(8 << 20))
+            before = [os.path.getsize(f) for f in files]
+            read, write = refs.fio_rate(files, "read", 1 << 20, 4), refs.fio_rate(files, "write", 1 << 20, 4)
+            self.assertGreater(read, 1e6)
+            self.assertGreater(write, 1e6)
+            self.assertEqual([os.path.getsize(f) for f in files], before)  # rewritten in place, not grown
+
+    def test_no_point_is_an_error(self):
+        with self.assertRaises(SystemExit):
+            refs.io_bench_best("zinf io-bench: error: cannot create /x\n")
 
 
 if __name__ == "__main__":

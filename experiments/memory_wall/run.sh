@@ -63,23 +63,10 @@ fi
 [ "$layers" -ge 1 ] || { echo "memory_wall: not enough free disk in $NVME for one layer"; exit 1; }
 
 # The store's own bandwidth on this disk, measured now (the disk's speed drifts from minute to minute).
-block="1 MiB"; depth=32; best_read=0; best_write=0
+block=1048576; depth=32; best_read=0; best_write=0
 if [ "$IO_BENCH" != 0 ]; then
   "$ZINF" io-bench --dir "$NVME" --size "2 GiB" --block-sizes "1 MiB,8 MiB" --queue-depths 8,32 | tee "$work/io.txt" | tr '\r' '\n' | grep -E "write .* read .*/s *$"
-  read -r block depth best_read best_write < <(python3 - "$work/io.txt" <<'PY'
-import re, sys
-units = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-def bps(v, u): return float(v) * units[u[:-3]] if u[:-3] in units else float(v)
-pts = []
-for line in open(sys.argv[1]).read().replace("\r", "\n").splitlines():
-    m = re.search(r"\]\s+(\d+) (KiB|MiB)\s+qd\s+(\d+)\s+write\s+([\d.]+) (\S+)\s+read\s+([\d.]+) (\S+)", line)
-    if m:
-        block = int(m[1]) << (20 if m[2] == "MiB" else 10)
-        pts.append((block, int(m[3]), bps(m[4], m[5]), bps(m[6], m[7])))
-best = max(pts, key=lambda p: 2 / (1 / p[2] + 1 / p[3]))
-print(best[0], best[1], max(p[3] for p in pts), max(p[2] for p in pts))
-PY
-)
+  read -r block depth best_read best_write < <(python3 experiments/memory_wall/disk_refs.py io-bench "$work/io.txt")
   echo "memory_wall: io-bench best read $(numfmt --to=si --round=nearest "${best_read%.*}")B/s, best write $(numfmt --to=si --round=nearest "${best_write%.*}")B/s; aio block $block, queue depth $depth"
 fi
 
@@ -139,25 +126,23 @@ echo "peak RSS: $(numfmt --to=iec "$rss")"
 store_read=0; store_write=0
 if [ "${STORE_FIO:-1}" != 0 ]; then
   files=("$NVME"/rank*/*.zt)
-  read -r store_read store_write < <(python3 - "$block" "$depth" "${files[@]}" <<'PY'
-import json, subprocess, sys
-block, depth, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-def rate(rw):
-    moved = seconds = 0.0
-    for f in files:
-        out = subprocess.run(["fio", "--name=store", f"--filename={f}", f"--rw={rw}", f"--bs={block}", f"--iodepth={depth}",
-                              "--ioengine=io_uring", "--direct=1", "--fixedbufs", "--registerfiles", "--output-format=json"],
-                             capture_output=True, text=True, check=True).stdout
-        job = json.loads(out[out.index("{"):])["jobs"][0]["read" if rw == "read" else "write"]
-        moved += job["io_bytes"]
-        seconds += job["runtime"] / 1e3
-    return moved / seconds if seconds else 0.0
-print(rate("read"), rate("write"))
-PY
-)
+  read -r store_read store_write < <(python3 experiments/memory_wall/disk_refs.py fio "$block" "$depth" "${files[@]}")
   echo "memory_wall: fio on the run's ${#files[@]} store files: read $(numfmt --to=si --round=nearest "${store_read%.*}")B/s, rewrite $(numfmt --to=si --round=nearest "${store_write%.*}")B/s"
 fi
-refs=(--ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write")
+# Then (unless BIG_BENCH=0, and only without a checkpoint to resume from) `zinf io-bench` again at the
+# run's block size and queue depth, on a file as large as the states (what the disk has room for once
+# the store is gone, less RESERVE_GB): the disk's rates over a step's working set, not over 2 GiB.
+big_read=0; big_write=0
+if [ "${BIG_BENCH:-1}" != 0 ] && [ "$CHECKPOINT" = 0 ]; then
+  rm -rf "$NVME"/rank*
+  avail=$(df -B1 --output=avail "$NVME" | tail -n 1)
+  gib=$(python3 -c "print(max(1, int(min($states, $avail - $reserve) // (1 << 30))))")
+  "$ZINF" io-bench --dir "$NVME" --size "$gib GiB" --block-sizes "$((block >> 10)) KiB" --queue-depths "$depth" > "$work/io_big.txt"
+  read -r _ _ big_read big_write < <(python3 experiments/memory_wall/disk_refs.py io-bench "$work/io_big.txt")
+  echo "memory_wall: io-bench on $gib GiB: read $(numfmt --to=si --round=nearest "${big_read%.*}")B/s, write $(numfmt --to=si --round=nearest "${big_write%.*}")B/s"
+fi
+refs=(--ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write"
+      --ref "io-bench on the states' size" "$big_read" "$big_write")
 [ -z "${THREAD_CPU:-}" ] || refs+=(--thread-cpu "$THREAD_CPU")
 python3 experiments/memory_wall/report.py "$work/last.csv" "${refs[@]}"
 
