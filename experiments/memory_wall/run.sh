@@ -11,8 +11,9 @@
 # bandwidth while busy is reported against its best read and best write, the step against
 # max(compute alone, read bytes / best read + written bytes / best write). io-bench moves 2 GiB; the
 # disk here sustains about half its rates over the tens of GB a step moves, so after training (unless
-# STORE_FIO=0) fio also reads and rewrites the run's own state files, and the report
-# (experiments/memory_wall/report.py) gives every figure against both references. TASKS_IN_FLIGHT
+# STORE_FIO=0) fio also reads and rewrites the run's own state files and (unless BIG_BENCH=0, and
+# only with CHECKPOINT=0) io-bench runs again on a file the size of the states; the report
+# (experiments/memory_wall/report.py) gives every figure against each reference. TASKS_IN_FLIGHT
 # (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
 # keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
 # updated, and their states move, while backward computes) is optimizer.timing. SUB_GROUPS_IN_FLIGHT
