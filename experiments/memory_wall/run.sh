@@ -141,6 +141,8 @@ if [ "${BIG_BENCH:-1}" != 0 ] && [ "$CHECKPOINT" = 0 ]; then
   "$ZINF" io-bench --dir "$NVME" --size "$gib GiB" --block-sizes "$((block >> 10)) KiB" --queue-depths "$depth" > "$work/io_big.txt"
   read -r _ _ big_read big_write < <(python3 experiments/memory_wall/disk_refs.py io-bench "$work/io_big.txt")
   echo "memory_wall: io-bench on $gib GiB: read $(numfmt --to=si --round=nearest "${big_read%.*}")B/s, write $(numfmt --to=si --round=nearest "${big_write%.*}")B/s"
+elif [ "${BIG_BENCH:-1}" != 0 ]; then
+  echo "memory_wall: no io-bench on the states' size: the store stays for the resume (run with CHECKPOINT=0 for it)"
 fi
 refs=(--ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write"
       --ref "io-bench on the states' size" "$big_read" "$big_write")
