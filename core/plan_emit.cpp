@@ -528,8 +528,9 @@ int32_t emit_tensor_parallel_all_reduce(PlanState& ps, size_t i, int32_t compute
 }
 
 // What follows step i: the next run's checkpoint save and this run's activation save after its
-// last forward; after a backward, the reduction of each unit's gradient at its last use, and the
-// optimizer's sub-groups that are ready when it overlaps backward.
+// last forward; after a forward of the last micro-batch, the optimizer states it reads ahead; after a
+// backward, the reduction of each unit's gradient at its last use, and the optimizer's sub-groups
+// that are ready when it overlaps backward.
 void emit_after_step(PlanState& ps, size_t i, int32_t computed, int32_t prev) {
   const Step& st = ps.steps_[i];
   const size_t ri = static_cast<size_t>(st.run);
@@ -537,19 +538,29 @@ void emit_after_step(PlanState& ps, size_t i, int32_t computed, int32_t prev) {
   if (st.last_fwd_of_run && ri + 1 < ps.runs_.size() && ps.runs_[ri + 1].recompute)
     emit_checkpoint_save(ps, static_cast<int32_t>(ri + 1), st.mb, prev);
   if (st.last_fwd_of_run && run.action == ActivationAction::Offload) emit_activation_save(ps, ri, st.mb, prev);
-  if (st.kind != TaskKind::Backward) return;
-  for (uint32_t k = 0; k < st.units_count; ++k) {
-    const int32_t u = ps.step_units_[st.units_begin + k];
-    if (ps.last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
-      bool dup = false;  // the same unit twice in one step reduces once
-      for (uint32_t j = 0; j < k; ++j) dup |= ps.step_units_[st.units_begin + j] == u;
-      if (!dup) emit_grad_reduction(ps, u, st.mb, computed);
-    }
+  if (st.kind == TaskKind::Forward && st.mb == ps.plan_.micro_batches - 1) {
+    read_states_ahead(ps);
+    return;
   }
+  if (st.kind != TaskKind::Backward) return;
+  for (int32_t u : units_reduced_at(ps, i)) emit_grad_reduction(ps, u, st.mb, computed);
   if (ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
 }
 
 }  // namespace
+
+std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i) {
+  const Step& st = ps.steps_[i];
+  std::vector<int32_t> out;
+  if (st.kind != TaskKind::Backward) return out;
+  for (uint32_t k = 0; k < st.units_count; ++k) {
+    const int32_t u = ps.step_units_[st.units_begin + k];
+    if (ps.last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i) &&
+        std::find(out.begin(), out.end(), u) == out.end())  // the same unit twice in one step reduces once
+      out.push_back(u);
+  }
+  return out;
+}
 
 void emit(PlanState& ps) {
   const size_t S = ps.steps_.size();
@@ -662,6 +673,11 @@ void reset_emission(PlanState& ps) {
   ps.act_saves_.clear();
   ps.sync_ckpt_save_ = -1;
   ps.sg_cursor_ = 0;
+  ps.sg_start_order_.clear();
+  ps.sg_ahead_cursor_ = 0;
+  ps.sg_started_ = 0;
+  ps.sg_ahead_fwd_steps_ = 0;
+  ps.sg_ahead_fwd_done_ = 0;
   ps.backward_done_ = -1;
   ps.norm_task_ = -1;
 }

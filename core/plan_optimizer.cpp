@@ -4,6 +4,7 @@
 #include "core/plan_state.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace zinf::core::planning {
@@ -27,12 +28,13 @@ public:
     for (int32_t u : s.units) grad_deps.push_back(ps.grad_store_[static_cast<size_t>(u)]);
   }
 
-  // Each returns whether it emitted its stage (and moved the sub-group to the next).
-  bool read_inputs() {
-    // Inputs may be read ahead, but only `depth` sub-groups of one owner are in flight at once:
-    // the sub-group `depth` before this one has written its outputs back or, in waves (phases), every
-    // sub-group of the wave before has.
-    if (!s.ready || (!overlap && ps.backward_done_ < 0)) return false;
+  // Takes the sub-group's place in its owner's pipeline and reads its states (NVMe optimizer):
+  // only `depth` sub-groups of one owner are in flight at once, so the sub-group `depth` before
+  // this one has written its outputs back or, in waves (phases), every sub-group of the wave before
+  // has. Needs no gradient: with reads ahead it runs before the sub-group is ready.
+  bool start() {
+    if (s.started) return true;
+    if (!overlap && ps.backward_done_ < 0) return false;
     const size_t depth = static_cast<size_t>(ps.sg_in_flight_);
     std::vector<int32_t> window;
     auto wait_for = [&](int32_t old_id) {
@@ -53,17 +55,28 @@ public:
     }
     s.seq = static_cast<int64_t>(started.size());
     started.push_back(id);
-    std::vector<int32_t> deps = grad_deps;
-    deps.insert(deps.end(), window.begin(), window.end());
-    if (!overlap) deps.push_back(ps.backward_done_);
+    s.started = true;
+    s.window = window;
+    ++ps.sg_started_;
     if (ps.plan_.optimizer == Tier::Nvme) {
       s.state_buf = ps.b_.buffer();
       s.in_states = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host,
                                 kStateBytes * n),
                            window_and(window, overlap ? -1 : ps.backward_done_), {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
-    } else if (ps.plan_.optimizer == Tier::Host) {
+    } else {
       s.in_states = -1;
     }
+    return true;
+  }
+
+  // Each returns whether it emitted its stage (and moved the sub-group to the next).
+  bool read_inputs() {
+    // Starts the sub-group if reads ahead have not, then reads its gradients, which also wait for
+    // the place in the pipeline (their buffer is part of it).
+    if (!s.ready || !start()) return false;
+    std::vector<int32_t> deps = grad_deps;
+    deps.insert(deps.end(), s.window.begin(), s.window.end());
+    if (!overlap) deps.push_back(ps.backward_done_);
     // Gradients to where the optimizer runs.
     const Tier where = ps.optim_compute_tier();
     if (ps.plan_.gradients != where) {
@@ -207,6 +220,35 @@ bool advance_sub_group(PlanState& ps, int32_t id) {
   return progressed;
 }
 
+// The order emission will find sub-groups ready in: a sub-group is ready once the last micro-batch
+// has reduced the gradients of every unit it covers (emit_grad_reduction); sub-groups no backward
+// step reaches come last. Reads ahead start sub-groups in this order. Also counts the last
+// micro-batch's forward steps, over which reads ahead spread.
+void predict_ready_order(PlanState& ps) {
+  const int32_t last_mb = static_cast<int32_t>(ps.plan_.micro_batches - 1);
+  std::vector<int32_t> pending(ps.sg_.size());
+  for (size_t j = 0; j < ps.sg_.size(); ++j) pending[j] = ps.sg_[j].pending_units;
+  std::vector<char> placed(ps.sg_.size(), 0);
+  ps.sg_start_order_.clear();
+  ps.sg_ahead_fwd_steps_ = 0;
+  for (size_t i = 0; i < ps.steps_.size(); ++i) {
+    const Step& st = ps.steps_[i];
+    if (st.mb != last_mb) continue;
+    if (st.kind == TaskKind::Forward) ++ps.sg_ahead_fwd_steps_;
+    for (int32_t u : units_reduced_at(ps, i))
+      for (int32_t sg : ps.unit_sgs_[static_cast<size_t>(u)])
+        if (--pending[static_cast<size_t>(sg)] == 0) {
+          ps.sg_start_order_.push_back(sg);
+          placed[static_cast<size_t>(sg)] = 1;
+        }
+  }
+  for (size_t j = 0; j < ps.sg_.size(); ++j)
+    if (!placed[j]) ps.sg_start_order_.push_back(static_cast<int32_t>(j));
+  ps.sg_ahead_cursor_ = 0;
+  ps.sg_started_ = 0;
+  ps.sg_ahead_fwd_done_ = 0;
+}
+
 }  // namespace
 
 double sub_group_host_bytes(const PlanState& ps, int64_t count) {
@@ -299,6 +341,26 @@ void make_sub_groups(PlanState& ps) {
       ++ps.sg_[static_cast<size_t>(sg)].pending_units;
     }
   ps.owner_started_.assign(ps.owner_based() ? static_cast<size_t>(ps.R_) : 1, {});
+  predict_ready_order(ps);
+}
+
+bool reads_ahead(const PlanState& ps) { return ps.c_.optimizer_read_ahead && ps.plan_.optimizer == Tier::Nvme; }
+
+void read_states_ahead(PlanState& ps) {
+  if (!reads_ahead(ps) || ps.c_.optimizer_timing != OptimizerTiming::OverlapBackward) return;
+  // A share of every owner's depth in proportion to the forward steps done, so that the reads fill
+  // the disk's idle time between parameter fetches instead of queuing before them. Only an owner's
+  // first `depth` sub-groups can start (start() finds no write emitted yet for the others), so none
+  // of these reads waits for anything.
+  const int64_t total = ps.sg_in_flight_ * static_cast<int64_t>(ps.owner_started_.size());
+  const int64_t F = std::max<int64_t>(1, ps.sg_ahead_fwd_steps_);
+  const int64_t done = std::min(++ps.sg_ahead_fwd_done_, F);
+  const int64_t limit = (done * total + F - 1) / F;
+  auto& order = ps.sg_start_order_;
+  for (size_t i = ps.sg_ahead_cursor_; i < order.size() && ps.sg_started_ < limit; ++i)
+    if (!ps.sg_[static_cast<size_t>(order[i])].started) SubGroupStages(ps, order[i]).start();
+  while (ps.sg_ahead_cursor_ < order.size() && ps.sg_[static_cast<size_t>(order[ps.sg_ahead_cursor_])].started)
+    ++ps.sg_ahead_cursor_;
 }
 
 void pump_optimizer(PlanState& ps, bool backward_done) {
@@ -317,10 +379,22 @@ void pump_optimizer(PlanState& ps, bool backward_done) {
     a.participants = ps.R_;
     ps.norm_task_ = ps.b_.add(a, {partial}, {}, {});
   }
+  // Reads ahead: before each step a sub-group takes, every ready sub-group that can start does, so
+  // that every state read the pipeline has room for precedes the next gradient read (one waiting
+  // for its store holds back the lane's later tasks).
+  auto start_ready = [&ps] {
+    for (size_t i = ps.sg_cursor_; i < ps.sg_ready_order_.size(); ++i) {
+      const int32_t id = ps.sg_ready_order_[i];
+      if (!ps.sg_[static_cast<size_t>(id)].started && !SubGroupStages(ps, id).start()) return;
+    }
+  };
   // Sub-groups start in the order their gradients became ready; keep advancing until stuck.
   for (bool any = true; any;) {
     any = false;
-    for (size_t i = ps.sg_cursor_; i < ps.sg_ready_order_.size(); ++i) any |= advance_sub_group(ps, ps.sg_ready_order_[i]);
+    for (size_t i = ps.sg_cursor_; i < ps.sg_ready_order_.size(); ++i) {
+      if (reads_ahead(ps)) start_ready();
+      any |= advance_sub_group(ps, ps.sg_ready_order_[i]);
+    }
     while (ps.sg_cursor_ < ps.sg_ready_order_.size() && ps.sg_[static_cast<size_t>(ps.sg_ready_order_[ps.sg_cursor_])].stage == 3)
       ++ps.sg_cursor_;
   }

@@ -166,6 +166,8 @@ struct SgState {
   int32_t stage = 0;  // 0: inputs, 1: adam, 2: outputs, 3: done
   int32_t pending_units = 0;
   bool ready = false;
+  bool started = false;         // its place in its owner's pipeline taken (and its states' read emitted)
+  std::vector<int32_t> window;  // what its reads wait for: the writes that free its place in the pipeline
   std::vector<int32_t> units;
   int32_t in_states = -1, in_grads = -1, adam = -1;
   std::vector<int32_t> outs;
@@ -260,6 +262,11 @@ struct PlanState {
   std::vector<SgState> sg_;
   std::vector<int32_t> sg_ready_order_;
   size_t sg_cursor_ = 0;
+  std::vector<int32_t> sg_start_order_;  // the order sub-groups will become ready (predict_ready_order)
+  size_t sg_ahead_cursor_ = 0;           // sg_start_order_ before it has started
+  int64_t sg_started_ = 0;               // sub-groups started, all owners
+  int64_t sg_ahead_fwd_steps_ = 0;       // forward steps of the last micro-batch, over which reads ahead spread
+  int64_t sg_ahead_fwd_done_ = 0;        // ... of them emitted so far
   std::vector<std::vector<int32_t>> unit_sgs_;       // unit -> sub-groups it overlaps
   std::vector<std::vector<int32_t>> owner_started_;  // per owner slot: sub-groups started, in order
   std::vector<int64_t> owner_sg_count_;              // per owner slot: its sub-groups
@@ -306,6 +313,9 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
 PerTier schedule_peak(const PlanState& ps);
 
 // emission (plan_emit.cpp)
+// The units whose gradient step i reduces: those whose last backward use in its micro-batch is
+// step i, each once.
+std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i);
 void emit(PlanState& ps);
 void finish_program(PlanState& ps);
 void account(PlanState& ps);
@@ -318,6 +328,13 @@ void make_sub_groups(PlanState& ps);
 double sub_group_host_bytes(const PlanState& ps, int64_t count);
 int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_groups);
 void pump_optimizer(PlanState& ps, bool backward_done);
+// Whether sub-groups' states are read ahead of their gradients (optimizer.read_ahead, an NVMe
+// optimizer): of the sub-groups ready at once, every state read is emitted before any gradient
+// read; and, overlapping backward, the first pipeline's worth of sub-groups (every owner's depth,
+// in the order they will be ready) is read while the last micro-batch runs forward, ceil(k / its
+// forward steps × that) of them started after its k-th forward step (read_states_ahead).
+bool reads_ahead(const PlanState& ps);
+void read_states_ahead(PlanState& ps);
 
 }  // namespace planning
 }  // namespace zinf::core

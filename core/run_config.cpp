@@ -136,6 +136,7 @@ RunConfig read_yaml(ConfigReader& r) {
       o->ignore("sub_groups_in_flight");
     }
     c.optimizer_nvme_phases = o->boolean("nvme_phases", c.optimizer_nvme_phases);
+    c.optimizer_read_ahead = o->boolean("read_ahead", c.optimizer_read_ahead);
   }
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);

@@ -130,18 +130,24 @@ TEST_CASE("a DeepSpeed JSON config maps onto the run config", "[config][deepspee
 TEST_CASE("the removed pinned block is an error that says what replaced it", "[config]") {
   CHECK_THROWS_WITH(parse_run_config("pinned: {buffer_count: 8, buffer_size: 64 MiB}\n", "old.yaml"),
                     Contains("old.yaml") && Contains("pinned") && Contains("host peak"));
-  const RunConfig c = parse_run_config("optimizer: {sub_groups_in_flight: 12, nvme_phases: false}\n", "c.yaml");
+  const RunConfig c =
+      parse_run_config("optimizer: {sub_groups_in_flight: 12, nvme_phases: false, read_ahead: false}\n", "c.yaml");
   CHECK(c.optimizer_sub_groups_in_flight == 12);
   CHECK_FALSE(c.optimizer_nvme_phases);
+  CHECK_FALSE(c.optimizer_read_ahead);
   const RunConfig d = parse_run_config("optimizer: {sub_groups_in_flight: auto}\n", "d.yaml");
   CHECK(d.optimizer_sub_groups_in_flight == 0);
   CHECK(d.optimizer_nvme_phases);
+  CHECK(d.optimizer_read_ahead);
+  CHECK_THROWS_WITH(parse_run_config("optimizer: {read_ahead: sometimes}\n", "f.yaml"),
+                    Contains("f.yaml") && Contains("read_ahead"));
   CHECK_THROWS_WITH(parse_run_config("optimizer: {sub_groups_in_flight: 0}\n", "e.yaml"),
                     Contains("e.yaml") && Contains("sub_groups_in_flight"));
   // Written out and read back, the same.
   const RunConfig e = parse_run_config(run_config_to_yaml(c, "round trip"), "rt.yaml");
   CHECK(e.optimizer_sub_groups_in_flight == 12);
   CHECK_FALSE(e.optimizer_nvme_phases);
+  CHECK_FALSE(e.optimizer_read_ahead);
 }
 
 TEST_CASE("DeepSpeed keys zinf does not support are named in warnings", "[config][deepspeed]") {

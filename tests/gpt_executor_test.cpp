@@ -560,7 +560,7 @@ TEST_CASE("executor: NVMe lanes with several tasks in flight give the losses of 
   }
 }
 
-TEST_CASE("executor: the NVMe optimizer's depth and waves give the losses of the 3-deep interleaved pipeline, bit for bit",
+TEST_CASE("executor: the NVMe optimizer's depth, waves and reads ahead give the losses of the 3-deep interleaved pipeline, bit for bit",
           "[executor][equivalence][optimizer]") {
   // Optimizer states, gradients and parameters on NVMe in small sub-groups, the update overlapping
   // backward with clipping (states read ahead of the norm) and without: the order in which
@@ -587,5 +587,12 @@ TEST_CASE("executor: the NVMe optimizer's depth and waves give the losses of the
         CHECK(sub_groups > 4);
         for (int i = 0; i < steps; ++i) CHECK(got[size_t(i)] == old[size_t(i)]);
       }
+    // States read ahead of their gradients (the default above) or once the gradients are stored, and
+    // ahead over two micro-batches: the same losses.
+    const auto plain = train(v + "sub_groups_in_flight: 4, read_ahead: false}\n", steps);
+    for (int i = 0; i < steps; ++i) CHECK(plain[size_t(i)] == old[size_t(i)]);
+    const std::string two = "gradient_accumulation: 2\n" + v + "sub_groups_in_flight: 4";
+    const auto acc = train(two + "}\n", steps), acc_plain = train(two + ", read_ahead: false}\n", steps);
+    for (int i = 0; i < steps; ++i) CHECK(acc[size_t(i)] == acc_plain[size_t(i)]);
   }
 }

@@ -290,3 +290,79 @@ TEST_CASE("the NVMe optimizer keeps a host budget's share of sub-groups in fligh
     CHECK(eight > three);
   }
 }
+
+TEST_CASE("reads ahead: the NVMe optimizer's states are read from the last micro-batch's forward on, before their gradients are stored",
+          "[planner][optimizer]") {
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
+  HwProfile hw = roomy_hw();
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.gradients = {false, Tier::Nvme};
+  c.sub_group_size = 2000;
+  c.optimizer_timing = OptimizerTiming::OverlapBackward;
+  c.grad_clip = 1.0;
+  c.optimizer_sub_groups_in_flight = 4;
+  for (const bool phases : {true, false})
+    for (const int64_t mbs : {1, 2})
+      for (const bool ahead : {true, false}) {
+        INFO("nvme_phases " << phases << ", micro-batches " << mbs << ", read_ahead " << ahead);
+        c.optimizer_nvme_phases = phases;
+        c.gradient_accumulation = mbs;
+        c.optimizer_read_ahead = ahead;
+        PlanResult r = make_plan(g, hw, c, 1);
+        require_valid(r, hw);
+        const Program& p = r.program;
+        REQUIRE(r.plan.micro_batches == mbs);
+        int32_t last_fwd_begin = -1, last_bwd_begin = -1;  // the last micro-batch's first forward and backward
+        for (const auto& t : p.tasks()) {
+          if (t.micro_batch != mbs - 1) continue;
+          if (t.kind == TaskKind::Forward && last_fwd_begin < 0) last_fwd_begin = t.id;
+          if (t.kind == TaskKind::Backward && last_bwd_begin < 0) last_bwd_begin = t.id;
+        }
+        REQUIRE(last_fwd_begin >= 0);
+        REQUIRE(last_bwd_begin > last_fwd_begin);
+        auto [order, reads, writes] = optimizer_io(p);
+        REQUIRE(int64_t(order.size()) == r.plan.sub_groups);
+        int read_in_forward = 0;
+        std::map<int32_t, int32_t> made_ready;  // sub-group -> the last gradient store its gradient read waits for
+        for (size_t i = 0; i < order.size(); ++i) {
+          REQUIRE(reads[order[i]].size() == 2);
+          const int32_t states = reads[order[i]][0], grads = reads[order[i]][1];
+          REQUIRE(p.tasks()[size_t(states)].data == Data::OptimizerState);
+          REQUIRE(p.tasks()[size_t(grads)].data == Data::Grad);
+          CHECK(states > last_fwd_begin);  // never during an earlier micro-batch
+          read_in_forward += states < last_bwd_begin;
+          // The gradient stores the sub-group's gradient read waits for.
+          for (int32_t d : p.deps(p.tasks()[size_t(grads)])) {
+            const Task& store = p.tasks()[size_t(d)];
+            if (store.kind != TaskKind::NvmeWrite || store.data != Data::Grad) continue;
+            // Ahead: the states' read is in the Program before the store, so the lane can start it
+            // before the gradient exists; without: right after it, and just before the gradients' read.
+            if (ahead && i < 4) CHECK(states < d);
+            if (!ahead) CHECK(states > d);
+            made_ready[order[i]] = std::max(made_ready[order[i]], d);
+          }
+          if (!ahead) CHECK(grads == states + 1);
+        }
+        // Ahead: of the sub-groups one store makes ready, every state read comes before any gradient
+        // read (a gradient read waiting for its store holds back the lane's later tasks), unless it
+        // waits for a task emitted after that gradient read (its place in the pipeline was not free).
+        int together = 0, reordered = 0;
+        for (size_t i = 0; i < order.size(); ++i)
+          for (size_t j = i + 1; j < order.size(); ++j) {
+            const int32_t a = order[i], b = order[j];
+            if (made_ready[a] != made_ready[b]) continue;
+            ++together;
+            if (reads[b][0] < reads[a][1]) {
+              ++reordered;
+              continue;
+            }
+            bool waits_later = false;
+            for (int32_t d : p.deps(p.tasks()[size_t(reads[b][0])])) waits_later |= d > reads[a][1];
+            if (ahead) CHECK(waits_later);
+          }
+        CHECK(together > 0);
+        CHECK((reordered > 0) == ahead);
+        // Ahead: the first pipeline's worth is read while the last micro-batch runs forward.
+        CHECK(read_in_forward == (ahead ? 4 : 0));
+      }
+}
