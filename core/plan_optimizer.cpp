@@ -344,10 +344,15 @@ void make_sub_groups(PlanState& ps) {
   predict_ready_order(ps);
 }
 
-bool reads_ahead(const PlanState& ps) { return ps.c_.optimizer_read_ahead && ps.plan_.optimizer == Tier::Nvme; }
+bool reads_ahead(const PlanState& ps) {
+  // After backward every gradient is stored: no gradient read waits, and states first would only
+  // delay the first update.
+  return ps.c_.optimizer_read_ahead && ps.plan_.optimizer == Tier::Nvme &&
+         ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward;
+}
 
 void read_states_ahead(PlanState& ps) {
-  if (!reads_ahead(ps) || ps.c_.optimizer_timing != OptimizerTiming::OverlapBackward) return;
+  if (!reads_ahead(ps)) return;
   // A share of every owner's depth in proportion to the forward steps done, so that the reads fill
   // the disk's idle time between parameter fetches instead of queuing before them. Only an owner's
   // first `depth` sub-groups can start (start() finds no write emitted yet for the others), so none

@@ -329,8 +329,8 @@ double sub_group_host_bytes(const PlanState& ps, int64_t count);
 int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_groups);
 void pump_optimizer(PlanState& ps, bool backward_done);
 // Whether sub-groups' states are read ahead of their gradients (optimizer.read_ahead, an NVMe
-// optimizer): of the sub-groups ready at once, every state read is emitted before any gradient
-// read; and, overlapping backward, the first pipeline's worth of sub-groups (every owner's depth,
+// optimizer overlapping backward): of the sub-groups ready at once, every state read is emitted
+// before any gradient read; and the first pipeline's worth of sub-groups (every owner's depth,
 // in the order they will be ready) is read while the last micro-batch runs forward, ceil(k / its
 // forward steps × that) of them started after its k-th forward step (read_states_ahead).
 bool reads_ahead(const PlanState& ps);

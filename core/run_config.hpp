@@ -90,9 +90,9 @@ struct RunConfig {
   // NVMe optimizer: the sub-groups in flight move as a wave, reads then writes (optimizer.nvme_phases),
   // instead of a sub-group's read following the write of the one `in flight` before it.
   bool optimizer_nvme_phases = true;
-  // NVMe optimizer overlapping backward: a sub-group's states are read as soon as its place in the
-  // pipeline is free, from the last micro-batch's forward on, instead of once its gradients are
-  // stored (optimizer.read_ahead).
+  // NVMe optimizer overlapping backward: of the sub-groups ready at once, every state read before
+  // any gradient read, and the first pipeline's worth read during the last micro-batch's forward,
+  // instead of each sub-group's states just before its gradients (optimizer.read_ahead).
   bool optimizer_read_ahead = true;
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set

@@ -365,4 +365,16 @@ TEST_CASE("reads ahead: the NVMe optimizer's states are read from the last micro
         // Ahead: the first pipeline's worth is read while the last micro-batch runs forward.
         CHECK(read_in_forward == (ahead ? 4 : 0));
       }
+  // After backward every gradient is stored, so nothing is read ahead: the same Program either way.
+  c.optimizer_timing = OptimizerTiming::AfterBackward;
+  c.gradient_accumulation = 1;
+  c.optimizer_read_ahead = true;
+  const PlanResult with = make_plan(g, hw, c, 1);
+  c.optimizer_read_ahead = false;
+  const PlanResult without = make_plan(g, hw, c, 1);
+  REQUIRE(with.program.tasks().size() == without.program.tasks().size());
+  for (size_t i = 0; i < with.program.tasks().size(); ++i) {
+    const Task &a = with.program.tasks()[i], &b = without.program.tasks()[i];
+    CHECK((a.kind == b.kind && a.data == b.data && a.sub_group == b.sub_group));
+  }
 }
