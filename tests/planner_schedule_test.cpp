@@ -196,17 +196,23 @@ OptimizerIo optimizer_io(const Program& p) {
   return io;
 }
 
+// Every state on NVMe, small sub-groups, the update overlapping backward with clipping.
+RunConfig nvme_optimizer_config() {
+  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
+  c.gradients = {false, Tier::Nvme};
+  c.sub_group_size = 2000;
+  c.optimizer_timing = OptimizerTiming::OverlapBackward;
+  c.grad_clip = 1.0;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("the NVMe optimizer keeps a host budget's share of sub-groups in flight, in waves of reads then writes",
           "[planner][optimizer]") {
   const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
   HwProfile hw = roomy_hw();
-  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
-  c.gradients = {false, Tier::Nvme};
-  c.sub_group_size = 2000;
-  c.optimizer_timing = OptimizerTiming::OverlapBackward;
-  c.grad_clip = 1.0;
+  RunConfig c = nvme_optimizer_config();
   SECTION("auto: a quarter of the host budget the states leave, in sub-groups, at least 3") {
     // From a roomy host down to one that holds a few sub-groups: every depth follows the formula,
     // and some lie strictly between the floor of 3 and every sub-group.
@@ -295,11 +301,7 @@ TEST_CASE("reads ahead: the NVMe optimizer's states are read from the last micro
           "[planner][optimizer]") {
   const ModelGraph g = zinf::models::build_gpt(tiny_spec(3, 64));
   HwProfile hw = roomy_hw();
-  RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
-  c.gradients = {false, Tier::Nvme};
-  c.sub_group_size = 2000;
-  c.optimizer_timing = OptimizerTiming::OverlapBackward;
-  c.grad_clip = 1.0;
+  RunConfig c = nvme_optimizer_config();
   c.optimizer_sub_groups_in_flight = 4;
   for (const bool phases : {true, false})
     for (const int64_t mbs : {1, 2})
