@@ -673,11 +673,6 @@ void reset_emission(PlanState& ps) {
   ps.act_saves_.clear();
   ps.sync_ckpt_save_ = -1;
   ps.sg_cursor_ = 0;
-  ps.sg_start_order_.clear();
-  ps.sg_ahead_cursor_ = 0;
-  ps.sg_started_ = 0;
-  ps.sg_ahead_fwd_steps_ = 0;
-  ps.sg_ahead_fwd_done_ = 0;
   ps.backward_done_ = -1;
   ps.norm_task_ = -1;
 }

@@ -57,7 +57,6 @@ public:
     started.push_back(id);
     s.started = true;
     s.window = window;
-    ++ps.sg_started_;
     if (ps.plan_.optimizer == Tier::Nvme) {
       s.state_buf = ps.b_.buffer();
       s.in_states = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host,
@@ -245,7 +244,6 @@ void predict_ready_order(PlanState& ps) {
   for (size_t j = 0; j < ps.sg_.size(); ++j)
     if (!placed[j]) ps.sg_start_order_.push_back(static_cast<int32_t>(j));
   ps.sg_ahead_cursor_ = 0;
-  ps.sg_started_ = 0;
   ps.sg_ahead_fwd_done_ = 0;
 }
 
@@ -361,9 +359,11 @@ void read_states_ahead(PlanState& ps) {
   const int64_t F = std::max<int64_t>(1, ps.sg_ahead_fwd_steps_);
   const int64_t done = std::min(++ps.sg_ahead_fwd_done_, F);
   const int64_t limit = (done * total + F - 1) / F;
+  int64_t started = 0;
+  for (const auto& owner : ps.owner_started_) started += static_cast<int64_t>(owner.size());
   auto& order = ps.sg_start_order_;
-  for (size_t i = ps.sg_ahead_cursor_; i < order.size() && ps.sg_started_ < limit; ++i)
-    if (!ps.sg_[static_cast<size_t>(order[i])].started) SubGroupStages(ps, order[i]).start();
+  for (size_t i = ps.sg_ahead_cursor_; i < order.size() && started < limit; ++i)
+    if (!ps.sg_[static_cast<size_t>(order[i])].started && SubGroupStages(ps, order[i]).start()) ++started;
   while (ps.sg_ahead_cursor_ < order.size() && ps.sg_[static_cast<size_t>(order[ps.sg_ahead_cursor_])].started)
     ++ps.sg_ahead_cursor_;
 }

@@ -264,7 +264,6 @@ struct PlanState {
   size_t sg_cursor_ = 0;
   std::vector<int32_t> sg_start_order_;  // the order sub-groups will become ready (predict_ready_order)
   size_t sg_ahead_cursor_ = 0;           // sg_start_order_ before it has started
-  int64_t sg_started_ = 0;               // sub-groups started, all owners
   int64_t sg_ahead_fwd_steps_ = 0;       // forward steps of the last micro-batch, over which reads ahead spread
   int64_t sg_ahead_fwd_done_ = 0;        // ... of them emitted so far
   std::vector<std::vector<int32_t>> unit_sgs_;       // unit -> sub-groups it overlaps

@@ -35,7 +35,7 @@ NVME_PHASES=${NVME_PHASES:-true}
 READ_AHEAD=${READ_AHEAD:-true}
 # NVME_DISTANCE (default 12) is prefetch.nvme_distance: operators ahead that parameters are read
 # from NVMe. The configs' 3 leaves this disk idle between fetches (1.5x RAM: 8-15 s of a 69-82 s
-# step); 12 keeps it busy (about 2 s idle).
+# step); 12 keeps it busy (2-4 s idle of a 62-71 s step).
 NVME_DISTANCE=${NVME_DISTANCE:-12}
 # GRAD_CLIP (default 1.0) is optimizer.grad_clip; 0 turns clipping off, so no update waits for the
 # gradient norm of the whole model (the end of backward).
