@@ -113,11 +113,7 @@ void run_train(const TrainArgs& a) {
   std::vector<std::string> warnings;
   const std::string config_path = core::resolve_config(a.config, "configs", root);
   o.config = core::load_any_run_config(config_path, warnings);
-  if (o.config.tensor_parallel != 1)
-    throw core::ConfigError(config_path, "tensor_parallel",
-                            fmt::format("{}: the engine trains with tensor_parallel 1 only; zinf plan and zinf sim plan "
-                                        "and simulate tensor parallelism",
-                                        o.config.tensor_parallel));
+  o.config_source = config_path;
   o.data = a.data;
   o.nvme_dir = a.nvme_dir;
   o.data_seed = a.seed;

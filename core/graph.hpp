@@ -21,6 +21,11 @@ struct ParamGroup {
   int64_t cols = 0;
   int64_t numel = 0;       // all elements of the group (weight + bias, or gamma + beta)
   bool tileable = false;   // a linear weight that memory-centric tiling may split along rows
+  // Tensor parallelism: the elements at the group's end that every rank of the tensor-parallel group
+  // holds whole rather than a slice of (a layernorm or position embedding: all of them; a
+  // row-parallel linear: its bias). Their gradients are equal on every rank, so a gradient norm
+  // over the group counts them once.
+  int64_t tp_replicated = 0;
 };
 
 // What an operator is within its model, for a backend that runs it (a GPT's: its place in the

@@ -206,6 +206,9 @@ std::array<int32_t, kLaneCount> lane_slots_for(const RunConfig& config);
 class Program {
 public:
   int ranks() const { return ranks_; }
+  // Ranks a ZeRO partition spans: ranks / tensor_parallel (each tensor-parallel rank's share of the
+  // model is partitioned over its data-parallel group).
+  int data_parallel() const { return ranks_ / (tensor_parallel_ > 1 ? tensor_parallel_ : 1); }
   int gpus_per_node() const { return gpus_per_node_; }
   // T: ranks r and r + 1 .. r + T - 1 (r a multiple of T) split each layer. A collective over all
   // ranks that moves ZeRO's shards (parameters, gradients) runs in T data-parallel groups of

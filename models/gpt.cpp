@@ -95,6 +95,11 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
 
   int wte = b.add_params("wte", v, h, v * h, false);
   int wpe = b.add_params("wpe", s.seq, h, s.seq * h, false);
+  b.g.params[size_t(wpe)].tp_replicated = s.seq * h;
+  auto whole = [&b](int group) {
+    b.g.params[size_t(group)].tp_replicated = b.g.params[size_t(group)].numel;
+    return group;
+  };
   {
     auto& o = b.add_op("embed", OpKind::Embedding, -1, wte, Role::Embed);
     o.fwd_bytes = kAct * 3.0 * T * double(h);
@@ -107,7 +112,7 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
 
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    b.elementwise(p + "ln_1", OpKind::LayerNorm, Role::Ln1, l, b.add_params(p + "ln_1", 1, h, 2 * h, false), h, 8.0, 2.0);
+    b.elementwise(p + "ln_1", OpKind::LayerNorm, Role::Ln1, l, whole(b.add_params(p + "ln_1", 1, h, 2 * h, false)), h, 8.0, 2.0);
     b.linear(p + "attn.c_attn", Role::CAttn, l, h, 3 * h / tp);
     b.g.ops.back().tp_bwd_allreduce_bytes = hidden_act;  // input gradient of a column-parallel linear
     {
@@ -123,17 +128,19 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
       o.out_bytes = kAct * T * double(h / tp);
     }
     b.linear(p + "attn.c_proj", Role::AttnProj, l, h / tp, h);
+    b.g.params.back().tp_replicated = h;  // its bias, added once after the all-reduce
     b.g.ops.back().tp_fwd_allreduce_bytes = hidden_act;  // partial sums of a row-parallel linear
     b.elementwise(p + "residual_1", OpKind::Residual, Role::Res1, l, -1, h, 1.0, 3.0);
-    b.elementwise(p + "ln_2", OpKind::LayerNorm, Role::Ln2, l, b.add_params(p + "ln_2", 1, h, 2 * h, false), h, 8.0, 2.0);
+    b.elementwise(p + "ln_2", OpKind::LayerNorm, Role::Ln2, l, whole(b.add_params(p + "ln_2", 1, h, 2 * h, false)), h, 8.0, 2.0);
     b.linear(p + "mlp.c_fc", Role::Fc, l, h, f / tp);
     b.g.ops.back().tp_bwd_allreduce_bytes = hidden_act;
     b.elementwise(p + "mlp.gelu", OpKind::Gelu, Role::Gelu, l, -1, f / tp, 10.0, 2.0);
     b.linear(p + "mlp.c_proj", Role::MlpProj, l, f / tp, h);
+    b.g.params.back().tp_replicated = h;
     b.g.ops.back().tp_fwd_allreduce_bytes = hidden_act;
     b.elementwise(p + "residual_2", OpKind::Residual, Role::Res2, l, -1, h, 1.0, 3.0);
   }
-  b.elementwise("ln_f", OpKind::LayerNorm, Role::LnF, -1, b.add_params("ln_f", 1, h, 2 * h, false), h, 8.0, 2.0);
+  b.elementwise("ln_f", OpKind::LayerNorm, Role::LnF, -1, whole(b.add_params("ln_f", 1, h, 2 * h, false)), h, 8.0, 2.0);
   {
     int head = s.tied_embeddings ? wte : b.add_params("lm_head", v, h, v * h, true);
     auto& o = b.add_op("lm_head", OpKind::LmHead, -1, head, Role::LmHead);

@@ -1,8 +1,8 @@
 // Collectives: the engine's one interface to its data-parallel peers (docs/DESIGN.md): all-gather of
 // parameter shards, reduce-scatter of gradients, all-reduce of scalars, broadcast for owner-based
-// partitioning. `LocalCollectives` is the single-rank implementation; `MpiCollectives` (when built
-// with MPI) runs between processes launched by mpirun. An implementation is called from one lane
-// thread at a time (the comm lane); calls are blocking for the caller, and peers that do not arrive
+// partitioning; and, split into groups, the all-reduces of tensor parallelism. `LocalCollectives` is the single-rank implementation; `MpiCollectives` (when built
+// with MPI) runs between processes launched by mpirun. One group is called from one thread at a
+// time (the comm lane; a tensor-parallel group from the compute lane); calls are blocking for the caller, and peers that do not arrive
 // within the timeout make the call throw CommError instead of hanging.
 #pragma once
 #include <chrono>
@@ -35,6 +35,12 @@ public:
   // out[i] = sum over ranks of in[i], on root only.
   virtual void reduce(const float* in, float* out, std::size_t n, int root, const char* what) = 0;
   virtual void barrier(const char* what) = 0;
+  // The ranks that pass the same `color` as a group of their own, ordered by `key` (then by rank): a
+  // collective over all ranks, like MPI_Comm_split. Tensor parallelism splits the job into its
+  // tensor-parallel groups and its data-parallel groups this way. The new group shares this one's
+  // timeout; calls on it may run on another thread than calls on this one. The device collectives
+  // (NCCL) do not split: the CUDA backend trains tensor_parallel 1, and they throw CommError.
+  virtual std::unique_ptr<Collectives> split(int color, int key, const char* what);
   // Ends the whole job with `why` on every rank (MPI_Abort); for a local run, throws.
   [[noreturn]] virtual void abort(const std::string& why) = 0;
 };
@@ -50,6 +56,7 @@ public:
   void broadcast(void*, std::size_t, int root, const char* what) override;
   void reduce(const float* in, float* out, std::size_t n, int root, const char* what) override;
   void barrier(const char*) override {}
+  std::unique_ptr<Collectives> split(int, int, const char*) override { return std::make_unique<LocalCollectives>(); }
   [[noreturn]] void abort(const std::string& why) override;
 };
 

@@ -22,6 +22,10 @@ void LocalCollectives::reduce(const float* in, float* out, std::size_t n, int ro
   if (in != out) std::memmove(out, in, n * sizeof(float));
 }
 
+std::unique_ptr<Collectives> Collectives::split(int, int, const char* what) {
+  throw CommError(std::string("split into ") + what + ": these collectives cannot be split into groups");
+}
+
 void LocalCollectives::abort(const std::string& why) { throw CommError(why); }
 
 bool launched_by_mpi() {

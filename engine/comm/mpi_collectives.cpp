@@ -1,11 +1,14 @@
 // MPI implementation of Collectives. Every operation is a non-blocking MPI collective completed by
 // polling MPI_Test against a deadline, so that a peer that died (killed, I/O error) turns into a
 // CommError naming the operation after `timeout`, and then MPI_Abort ends the job, rather than a
-// hang. MPI is initialized with MPI_THREAD_SERIALIZED: the engine calls it from its comm lane and,
-// between steps, from the main thread, never from two threads at once.
+// hang. MPI is initialized with MPI_THREAD_SERIALIZED: the engine calls it from its comm lane, from
+// its compute lane (tensor-parallel all-reduces, on a group of their own) and, between steps, from
+// the main thread; one process-wide mutex held around each MPI call keeps those calls serialized.
+// It is never held while waiting, so each lane's collective makes progress whichever lane polls.
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "engine/comm/collectives.hpp"
@@ -19,9 +22,23 @@ namespace zinf::engine {
 #ifdef ZINF_HAVE_MPI
 namespace {
 
+// Held around every MPI call of the process (MPI_THREAD_SERIALIZED).
+std::mutex& mpi_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 class MpiCollectives final : public Collectives {
 public:
+  // A group split from `parent` (MpiCollectives::split).
+  MpiCollectives(MPI_Comm comm, std::chrono::seconds timeout) : timeout_(timeout), comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
   explicit MpiCollectives(std::chrono::seconds timeout) : timeout_(timeout) {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -46,49 +63,73 @@ public:
 
   void all_gather(const void* shard, std::size_t shard_bytes, void* full, const char* what) override {
     MPI_Request req;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Iallgather(shard == full ? MPI_IN_PLACE : shard, int_count(shard_bytes, what), MPI_BYTE, full,
                          int_count(shard_bytes, what), MPI_BYTE, comm_, &req),
           "all-gather", what);
+    lock.unlock();
     wait(req, "all-gather", what);
   }
 
   void reduce_scatter(const float* full, float* shard, std::size_t n, const char* what) override {
     MPI_Request req;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Ireduce_scatter_block(full, shard, int_count(n, what), MPI_FLOAT, MPI_SUM, comm_, &req),
           "reduce-scatter", what);
+    lock.unlock();
     wait(req, "reduce-scatter", what);
   }
 
   void all_reduce(float* data, std::size_t n, const char* what) override {
     MPI_Request req;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Iallreduce(MPI_IN_PLACE, data, int_count(n, what), MPI_FLOAT, MPI_SUM, comm_, &req), "all-reduce", what);
+    lock.unlock();
     wait(req, "all-reduce", what);
   }
 
   void all_reduce(double* data, std::size_t n, const char* what) override {
     MPI_Request req;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Iallreduce(MPI_IN_PLACE, data, int_count(n, what), MPI_DOUBLE, MPI_SUM, comm_, &req), "all-reduce",
           what);
+    lock.unlock();
     wait(req, "all-reduce", what);
   }
 
   void broadcast(void* data, std::size_t bytes, int root, const char* what) override {
     MPI_Request req;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Ibcast(data, int_count(bytes, what), MPI_BYTE, root, comm_, &req), "broadcast", what);
+    lock.unlock();
     wait(req, "broadcast", what);
   }
 
   void reduce(const float* in, float* out, std::size_t n, int root, const char* what) override {
     MPI_Request req;
     const void* send = (in == out && rank_ == root) ? MPI_IN_PLACE : in;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Ireduce(send, out, int_count(n, what), MPI_FLOAT, MPI_SUM, root, comm_, &req), "reduce", what);
+    lock.unlock();
     wait(req, "reduce", what);
   }
 
   void barrier(const char* what) override {
     MPI_Request req;
+    std::unique_lock<std::mutex> lock(mpi_mutex());
     check(MPI_Ibarrier(comm_, &req), "barrier", what);
+    lock.unlock();
     wait(req, "barrier", what);
+  }
+
+  std::unique_ptr<Collectives> split(int color, int key, const char* what) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      check(MPI_Comm_split(comm_, color, key, &sub), "split", what);
+    }
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    return std::make_unique<MpiCollectives>(sub, timeout_);
   }
 
   [[noreturn]] void abort(const std::string& why) override {
@@ -122,7 +163,10 @@ private:
     constexpr auto kLongestNap = std::chrono::microseconds(50);
     for (;;) {
       int flag = 0;
-      check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), op, what);
+      {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), op, what);
+      }
       if (flag) return;
       if (std::chrono::steady_clock::now() > deadline)
         throw CommError(fmt::format("rank {}: {} of {} did not complete within {} s: a peer rank has probably failed",

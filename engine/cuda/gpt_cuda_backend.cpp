@@ -152,7 +152,7 @@ void GptCudaBackend::fetch(const Task& t) {
     case TaskKind::AllGather: {
       DeviceBlock staged = staged_shard(t, u);
       const bf16* shard = staged ? staged.as<bf16>() : params_.device(off);
-      DeviceBlock full = arena_->allocate(uint64_t(u.shard_numel) * uint64_t(P.ranks()) * sizeof(bf16),
+      DeviceBlock full = arena_->allocate(uint64_t(u.shard_numel) * uint64_t(P.data_parallel()) * sizeof(bf16),
                                           "gathered parameters " + u.name);
       comm.all_gather(shard, bytes, full.data(), u.name.c_str());
       return stage(gathered_, t.buffer, std::move(full));  // the buffer the Program names (Task::buffer)
@@ -367,7 +367,7 @@ void GptCudaBackend::gradient(const Task& t) {
   if (t.kind == TaskKind::CopyD2H) {
     PinnedLoan host = shard_to_host(t, key, n, ctx);
     if (plan.gradients != Tier::Host) return stage(grad_shard_host_, key, std::move(host));  // on its way to NVMe
-    return accumulate_host(grads_.host_ptr(off), grads_.host_ptr(off), host.as<float>(), n, first, last);
+    return accumulate_host(u, grads_.host_ptr(off), grads_.host_ptr(off), host.as<float>(), n, first, last);
   }
   if (t.kind == TaskKind::NvmeRead) {
     PinnedLoan partial = pinned_.acquire(size_t(n) * sizeof(bf16));
@@ -380,7 +380,7 @@ void GptCudaBackend::gradient(const Task& t) {
     PinnedLoan partial;
     if (!first) partial = take(grad_partial_, key, P.label(t) + ": the partial gradient");
     PinnedLoan out = pinned_.acquire(size_t(n) * sizeof(bf16));
-    accumulate_host(out.as<bf16>(), partial ? partial.as<bf16>() : nullptr, shard.as<float>(), n, first, last);
+    accumulate_host(u, out.as<bf16>(), partial ? partial.as<bf16>() : nullptr, shard.as<float>(), n, first, last);
     grads_.write(off, n, out.as<bf16>(), ctx.stream);
     return;
   }

@@ -86,7 +86,7 @@ void GptCpuBackend::fetch(const Task& t) {
       }
       // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
       // widened in place: the device holds the working size the Program counts, no bf16 copy.
-      const int64_t padded = u.shard_numel * P.ranks();
+      const int64_t padded = u.shard_numel * P.data_parallel();
       DeviceVector<float> full(size_t(padded), device<float>());
       comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), cpu::upper_half_as_bf16(full.data(), padded),
                       u.name.c_str());
@@ -156,6 +156,12 @@ void GptCpuBackend::compute(const Task& t) {
   if (tiled >= 0) model_.backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a);
   else model_.backward(t.op, pbufs, gbufs, a);
   drop_after_backward(t, a, [](Activation& v) { Gpt2Activations::release(v); });
+}
+
+void GptCpuBackend::tensor_parallel_all_reduce(const Task& t) {
+  Gpt2Activations& a = acts_[size_t(t.micro_batch)];
+  model_.tensor_parallel_all_reduce(t.op, t.phase == core::Phase::Backward, a);
+  if (graph.ops[size_t(t.op)].kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
 }
 
 DeviceVector<float>& GptCpuBackend::grad_buffer(int32_t u, int32_t mb) {
@@ -262,7 +268,7 @@ void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int6
   if (!holds(u)) return;
   for (float& g : shard) g *= grad_scale();
   if (plan.gradients == Tier::Device)
-    return accumulate_host(grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first_micro_batch(t),
+    return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first_micro_batch(t),
                            last_micro_batch(t));
   stage(grad_shard_, key, std::move(shard));
 }
@@ -278,7 +284,7 @@ void GptCpuBackend::gradient(const Task& t) {
     case TaskKind::CopyD2H: {
       DeviceVector<float> shard = take(grad_shard_, key, P.label(t) + ": the reduced gradient");
       if (plan.gradients == Tier::Host)
-        return accumulate_host(grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
+        return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
       return stage(grad_host_, key, Staging<float>(shard.begin(), shard.end()));  // on its way to NVMe
     }
     case TaskKind::NvmeRead: {
@@ -291,7 +297,7 @@ void GptCpuBackend::gradient(const Task& t) {
       Staging<bf16> partial;
       if (!first) partial = take(grad_partial_, key, P.label(t) + ": the partial gradient");
       Staging<bf16> out = staging<bf16>(n);
-      accumulate_host(out.data(), partial.data(), shard.data(), n, first, last);
+      accumulate_host(u, out.data(), partial.data(), shard.data(), n, first, last);
       grads_.write(off, n, out.data());
       return;
     }

@@ -42,6 +42,7 @@ private:
 
   void start_step(std::vector<Batch>& batches) override;
   void compute(const core::Task& t) override;
+  void tensor_parallel_all_reduce(const core::Task& t) override;
   void fetch(const core::Task& t) override;
   void checkpoint(const core::Task& t) override;
   void gradient(const core::Task& t) override;

@@ -39,9 +39,9 @@ GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& p
     throw std::invalid_argument(fmt::format(
         "the {} training backend runs ZeRO stage 3 only (the run config asks for stage {}); use zero_stage: 3",
         device_name, plan.zero_stage));
-  if (comm.size() != P.ranks() || comm.rank() != rank)
+  if (comm.size() != P.data_parallel() || comm.rank() != rank)
     throw std::invalid_argument(fmt::format("the Program is for {} ranks, but this process is rank {} of {}",
-                                            P.ranks(), comm.rank(), comm.size()));
+                                            P.data_parallel(), comm.rank(), comm.size()));
   if (uses_nvme()) {
     if (opt.nvme_dir.empty())
       throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
@@ -85,6 +85,7 @@ void GptBackendBase::run(const Task& t) {
     offloader_->after_forward(t);
     return release(t);
   }
+  if (t.kind == TaskKind::AllReduce && t.data == Data::Activation) return tensor_parallel_all_reduce(t);
   switch (t.data) {
     case Data::Param:
       if (t.phase == Phase::Optimizer) return optimizer(t);
@@ -167,18 +168,29 @@ NvmeStore::TensorId GptBackendBase::checkpoint_tensor(int32_t c, int32_t mb, siz
   return it->second;
 }
 
-void GptBackendBase::accumulate_host(bf16* home, const bf16* partial, const float* add, int64_t n, bool first,
-                                     bool last) {
-  double ss = 0;
+std::pair<int64_t, int64_t> GptBackendBase::replicated_in_mine(const core::ParamUnit& u) const {
+  if (graph.tensor_parallel <= 1) return {0, 0};
+  const auto& g = graph.params[size_t(u.group)];
+  // A tile holds its rows' bias entries at its end; an untiled group its replicated tail.
+  const int64_t k = u.tiles == 1 ? g.tp_replicated : (g.tp_replicated > 0 ? u.row_end - u.row_begin : 0);
+  const int64_t start = owner_based ? 0 : int64_t(rank) * u.shard_numel, n = mine_count(u);
+  const int64_t b = std::clamp<int64_t>(u.numel - k - start, 0, n), e = std::clamp<int64_t>(u.numel - start, 0, n);
+  return {b, std::max(b, e)};
+}
+
+void GptBackendBase::accumulate_host(const core::ParamUnit& u, bf16* home, const bf16* partial, const float* add,
+                                     int64_t n, bool first, bool last) {
+  double ss = 0, replicated = 0;
+  const auto [rb, re] = last ? replicated_in_mine(u) : std::pair<int64_t, int64_t>{0, 0};
   for (int64_t i = 0; i < n; ++i) {
     const float prev = first ? 0.0f : to_float(partial[i]);
     home[i] = to_bf16(prev + add[i]);
     if (last) {
       const double g = to_float(home[i]);
-      ss += g * g;
+      (i >= rb && i < re ? replicated : ss) += g * g;
     }
   }
-  if (last) add_sumsq(ss);
+  if (last) add_sumsq(ss + replicated / double(std::max<int64_t>(1, graph.tensor_parallel)));
 }
 
 void GptBackendBase::count_nonfinite(const float* w, int64_t n) {
@@ -197,7 +209,7 @@ const bf16* GptBackendBase::clipped_host(const bf16* g, int64_t n, std::vector<b
 void GptBackendBase::norm_task(const Task& t) {
   if (t.kind == TaskKind::GradNorm) return;  // the squares were summed as each shard became final
   double s = sumsq_;
-  comm.all_reduce(&s, 1, "gradient norm");
+  (opt.norm_comm ? *opt.norm_comm : comm).all_reduce(&s, 1, "gradient norm");
   global_norm_ = std::sqrt(s);
   const double clip = opt.config.grad_clip;
   clip_scale_ = clip > 0 && global_norm_ > clip ? clip / (global_norm_ + 1e-6) : 1.0;
@@ -341,7 +353,7 @@ void GptBackendBase::gather_group(int32_t group, StateTensor which, std::vector<
       if (u.owner == rank) std::copy_n(mine.data(), u.numel, flat.data());
       comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
     } else {
-      flat.resize(size_t(u.shard_numel) * size_t(P.ranks()));
+      flat.resize(size_t(u.shard_numel) * size_t(P.data_parallel()));
       comm.all_gather(mine.data(), size_t(u.shard_numel) * sizeof(float), flat.data(), u.name.c_str());
     }
     if (u.tiles > 1) unit_into_group(graph, u, flat.data(), out);

@@ -46,6 +46,9 @@ struct GptBackendOptions {
   std::string nvme_dir;          // this rank's directory for NVMe tiers; required when a state lives on NVMe
   unsigned adam_threads = 1;
   core::RunConfig config;        // optimizer hyper-parameters, aio settings, clipping
+  // The gradient norm's all-reduce: every rank that holds a part of the gradients, data- and
+  // tensor-parallel (the job's world). Null: the backend's own (data-parallel) collectives.
+  Collectives* norm_comm = nullptr;
 };
 
 // The bytes of a device's arena: the Program's device budget (the hwprofile's device memory less its
@@ -82,6 +85,12 @@ protected:
   virtual void start_step(std::vector<Batch>& batches) = 0;
   // The handlers, one per kind of data a task moves; each reads only the Program's task.
   virtual void compute(const core::Task& t) = 0;           // Forward, Recompute, Backward
+  // An all-reduce over the tensor-parallel group on the compute lane (Data::Activation); a backend
+  // that trains tensor_parallel 1 only is never given one.
+  virtual void tensor_parallel_all_reduce(const core::Task&) {
+    throw std::logic_error("this backend trains with tensor_parallel 1 only, but the Program holds a tensor-parallel "
+                           "all-reduce");
+  }
   virtual void fetch(const core::Task& t) = 0;             // a parameter fetch stage (Data::Param, not optimizer)
   virtual void checkpoint(const core::Task& t) = 0;        // Data::Checkpoint
   virtual void gradient(const core::Task& t) = 0;          // Data::Grad outside the optimizer phase
@@ -105,7 +114,7 @@ protected:
   // Elements of a unit's whole gradient buffer: the unit (owner-based, reduced to its owner), or
   // padded to `ranks` equal shards, as the reduce-scatter takes it.
   int64_t grad_buffer_count(const core::ParamUnit& u) const {
-    return owner_based ? u.numel : u.shard_numel * int64_t(P.ranks());
+    return owner_based ? u.numel : u.shard_numel * int64_t(P.data_parallel());
   }
   // Whether the plan puts any state (or an activation segment) on NVMe.
   bool uses_nvme() const;
@@ -175,12 +184,17 @@ protected:
   void drop_activation_copies() { offloader_->clear(); }
 
   // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction.
-  float grad_scale() const { return 1.0f / float(P.ranks() * P.micro_batches()); }
+  float grad_scale() const { return 1.0f / float(P.data_parallel() * P.micro_batches()); }
   bool first_micro_batch(const core::Task& t) const { return t.micro_batch == 0; }
   bool last_micro_batch(const core::Task& t) const { return t.micro_batch == P.micro_batches() - 1; }
-  // Adds a reduced micro-batch gradient into the stored bf16 shard on the host (the same rounding
-  // on every tier); after the last micro-batch its squares join the gradient norm.
-  void accumulate_host(bf16* home, const bf16* partial, const float* add, int64_t n, bool first, bool last);
+  // Adds a reduced micro-batch gradient of this rank's part of unit u into the stored bf16 shard on
+  // the host (the same rounding on every tier); after the last micro-batch its squares join the
+  // gradient norm, those of elements every tensor-parallel rank holds (replicated_in_mine) 1/t each.
+  void accumulate_host(const core::ParamUnit& u, bf16* home, const bf16* partial, const float* add, int64_t n,
+                       bool first, bool last);
+  // The elements of this rank's part of unit u that the tensor-parallel group holds whole
+  // (core::ParamGroup::tp_replicated), relative to the part's start; empty for tensor_parallel 1.
+  std::pair<int64_t, int64_t> replicated_in_mine(const core::ParamUnit& u) const;
   void add_sumsq(double s) {
     std::lock_guard<std::mutex> lock(mu);
     sumsq_ += s;

@@ -75,12 +75,24 @@ int64_t Gpt2Activations::bytes() const {
 
 // ---- Gpt2 ---------------------------------------------------------------------------------
 
-Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl) : graph_(std::move(graph)), impl_(impl) {
+Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl, TensorParallelRank tp)
+    : graph_(std::move(graph)), impl_(impl), tp_(tp) {
   const core::ModelSpec& s = graph_.spec;
   if (s.heads <= 0 || s.hidden % s.heads != 0)
     throw std::invalid_argument("gpt2 '" + s.name + "': hidden must be a multiple of heads");
   B_ = s.micro_batch, S_ = s.seq, C_ = s.hidden, NH_ = s.heads, V_ = s.vocab, F_ = s.ffn_hidden();
   T_ = B_ * S_;
+  TP_ = std::max<int64_t>(1, graph_.tensor_parallel);
+  if (TP_ > 1 && (!tp_.group || tp_.group->size() != TP_ || tp_.rank < 0 || tp_.rank >= TP_))
+    throw std::invalid_argument("gpt2 '" + s.name + "': the graph is one rank's share of tensor parallelism " +
+                                std::to_string(TP_) + ", but the model was given no group of that many ranks");
+  Ca_ = C_ / TP_, NHl_ = NH_ / TP_, Fl_ = F_ / TP_, Vl_ = (V_ + TP_ - 1) / TP_;
+  Voff_ = Vl_ * tp_.rank;
+  Vvalid_ = std::clamp<int64_t>(V_ - Voff_, 0, Vl_);
+  group_role_.assign(graph_.params.size(), Role::None);
+  for (const core::Operator& op : graph_.ops)
+    if (!op.param_groups.empty() && group_role_[size_t(op.param_groups[0])] == Role::None)
+      group_role_[size_t(op.param_groups[0])] = op.role;
   for (const core::Operator& op : graph_.ops) {
     if (op.role == Role::None)
       throw std::invalid_argument("gpt2: operator '" + op.name + "' has no GPT-2 role in the graph");
@@ -156,11 +168,11 @@ Gpt2::LinearIo Gpt2::linear_io(int op, Gpt2Activations& a) const {
   const std::string& name = graph_.ops[size_t(op)].name;
   auto blk = [&]() -> BlockActivations& { return a.blocks.at(size_t(r.block)); };
   switch (r.role) {
-    case Role::CAttn: return {&blk().ln1, &blk().qkv, &blk().d_ln1, &blk().d_qkv, C_, 3 * C_, true};
-    case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, C_, C_, true};
-    case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, F_, true};
-    case Role::MlpProj: return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, F_, C_, true};
-    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.d_logits, C_, V_, false};
+    case Role::CAttn: return {&blk().ln1, &blk().qkv, &blk().d_ln1, &blk().d_qkv, C_, 3 * Ca_, true};
+    case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, Ca_, C_, true};
+    case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, Fl_, true};
+    case Role::MlpProj: return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, Fl_, C_, true};
+    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.d_logits, C_, Vl_, false};
     default: throw std::invalid_argument("gpt2: operator " + name + " is not a linear");
   }
 }
@@ -197,6 +209,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
       throw std::logic_error("an operator without a role");
     case Role::Embed: {
       if (int64_t(a.inputs.size()) != T_) throw std::invalid_argument("gpt2: embed: no micro-batch set");
+      if (TP_ > 1) return tp_embed_forward(p, a);
       (fast ? cpu::embedding_forward : cpu::ref::embedding_forward<float>)(
           ensure(a.x[0], TC), a.inputs.data(), p[0].data, p[1].data, B_, S_, C_);
       break;
@@ -220,7 +233,8 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
       const LinearIo io = linear_io(op, a);
       const float* x = need(*io.x, T_ * io.in, name, "the input");
       const float* w = p[0].data;
-      const float* bias = io.bias ? w + io.out * io.in : nullptr;
+      // A row-parallel linear's bias once in the group's sum: on group rank 0.
+      const float* bias = io.bias && !(row_parallel(r.role) && tp_.rank != 0) ? w + io.out * io.in : nullptr;
       (fast ? static_cast<void (*)(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
                                    int64_t, int64_t)>(cpu::linear_forward)
             : cpu::ref::linear_forward<float>)(ensure(*io.y, T_ * io.out), x, w, bias, T_, io.in, io.out, 0, io.out);
@@ -228,9 +242,9 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
     }
     case Role::Attn: {
       auto& b = a.blocks[size_t(r.block)];
-      const float* qkv = need(b.qkv, 3 * TC, name, "qkv");
+      const float* qkv = need(b.qkv, 3 * T_ * Ca_, name, "qkv");
       (fast ? cpu::attention_forward : cpu::ref::attention_forward<float>)(
-          ensure(b.atty, TC), ensure(b.att, B_ * NH_ * S_ * S_), qkv, B_, S_, C_, NH_);
+          ensure(b.atty, T_ * Ca_), ensure(b.att, B_ * NHl_ * S_ * S_), qkv, B_, S_, Ca_, NHl_);
       break;
     }
     case Role::Res1: {
@@ -249,14 +263,15 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
     }
     case Role::Gelu: {
       auto& b = a.blocks[size_t(r.block)];
-      (fast ? cpu::gelu_forward : cpu::ref::gelu_forward<float>)(ensure(b.fch_gelu, T_ * F_),
-                                                                 need(b.fch, T_ * F_, name, "mlp.c_fc's output"),
-                                                                 T_ * F_);
+      (fast ? cpu::gelu_forward : cpu::ref::gelu_forward<float>)(ensure(b.fch_gelu, T_ * Fl_),
+                                                                 need(b.fch, T_ * Fl_, name, "mlp.c_fc's output"),
+                                                                 T_ * Fl_);
       break;
     }
     case Role::Loss: {
-      const float* logits = need(a.logits, T_ * V_, name, "the logits");
+      const float* logits = need(a.logits, T_ * Vl_, name, "the logits");
       if (int64_t(a.targets.size()) != T_) throw std::invalid_argument("gpt2: loss: no micro-batch set");
+      if (TP_ > 1) return tp_loss_forward(a);
       a.loss = (fast ? cpu::crossentropy_forward : cpu::ref::crossentropy_forward<float>)(
           ensure(a.probs, T_ * V_), ensure(a.losses, T_), logits, a.targets.data(), T_, V_);
       break;
@@ -290,6 +305,7 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
     case Role::None:  // refused by the constructor
       throw std::logic_error("an operator without a role");
     case Role::Loss:
+      if (TP_ > 1) return tp_loss_backward(a);
       (fast ? cpu::crossentropy_backward : cpu::ref::crossentropy_backward<float>)(
           ensure(a.d_logits, T_ * V_), need(a.probs, T_ * V_, name, "the probabilities"), a.targets.data(),
           a.loss_scale / double(T_), T_, V_);
@@ -327,9 +343,10 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
     }
     case Role::Attn: {
       auto& b = a.blocks[size_t(r.block)];
+      const int64_t TA = T_ * Ca_;
       (fast ? cpu::attention_backward : cpu::ref::attention_backward<float>)(
-          ensure(b.d_qkv, 3 * TC), need(b.d_atty, TC, name, "the output gradient"), need(b.qkv, 3 * TC, name, "qkv"),
-          need(b.att, B_ * NH_ * S_ * S_, name, "the attention probabilities"), B_, S_, C_, NH_);
+          ensure(b.d_qkv, 3 * TA), need(b.d_atty, TA, name, "the output gradient"), need(b.qkv, 3 * TA, name, "qkv"),
+          need(b.att, B_ * NHl_ * S_ * S_, name, "the attention probabilities"), B_, S_, Ca_, NHl_);
       break;
     }
     case Role::Res1: {
@@ -350,11 +367,12 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
     case Role::Gelu: {
       auto& b = a.blocks[size_t(r.block)];
       (fast ? cpu::gelu_backward : cpu::ref::gelu_backward<float>)(
-          ensure(b.d_fch, T_ * F_), need(b.d_fch_gelu, T_ * F_, name, "the output gradient"),
-          need(b.fch, T_ * F_, name, "mlp.c_fc's output"), T_ * F_);
+          ensure(b.d_fch, T_ * Fl_), need(b.d_fch_gelu, T_ * Fl_, name, "the output gradient"),
+          need(b.fch, T_ * Fl_, name, "mlp.c_fc's output"), T_ * Fl_);
       break;
     }
     case Role::Embed:
+      if (TP_ > 1) return tp_embed_backward(g, a);
       (fast ? cpu::embedding_backward : cpu::ref::embedding_backward<float>)(
           g[0].data, g[1].data, need(a.dx[0], TC, name, "the output gradient"), a.inputs.data(), B_, S_, C_);
       break;
@@ -371,7 +389,8 @@ void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activ
                                 std::to_string(r1) + ") of " + std::to_string(io.out) + " rows with " +
                                 std::to_string(tile.numel) + " elements");
   const float* x = need(*io.x, T_ * io.in, name, "the input");
-  const float* b = io.bias ? tile.data + rows * io.in : nullptr;
+  const bool bias = io.bias && !(row_parallel(role(op).role) && tp_.rank != 0);
+  const float* b = bias ? tile.data + rows * io.in : nullptr;
   float* y = ensure(*io.y, T_ * io.out);
   if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
   else cpu::ref::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
@@ -441,16 +460,20 @@ void Gpt2::InitStream::next(int32_t group, std::vector<float>& out) {
     throw std::logic_error("gpt2 init stream: group " + std::to_string(group) + " asked for, next is " + std::to_string(next_group_));
   ++next_group_;
   const core::ParamGroup& g = params[size_t(group)];
-  out.assign(size_t(g.numel), 0.0f);
+  // The whole model's tensor of the group, then (tensor parallelism) this rank's share of it.
+  const WholeShape w = model_.whole_shape(group);
+  std::vector<float>& t = model_.TP_ > 1 ? whole_ : out;
+  t.assign(size_t(w.numel), 0.0f);
   if (g.name == "ln_f" || ends_with(g.name, ".ln_1") || ends_with(g.name, ".ln_2")) {
-    std::fill(out.begin(), out.begin() + g.cols, 1.0f);  // gamma; beta stays 0
-    return;
+    std::fill(t.begin(), t.begin() + w.cols, 1.0f);  // gamma; beta stays 0
+  } else {
+    Rng rng{rng_state_};
+    const double proj_std = 0.02 / std::sqrt(2.0 * double(model_.spec().layers));
+    const double sd = ends_with(g.name, "c_proj") ? proj_std : 0.02;
+    for (int64_t i = 0; i < w.rows * w.cols; ++i) t[size_t(i)] = float(sd * rng.normal());  // biases stay 0
+    rng_state_ = rng.s;
   }
-  Rng rng{rng_state_};
-  const double proj_std = 0.02 / std::sqrt(2.0 * double(model_.spec().layers));
-  const double sd = ends_with(g.name, "c_proj") ? proj_std : 0.02;
-  for (int64_t i = 0; i < g.rows * g.cols; ++i) out[size_t(i)] = float(sd * rng.normal());  // biases stay 0
-  rng_state_ = rng.s;
+  if (model_.TP_ > 1) model_.shard_group(group, whole_, out);
 }
 
 }  // namespace zinf::engine

@@ -9,6 +9,14 @@
 // in, row-major) followed by its bias (rows); a tile of rows [r0, r1) is weight rows [r0, r1)
 // followed by bias [r0, r1); a layernorm is gamma then beta; wte is vocab x hidden, wpe seq x hidden.
 // Gradients are ACCUMULATED into the gradient buffers handed in (zero them per step).
+//
+// Tensor parallelism (graph.tensor_parallel t > 1, models/gpt.hpp): the graph is one rank's share and
+// Gpt2 runs that share, Megatron-style. c_attn and c_fc hold this rank's output rows (its heads'
+// q, k and v rows; its slice of the MLP), both c_proj this rank's input columns with the whole bias
+// (added on group rank 0 only, so the group's sum holds it once), wte (and an untied lm_head) this
+// rank's ceil(V/t) vocabulary rows, padded with zero rows past V. The sums across the group are
+// not inside the operators: the Program runs them as all-reduce tasks after the operators the
+// graph marks, and the backend calls tensor_parallel_all_reduce() for each.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -16,6 +24,7 @@
 #include <vector>
 
 #include "core/graph.hpp"
+#include "engine/comm/collectives.hpp"
 #include "engine/memory/device_arena.hpp"
 
 namespace zinf::engine {
@@ -71,9 +80,18 @@ struct Gpt2Activations {
   int64_t bytes() const;
 };
 
+// This process's place in its tensor-parallel group: its rank there and the group's collectives
+// (null for tensor_parallel 1).
+struct TensorParallelRank {
+  int rank = 0;
+  Collectives* group = nullptr;
+};
+
 class Gpt2 {
  public:
-  explicit Gpt2(core::ModelGraph graph, KernelImpl impl = KernelImpl::Fast);
+  // Throws std::invalid_argument when the graph is a tensor-parallel share (t > 1) and `tp` has no
+  // group of t ranks, or a rank outside it.
+  explicit Gpt2(core::ModelGraph graph, KernelImpl impl = KernelImpl::Fast, TensorParallelRank tp = {});
 
   const core::ModelGraph& graph() const { return graph_; }
   const core::ModelSpec& spec() const { return graph_.spec; }
@@ -96,6 +114,23 @@ class Gpt2 {
   void forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activations& a) const;
   void backward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, GradBuf tile_grad, Gpt2Activations& a) const;
 
+  // Tensor parallelism: the all-reduce over the group that the Program runs after operator `op`'s
+  // forward or recompute (after_backward false: the embedding's and the row-parallel linears'
+  // partial outputs; the vocabulary-parallel loss, which this completes: a.loss is final after it)
+  // or after its backward (the column-parallel linears' and the head's input gradients). Throws
+  // std::logic_error for an operator the graph marks for none.
+  void tensor_parallel_all_reduce(int op, bool after_backward, Gpt2Activations& a) const;
+  int tensor_parallel() const { return int(TP_); }
+  int tensor_parallel_rank() const { return tp_.rank; }
+  // This rank's share of parameter group `group` from the whole model's tensor of it (the layout
+  // above); a copy for tensor_parallel 1.
+  void shard_group(int32_t group, const std::vector<float>& whole, std::vector<float>& out) const;
+  // The whole model's tensor of group `group` from every rank's share, rank 0's first (an all-gather
+  // over the group lays them out so); `shares` holds t times the group's numel.
+  void whole_group(int32_t group, const std::vector<float>& shares, std::vector<float>& out) const;
+  // Elements of group `group` in the whole model (its numel for tensor_parallel 1).
+  int64_t whole_group_numel(int32_t group) const;
+
   // The whole model on resident parameters: forward and loss, then (forward_backward) the backward
   // of every operator, accumulating into grads. Returns the mean loss.
   double forward(const Gpt2Params& params, Gpt2Activations& a) const;
@@ -106,7 +141,9 @@ class Gpt2 {
   Gpt2Params init_params(uint64_t seed) const;
   // The same initialization one parameter group at a time, for models whose parameters do not fit
   // in memory at once: call next(out) once per group, in group order; group g's values equal
-  // init_params(seed)[g]. Holds the generator's state only.
+  // init_params(seed)[g]. Holds the generator's state (and, under tensor parallelism, one whole
+  // group: each rank's share is cut from the whole model's initialization, so every degree trains
+  // the same model).
   class InitStream {
   public:
     InitStream(const Gpt2& model, uint64_t seed);
@@ -116,6 +153,7 @@ class Gpt2 {
     const Gpt2& model_;
     uint64_t rng_state_;
     int32_t next_group_ = 0;
+    std::vector<float> whole_;
   };
   Gpt2Params zeros() const;
 
@@ -134,6 +172,19 @@ class Gpt2 {
     bool bias;
   };
 
+  struct WholeShape {  // a parameter group's shape in the whole model
+    int64_t rows, cols, numel;
+  };
+  WholeShape whole_shape(int32_t group) const;
+  void copy_share(int32_t group, int rank, const float* from, float* to, bool to_share) const;
+  bool row_parallel(Role r) const { return r == Role::AttnProj || r == Role::MlpProj; }
+  // Tensor-parallel forms of the operators whose math changes beyond their widths.
+  void tp_embed_forward(std::span<const ParamBuf> p, Gpt2Activations& a) const;
+  void tp_embed_backward(std::span<const GradBuf> g, Gpt2Activations& a) const;
+  void tp_loss_forward(Gpt2Activations& a) const;
+  void tp_loss_reduce(Gpt2Activations& a) const;
+  void tp_loss_backward(Gpt2Activations& a) const;
+
   const OpRole& role(int op) const;
   LinearIo linear_io(int op, Gpt2Activations& a) const;
   void run_forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
@@ -144,6 +195,11 @@ class Gpt2 {
   KernelImpl impl_;
   std::vector<OpRole> roles_;
   int64_t B_, S_, C_, NH_, V_, F_, T_;
+  // This rank's widths: attention (C/t, NH/t heads), MLP (F/t), vocabulary rows (ceil(V/t), of
+  // which Vvalid_ are real tokens from Voff_ on); equal to the whole model's for t = 1.
+  int64_t TP_ = 1, Ca_, NHl_, Fl_, Vl_, Voff_, Vvalid_;
+  TensorParallelRank tp_;
+  std::vector<Role> group_role_;  // the role of the operator that first reads each group
 };
 
 }  // namespace zinf::engine

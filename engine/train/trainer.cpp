@@ -53,13 +53,39 @@ int ranks_on_this_node(int ranks) {
 
 }  // namespace
 
+// Tensor parallelism t splits the job's ranks into tensor-parallel groups of t consecutive ranks
+// and, across them, data-parallel groups (ranks r, r+t, r+2t, ...) that ZeRO partitions over. Both
+// are null for t = 1: the world is the one data-parallel group. A collective over the world.
+struct ParallelGroups {
+  std::unique_ptr<Collectives> tensor, data;
+};
+
+ParallelGroups split_parallel_groups(const TrainerOptions& o, Collectives& world) {
+  const int t = int(std::max<int64_t>(1, o.config.tensor_parallel));
+  if (t == 1) return {};
+  if (world.size() % t != 0)
+    throw std::invalid_argument(fmt::format("{}: tensor_parallel {} does not divide the job's {} rank{}: run "
+                                            "under mpirun -np with a multiple of {} ranks",
+                                            o.config_source, t, world.size(), world.size() == 1 ? "" : "s", t));
+  ParallelGroups g;
+  g.tensor = world.split(world.rank() / t, world.rank() % t, "tensor-parallel group");
+  g.data = world.split(world.rank() % t, world.rank() / t, "data-parallel group");
+  return g;
+}
+
 struct Trainer::Impl {
   TrainerOptions opt;
-  Collectives& comm;
+  Collectives& comm;  // the job's world
+  ParallelGroups groups;
+  Collectives& dp;  // the data-parallel group this rank's ZeRO partitions span (the world for tensor_parallel 1)
   BackendKind kind;  // resolved once, first: the graph's working precision and the RAM check depend on it
   models::GptPlan gpt;  // the graph and its plan, from models::plan_gpt
   core::ModelGraph& graph = gpt.graph;
   core::PlanResult& planned = gpt.planned;
+  // Tensor parallelism: the whole model's graph. Checkpoints, imports and exports hold whole tensors
+  // in its shapes (each rank's shares all-gathered over its group on the way out, cut on the way
+  // in), so they are the same files at every degree and a run resumes at another degree.
+  std::optional<core::ModelGraph> whole_graph;
   // The staging cache maps at most what this Program plans for the host (and for the device, whose
   // memory is the host's on the CPU backend): its blocks are all the Program's buffers.
   StagingBudget staging_budget;
@@ -74,10 +100,12 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), comm(c), kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())),
+      : opt(std::move(o)), comm(c), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
+        kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())),
         staging_budget(uint64_t(planned.plan.peak_bytes[size_t(core::Tier::Host)] +
                                 (kind != BackendKind::Cuda ? planned.plan.peak_bytes[size_t(core::Tier::Device)] : 0.0))),
-        model(graph), env(opt.env ? *opt.env : default_io_env()) {
+        model(graph, KernelImpl::Fast, TensorParallelRank{groups.tensor ? groups.tensor->rank() : 0, groups.tensor.get()}),
+        env(opt.env ? *opt.env : default_io_env()) {
     // Under chrt, real time for the NVMe threads only: compute at real time starves the kernel's
     // own block I/O workers (engine/io/io_priority.hpp).
     const auto& pl = planned.plan;
@@ -107,7 +135,8 @@ struct Trainer::Impl {
     if (corpus.vocab > opt.model.vocab)
       throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
                                            corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
-    loader = std::make_unique<BatchLoader>(corpus, opt.model.micro_batch, opt.model.seq, comm.rank(), comm.size(),
+    // The ranks of a tensor-parallel group train on the same micro-batches: data by data-parallel rank.
+    loader = std::make_unique<BatchLoader>(corpus, opt.model.micro_batch, opt.model.seq, dp.rank(), dp.size(),
                                            opt.data_seed);
     GptBackendOptions bo;
     if (!opt.nvme_dir.empty()) {
@@ -120,6 +149,7 @@ struct Trainer::Impl {
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
+    if (groups.tensor) bo.norm_comm = &comm;  // each tensor-parallel rank holds other gradients
     if (kind == BackendKind::Cuda) {
       std::string why;
       const CudaPlugin* cuda = cuda_plugin(&why);
@@ -128,23 +158,38 @@ struct Trainer::Impl {
       device_comm = cuda->make_device_collectives(comm, device);
       backend = cuda->make_backend(planned.program, planned.plan, model, comm.rank(), *device_comm, bo, device);
     } else {
-      backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, comm.rank(), comm, bo);
+      backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, dp.rank(), dp, bo);
     }
     // A fresh start streams its initialization (or --init-from) a parameter group at a time into
     // the homes the plan chose, on either device, so the model never sits whole in host memory. A
     // resumed run skips it: resume() loads every home from the checkpoint the same way.
+    if (groups.tensor) whole_graph = models::build_gpt(opt.model, 1);
     const bool resuming = opt.start == CheckpointStart::Resume;
     if (!resuming && opt.init_from.empty()) {
       Gpt2::InitStream stream(model, opt.init_seed);
       backend->initialize([&stream](int32_t g, std::vector<float>& out) { stream.next(g, out); });
     } else if (!resuming) {
-      backend->initialize(gpt2_safetensors_groups(opt.init_from, graph));
+      backend->initialize(this_ranks_share(gpt2_safetensors_groups(opt.init_from, file_graph())));
     }
-    executor = std::make_unique<Executor>(planned.program, comm.rank(), *backend);
+    executor = std::make_unique<Executor>(planned.program, dp.rank(), *backend);
     if (opt.start == CheckpointStart::Resume) resume();
     // The group tensors initialization or resume read went through the heap, which keeps freed
     // memory (above); the steps stage through the StagingCache, so that memory goes back now.
     malloc_trim(0);
+  }
+
+  // The graph whose shapes checkpoints, imports and exports have: the whole model's.
+  const core::ModelGraph& file_graph() const { return whole_graph ? *whole_graph : graph; }
+
+  // A source of whole-model group tensors as one of this rank's shares (itself without tensor
+  // parallelism).
+  TrainingBackend::GroupReader this_ranks_share(TrainingBackend::GroupReader whole_groups) const {
+    if (!groups.tensor || !whole_groups) return whole_groups;
+    return [this, source = std::move(whole_groups)](int32_t g, std::vector<float>& out) {
+      std::vector<float> w;
+      source(g, w);
+      model.shard_group(g, w, out);
+    };
   }
 
   void note(const std::string& text) const {
@@ -188,10 +233,20 @@ struct Trainer::Impl {
 
   static models::GptPlan plan_run(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
-    if (o.config.tensor_parallel != 1)
-      throw std::invalid_argument(fmt::format("run config: tensor_parallel {}: the engine trains with tensor_parallel 1 "
-                                              "only (zinf plan and zinf sim plan and simulate tensor parallelism)",
-                                              o.config.tensor_parallel));
+    if (o.config.tensor_parallel > 1) {
+      // What tensor-parallel training does not do yet, refused by name before anything runs.
+      const auto refuse = [&](const std::string& what) {
+        throw std::invalid_argument(fmt::format("{}: tensor_parallel {}: {} with tensor parallelism is not "
+                                                "supported yet (tensor_parallel 1 does it)",
+                                                o.config_source, o.config.tensor_parallel, what));
+      };
+      if (kind == BackendKind::Cuda) refuse("the CUDA backend");
+      if (o.config.checkpoints_partitioned) refuse("activation_checkpoint.partitioned");
+      if (o.config.partitioning == core::Partitioning::OwnerBased) refuse("owner-based partitioning");
+      // On the CPU backend every rank on this machine is one of its "GPUs": a tensor-parallel group
+      // must fit in one node, and the ranks mpirun started here are that node's.
+      if (kind != BackendKind::Cuda) o.hw.node.gpus = std::max(o.hw.node.gpus, ranks_on_this_node(ranks));
+    }
     // The CPU backend's kernels keep fp32 activations, gathered parameters and gradients: its plan
     // counts them at that size, whatever working precision the profile gives its device.
     if (kind != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
@@ -222,7 +277,7 @@ struct Trainer::Impl {
     comm.all_reduce(r, 4, "step loss");
     s.loss = r[0] / comm.size();
     const double slowest = r[1] / comm.size();
-    s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * comm.size() / std::max(slowest, 1e-9);
+    s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * dp.size() / std::max(slowest, 1e-9);
     s.grad_norm = check ? std::sqrt(r[2]) : backend->grad_norm();
     if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm) || r[3] > 0)
       throw TrainingDiverged(fmt::format(
@@ -241,10 +296,18 @@ struct Trainer::Impl {
   // gathers just that group; a backend with only the whole-state form (CUDA) gathers the whole
   // state into `whole` on first use and serves the groups from it.
   void gather_group(int32_t g, StateTensor which, std::vector<float>& out, std::optional<TrainingBackend::FullState>& whole) {
-    if (backend->streams_state()) return backend->gather_group(g, which, out);
-    if (!whole) whole = backend->gather_state();
-    const auto& from = which == StateTensor::Master ? whole->master : which == StateTensor::AdamM ? whole->m : whole->v;
-    out = from[size_t(g)];
+    if (backend->streams_state()) {
+      backend->gather_group(g, which, out);
+    } else {
+      if (!whole) whole = backend->gather_state();
+      const auto& from = which == StateTensor::Master ? whole->master : which == StateTensor::AdamM ? whole->m : whole->v;
+      out = from[size_t(g)];
+    }
+    if (groups.tensor) {  // the group's shares, rank 0's first, then the whole tensor
+      std::vector<float> shares(out.size() * size_t(groups.tensor->size()));
+      groups.tensor->all_gather(out.data(), out.size() * sizeof(float), shares.data(), graph.params[size_t(g)].name.c_str());
+      model.whole_group(g, shares, out);
+    }
   }
 
   // Every rank runs the same sequence of group gathers whether or not its writes succeed (a rank
@@ -289,16 +352,18 @@ struct Trainer::Impl {
       try {
         std::vector<TensorToWrite> layout;  // in the order the sequence gathers them
         for (const auto& pg : graph.params)
-          for (const char* suffix : {"master", "adam_m", "adam_v"}) layout.push_back({pg.name + "." + suffix, {pg.numel}, nullptr});
+          for (const char* suffix : {"master", "adam_m", "adam_v"})
+            layout.push_back({pg.name + "." + suffix, {file_graph().params[size_t(pg.id)].numel}, nullptr});
         nlohmann::json meta = {{"format", "zinf-checkpoint-1"},
                                {"model", {{"name", opt.model.name}, {"layers", opt.model.layers}, {"hidden", opt.model.hidden},
                                           {"heads", opt.model.heads}, {"seq", opt.model.seq}, {"vocab", opt.model.vocab},
                                           {"micro_batch", opt.model.micro_batch}}},
                                {"step", steps_done},
                                // micro-batch slots consumed by all ranks together: resumable on any rank count
-                               {"data_position", loader->position() * uint64_t(comm.size())},
+                               {"data_position", loader->position() * uint64_t(dp.size())},
                                {"data_seed", opt.data_seed},
-                               {"ranks", comm.size()}};
+                               {"ranks", comm.size()},
+                               {"tensor_parallel", groups.tensor ? groups.tensor->size() : 1}};
         const auto write_state = [&](const ByteSink& sink) {
           const std::string header = safetensors_header(layout, TensorDtype::F32);
           sink(header.data(), header.size());
@@ -347,7 +412,8 @@ struct Trainer::Impl {
         check_finite(out, tensor, c.state_path, non_negative);
       };
     };
-    const auto master = from_file("master", false), m = from_file("adam_m", false), v = from_file("adam_v", true);
+    const auto master = this_ranks_share(from_file("master", false)), m = this_ranks_share(from_file("adam_m", false)),
+               v = this_ranks_share(from_file("adam_v", true));
     if (backend->streams_state()) {
       backend->load_state(master, m, v);
     } else {  // a backend that loads the whole state at once
@@ -364,10 +430,11 @@ struct Trainer::Impl {
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
     const uint64_t slots = meta["data_position"].get<uint64_t>();
-    if (slots % uint64_t(comm.size()) != 0)
-      throw std::runtime_error(fmt::format("checkpoint {}: field 'data_position' ({}) is not a multiple of {} ranks",
-                                           c.meta_path, slots, comm.size()));
-    loader->seek(slots / uint64_t(comm.size()));
+    if (slots % uint64_t(dp.size()) != 0)
+      throw std::runtime_error(fmt::format("checkpoint {}: field 'data_position' ({}) is not a multiple of {} "
+                                           "data-parallel ranks",
+                                           c.meta_path, slots, dp.size()));
+    loader->seek(slots / uint64_t(dp.size()));
   }
 };
 
@@ -391,7 +458,7 @@ void Trainer::export_safetensors(const std::string& path) {
   std::string error;
   if (I.comm.rank() == 0) {
     try {
-      save_gpt2_safetensors(path, I.graph, [&seq](int32_t, std::vector<float>& out) { seq.next(out); }, TensorDtype::F32);
+      save_gpt2_safetensors(path, I.file_graph(), [&seq](int32_t, std::vector<float>& out) { seq.next(out); }, TensorDtype::F32);
     } catch (const std::exception& e) {
       error = e.what();
     }

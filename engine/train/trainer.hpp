@@ -45,6 +45,7 @@ struct TrainerOptions {
   core::ModelSpec model;
   core::HwProfile hw;
   core::RunConfig config;
+  std::string config_source = "run config";  // where `config` came from (its file), for messages
   std::string data;              // text file, directory of text, or .bin token file; empty: fortunes
   std::string nvme_dir;          // required when the plan puts a state on NVMe; rank r uses <dir>/rank<r>
   uint64_t data_seed = 1234;

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Tensor parallelism as a user meets it on the command line: zinf sim plans and simulates it,
 # zinf plan counts a rank's share in its memory table, zinf tune searches the degree, zinf train
-# refuses it by name, and a degree that does not divide the heads is an error naming them.
-# Usage: tensor_parallel_cli.sh ZINF_BINARY. Prints "N passed, M failed".
+# trains, checkpoints and exports it under mpirun and refuses, naming the file, what it cannot do (a
+# rank count the degree does not divide, owner-based partitioning), and a degree that does not divide the heads is an error
+# naming them.
+# Usage: tensor_parallel_cli.sh ZINF_BINARY [MPIEXEC]. Prints "N passed, M failed".
 set -u
 ZINF=$1
+MPIEXEC=${2:-}
 D=$(mktemp -d /var/tmp/zinf-tp-XXXXXX)
 source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 cd "$(dirname "$0")/../.."
@@ -37,11 +40,26 @@ assert h["tiling_factor"] == 4 and h["tiled"] >= h["untiled"] > 0, h
 PY
 then pass "zinf plan --json: the config as planned (tensor parallel, auto tiling resolved) and the largest hidden sizes"
 else fail "zinf plan --json with tensor_parallel 2 and tiling auto (exit $rc)" "$D/planjson.err"; fi
-"$ZINF" train --model gpt-tiny --config "$D/tp2.yaml" --steps 1 --checkpoint-dir "$D/ckpt" --nvme-dir "$D/nvme" > "$D/train.log" 2>&1; rc=$?
-if [ "$rc" != 0 ] && grep -q "tp2.yaml" "$D/train.log" && grep -q "tensor_parallel" "$D/train.log"; then
-  pass "zinf train refuses tensor_parallel 2, naming the file and the key"
+"$ZINF" train --model gpt-tiny --config "$D/tp2.yaml" --steps 1 --nvme-dir "$D" > "$D/train.log" 2>&1; rc=$?
+if [ "$rc" != 0 ] && grep -q "tp2.yaml" "$D/train.log" && grep -q "tensor_parallel 2 does not divide the job's 1 rank" "$D/train.log"; then
+  pass "zinf train with tensor_parallel 2 on one process says to run it on a multiple of 2 ranks, naming the file"
 else
-  fail "zinf train with tensor_parallel 2 (exit $rc)" "$D/train.log"
+  fail "zinf train with tensor_parallel 2 on one process (exit $rc)" "$D/train.log"
+fi
+if [ -n "$MPIEXEC" ]; then
+  printf 'zero_stage: 3\ntensor_parallel: 2\noffload: {optimizer: cpu}\n' > "$D/tp2train.yaml"
+  "$MPIEXEC" -np 2 "$ZINF" train --model gpt-tiny --config "$D/tp2train.yaml" --steps 3 --nvme-dir "$D" \
+    --checkpoint-dir "$D/ckpt" --checkpoint-every 2 --export "$D/tp2.safetensors" > "$D/mpitrain.log" 2>&1; rc=$?
+  if [ "$rc" = 0 ] && grep -q "step 3" "$D/mpitrain.log" && [ -s "$D/tp2.safetensors" ] && [ -d "$D/ckpt/step-00000002" ]; then
+    pass "mpirun -np 2 zinf train trains tensor_parallel 2, checkpoints and exports"
+  else fail "mpirun -np 2 zinf train with tensor_parallel 2 (exit $rc)" "$D/mpitrain.log"; fi
+  printf 'zero_stage: 3\ntensor_parallel: 2\npartitioning: owner-based\n' > "$D/tp2owner.yaml"
+  "$MPIEXEC" -np 2 "$ZINF" train --model gpt-tiny --config "$D/tp2owner.yaml" --steps 1 --nvme-dir "$D" > "$D/mpiowner.log" 2>&1; rc=$?
+  if [ "$rc" != 0 ] && grep -q "tp2owner.yaml: tensor_parallel 2: owner-based partitioning" "$D/mpiowner.log"; then
+    pass "zinf train refuses owner-based partitioning with tensor_parallel 2, naming the file"
+  else
+    fail "zinf train, owner-based with tensor_parallel 2 (exit $rc)" "$D/mpiowner.log"
+  fi
 fi
 "$ZINF" tune --model gpt-tiny --hw dgx2-v100 --config "$D/tp2.yaml" --json --yaml "" --deepspeed "" > "$D/tune.json" 2> "$D/tune.log"; rc=$?
 expect "zinf tune searches from a tensor-parallel base config" 0 '"tensor_parallel"' "$D/tune.json" $rc

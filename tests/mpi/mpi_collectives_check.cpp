@@ -1,11 +1,14 @@
 // Checks engine::Collectives under mpirun: every collective against the values it must produce on
 // every rank; with --die-rank R, rank R kills itself before an all-gather and the survivors must
-// end with an error instead of hanging. Prints "N passed, M failed"; exits non-zero on failure.
+// end with an error instead of hanging. Also splits the job into groups (as tensor parallelism
+// does) and runs collectives on two groups from two threads at once. Prints "N passed, M failed"; exits non-zero on failure.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/comm/collectives.hpp"
@@ -64,6 +67,44 @@ void run_checks(Collectives& c) {
   c.barrier("check");
 }
 
+// Splits into "even" and "odd" ranks (and "halves"), each group's collectives checked; then a
+// thread per group runs all-reduces on both at once, as the compute lane (tensor-parallel group)
+// and the comm lane (data-parallel group) do.
+void run_split_checks(Collectives& c) {
+  const int r = c.rank(), n = c.size();
+  auto parity = c.split(r % 2, r, "parity groups");
+  auto halves = c.split(r < (n + 1) / 2 ? 0 : 1, r, "halves");
+  const int same_parity = (n - r % 2 + 1) / 2;
+  expect(parity->size() == same_parity && parity->rank() == r / 2, fmt::format("parity group: rank {} of {}",
+                                                                               parity->rank(), parity->size()), r);
+  double v = r;
+  parity->all_reduce(&v, 1, "parity sum");
+  double want = 0;
+  for (int q = r % 2; q < n; q += 2) want += q;
+  expect(v == want, fmt::format("all-reduce over the parity group: {} (want {})", v, want), r);
+  // Each round all-reduces and divides by the group's size: every rank ends with its group's mean of
+  // the starting values (exact here: small integers, groups of 1 or 2 ranks), whatever the order
+  // the two threads' calls interleave in.
+  std::vector<float> a(1000, float(r)), b(1000, float(10 * r));
+  auto mean_rounds = [](Collectives& g, std::vector<float>& x, int rounds) {
+    for (int i = 0; i < rounds; ++i) {
+      g.all_reduce(x.data(), x.size(), "concurrent");
+      for (float& e : x) e /= float(g.size());
+    }
+  };
+  std::thread t([&] { mean_rounds(*parity, a, 50); });
+  mean_rounds(*halves, b, 50);
+  t.join();
+  double pm = 0, hm = 0;
+  for (int q = r % 2; q < n; q += 2) pm += q;
+  for (int q = 0; q < n; ++q)
+    if ((q < (n + 1) / 2) == (r < (n + 1) / 2)) hm += 10.0 * q;
+  pm /= parity->size();
+  hm /= halves->size();
+  expect(a.front() == float(pm) && a.back() == float(pm), fmt::format("parity group's mean {} (want {}) while another thread used the halves", a[0], pm), r);
+  expect(b.front() == float(hm) && b.back() == float(hm), fmt::format("halves' mean {} (want {}) while another thread used the parity group", b[0], hm), r);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,6 +126,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     run_checks(*c);
+    run_split_checks(*c);
     if (c->rank() == 0) fmt::print("{} passed, {} failed\n", passed, failed);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
