@@ -20,16 +20,17 @@
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
+#include "mpi_check.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 
 using namespace zinf;
+using mpi_check::expect;
 namespace fs = std::filesystem;
 
 namespace {
 
-int passed = 0, failed = 0;
 // Gradients are stored in bf16 (8 bits of mantissa). Tensor parallelism sums the row-parallel
 // linears' outputs, the input gradients and the loss's terms in another order than one process
 // does, so an fp32 last-bit difference can move a stored gradient by one bf16 ulp (2^-8 relative);
@@ -38,11 +39,6 @@ int passed = 0, failed = 0;
 // counted twice does (those move the first step's loss by 1e-2 or more).
 constexpr double kTolerance = 1e-3;
 constexpr int kSteps = 6;
-
-void expect(bool ok, const std::string& what) {
-  ++(ok ? passed : failed);
-  if (!ok) fmt::print(stderr, "FAILED: {}\n", what);
-}
 
 struct Case {
   const char* name;
@@ -82,9 +78,7 @@ int main() {
     return 2;
   }
   const int dp = N / 2, ga = 4 / dp;
-  double pid = comm->rank() == 0 ? double(::getpid()) : 0.0;
-  comm->all_reduce(&pid, 1, "pid");
-  const fs::path dir = fs::temp_directory_path() / fmt::format("zinf_mpi_tp_{}", int64_t(pid));
+  const fs::path dir = mpi_check::job_dir(*comm, "zinf_mpi_tp");
   try {
     for (const Case& c : kCases) {
       const bool first = &c == &kCases[0];
@@ -169,12 +163,8 @@ int main() {
       }
       comm->barrier("case done");
     }
-    if (comm->rank() == 0) fmt::print("{} passed, {} failed\n", passed, failed);
-    double b = failed;
-    comm->all_reduce(&b, 1, "result");
-    comm->barrier("end");
-    if (comm->rank() == 0) fs::remove_all(dir);
-    return b == 0 ? 0 : 1;
+    if (comm->rank() == 0) fmt::print("{} passed, {} failed\n", mpi_check::passed, mpi_check::failed);
+    return mpi_check::finish(*comm, dir);
   } catch (const std::exception& e) {
     comm->abort(e.what());
   }

@@ -16,23 +16,19 @@
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
+#include "mpi_check.hpp"
 #include "engine/train/trainer.hpp"
 
 using namespace zinf;
+using mpi_check::expect;
 namespace fs = std::filesystem;
 
 namespace {
 
-int passed = 0, failed = 0;
 // Gradients are summed in a different order over ranks than over micro-batches, and each sum is
 // rounded to bf16 when stored: a last-bit difference in fp32 can move a gradient by one bf16 ulp
 // (2^-8 relative), which shows in the loss at about 1e-5..1e-4 relative after a few steps.
 constexpr double kTolerance = 2e-4;
-
-void expect(bool ok, const std::string& what) {
-  ++(ok ? passed : failed);
-  if (!ok) fmt::print(stderr, "FAILED: {}\n", what);
-}
 
 engine::TrainerOptions options(int ga, bool owner_based, const fs::path& dir) {
   engine::TrainerOptions o;
@@ -65,9 +61,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // One directory for the whole job, named by rank 0's pid.
-  double pid = comm->rank() == 0 ? double(::getpid()) : 0.0;
-  comm->all_reduce(&pid, 1, "pid");
-  const fs::path dir = fs::temp_directory_path() / fmt::format("zinf_mpi_train_{}", int64_t(pid));
+  const fs::path dir = mpi_check::job_dir(*comm, "zinf_mpi_train");
   const int steps = 10;
   try {
     std::vector<double> losses;
@@ -122,14 +116,9 @@ int main(int argc, char** argv) {
       }
       fmt::print("losses on {} ranks ({}): first {:.6f} last {:.6f}\n", N, owner_based ? "owner-based" : "bandwidth-centric",
                  losses.front(), losses.back());
-      fmt::print("{} passed, {} failed\n", passed, failed);
+      fmt::print("{} passed, {} failed\n", mpi_check::passed, mpi_check::failed);
     }
-    int bad = failed;
-    double b = bad;
-    comm->all_reduce(&b, 1, "result");
-    comm->barrier("end");
-    if (comm->rank() == 0) fs::remove_all(dir);
-    return b == 0 ? 0 : 1;
+    return mpi_check::finish(*comm, dir);
   } catch (const std::exception& e) {
     comm->abort(e.what());
   }
