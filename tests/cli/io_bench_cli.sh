@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `zinf io-bench` as a user runs it: a small sweep on a temporary directory measures every point,
+# recommends aio settings as a config line and leaves nothing behind; a directory that does not
+# exist and a block size O_DIRECT cannot use are refused by name.
+# Usage: io_bench_cli.sh ZINF_BINARY. Prints "N passed, M failed".
+set -u
+ZINF=$1
+D=$(mktemp -d /var/tmp/zinf-io-bench-XXXXXX)
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
+trap 'rm -rf "$D"' EXIT
+mkdir "$D/disk"
+"$ZINF" io-bench --dir "$D/disk" --size "64 MiB" --block-sizes "1 MiB,4 MiB" --queue-depths 2,8 > "$D/bench.log" 2>&1; rc=$?
+expect "io-bench sweeps 2 x 2 points and recommends aio settings" 0 "^aio: \{block_size: [0-9]+, queue_depth: [28]\}" "$D/bench.log" $rc
+# The progress bars end in carriage returns: each point's result is the text after its last one.
+if [ "$(tr '\r' '\n' < "$D/bench.log" | grep -cE "^  \[ ?[1-4]/4\] .* write +[0-9.]+ [GMk]?B/s +read +[0-9.]+ [GMk]?B/s")" = 4 ]; then pass "every point is measured both ways"
+else fail "io-bench did not report write and read for each of the 4 points" "$D/bench.log"; fi
+if [ -z "$(ls -A "$D/disk")" ]; then pass "io-bench removes its file"; else fail "io-bench left $(ls "$D/disk")" ""; fi
+"$ZINF" io-bench --dir "$D/none" --size "64 MiB" > "$D/none.log" 2>&1; rc=$?
+expect "a directory that does not exist is refused by name" 1 "$D/none" "$D/none.log" $rc
+"$ZINF" io-bench --dir "$D/disk" --size "64 MiB" --block-sizes "1000 B" > "$D/block.log" 2>&1; rc=$?
+expect "a block size that is not a multiple of 4096 is refused, naming the flag" 2 "block-sizes.*1000 B" "$D/block.log" $rc
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
