@@ -4,7 +4,8 @@
 // single process sees. Losses and gradient norms must agree within bf16 rounding, for several
 // offload configurations (everything resident; parameters and optimizer on NVMe with tiled linears
 // and checkpointed, recomputed blocks; gradients and optimizer on the host with clipping that acts;
-// every block's activations offloaded to the host). In the first, a checkpoint saved at step 3
+// every block's activations offloaded to the host), and degree N over all N ranks with a vocabulary
+// the degree does not divide (padded). In the first, a checkpoint saved at step 3
 // resumes bitwise on the same ranks and, re-sharded, in one process at tensor_parallel 1, and the
 // exported weights equal tensor_parallel 1's within the same tolerance.
 // Usage: mpirun -np N mpi_tensor_parallel_check (N = 2 or 4). Prints "N passed, M failed".
@@ -43,6 +44,8 @@ constexpr int kSteps = 6;
 struct Case {
   const char* name;
   const char* config;  // run config body; gradient accumulation and tensor_parallel are added
+  bool every_rank = false;  // tensor_parallel N over all N ranks (data parallel 1) instead of 2
+  int64_t vocab = 0;        // overrides gpt-tiny's 256
 };
 
 const Case kCases[] = {
@@ -55,11 +58,16 @@ const Case kCases[] = {
      "optimizer: {lr: 1.0e-3, grad_clip: 0.05}\n"},
     {"activations offloaded to host",
      "zero_stage: 3\nactivation_offload: {policy: offload_all, tier: cpu}\noptimizer: {lr: 1.0e-3, grad_clip: 1.0}\n"},
+    // 257 tokens over 2 or 4 ranks: the last rank's vocabulary rows end in padding (129 = 128 + 1,
+    // 65 = 62 + 3), which the embedding never looks up and the loss leaves out.
+    {"vocabulary 257, padded, every rank one tensor-parallel group",
+     "zero_stage: 3\noptimizer: {lr: 1.0e-3, grad_clip: 1.0}\n", true, 257},
 };
 
 engine::TrainerOptions options(const Case& c, int tp, int ga, const fs::path& dir) {
   engine::TrainerOptions o;
   o.model = core::load_model_spec(std::string(ZINF_SOURCE_DIR) + "/models/gpt-tiny.yaml");
+  if (c.vocab) o.model.vocab = c.vocab;
   o.hw = core::load_hwprofile(std::string(ZINF_SOURCE_DIR) + "/hwprofiles/cpu-dev.yaml");
   o.config = core::parse_run_config(
       fmt::format("{}gradient_accumulation: {}\ntensor_parallel: {}\n", c.config, ga, tp), "tensor-parallel-test");
@@ -77,14 +85,14 @@ int main() {
     fmt::print(stderr, "run with 2 or 4 ranks\n");
     return 2;
   }
-  const int dp = N / 2, ga = 4 / dp;
   const fs::path dir = mpi_check::job_dir(*comm, "zinf_mpi_tp");
   try {
     for (const Case& c : kCases) {
       const bool first = &c == &kCases[0];
+      const int degree = c.every_rank ? N : 2, data_parallel = N / degree, accumulate = 4 / data_parallel;
       std::vector<engine::StepStats> tp;
       {
-        auto o = options(c, 2, ga, dir / fmt::format("tp{}", comm->rank()));
+        auto o = options(c, degree, accumulate, dir / fmt::format("tp{}", comm->rank()));
         if (first) o.checkpoint_dir = (dir / "ckpt").string();
         engine::Trainer t(o, *comm);
         for (int s = 0; s < kSteps; ++s) {
@@ -94,7 +102,7 @@ int main() {
         if (first) t.export_safetensors((dir / "tp2.safetensors").string());
       }
       if (first) {  // the same ranks resume bitwise
-        auto o = options(c, 2, ga, dir / fmt::format("tp{}", comm->rank()));
+        auto o = options(c, degree, accumulate, dir / fmt::format("tp{}", comm->rank()));
         o.checkpoint_dir = (dir / "ckpt").string();
         o.start = engine::CheckpointStart::Resume;
         engine::Trainer t(o, *comm);
@@ -124,14 +132,14 @@ int main() {
           const auto ref = t.step();
           const auto& got = tp[size_t(s)];
           expect(std::fabs(got.loss - ref.loss) <= kTolerance * std::fabs(ref.loss),
-                 fmt::format("{}: step {}: loss with tensor_parallel 2 on {} ranks {:.7f}, tensor_parallel 1 {:.7f}",
-                             c.name, s + 1, N, got.loss, ref.loss));
+                 fmt::format("{}: step {}: loss with tensor_parallel {} on {} ranks {:.7f}, tensor_parallel 1 {:.7f}",
+                             c.name, s + 1, degree, N, got.loss, ref.loss));
           expect(std::fabs(got.grad_norm - ref.grad_norm) <= kTolerance * std::fabs(ref.grad_norm),
-                 fmt::format("{}: step {}: gradient norm with tensor_parallel 2 {:.7f}, tensor_parallel 1 {:.7f}",
-                             c.name, s + 1, got.grad_norm, ref.grad_norm));
+                 fmt::format("{}: step {}: gradient norm with tensor_parallel {} {:.7f}, tensor_parallel 1 {:.7f}",
+                             c.name, s + 1, degree, got.grad_norm, ref.grad_norm));
           if (s == 0 || s + 1 == kSteps)
-            fmt::print("{}: step {}: loss {:.7f} (tensor_parallel 2 on {} ranks) vs {:.7f}; norm {:.6f} vs {:.6f}\n",
-                       c.name, s + 1, got.loss, N, ref.loss, got.grad_norm, ref.grad_norm);
+            fmt::print("{}: step {}: loss {:.7f} (tensor_parallel {} on {} ranks) vs {:.7f}; norm {:.6f} vs {:.6f}\n",
+                       c.name, s + 1, got.loss, degree, N, ref.loss, got.grad_norm, ref.grad_norm);
         }
         if (first) {  // the exports: the whole model's tensors, equal within the tolerance
           t.export_safetensors((dir / "tp1.safetensors").string());
@@ -155,7 +163,7 @@ int main() {
           // With data parallelism too, the gradients' bf16 sums differ from one process's whatever the
           // tensor-parallel degree: tensor_parallel 1 on 2 ranks against 1 process already differs by
           // 4.0e-3 on h.1.attn.c_proj after 6 steps (tensor_parallel 2 on 2 ranks: 7.5e-5).
-          const double tolerance = dp > 1 ? 1e-2 : kTolerance;
+          const double tolerance = data_parallel > 1 ? 1e-2 : kTolerance;
           expect(a.size() == b.size() && worst <= tolerance,
                  fmt::format("exported weights: tensor_parallel 2 against 1 differ by {:.2e} of a group's norm", worst));
           fmt::print("exports: largest difference {:.2e} of a group's norm ({})\n", worst, worst_group);
