@@ -5,7 +5,7 @@
 // offload configurations (everything resident; parameters and optimizer on NVMe with tiled linears
 // and checkpointed, recomputed blocks; gradients and optimizer on the host with clipping that acts;
 // every block's activations offloaded to the host), and degree N over all N ranks with a vocabulary
-// the degree does not divide (padded). In the first, a checkpoint saved at step 3
+// the degree does not divide (padded), and an untied LM head. In the first, a checkpoint saved at step 3
 // resumes bitwise on the same ranks and, re-sharded, in one process at tensor_parallel 1, and the
 // exported weights equal tensor_parallel 1's within the same tolerance.
 // Usage: mpirun -np N mpi_tensor_parallel_check (N = 2 or 4). Prints "N passed, M failed".
@@ -46,6 +46,7 @@ struct Case {
   const char* config;  // run config body; gradient accumulation and tensor_parallel are added
   bool every_rank = false;  // tensor_parallel N over all N ranks (data parallel 1) instead of 2
   int64_t vocab = 0;        // overrides gpt-tiny's 256
+  bool untied = false;      // an LM head of its own instead of wte's
 };
 
 const Case kCases[] = {
@@ -62,12 +63,15 @@ const Case kCases[] = {
     // 65 = 62 + 3), which the embedding never looks up and the loss leaves out.
     {"vocabulary 257, padded, every rank one tensor-parallel group",
      "zero_stage: 3\noptimizer: {lr: 1.0e-3, grad_clip: 1.0}\n", true, 257},
+    {"vocabulary 257, an untied head split like wte", "zero_stage: 3\noptimizer: {lr: 1.0e-3, grad_clip: 1.0}\n", false,
+     257, true},
 };
 
 engine::TrainerOptions options(const Case& c, int tp, int ga, const fs::path& dir) {
   engine::TrainerOptions o;
   o.model = core::load_model_spec(std::string(ZINF_SOURCE_DIR) + "/models/gpt-tiny.yaml");
   if (c.vocab) o.model.vocab = c.vocab;
+  if (c.untied) o.model.tied_embeddings = false;
   o.hw = core::load_hwprofile(std::string(ZINF_SOURCE_DIR) + "/hwprofiles/cpu-dev.yaml");
   o.config = core::parse_run_config(
       fmt::format("{}gradient_accumulation: {}\ntensor_parallel: {}\n", c.config, ga, tp), "tensor-parallel-test");
