@@ -18,6 +18,7 @@
 #include "cli/inputs.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
+#include "core/memory_model.hpp"
 #include "core/units.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/backend_select.hpp"
@@ -155,9 +156,18 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   const bool lead = comm.rank() == 0;
   const auto& plan = trainer.plan();
   if (lead) {
-    fmt::print("zinf train: {} ({} params) on {} rank(s), {}, {} backend | params {}, gradients {}, optimizer {}, "
+    // Under tensor parallelism the plan counts a rank's share; say what the model is and how it is split.
+    const int64_t t = o.config.tensor_parallel;
+    const std::string ranks =
+        t > 1 ? fmt::format("{} ranks (tensor parallel {} x data parallel {}; {} params per rank)", comm.size(), t,
+                            comm.size() / t, core::format_count(double(plan.total_params)))
+              : fmt::format("{} rank(s)", comm.size());
+    fmt::print("zinf train: {} ({} params) on {}, {}, {} backend | params {}, gradients {}, optimizer {}, "
                "checkpoints {}, tiling {}, {} tasks per step\n",
-               o.model.name, core::format_count(double(plan.total_params)), comm.size(), o.hw.name, trainer.backend(),
+               o.model.name,
+               core::format_count(double(t > 1 ? core::gpt_param_counts(o.model).total(o.model.layers) : plan.total_params)),
+               ranks, o.hw.name,
+               trainer.backend(),
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
     if (trainer.step_count() > 0)

@@ -50,7 +50,8 @@ if [ -n "$MPIEXEC" ]; then
   printf 'zero_stage: 3\ntensor_parallel: 2\noffload: {optimizer: cpu}\n' > "$D/tp2train.yaml"
   "$MPIEXEC" -np 2 "$ZINF" train --model gpt-tiny --config "$D/tp2train.yaml" --steps 3 --nvme-dir "$D" \
     --checkpoint-dir "$D/ckpt" --checkpoint-every 2 --export "$D/tp2.safetensors" > "$D/mpitrain.log" 2>&1; rc=$?
-  if [ "$rc" = 0 ] && grep -q "step 3" "$D/mpitrain.log" && [ -s "$D/tp2.safetensors" ] && [ -d "$D/ckpt/step-00000002" ]; then
+  if [ "$rc" = 0 ] && grep -q "step 3" "$D/mpitrain.log" && [ -s "$D/tp2.safetensors" ] && [ -d "$D/ckpt/step-00000002" ] &&
+     grep -q "on 2 ranks (tensor parallel 2 x data parallel 1" "$D/mpitrain.log"; then
     pass "mpirun -np 2 zinf train trains tensor_parallel 2, checkpoints and exports"
   else fail "mpirun -np 2 zinf train with tensor_parallel 2 (exit $rc)" "$D/mpitrain.log"; fi
   printf 'zero_stage: 3\ntensor_parallel: 2\npartitioning: owner-based\n' > "$D/tp2owner.yaml"
