@@ -233,8 +233,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
       const LinearIo io = linear_io(op, a);
       const float* x = need(*io.x, T_ * io.in, name, "the input");
       const float* w = p[0].data;
-      // A row-parallel linear's bias once in the group's sum: on group rank 0.
-      const float* bias = io.bias && !(row_parallel(r.role) && tp_.rank != 0) ? w + io.out * io.in : nullptr;
+      const float* bias = adds_bias(io, r.role) ? w + io.out * io.in : nullptr;
       (fast ? static_cast<void (*)(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
                                    int64_t, int64_t)>(cpu::linear_forward)
             : cpu::ref::linear_forward<float>)(ensure(*io.y, T_ * io.out), x, w, bias, T_, io.in, io.out, 0, io.out);
@@ -389,8 +388,7 @@ void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activ
                                 std::to_string(r1) + ") of " + std::to_string(io.out) + " rows with " +
                                 std::to_string(tile.numel) + " elements");
   const float* x = need(*io.x, T_ * io.in, name, "the input");
-  const bool bias = io.bias && !(row_parallel(role(op).role) && tp_.rank != 0);
-  const float* b = bias ? tile.data + rows * io.in : nullptr;
+  const float* b = adds_bias(io, role(op).role) ? tile.data + rows * io.in : nullptr;
   float* y = ensure(*io.y, T_ * io.out);
   if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
   else cpu::ref::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);

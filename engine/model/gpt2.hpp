@@ -177,7 +177,11 @@ class Gpt2 {
   };
   WholeShape whole_shape(int32_t group) const;
   void copy_share(int32_t group, int rank, const float* from, float* to, bool to_share) const;
-  bool row_parallel(Role r) const { return r == Role::AttnProj || r == Role::MlpProj; }
+  // Whether this rank adds a linear's bias in forward: a row-parallel linear's partial outputs are
+  // summed over the group, so only group rank 0 adds its (whole) bias.
+  bool adds_bias(const LinearIo& io, Role r) const {
+    return io.bias && !((r == Role::AttnProj || r == Role::MlpProj) && tp_.rank != 0);
+  }
   // Tensor-parallel forms of the operators whose math changes beyond their widths.
   void tp_embed_forward(std::span<const ParamBuf> p, Gpt2Activations& a) const;
   void tp_embed_backward(std::span<const GradBuf> g, Gpt2Activations& a) const;
