@@ -221,13 +221,26 @@ void GptCpuBackend::restore_activations(const Task& t, std::span<const Activatio
 
 // ---- activation checkpoints -----------------------------------------------------------------------
 
+// Partitioned checkpoints (activation_checkpoint.partitioned under tensor parallelism): each rank of
+// the group keeps slice r of k = ceil(n / t) elements of the n-element checkpoint (zero-padded) off
+// the device; brought back, the slice goes to its place and the Program's all-gather over the group
+// puts the whole checkpoint together before the recompute.
+int64_t GptCpuBackend::checkpoint_slice() const {
+  const int64_t n = checkpoint_numel(), t = model_.tensor_parallel();
+  return opt.config.checkpoints_partitioned && t > 1 ? (n + t - 1) / t : n;
+}
+
 void GptCpuBackend::checkpoint(const Task& t) {
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
   const Key key{t.checkpoint, t.micro_batch};
   auto& x = a.x[size_t(checkpoint_first_block(t.checkpoint))];
+  // This rank's elements of the checkpoint: [at, at + mine), all of them unless partitioned.
+  const int64_t n = checkpoint_numel(), k = checkpoint_slice();
+  const int64_t at = k == n ? 0 : std::min(n, k * model_.tensor_parallel_rank()), mine = std::min(n - at, k);
   switch (t.kind) {
     case TaskKind::CopyD2H: {
-      Staging<float> copy(x.begin(), x.end());
+      Staging<float> copy(static_cast<size_t>(k), 0.0f);
+      std::copy_n(x.begin() + at, mine, copy.begin());
       {
         std::lock_guard<std::mutex> lock(mu);
         ckpt_host_[key] = std::move(copy);
@@ -243,14 +256,26 @@ void GptCpuBackend::checkpoint(const Task& t) {
       return;
     }
     case TaskKind::NvmeRead: {
-      Staging<float> host(static_cast<size_t>(checkpoint_numel()));
+      Staging<float> host(static_cast<size_t>(k));
       const auto id = checkpoint_tensor(t.checkpoint, t.micro_batch, 0);
       store->read(id, 0, host.data(), host.size() * sizeof(float)).wait_or_throw();
       return stage(ckpt_host_, key, std::move(host));
     }
     case TaskKind::CopyH2D: {
       Staging<float> host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
-      return checkpoint_restored(t.checkpoint, t.micro_batch, [&] { x.assign(host.begin(), host.end()); });
+      return checkpoint_restored(t.checkpoint, t.micro_batch, [&] {
+        x.assign(size_t(n), 0.0f);
+        std::copy_n(host.begin(), mine, x.begin() + at);
+      });
+    }
+    case TaskKind::AllGather: {  // the group's slices into the whole checkpoint (compute lane)
+      if (int64_t(x.size()) != n)
+        throw std::logic_error(fmt::format("{}: the checkpoint's slice was not brought back first", P.label(t)));
+      std::vector<float> slice(size_t(k), 0.0f), whole(size_t(k * model_.tensor_parallel()));
+      std::copy_n(x.begin() + at, mine, slice.begin());
+      model_.tensor_parallel_group().all_gather(slice.data(), slice.size() * sizeof(float), whole.data(), "checkpoint slices");
+      std::copy_n(whole.begin(), n, x.begin());
+      return;
     }
     default:
       throw std::logic_error(fmt::format("no checkpoint transfer of kind {}", core::to_string(t.kind)));

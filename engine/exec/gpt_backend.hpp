@@ -43,6 +43,9 @@ private:
   void start_step(std::vector<Batch>& batches) override;
   void compute(const core::Task& t) override;
   void tensor_parallel_all_reduce(const core::Task& t) override;
+  // Elements of a checkpoint this rank keeps off the device: all of them, or its slice when they
+  // are partitioned over the tensor-parallel group.
+  int64_t checkpoint_slice() const;
   void fetch(const core::Task& t) override;
   void checkpoint(const core::Task& t) override;
   void gradient(const core::Task& t) override;

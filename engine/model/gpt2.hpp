@@ -122,6 +122,11 @@ class Gpt2 {
   void tensor_parallel_all_reduce(int op, bool after_backward, Gpt2Activations& a) const;
   int tensor_parallel() const { return int(TP_); }
   int tensor_parallel_rank() const { return tp_.rank; }
+  // The tensor-parallel group's collectives (a logic_error for tensor_parallel 1, which has none).
+  Collectives& tensor_parallel_group() const {
+    if (!tp_.group) throw std::logic_error("gpt2: no tensor-parallel group at tensor_parallel 1");
+    return *tp_.group;
+  }
   // This rank's share of parameter group `group` from the whole model's tensor of it (the layout
   // above); a copy for tensor_parallel 1.
   void shard_group(int32_t group, const std::vector<float>& whole, std::vector<float>& out) const;

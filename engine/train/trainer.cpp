@@ -241,7 +241,6 @@ struct Trainer::Impl {
                                                 o.config_source, o.config.tensor_parallel, what));
       };
       if (kind == BackendKind::Cuda) refuse("the CUDA backend");
-      if (o.config.checkpoints_partitioned) refuse("activation_checkpoint.partitioned");
       if (o.config.partitioning == core::Partitioning::OwnerBased) refuse("owner-based partitioning");
       // On the CPU backend every rank on this machine is one of its "GPUs": a tensor-parallel group
       // must fit in one node, and the ranks mpirun started here are that node's.

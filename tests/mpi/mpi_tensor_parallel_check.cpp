@@ -4,7 +4,8 @@
 // single process sees. Losses and gradient norms must agree within bf16 rounding, for several
 // offload configurations (everything resident; parameters and optimizer on NVMe with tiled linears
 // and checkpointed, recomputed blocks; gradients and optimizer on the host with clipping that acts;
-// every block's activations offloaded to the host), and degree N over all N ranks with a vocabulary
+// every block's activations offloaded to the host; checkpoints partitioned over the group on the
+// host and on NVMe), and degree N over all N ranks with a vocabulary
 // the degree does not divide (padded), and an untied LM head. In the first, a checkpoint saved at step 3
 // resumes bitwise on the same ranks and, re-sharded, in one process at tensor_parallel 1, and the
 // exported weights equal tensor_parallel 1's within the same tolerance.
@@ -59,6 +60,12 @@ const Case kCases[] = {
      "optimizer: {lr: 1.0e-3, grad_clip: 0.05}\n"},
     {"activations offloaded to host",
      "zero_stage: 3\nactivation_offload: {policy: offload_all, tier: cpu}\noptimizer: {lr: 1.0e-3, grad_clip: 1.0}\n"},
+    {"checkpoints partitioned over the group, on the host",
+     "zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: host, partitioned: true}\n"
+     "optimizer: {lr: 1.0e-3, grad_clip: 1.0}\n"},
+    {"checkpoints partitioned over the group, on NVMe, every rank one group",
+     "zero_stage: 3\nactivation_checkpoint: {interval: 2, tier: nvme, partitioned: true}\n"
+     "optimizer: {lr: 1.0e-3, grad_clip: 1.0}\n", true},
     // 257 tokens over 2 or 4 ranks: the last rank's vocabulary rows end in padding (129 = 128 + 1,
     // 65 = 62 + 3), which the embedding never looks up and the loss leaves out.
     {"vocabulary 257, padded, every rank one tensor-parallel group",
