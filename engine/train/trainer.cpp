@@ -244,7 +244,7 @@ struct Trainer::Impl {
       if (o.config.partitioning == core::Partitioning::OwnerBased) refuse("owner-based partitioning");
       // On the CPU backend every rank on this machine is one of its "GPUs": a tensor-parallel group
       // must fit in one node, and the ranks mpirun started here are that node's.
-      if (kind != BackendKind::Cuda) o.hw.node.gpus = std::max(o.hw.node.gpus, ranks_on_this_node(ranks));
+      o.hw.node.gpus = std::max(o.hw.node.gpus, ranks_on_this_node(ranks));
     }
     // The CPU backend's kernels keep fp32 activations, gathered parameters and gradients: its plan
     // counts them at that size, whatever working precision the profile gives its device.
