@@ -18,6 +18,7 @@
 #include "engine/io/nvme_store.hpp"
 #include "engine/io/stream_io.hpp"
 #include "engine/memory/pinned_pool.hpp"
+#include "engine/splitmix.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -45,15 +46,12 @@ struct Point {
   double score() const { return 2.0 / (1.0 / write_bps + 1.0 / read_bps); }  // both directions matter equally
 };
 
-// Pseudo-random bytes (splitmix64). The data a run stores (bf16 and fp32 states) does not compress;
+// Pseudo-random bytes. The data a run stores (bf16 and fp32 states) does not compress;
 // buffers of mostly zeros do, and a disk behind a compressing or zero-detecting layer (a VM's
 // virtual disk, for one) then writes and reads them at rates no training run sees.
 void fill_incompressible(std::byte* p, size_t n, uint64_t seed) {
   for (size_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const uint64_t z = splitmix64_next(seed);
     std::memcpy(p + i, &z, 8);
   }
 }

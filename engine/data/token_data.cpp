@@ -7,6 +7,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "engine/splitmix.hpp"
+
 namespace zinf::engine {
 
 namespace fs = std::filesystem;
@@ -28,12 +30,7 @@ std::string read_file(const fs::path& p) {
   return s;
 }
 
-uint64_t mix(uint64_t z) {  // splitmix64 finalizer
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+uint64_t mix(uint64_t z) { return splitmix64_next(z); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "engine/cpu/kernels.hpp"
+#include "engine/splitmix.hpp"
 
 namespace zinf::engine {
 
@@ -22,12 +23,7 @@ float* ensure(Activation& v, int64_t n) {
 
 struct Rng {  // splitmix64 + Box-Muller: the same numbers on every platform and library
   uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64_next(s); }
   double uniform() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
   double normal() { return std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * std::numbers::pi * uniform()); }
 };
