@@ -76,6 +76,19 @@ inline int64_t shard_aligned(int64_t elements) {
   return (elements + kShardAlignment - 1) / kShardAlignment * kShardAlignment;
 }
 
+// Where rank `rank` sits under tensor parallelism T: a tensor-parallel group is T consecutive
+// ranks (so it stays inside a node), a data-parallel group the ranks with the same place in their
+// tensor-parallel groups ({j, j+T, j+2T, ...}), over which ZeRO partitions. The engine splits its
+// MPI ranks and the simulator forms its collectives' groups by it.
+struct ParallelPlace {
+  int tensor = 0;  // rank within its tensor-parallel group
+  int data = 0;    // rank within its data-parallel group
+};
+inline ParallelPlace parallel_place(int rank, int tensor_parallel) {
+  const int t = tensor_parallel > 1 ? tensor_parallel : 1;
+  return {rank % t, rank / t};
+}
+
 // A parameter group, or one tile of a tiled linear: the unit that is sharded, fetched, used and
 // released. Bandwidth-centric: every rank holds shard r = elements [r·shard_numel, (r+1)·shard_numel)
 // of the unit's flattened, zero-padded tensor. Owner-based: rank `owner` holds all `numel`.

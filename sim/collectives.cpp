@@ -94,7 +94,7 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
   const bool reverse = c.kind == TaskKind::Reduce;
   // The T groups, each in rank order (node by node).
   std::vector<std::vector<int>> groups(static_cast<size_t>(T));
-  for (int r = 0; r < c.ranks; ++r) groups[static_cast<size_t>(r % T)].push_back(r);
+  for (int r = 0; r < c.ranks; ++r) groups[static_cast<size_t>(core::parallel_place(r, T).tensor)].push_back(r);
 
   if (!hierarchical) {
     if (rooted) {

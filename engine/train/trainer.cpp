@@ -53,9 +53,9 @@ int ranks_on_this_node(int ranks) {
 
 }  // namespace
 
-// Tensor parallelism t splits the job's ranks into tensor-parallel groups of t consecutive ranks
-// and, across them, data-parallel groups (ranks r, r+t, r+2t, ...) that ZeRO partitions over. Both
-// are null for t = 1: the world is the one data-parallel group. A collective over the world.
+// Tensor parallelism t splits the job's ranks into tensor-parallel and data-parallel groups as
+// core::parallel_place lays them out (the simulator's layout too). Both are null for t = 1: the
+// world is the one data-parallel group. A collective over the world.
 struct ParallelGroups {
   std::unique_ptr<Collectives> tensor, data;
 };
@@ -67,9 +67,10 @@ ParallelGroups split_parallel_groups(const TrainerOptions& o, Collectives& world
     throw std::invalid_argument(fmt::format("{}: tensor_parallel {} does not divide the job's {} rank{}: run "
                                             "under mpirun -np with a multiple of {} ranks",
                                             o.config_source, t, world.size(), world.size() == 1 ? "" : "s", t));
+  const core::ParallelPlace at = core::parallel_place(world.rank(), t);
   ParallelGroups g;
-  g.tensor = world.split(world.rank() / t, world.rank() % t, "tensor-parallel group");
-  g.data = world.split(world.rank() % t, world.rank() / t, "data-parallel group");
+  g.tensor = world.split(at.data, at.tensor, "tensor-parallel group");  // the ranks of one data-parallel place
+  g.data = world.split(at.tensor, at.data, "data-parallel group");
   return g;
 }
 
