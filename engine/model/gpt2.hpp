@@ -133,8 +133,6 @@ class Gpt2 {
   // The whole model's tensor of group `group` from every rank's share, rank 0's first (an all-gather
   // over the group lays them out so); `shares` holds t times the group's numel.
   void whole_group(int32_t group, const std::vector<float>& shares, std::vector<float>& out) const;
-  // Elements of group `group` in the whole model (its numel for tensor_parallel 1).
-  int64_t whole_group_numel(int32_t group) const;
 
   // The whole model on resident parameters: forward and loss, then (forward_backward) the backward
   // of every operator, accumulating into grads. Returns the mean loss.

@@ -30,8 +30,6 @@ Gpt2::WholeShape Gpt2::whole_shape(int32_t group) const {
   }
 }
 
-int64_t Gpt2::whole_group_numel(int32_t group) const { return whole_shape(group).numel; }
-
 // Copies between the whole model's tensor of a group and rank r's share of it: `from` is the whole
 // tensor and `to` the share (to_share), or `from` the share and `to` the whole tensor. The share's
 // layout is engine/model/gpt2.hpp's; the caller sizes both (whole_shape(group).numel, the group's numel).
