@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "cli/command.hpp"
@@ -60,6 +61,33 @@ std::string short_bytes(uint64_t b) {
   if (b % (1 << 20) == 0) return fmt::format("{} MiB", b >> 20);
   if (b % (1 << 10) == 0) return fmt::format("{} KiB", b >> 10);
   return fmt::format("{} B", b);
+}
+
+// An offload step reads and writes at once (parameters in, gradients and optimizer states out), so
+// the disk's rate for both directions together is the bound a training step meets, and a disk can
+// take far less together than the two rates measured alone suggest. Half the buffers rewrite the
+// file's first half while the other half read its second half.
+void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::span<std::byte* const> buffers,
+                    size_t buffer_bytes, const Point& alone) {
+  const uint64_t half = bytes / 2;  // bytes is a multiple of 64 MiB
+  const auto wbuf = buffers.first(buffers.size() / 2), rbuf = buffers.subspan(buffers.size() / 2);
+  double tr = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread reader([&] { tr = stream_tensor(s, id, half, false, rbuf, buffer_bytes, {}, half); });
+  double tw = 0;
+  try {
+    tw = stream_tensor(s, id, half, true, wbuf, buffer_bytes);
+  } catch (...) {
+    reader.join();
+    throw;
+  }
+  reader.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double serial = double(half) / alone.read_bps + double(half) / alone.write_bps;
+  fmt::print("read and write at once ({} qd {}): read {}, write {}; both directions {} ({:.2f}x the time of "
+             "the same bytes one direction after the other)\n",
+             short_bytes(alone.block), alone.qd, core::format_bandwidth(double(half) / tr),
+             core::format_bandwidth(double(half) / tw), core::format_bandwidth(2.0 * double(half) / wall), wall / serial);
 }
 
 void run_io_bench(const IoBenchOptions& opt) {
@@ -152,6 +180,10 @@ void run_io_bench(const IoBenchOptions& opt) {
              core::format_bandwidth(best.read_bps));
   fmt::print("recommended (within 5% of best, least memory in flight): {} qd {}: write {}, read {}\n",
              short_bytes(pick.block), pick.qd, core::format_bandwidth(pick.write_bps), core::format_bandwidth(pick.read_bps));
+  {
+    auto s = make_store(pick.block, pick.qd);
+    measure_duplex(*s, s->open("bench"), bytes, buffers, kBufferBytes, pick);
+  }
   fmt::print("\nput this in the run config:\n\naio: {{block_size: {}, queue_depth: {}}}\n", pick.block, pick.qd);
 }
 

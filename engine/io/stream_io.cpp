@@ -8,14 +8,14 @@ namespace zinf::engine {
 
 double stream_tensor(NvmeStore& store, NvmeStore::TensorId id, uint64_t bytes, bool write,
                      std::span<std::byte* const> buffers, size_t buffer_bytes,
-                     const std::function<void(uint64_t)>& progress) {
+                     const std::function<void(uint64_t)>& progress, uint64_t first) {
   if (buffers.empty() || buffer_bytes == 0) throw std::invalid_argument("stream_tensor: no buffers");
   std::vector<IoHandle> inflight(buffers.size());
   uint64_t next = 0, completed = 0;
   auto issue = [&](size_t slot) {
     if (next >= bytes) return;
     uint64_t n = std::min<uint64_t>(buffer_bytes, bytes - next);
-    inflight[slot] = write ? store.write(id, next, buffers[slot], n) : store.read(id, next, buffers[slot], n);
+    inflight[slot] = write ? store.write(id, first + next, buffers[slot], n) : store.read(id, first + next, buffers[slot], n);
     next += n;
   };
   const auto t0 = std::chrono::steady_clock::now();

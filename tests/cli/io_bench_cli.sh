@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `zinf io-bench` as a user runs it: a small sweep on a temporary directory measures every point,
-# recommends aio settings as a config line and leaves nothing behind; a directory that does not
+# measures both directions at once, recommends aio settings as a config line and leaves nothing behind; a directory that does not
 # exist and a block size O_DIRECT cannot use are refused by name.
 # Usage: io_bench_cli.sh ZINF_BINARY. Prints "N passed, M failed".
 set -u
@@ -14,6 +14,9 @@ expect "io-bench sweeps 2 x 2 points and recommends aio settings" 0 "^aio: \{blo
 # The progress bars end in carriage returns: each point's result is the text after its last one.
 if [ "$(tr '\r' '\n' < "$D/bench.log" | grep -cE "^  \[ ?[1-4]/4\] .* write +[0-9.]+ [GMk]?B/s +read +[0-9.]+ [GMk]?B/s")" = 4 ]; then pass "every point is measured both ways"
 else fail "io-bench did not report write and read for each of the 4 points" "$D/bench.log"; fi
+expect "both directions at once are measured at the recommended point" 0 \
+  "^read and write at once \([0-9]+ MiB qd [28]\): read [0-9.]+ [GMk]?B/s, write [0-9.]+ [GMk]?B/s; both directions [0-9.]+ [GMk]?B/s" \
+  "$D/bench.log" $rc
 if [ -z "$(ls -A "$D/disk")" ]; then pass "io-bench removes its file"; else fail "io-bench left $(ls "$D/disk")" ""; fi
 "$ZINF" io-bench --dir "$D/none" --size "64 MiB" > "$D/none.log" 2>&1; rc=$?
 expect "a directory that does not exist is refused by name" 1 "$D/none" "$D/none.log" $rc
