@@ -13,9 +13,7 @@
 # disk here sustains about half its rates over the tens of GB a step moves, so after training (unless
 # STORE_FIO=0) fio also reads and rewrites the run's own state files and (unless BIG_BENCH=0, and
 # only with CHECKPOINT=0) io-bench runs again on a file the size of the states; the report
-# (experiments/memory_wall/report.py) gives every figure against each reference. Compute alone is
-# the compute lane's busy time and (unless HOST_REF=0) the same step with every state on the host,
-# measured at 2 and 4 layers and extrapolated to the run's layers. TASKS_IN_FLIGHT
+# (experiments/memory_wall/report.py) gives every figure against each reference. TASKS_IN_FLIGHT
 # (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
 # keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
 # updated, and their states move, while backward computes) is optimizer.timing. SUB_GROUPS_IN_FLIGHT
