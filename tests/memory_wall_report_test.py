@@ -30,7 +30,7 @@ ROWS = [
 ]
 
 
-def run(refs, alone=0.0):
+def run(refs):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "last.csv")
         with open(path, "w", newline="") as f:
@@ -39,7 +39,7 @@ def run(refs, alone=0.0):
             for i, (lane, kind, a, b, n) in enumerate(ROWS):
                 w.writerow([0, lane, i, kind, kind, a, b, n, 0])
         out = io.StringIO()
-        args = [path] + (["--compute-alone", str(alone)] if alone else [])
+        args = [path]
         for name, r, wr in refs:
             args += ["--ref", name, str(r), str(wr)]
         with contextlib.redirect_stdout(out):
@@ -68,16 +68,6 @@ class Report(unittest.TestCase):
         store = re.search(r"against store .*", text).group(0)
         self.assertIn("10.0 s at the reference's rates = 1.43 x", store)
         self.assertIn("= 10.0 s: step = 1.00 x bound", store)
-
-    def test_bound_with_the_host_step(self):
-        # The same step with its states on the host took 8 s: bench's bound is max(8, 3.5) = 8 s, the
-        # store's max(8, 10) = 10 s; without --compute-alone no such figure is printed.
-        text = run([("bench", 4 * GB, 4 * GB), ("store", 2 * GB, 1 * GB)], alone=8.0)
-        bench = re.search(r"against bench .*", text).group(0)
-        self.assertIn("= 6.0 s: step = 1.67 x bound; max(host step 8.0 s, NVMe traffic) = 8.0 s: step = 1.25 x", bench)
-        store = re.search(r"against store .*", text).group(0)
-        self.assertIn("max(host step 8.0 s, NVMe traffic) = 10.0 s: step = 1.00 x", store)
-        self.assertNotIn("host step", run([("bench", 4 * GB, 4 * GB)]))
 
     def test_reference_without_rates_is_left_out(self):
         text = run([("bench", 0, 0)])

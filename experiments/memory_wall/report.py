@@ -59,19 +59,15 @@ def report_lanes(step, refs):
               f" {b / step.seconds / 1e9:.2f} GB/s over the step")
 
 
-def report_against(step, ref, compute, alone):
-    """The disk's efficiency and the step's bound against one reference, with compute as the
-    compute lane's busy time and, when measured, as the same step with its states on the host."""
+def report_against(step, ref, compute):
+    """The disk's efficiency and the step's bound against one reference."""
     total, disk_busy = step.lane("nvme")
     need = step.lane("nvme_read")[0] / ref["nvme_read"] + step.lane("nvme_write")[0] / ref["nvme_write"]
     bound = max(compute, need)
-    line = (f"against {ref['name']} (read {ref['nvme_read'] / 1e9:.2f} GB/s, write {ref['nvme_write'] / 1e9:.2f} GB/s):"
-            f" disk {total / 1e9:.1f} GB in {disk_busy:.1f} s with either lane busy, {need:.1f} s at the reference's rates"
-            f" = {need / disk_busy:.2f} x; step bound max(compute {compute:.1f} s, NVMe traffic {need:.1f} s) = {bound:.1f} s:"
-            f" step = {step.seconds / bound:.2f} x bound")
-    if alone > 0:
-        line += f"; max(host step {alone:.1f} s, NVMe traffic) = {max(alone, need):.1f} s: step = {step.seconds / max(alone, need):.2f} x"
-    print(line)
+    print(f"against {ref['name']} (read {ref['nvme_read'] / 1e9:.2f} GB/s, write {ref['nvme_write'] / 1e9:.2f} GB/s):"
+          f" disk {total / 1e9:.1f} GB in {disk_busy:.1f} s with either lane busy, {need:.1f} s at the reference's rates"
+          f" = {need / disk_busy:.2f} x; step bound max(compute {compute:.1f} s, NVMe traffic {need:.1f} s) = {bound:.1f} s:"
+          f" step = {step.seconds / bound:.2f} x bound")
 
 
 def report_after_backward(step):
@@ -130,8 +126,6 @@ def main(argv=None):
     ap.add_argument("--ref", nargs=3, action="append", default=[], metavar=("NAME", "READ", "WRITE"),
                     help="a disk reference: its name and its read and write rates in bytes/s")
     ap.add_argument("--thread-cpu", default="")
-    ap.add_argument("--compute-alone", type=float, default=0.0,
-                    help="seconds of the same step with every state on the host (0: not measured)")
     a = ap.parse_args(argv)
     refs = [{"name": n, "nvme_read": float(r), "nvme_write": float(w)} for n, r, w in a.ref if float(r) > 0 and float(w) > 0]
     step = Step(list(csv.DictReader(open(a.timeline))))
@@ -140,7 +134,7 @@ def main(argv=None):
     print(f"last step {step.seconds:.1f} s: compute lane busy {compute:.1f} s;"
           f" {step.seconds - (step.last_bwd - step.t0):.1f} s of it after backward")
     for ref in refs:
-        report_against(step, ref, compute, a.compute_alone)
+        report_against(step, ref, compute)
     report_after_backward(step)
     if a.thread_cpu:
         report_threads(step, a.thread_cpu)

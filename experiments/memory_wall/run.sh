@@ -151,28 +151,7 @@ if [ "${BIG_BENCH:-1}" != 0 ] && [ "$CHECKPOINT" = 0 ]; then
 elif [ "${BIG_BENCH:-1}" != 0 ]; then
   echo "memory_wall: no io-bench on the states' size: the store stays for the resume (run with CHECKPOINT=0 for it)"
 fi
-# "Compute alone" (unless HOST_REF=0): the same step with every state on the host instead of NVMe,
-# the same config otherwise (the same kernels, CPU Adam, copies and hand-offs, no disk). The model does
-# not fit in RAM that way, so the same shape trains with 2 and with 4 layers (3 steps each, the last
-# timed) and the step is extrapolated linearly to the run's layers: what a machine with the RAM for
-# it would take. The compute lane alone (the report's other bound) leaves out the CPU Adam, copies
-# and conversions that share these cores with it.
-host_step=0
-if [ "${HOST_REF:-1}" != 0 ]; then
-  sed -e 's/^offload: .*/offload: {params: host, gradients: host, optimizer: host}/' \
-      -e 's/^description: .*/description: the memory-wall config with every state on the host/' "$work/config.yaml" > "$work/host.yaml"
-  declare -A host_t
-  for l in 2 4; do
-    sed "s/^layers: .*/layers: $l/" "$work/model.yaml" > "$work/model$l.yaml"
-    "$ZINF" train --model "$work/model$l.yaml" --hw "$work/hw.yaml" --config "$work/host.yaml" \
-      --nvme-dir "$NVME" --steps 3 --timeline "$work/host$l" > "$work/host$l.txt"
-    host_t[$l]=$(python3 -c "import csv; print(max(float(r['end']) for r in csv.DictReader(open('$work/host$l.csv'))))")
-  done
-  host_step=$(python3 -c "a, b = ${host_t[2]}, ${host_t[4]}; print(round(a + ($layers - 2) * (b - a) / 2, 2))")
-  echo "memory_wall: the step with every state on the host: ${host_t[2]} s at 2 layers, ${host_t[4]} s at 4:" \
-       "$host_step s at $layers layers (linear)"
-fi
-refs=(--compute-alone "$host_step" --ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write"
+refs=(--ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write"
       --ref "io-bench on the states' size" "$big_read" "$big_write")
 [ -z "${THREAD_CPU:-}" ] || refs+=(--thread-cpu "$THREAD_CPU")
 python3 experiments/memory_wall/report.py "$work/last.csv" "${refs[@]}"
