@@ -71,6 +71,8 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
                     size_t buffer_bytes, const Point& alone) {
   const uint64_t half = bytes / 2;  // bytes is a multiple of 64 MiB
   const auto wbuf = buffers.first(buffers.size() / 2), rbuf = buffers.subspan(buffers.size() / 2);
+  fmt::print("measuring reads and writes at once ({} each way)...", core::format_bytes(double(half)));
+  std::fflush(stdout);
   double tr = 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::thread reader([&] { tr = stream_tensor(s, id, half, false, rbuf, buffer_bytes, {}, half); });
@@ -84,7 +86,7 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
   reader.join();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double serial = double(half) / alone.read_bps + double(half) / alone.write_bps;
-  fmt::print("read and write at once ({} qd {}): read {}, write {}; both directions {} ({:.2f}x the time of "
+  fmt::print("\rread and write at once ({} qd {}): read {}, write {}; both directions {} ({:.2f}x the time of "
              "the same bytes one direction after the other)\n",
              short_bytes(alone.block), alone.qd, core::format_bandwidth(double(half) / tr),
              core::format_bandwidth(double(half) / tw), core::format_bandwidth(2.0 * double(half) / wall), wall / serial);
