@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -73,17 +74,24 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
   const auto wbuf = buffers.first(buffers.size() / 2), rbuf = buffers.subspan(buffers.size() / 2);
   fmt::print("measuring reads and writes at once ({} each way)...", core::format_bytes(double(half)));
   std::fflush(stdout);
-  double tr = 0;
+  double tr = 0, tw = 0;
+  std::exception_ptr read_error, write_error;  // a failure on either side ends the bench with its message
   const auto t0 = std::chrono::steady_clock::now();
-  std::thread reader([&] { tr = stream_tensor(s, id, half, false, rbuf, buffer_bytes, {}, half); });
-  double tw = 0;
+  std::thread reader([&] {
+    try {
+      tr = stream_tensor(s, id, half, false, rbuf, buffer_bytes, {}, half);
+    } catch (...) {
+      read_error = std::current_exception();
+    }
+  });
   try {
     tw = stream_tensor(s, id, half, true, wbuf, buffer_bytes);
   } catch (...) {
-    reader.join();
-    throw;
+    write_error = std::current_exception();
   }
   reader.join();
+  if (write_error) std::rethrow_exception(write_error);
+  if (read_error) std::rethrow_exception(read_error);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double serial = double(half) / alone.read_bps + double(half) / alone.write_bps;
   fmt::print("\rread and write at once ({} qd {}): read {}, write {}; both directions {} ({:.2f}x the time of "
