@@ -79,7 +79,8 @@ class Report(unittest.TestCase):
 IO_BENCH = ("  [ 1/3]   1 MiB qd   8   writing\r  [ 1/3]   1 MiB qd   8        write  2.54 GB/s  read  1.44 GB/s   \n"
             "  [ 2/3]   1 MiB qd  32        write  2.63 GB/s  read  1.62 GB/s   \n"
             "  [ 3/3] 512 KiB qd   8        write  900 MB/s  read  1.90 GB/s   \n"
-            "best: 1 MiB qd 32: write 2.63 GB/s, read 1.62 GB/s\n")
+            "best: 1 MiB qd 32: write 2.63 GB/s, read 1.62 GB/s\n"
+            "\nput this in the run config:\n\naio: {block_size: 1048576, queue_depth: 32}\n")
 
 
 class DiskRefs(unittest.TestCase):
@@ -87,9 +88,14 @@ class DiskRefs(unittest.TestCase):
         self.assertEqual(refs.io_bench_points(IO_BENCH), [(1 << 20, 8, 2.54e9, 1.44e9), (1 << 20, 32, 2.63e9, 1.62e9),
                                                           (512 << 10, 8, 0.9e9, 1.9e9)])
 
-    def test_best_point_and_best_rates(self):
-        # The best point by harmonic mean is 1 MiB qd 32; the best read comes from another point.
+    def test_recommended_point_and_best_rates(self):
+        # The settings are io-bench's recommended 'aio:' line; the best read comes from another point.
         self.assertEqual(refs.io_bench_best(IO_BENCH), (1 << 20, 32, 1.9e9, 2.63e9))
+        self.assertEqual(refs.io_bench_best(IO_BENCH.replace("queue_depth: 32", "queue_depth: 8"))[:2], (1 << 20, 8))
+
+    def test_no_recommended_line_is_an_error(self):
+        with self.assertRaises(SystemExit):
+            refs.io_bench_best(IO_BENCH[:IO_BENCH.index("\nput this")])
 
     @unittest.skipUnless(shutil.which("fio"), "fio is not installed (scripts/setup.sh installs it)")
     def test_fio_reads_and_rewrites_the_files(self):

@@ -2,8 +2,8 @@
 """The memory-wall run's disk references.
 
   disk_refs.py io-bench OUTPUT.txt        -> "BLOCK DEPTH BEST_READ BEST_WRITE" from `zinf io-bench`'s
-                                             output: the block size and queue depth of the best point
-                                             (harmonic mean of its read and write), the best read and
+                                             output: the block size and queue depth it recommends
+                                             (its "aio:" line), the best read and
                                              the best write over all points, in bytes and bytes/s
   disk_refs.py fio BLOCK DEPTH FILE...    -> "READ WRITE": fio reads each file once, then rewrites it
                                              in place (io_uring, O_DIRECT, registered buffers), bytes/s
@@ -37,8 +37,10 @@ def io_bench_best(text):
     pts = io_bench_points(text)
     if not pts:
         raise SystemExit("disk_refs: no measured point in zinf io-bench's output")
-    best = max(pts, key=lambda p: 2 / (1 / p[2] + 1 / p[3]))
-    return best[0], best[1], max(p[3] for p in pts), max(p[2] for p in pts)
+    m = re.search(r"^aio: \{block_size: (\d+), queue_depth: (\d+)\}", text, re.M)
+    if not m:
+        raise SystemExit("disk_refs: zinf io-bench's output has no recommended 'aio:' line")
+    return int(m[1]), int(m[2]), max(p[3] for p in pts), max(p[2] for p in pts)
 
 
 def fio_rate(files, rw, block, depth):

@@ -7,7 +7,7 @@
 # plan's RAM: both stream a parameter group at a time, so neither holds the model. Checks free disk
 # first (the states, embeddings included, and with checkpoints two of 12 B/param more, with
 # RESERVE_GB, default 8, left free) and scales the model down, saying so, when it is short. Before training (unless IO_BENCH=0) it runs `zinf io-bench` on the
-# same directory: the run config takes its best block size and queue depth, and the NVMe lanes'
+# same directory: the run config takes its recommended block size and queue depth, and the NVMe lanes'
 # bandwidth while busy is reported against its best read and best write, the step against
 # max(compute alone, read bytes / best read + written bytes / best write). io-bench moves 2 GiB; the
 # disk here sustains about half its rates over the tens of GB a step moves, so after training (unless
@@ -72,10 +72,13 @@ fi
 # The store's own bandwidth on this disk, measured now (the disk's speed drifts from minute to minute).
 block=1048576; depth=32; best_read=0; best_write=0
 if [ "$IO_BENCH" != 0 ]; then
-  "$ZINF" io-bench --dir "$NVME" --size "2 GiB" --block-sizes "1 MiB,8 MiB" --queue-depths 8,32 | tee "$work/io.txt" | tr '\r' '\n' | grep -E "write .* read .*/s *$"
+  "$ZINF" io-bench --dir "$NVME" --size "2 GiB" --block-sizes "1 MiB,8 MiB" --queue-depths 8,32,64 | tee "$work/io.txt" | tr '\r' '\n' | grep -E "write .* read .*/s *$"
   read -r block depth best_read best_write < <(python3 experiments/memory_wall/disk_refs.py io-bench "$work/io.txt")
   echo "memory_wall: io-bench best read $(numfmt --to=si --round=nearest "${best_read%.*}")B/s, best write $(numfmt --to=si --round=nearest "${best_write%.*}")B/s; aio block $block, queue depth $depth"
 fi
+
+# QUEUE_DEPTH and RINGS override the queue depth io-bench recommends and aio.rings (default 1).
+depth=${QUEUE_DEPTH:-$depth}
 
 cat > "$work/model.yaml" <<YAML
 name: gpt-memory-wall
@@ -92,7 +95,7 @@ zero_stage: 3
 offload: {params: nvme, gradients: nvme, optimizer: nvme}
 activation_checkpoint: {interval: 1, tier: host}
 tiling_factor: $TILING
-aio: {block_size: $block, queue_depth: $depth, tasks_in_flight: $TASKS_IN_FLIGHT}
+aio: {block_size: $block, queue_depth: $depth, rings: ${RINGS:-1}, tasks_in_flight: $TASKS_IN_FLIGHT}
 optimizer: {type: adamw, lr: 1.0e-5, grad_clip: $GRAD_CLIP, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING,
             sub_groups_in_flight: $SUB_GROUPS_IN_FLIGHT, nvme_phases: $NVME_PHASES, read_ahead: $READ_AHEAD}
 prefetch: {nvme_distance: $NVME_DISTANCE}

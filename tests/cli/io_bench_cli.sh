@@ -14,6 +14,18 @@ expect "io-bench sweeps 2 x 2 points and recommends aio settings" 0 "^aio: \{blo
 # The progress bars end in carriage returns: each point's result is the text after its last one.
 if [ "$(tr '\r' '\n' < "$D/bench.log" | grep -cE "^  \[ ?[1-4]/4\] .* write +[0-9.]+ [GMk]?B/s +read +[0-9.]+ [GMk]?B/s")" = 4 ]; then pass "every point is measured both ways"
 else fail "io-bench did not report write and read for each of the 4 points" "$D/bench.log"; fi
+# The recommendation is the deepest queue among the points within 5 % of the best harmonic mean of
+# write and read (a deeper queue costs the engine no memory; a step's two lanes share the rings).
+rule=$(tr '\r' '\n' < "$D/bench.log" | awk '
+  function rate(v, u) { return v * (u ~ /^G/ ? 1e9 : u ~ /^M/ ? 1e6 : u ~ /^k/ ? 1e3 : 1) }
+  /^  \[ ?[1-4]\/4\] .* write +[0-9.]+ [GMk]?B\/s +read/ {
+    n++; for (i = 1; i <= NF; i++) { if ($i == "qd") qd[n] = $(i + 1); if ($i == "write") w = rate($(i + 1), $(i + 2)); if ($i == "read") r = rate($(i + 1), $(i + 2)) }
+    s[n] = 2 / (1 / w + 1 / r); if (s[n] > best) best = s[n] }
+  /^aio: / { got = $0; sub(/.*queue_depth: /, "", got); sub(/\}.*/, "", got) }
+  END { want = 0; for (k = 1; k <= n; k++) if (s[k] >= 0.95 * best && qd[k] + 0 > want) want = qd[k] + 0
+        print (n == 4 && got + 0 == want) ? "ok" : "recommended qd " got ", expected " want }')
+if [ "$rule" = ok ]; then pass "the recommended queue depth is the deepest within 5 % of the best"
+else fail "$rule" "$D/bench.log"; fi
 expect "both directions at once are measured at the recommended point" 0 \
   "read and write at once \([0-9]+ MiB qd [28]\): read [0-9.]+ [GMk]?B/s, write [0-9.]+ [GMk]?B/s; both directions [0-9.]+ [GMk]?B/s" \
   "$D/bench.log" $rc
