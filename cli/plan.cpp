@@ -193,6 +193,7 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                  {"checkpoints", to_string(c.checkpoints)},
                  {"checkpoint_interval", c.checkpoint_interval},
                  {"checkpoints_partitioned", c.checkpoints_partitioned},
+                 {"checkpoints_per_block", c.checkpoints_per_block},
                  {"tiling_factor", rep.tiling_factor},
                  {"tensor_parallel", c.tensor_parallel},
                  {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},

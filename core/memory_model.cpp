@@ -133,7 +133,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   if (c.checkpoint_interval > 0) {
     MemoryRow ckpt{"activation checkpoints", {}};
     const double split = c.checkpoints_partitioned ? double(t) : 1.0;
-    add(ckpt.bytes, tier_of(c.checkpoints), wb * bsz * seq * hd * nl / ci / split, G);
+    add(ckpt.bytes, tier_of(c.checkpoints), wb * bsz * seq * hd * nl / ci / split * double(c.checkpoints_per_block), G);
     r.rows.push_back(ckpt);
   }
 

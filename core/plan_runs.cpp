@@ -76,10 +76,12 @@ void make_runs(PlanState& ps) {
       r.grad_bytes = ps.wb_ * k.backward;
     }
   }
-  ps.ckpt_bytes_ = ps.wb_ * tokens * double(s.hidden);
+  // A block split in two (checkpoints_per_block 2) keeps its attention output as well as its input.
+  const double block_input = ps.wb_ * tokens * double(s.hidden);
+  ps.ckpt_bytes_ = block_input * double(ps.c_.checkpoints_per_block);
   if (ps.wb_ != 2.0)  // the output of a run before a checkpointed one is that checkpoint, counted apart
     for (size_t i = 0; i + 1 < ps.runs_.size(); ++i)
-      if (ps.runs_[i + 1].recompute) ps.runs_[i].act_bytes -= ps.ckpt_bytes_;
+      if (ps.runs_[i + 1].recompute) ps.runs_[i].act_bytes -= block_input;
   for (const auto& r : ps.runs_) ps.act_peak_ = std::max(ps.act_peak_, r.act_bytes + r.grad_bytes);
   ps.plan_.checkpoints_per_micro_batch = ckpt;
 }

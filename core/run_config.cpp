@@ -76,6 +76,7 @@ RunConfig read_yaml(ConfigReader& r) {
     c.checkpoints = parse_placement(a->choice("tier", kTierWords, "device"));
     c.checkpoint_copies_synchronous = a->choice("copies", {"overlapped", "synchronous"}, "overlapped") == "synchronous";
     c.checkpoints_partitioned = a->boolean("partitioned", false);
+    c.checkpoints_per_block = a->int_in("per_block", 1, 2, 1);
   }
   if (auto a = r.maybe_child("activation_offload")) {
     const std::string policy = a->choice("policy", {"none", "lifetime", "offload_all"}, "none");

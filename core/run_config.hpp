@@ -51,6 +51,10 @@ struct RunConfig {
   // With tensor parallelism: each rank of a group keeps 1/tensor_parallel of every checkpoint in its
   // tier, and the group all-gathers it before the recompute (DeepSpeed's partition_activations).
   bool checkpoints_partitioned = false;
+  // Checkpoints each checkpointed block keeps: 1 (its input), or 2 (its input and its attention
+  // output, the block split in two recompute segments, as Megatron's --split-transformers does in
+  // DeepSpeed's Megatron + ZeRO-3 example). Planned and simulated; the engine keeps 1.
+  int64_t checkpoints_per_block = 1;
 
   ActivationPolicy activation_policy = ActivationPolicy::None;
   // Where offloaded activations go: host, nvme, or auto (the pass picks per block the faster path
@@ -121,7 +125,7 @@ std::string run_config_to_yaml(const RunConfig& config, const std::string& descr
 
 // `config` as a DeepSpeed JSON config for `ranks` data-parallel ranks (train_batch_size is
 // micro-batch x accumulation x ranks). What DeepSpeed cannot say (checkpoints on NVMe or every
-// ci > 1 blocks, gradients on another tier than parameters, tiling, prefetch distances, owner-based
+// ci > 1 blocks or two per block, gradients on another tier than parameters, tiling, prefetch distances, owner-based
 // partitioning, optimizer steps overlapping backward) is left out and named in `not_expressed`.
 std::string run_config_to_deepspeed_json(const RunConfig& config, int ranks, int64_t model_micro_batch,
                                          std::vector<std::string>& not_expressed);

@@ -44,9 +44,10 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                      c.partitioning == Partitioning::OwnerBased ? "owner-based" : "bandwidth-centric");
   out += fmt::format("offload: {{params: {}, gradients: {}, optimizer: {}}}\n", tier_word(c.params),
                      tier_word(c.gradients), tier_word(c.optimizer));
-  out += fmt::format("activation_checkpoint: {{interval: {}, tier: {}, copies: {}, partitioned: {}}}\n",
+  out += fmt::format("activation_checkpoint: {{interval: {}, tier: {}, copies: {}, partitioned: {}, per_block: {}}}\n",
                      c.checkpoint_interval, tier_word(c.checkpoints),
-                     c.checkpoint_copies_synchronous ? "synchronous" : "overlapped", c.checkpoints_partitioned);
+                     c.checkpoint_copies_synchronous ? "synchronous" : "overlapped", c.checkpoints_partitioned,
+                     c.checkpoints_per_block);
   if (c.activation_policy != ActivationPolicy::None)
     out += fmt::format("activation_offload: {{policy: {}, tier: {}, prefetch_blocks: {}, granularity: {}}}\n",
                        to_string(c.activation_policy), to_string(c.activation_tier), c.activation_prefetch_blocks,
@@ -117,6 +118,8 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
   if (c.checkpoint_interval > 1)
     not_expressed.push_back(fmt::format("a checkpoint every {} blocks (DeepSpeed checkpoints every block it wraps)",
                                         c.checkpoint_interval));
+  if (c.checkpoint_interval > 0 && c.checkpoints_per_block == 2)
+    not_expressed.push_back("two checkpoints per block (Megatron's --split-transformers, a flag of the model code)");
   if (c.checkpoint_interval > 0 && c.checkpoints.tier == Tier::Nvme)
     not_expressed.push_back("activation checkpoints on NVMe (DeepSpeed: device or cpu_checkpointing)");
   if (c.checkpoint_interval > 0 && c.checkpoints.tier == Tier::Host && !c.checkpoint_copies_synchronous)

@@ -146,7 +146,8 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
   }
   // Activation checkpoints: saved in forward, loaded in backward.
   if (c.checkpoint_interval > 0 && c.checkpoints.tier != Tier::Device) {
-    const double ckpt = 2 * b * s * h * std::ceil(L / double(c.checkpoint_interval)) * M / (c.checkpoints_partitioned ? T : 1);
+    const double ckpt = 2 * b * s * h * std::ceil(L / double(c.checkpoint_interval)) * M / (c.checkpoints_partitioned ? T : 1) *
+                        double(c.checkpoints_per_block);
     d2h += ckpt / pcie;
     h2d += ckpt / pcie;
     if (c.checkpoints.tier == Tier::Nvme) {

@@ -230,3 +230,17 @@ TEST_CASE("aio.checksums turns on the swap files' checksums; off by default", "[
   CHECK_FALSE(parse_run_config("zero_stage: 3\n", "r.yaml").swap_checksums);
   CHECK(parse_run_config("aio: {checksums: true}\n", "r.yaml").swap_checksums);
 }
+
+TEST_CASE("activation_checkpoint.per_block is 1 or 2, round-trips, and DeepSpeed JSON says it cannot carry 2", "[config]") {
+  CHECK(parse_run_config("zero_stage: 3\n", "r.yaml").checkpoints_per_block == 1);
+  const RunConfig two = parse_run_config("activation_checkpoint: {interval: 1, per_block: 2}\n", "r.yaml");
+  CHECK(two.checkpoints_per_block == 2);
+  CHECK(parse_run_config(run_config_to_yaml(two, "round trip"), "rt.yaml").checkpoints_per_block == 2);
+  CHECK_THROWS_WITH(parse_run_config("activation_checkpoint: {per_block: 3}\n", "r.yaml"),
+                    Contains("r.yaml") && Contains("per_block"));
+  std::vector<std::string> not_expressed;
+  (void)run_config_to_deepspeed_json(two, 1, 1, not_expressed);
+  bool named = false;
+  for (const auto& w : not_expressed) named = named || w.find("split-transformers") != std::string::npos;
+  CHECK(named);
+}

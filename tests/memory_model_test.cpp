@@ -78,6 +78,10 @@ TEST_CASE("tensor parallelism splits states, working memory and partitioned chec
   CHECK(row(four, "activation checkpoints") == Approx(row(one, "activation checkpoints")));
   in.config.checkpoints_partitioned = true;
   CHECK(row(memory_requirement(in), "activation checkpoints") == Approx(row(one, "activation checkpoints") / 4));
+  // Two checkpoints per block (--split-transformers): twice the bytes.
+  in.config.checkpoints_per_block = 2;
+  CHECK(row(memory_requirement(in), "activation checkpoints") == Approx(row(one, "activation checkpoints") / 2));
+  in.config.checkpoints_per_block = 1;
   // ZeRO-1 on 16 GPUs: a rank holds its group's whole share of the bf16 parameters and gradients
   // (4 bytes x P/4 instead of 4 x P) and the optimizer states stay P/16 x 12 either way:
   // (P + 0.75 P) / (4 P + 0.75 P).

@@ -340,3 +340,29 @@ TEST_CASE("NVMe tasks in flight together overlap their latencies on a queued dri
   const auto [serial4, serial_ideal, latency_s, transfer_s] = run(true, 4);
   CHECK(serial4 >= latency_s + transfer_s - 1e-6);
 }
+
+TEST_CASE("two checkpoints per block, copied synchronously, add their bytes over PCIe both ways to the step",
+          "[checkpoints]") {
+  // One GPU, every state on it, checkpoints in host memory with DeepSpeed's blocking copies. Splitting
+  // each block in two (Megatron's --split-transformers) keeps a second checkpoint of tokens x hidden
+  // per block: copied out in forward and back before the recompute, on the compute stream, so the step
+  // grows by 2 x layers x tokens x hidden x working bytes / PCIe bandwidth.
+  Hw h;
+  const auto hw = h.profile();
+  auto c = config("none", "none", "cpu");
+  c.checkpoint_copies_synchronous = true;
+  const auto one = plan(hw, c, 1);
+  c.checkpoints_per_block = 2;
+  const auto two = plan(hw, c, 1);
+  auto copied = [](const core::Program& p) {
+    double b = 0;
+    for (const auto& t : p.tasks())
+      if (t.data == core::Data::Checkpoint && (t.kind == TaskKind::CopyD2H || t.kind == TaskKind::CopyH2D)) b += t.bytes;
+    return b;
+  };
+  const auto m = model();
+  const double extra = 2.0 * double(m.layers) * double(m.seq * m.micro_batch) * double(m.hidden) * hw.node.gpu.working_bytes;
+  CHECK(copied(two.program) - copied(one.program) == Approx(extra));
+  const double t1 = simulate_in_child(one.program, hw).step_time, t2 = simulate_in_child(two.program, hw).step_time;
+  CHECK(t2 - t1 == Approx(extra / 16e9).epsilon(0.1));
+}

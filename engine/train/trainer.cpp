@@ -234,6 +234,10 @@ struct Trainer::Impl {
 
   static models::GptPlan plan_run(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
+    if (o.config.checkpoints_per_block != 1)
+      throw std::invalid_argument(fmt::format("{}: activation_checkpoint.per_block {}: the engine keeps one checkpoint per "
+                                              "block; two (Megatron's --split-transformers) are planned and simulated only",
+                                              o.config_source, o.config.checkpoints_per_block));
     if (o.config.tensor_parallel > 1) {
       // What tensor-parallel training does not do yet, refused by name before anything runs.
       const auto refuse = [&](const std::string& what) {

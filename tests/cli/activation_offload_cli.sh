@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Activation offload as a user meets it on the command line: zinf plan prints what the planner's
 # activation pass chose per block, zinf train runs an offloading plan on the CPU backend to the
-# end, zinf sim simulates one over GDS, and a bad policy is an error naming the key.
+# end, zinf sim simulates one over GDS, and a bad policy is an error naming the key. Two checkpoints
+# per block are simulated and refused by the engine.
 # Usage: activation_offload_cli.sh ZINF_BINARY. Prints "N passed, M failed".
 set -u
 ZINF=$1
@@ -24,6 +25,16 @@ if [ "$rc" != 0 ] && grep -q "policy" "$D/bad.log" && grep -q "bad.yaml" "$D/bad
   pass "a bad activation_offload.policy is refused naming the file and the key"
 else
   fail "activation_offload.policy: whenever (exit $rc)" "$D/bad.log"
+fi
+# Two checkpoints per block (Megatron's --split-transformers) are simulated; the engine refuses them by name.
+printf 'zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: host, copies: synchronous, per_block: 2}\n' > "$D/split.yaml"
+"$ZINF" sim --model gpt2-small --hw dgx2-v100 --config "$D/split.yaml" --json > "$D/split.json" 2> "$D/split.err"; rc=$?
+expect "zinf sim simulates two checkpoints per block" 0 '"samples_per_s"' "$D/split.json" $rc
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/split.yaml" --steps 1 --nvme-dir "$D" > "$D/split.log" 2>&1; rc=$?
+if [ "$rc" != 0 ] && grep -q "split.yaml: activation_checkpoint.per_block 2" "$D/split.log"; then
+  pass "zinf train refuses two checkpoints per block, naming the file and the key"
+else
+  fail "zinf train with activation_checkpoint.per_block 2 (exit $rc)" "$D/split.log"
 fi
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]
