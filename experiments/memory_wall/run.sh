@@ -78,7 +78,10 @@ if [ "$IO_BENCH" != 0 ]; then
 fi
 
 # QUEUE_DEPTH and RINGS override the queue depth io-bench recommends and aio.rings (default 1).
-depth=${QUEUE_DEPTH:-$depth}
+if [ -n "${QUEUE_DEPTH:-}" ]; then
+  depth=$QUEUE_DEPTH
+  echo "memory_wall: QUEUE_DEPTH=$depth in place of io-bench's queue depth"
+fi
 
 cat > "$work/model.yaml" <<YAML
 name: gpt-memory-wall
