@@ -496,7 +496,8 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
   for (uint32_t k = 0; k < st.units_count; ++k) {
     const int32_t u = ps.step_units_[st.units_begin + k];
     if (ps.first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
-      if (ps.grad_stores_.size() >= kGradStoresInFlight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - kGradStoresInFlight]);
+      const auto in_flight = static_cast<size_t>(ps.c_.gradient_stores_in_flight);
+      if (ps.grad_stores_.size() >= in_flight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - in_flight]);
       ps.grad_buf_[static_cast<size_t>(u)] = ps.b_.buffer();
       const auto& un = ps.units_[static_cast<size_t>(u)];
       const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.wb_ * double(un.numel)

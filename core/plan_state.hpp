@@ -105,9 +105,9 @@ inline constexpr int kOptimizerPipelineDepth = 3;  // sub-groups in flight: NVMe
 // the states placed in host memory leave (at least kOptimizerPipelineDepth).
 inline constexpr double kOptimizerHostShare = 0.25;
 // Backpressure, so that memory stays bounded however fast or slow each lane runs: a backward step
-// that starts new gradients waits until the gradient stored this many reductions ago is stored, and
-// a forward step that starts a new checkpoint waits for the save of the one this many before.
-inline constexpr size_t kGradStoresInFlight = 4;
+// that starts new gradients waits until the gradient stored RunConfig::gradient_stores_in_flight
+// reductions ago is stored, and a forward step that starts a new checkpoint waits for the save of
+// the one this many before.
 inline constexpr size_t kCheckpointSavesInFlight = 2;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

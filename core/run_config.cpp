@@ -143,6 +143,7 @@ RunConfig read_yaml(ConfigReader& r) {
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
   c.reserve_nvme_for_checkpoint = r.boolean("reserve_nvme_for_checkpoint", true);
+  c.gradient_stores_in_flight = r.int_in("gradient_stores_in_flight", 1, 1024, c.gradient_stores_in_flight);
   // Megatron's name for the same degree is accepted too, but not both.
   if (r.has("tensor_parallel") && r.has("tensor_model_parallel_size"))
     r.fail("tensor_model_parallel_size", "say tensor_parallel or tensor_model_parallel_size, not both");

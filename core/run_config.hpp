@@ -101,6 +101,9 @@ struct RunConfig {
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
   bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint
+  // Backpressure on backward: a backward step that starts new gradients waits until the gradient
+  // stored this many stores ago is stored (bounds the gradient buffers on the device).
+  int64_t gradient_stores_in_flight = 4;
 };
 
 // zinf's YAML run config. Unknown keys are errors.

@@ -71,6 +71,7 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
   out += fmt::format("gradient_accumulation: {}\n", c.gradient_accumulation);
   if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
   out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);
+  out += fmt::format("gradient_stores_in_flight: {}\n", c.gradient_stores_in_flight);
   return out;
 }
 

@@ -42,6 +42,9 @@ NVME_DISTANCE=${NVME_DISTANCE:-12}
 GRAD_CLIP=${GRAD_CLIP:-1.0}
 # TILING (default auto) is tiling_factor; a number skips the `auto` search, which simulates candidates.
 TILING=${TILING:-auto}
+# GRAD_STORES_IN_FLIGHT (default 4) is gradient_stores_in_flight: backward waits until the gradient
+# stored that many stores ago is on its tier.
+GRAD_STORES_IN_FLIGHT=${GRAD_STORES_IN_FLIGHT:-4}
 ZINF=${ZINF:-build/zinf}
 mkdir -p "$NVME"
 work=$(mktemp -d)
@@ -103,6 +106,7 @@ optimizer: {type: adamw, lr: 1.0e-5, grad_clip: $GRAD_CLIP, sub_group_size: 1000
             sub_groups_in_flight: $SUB_GROUPS_IN_FLIGHT, nvme_phases: $NVME_PHASES, read_ahead: $READ_AHEAD}
 prefetch: {nvme_distance: $NVME_DISTANCE}
 reserve_nvme_for_checkpoint: false
+gradient_stores_in_flight: $GRAD_STORES_IN_FLIGHT
 YAML
 # This machine's profile with room for the states on its disk and a device arena of DEVICE_GIB
 # (default 8): the largest layer's fp32 gathered parameters with their gradients, and the auto tiling
