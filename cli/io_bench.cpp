@@ -183,8 +183,8 @@ void run_io_bench(const IoBenchOptions& opt) {
   const Point best = *std::max_element(points.begin(), points.end(), [](auto& a, auto& b) { return a.score() < b.score(); });
   // Among settings within 5% of the best, take the deepest queue (then the better score). A deeper
   // queue costs the engine no memory (a request's blocks sit in its task's own buffers), and in a
-  // training step both NVMe lanes and several tasks on each share the store's rings: one direction
-  // alone reaches its rate at a shallower queue than a step's mixed traffic does.
+  // training step both NVMe lanes and several tasks on each share the store's rings. (At 1.5x RAM on
+  // one disk, depth 8 and 64 trained at the same speed: analysis/memory_wall/item4e/.)
   Point pick = best;
   for (const auto& p : points)
     if (p.score() >= 0.95 * best.score() && (p.qd > pick.qd || (p.qd == pick.qd && p.score() > pick.score()))) pick = p;
