@@ -82,7 +82,7 @@ if [ "$IO_BENCH" != 0 ]; then
   echo "memory_wall: io-bench best read $(numfmt --to=si --round=nearest "${best_read%.*}")B/s, best write $(numfmt --to=si --round=nearest "${best_write%.*}")B/s; aio block $block, queue depth $depth"
 fi
 
-# QUEUE_DEPTH and RINGS override the queue depth io-bench recommends and aio.rings (default 1).
+# QUEUE_DEPTH overrides the queue depth io-bench recommends.
 if [ -n "${QUEUE_DEPTH:-}" ]; then
   depth=$QUEUE_DEPTH
   echo "memory_wall: QUEUE_DEPTH=$depth in place of io-bench's queue depth"
@@ -103,7 +103,7 @@ zero_stage: 3
 offload: {params: nvme, gradients: nvme, optimizer: nvme}
 activation_checkpoint: {interval: 1, tier: host}
 tiling_factor: $TILING
-aio: {block_size: $block, queue_depth: $depth, rings: ${RINGS:-1}, tasks_in_flight: $TASKS_IN_FLIGHT}
+aio: {block_size: $block, queue_depth: $depth, tasks_in_flight: $TASKS_IN_FLIGHT}
 optimizer: {type: adamw, lr: 1.0e-5, grad_clip: $GRAD_CLIP, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING,
             sub_groups_in_flight: $SUB_GROUPS_IN_FLIGHT, nvme_phases: $NVME_PHASES, read_ahead: $READ_AHEAD}
 prefetch: {nvme_distance: $NVME_DISTANCE}
