@@ -31,6 +31,7 @@ struct Rendezvous {
 
 struct RankState {
   std::vector<int32_t> pending;                 // dependencies not yet ended, per task
+  std::vector<uint8_t> done;                    // 1 once the task has ended (for the deadlock report)
   // A lane whose next task is not ready blocks on its semaphore until the task's last dependency
   // ends (cheaper than suspending the actor, which walks all its activities in SimGrid 3.32).
   std::array<sg4::SemaphorePtr, kLanes> wake{};
@@ -89,6 +90,7 @@ public:
     for (int r = 0; r < sim_ranks_; ++r) {
       auto& rs = ranks_state_[static_cast<size_t>(r)];
       rs.pending = initial;
+      rs.done.assign(tasks.size(), 0);
       rs.waiting_for.fill(-1);
       const auto& st = program.static_bytes(r);
       for (int k = 0; k < kTiers; ++k) rs.live[static_cast<size_t>(k)] = rs.peak[static_cast<size_t>(k)] = st[static_cast<size_t>(k)];
@@ -135,8 +137,8 @@ public:
     if (lanes_running_ != 0 || !std::isfinite(sg4::Engine::get_clock()))
       throw std::runtime_error(fmt::format(
           "the simulation did not finish ({} lanes still waiting, clock {} s): the hardware profile's rates are "
-          "too small for SimGrid to resolve, or the Program has a cycle",
-          int(lanes_running_), sg4::Engine::get_clock()));
+          "too small for SimGrid to resolve, or the Program has a cycle{}",
+          int(lanes_running_), sg4::Engine::get_clock(), describe_waits()));
     return report();
   }
 
@@ -147,7 +149,7 @@ private:
     for (int32_t id : lane_tasks_[li]) {
       if (rs.pending[static_cast<size_t>(id)] > 0) {
         rs.waiting_for[li] = id;
-        rs.wake[li]->acquire();
+        block(rs.wake[li].get());
       }
       const double start = sg4::Engine::get_clock();
       const double end = run_task(rank, id);
@@ -169,17 +171,20 @@ private:
       const int32_t id = ids[mine];
       if (L.started != mine) {
         L.turn.emplace_back(mine, my_turn.get());
-        my_turn->acquire();
+        block(my_turn.get());
       }
       if (rs.pending[static_cast<size_t>(id)] > 0) {
         rs.waiting_for[li] = id;
-        rs.wake[li]->acquire();
+        block(rs.wake[li].get());
       }
       ++L.started;
+      // Out of `turn` before the release: releasing is a simcall, during which another slot of the
+      // lane may run and append to `turn` (an iterator held across it would be stale).
       for (auto it = L.turn.begin(); it != L.turn.end(); ++it)
         if (it->first == L.started) {
-          it->second->release();
+          auto* next = it->second;
           L.turn.erase(it);
+          unblock(next);
           break;
         }
       const double start = sg4::Engine::get_clock();
@@ -209,6 +214,7 @@ private:
 
   void complete(int rank, int32_t id) {
     auto& rs = ranks_state_[static_cast<size_t>(rank)];
+    rs.done[static_cast<size_t>(id)] = 1;
     const auto b = static_cast<size_t>(dependents_begin_[static_cast<size_t>(id)]);
     const auto e = static_cast<size_t>(dependents_begin_[static_cast<size_t>(id) + 1]);
     for (size_t i = b; i < e; ++i) {
@@ -217,7 +223,7 @@ private:
         const auto l = static_cast<size_t>(program_.task(d).lane);
         if (rs.waiting_for[l] == d) {
           rs.waiting_for[l] = -1;
-          rs.wake[l]->release();
+          unblock(rs.wake[l].get());
         }
       }
     }
@@ -237,6 +243,40 @@ private:
     }
   }
 
+  // A lane actor waits on `s`; whoever releases it calls unblock(). `blocked_` counts the waiting,
+  // so that lanes_running_ == blocked_ means no lane can ever move again.
+  void block(sg4::Semaphore* s) {
+    ++blocked_;
+    s->acquire();
+  }
+  void unblock(sg4::Semaphore* s) {
+    --blocked_;
+    s->release();
+  }
+
+  // For an unfinished simulation: on the first rank with a blocked lane, the task each lane waits
+  // to start and those of its dependencies that have not ended, so that the cycle can be traced.
+  std::string describe_waits() const {
+    for (int r = 0; r < sim_ranks_; ++r) {
+      const auto& rs = ranks_state_[static_cast<size_t>(r)];
+      std::string out;
+      for (int l = 0; l < kLanes; ++l) {
+        const int32_t id = rs.waiting_for[static_cast<size_t>(l)];
+        if (id < 0) continue;
+        const Task& t = program_.task(id);
+        out += fmt::format("; lane {} waits to start task {} ({}) for", core::to_string(static_cast<Lane>(l)), id,
+                           program_.label(t));
+        int shown = 0;
+        for (int32_t d : program_.deps(t))
+          if (!rs.done[static_cast<size_t>(d)] && shown++ < 3)
+            out += fmt::format(" task {} ({}, lane {})", d, program_.label(program_.task(d)),
+                               core::to_string(program_.task(d).lane));
+      }
+      if (!out.empty()) return fmt::format(". On rank {}{}", r, out);
+    }
+    return "";
+  }
+
   // Other processes' threads on a shared core pool (the profile's background_threads, measured):
   // ceil(b) actors that keep an exec running, each weighing b / ceil(b) of a thread in SimGrid's
   // max-min share of the cores, until the last lane ends: the ranks' threads get what a fair
@@ -252,8 +292,9 @@ private:
       for (int i = 0; i < actors; ++i)
         sg4::Actor::create("background", pool, [this, pool, weight = b / actors] {
           // Short execs back to back: the share is continuous, and the last one ends at most a
-          // millisecond after the step (whose time is the last task's end).
-          while (lanes_running_ > 0)
+          // millisecond after the step (whose time is the last task's end). They stop too once
+          // every lane is blocked on another (a deadlock), so that SimGrid sees it and run() says so.
+          while (lanes_running_ > blocked_)
             sg4::Exec::init()->set_host(pool)->set_flops_amount(1e-3)->set_priority(weight)->set_bound(weight)->start()->wait();
         });
     }
@@ -385,7 +426,7 @@ private:
     auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
     if (++rv.arrived < members) {
       rv.waiting.push_back(wake);
-      wake->acquire();
+      block(wake);
       return;
     }
     const int G = std::min(platform_.gpus_per_node(), ranks_);
@@ -411,7 +452,7 @@ private:
     }
     auto waiting = std::move(rv.waiting);
     rendezvous_.erase(int64_t{t.id} << 20);
-    for (auto* w : waiting) w->release();
+    for (auto* w : waiting) unblock(w);
   }
 
   // A collective among `participants` consecutive ranks inside one node (a tensor-parallel group):
@@ -429,7 +470,7 @@ private:
     auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
     if (++rv.arrived < k) {
       rv.waiting.push_back(wake);
-      wake->acquire();
+      block(wake);
       return;
     }
     auto phases = collective_phases({t.kind, k, k, t.bytes, std::max(0, t.root)}, options_.algorithm,
@@ -444,7 +485,7 @@ private:
     }
     auto waiting = std::move(rv.waiting);
     rendezvous_.erase((int64_t{t.id} << 20) + 1 + group);
-    for (auto* w : waiting) w->release();
+    for (auto* w : waiting) unblock(w);
   }
 
   // Node 0's view of a collective over identical nodes: the flows node 0's GPUs send and receive,
@@ -519,6 +560,7 @@ private:
   CostModel cost_;
   bool background_ = false;
   int lanes_running_ = 0;
+  int blocked_ = 0;  // lane actors waiting on a semaphore
   double last_end_ = 0;
   double core_share_;  // of one core, per thread, when the profile was measured (1: no shared pool)
   std::vector<int32_t> dependents_begin_, dependents_;
