@@ -183,6 +183,24 @@ std::string in_step_key(const Program& p, const Task& t) {
   return op + (t.kind == TaskKind::Backward ? "_backward" : "_forward");
 }
 
+double collective_host_seconds(const Program& p, const Task& t, const HwProfile& hw) {
+  const auto& n = hw.node;
+  if (!n.device_shares_host_cores || n.gpu.memory_bandwidth <= 0 || t.bytes <= 0) return 0;
+  // t.bytes counts the whole buffer at 2 bytes an element (Task::bytes); the device works at w.
+  const double elems = t.bytes / 2, w = n.gpu.working_bytes;
+  const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
+  const double parts = std::max(1, t.participants / T);
+  double moved = 0;  // bytes read + written
+  if ((t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast) && t.data == Data::Param) {
+    if (w > 2) moved += elems * (2 + w);                // widen in place: read bf16, write w
+    if (parts <= 1) moved += 2 * elems * 2;             // the one rank's shard copied into the buffer
+  } else if ((t.kind == TaskKind::ReduceScatter || t.kind == TaskKind::Reduce) && t.data == Data::Grad) {
+    if (parts <= 1) moved += 2 * elems * w;             // the one rank's gradient copied to its shard
+    moved += 2 * elems / parts * w;                     // the kept shard scaled in place
+  }
+  return moved / n.gpu.memory_bandwidth;
+}
+
 double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {
   if (!p.active(t, rank)) return 0;
   const auto& n = hw.node;
@@ -213,14 +231,15 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
       // (Program::tensor_parallel), each across nodes as soon as the ranks are.
       const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
       const double parts = std::max(1, t.participants / T);
-      if (parts <= 1) return 0;
+      const double host = collective_host_seconds(p, t, hw);
+      if (parts <= 1) return host;
       const bool one_node = t.participants <= G;
       const double bw = one_node ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);
       const double lat = one_node ? n.nvlink_latency : hw.fabric.latency;
       double volume = (parts - 1) / parts * t.bytes;
       if (t.kind == TaskKind::AllReduce) volume *= 2;
       if (t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) volume = t.bytes;
-      return lat * (parts - 1) + volume / bw;
+      return host + lat * (parts - 1) + volume / bw;
     }
     case TaskKind::GradNorm:
       return t.lane == Lane::CpuOptim ? t.bytes / (n.host_memory_bandwidth / G)

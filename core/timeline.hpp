@@ -60,6 +60,13 @@ double nominal_duration(const Program& program, const Task& task, int rank, cons
 double task_kernel_seconds(const GpuSpec& gpu, const Program& program, const Task& task);
 // The GpuSpec::in_step_slowdown key of a compute or optimizer task ("linear_backward", "optimizer").
 std::string in_step_key(const Program& program, const Task& task);
+// The host-memory work a collective of a CPU-backend device (node.device_shares_host_cores) does
+// beside its transfer, in seconds at the device's memory_bandwidth (bytes read + written per
+// second): a parameter's all-gather or broadcast widens the bf16 unit into the working copy
+// (gpu.working_bytes per element), a gradient's reduce-scatter or reduce scales the shard it keeps;
+// with one participant the collective itself is a copy (of the bf16 shard; of the working-precision
+// gradient). 0 for a GPU profile, and for other data.
+double collective_host_seconds(const Program& program, const Task& task, const HwProfile& hw);
 
 // The idealized list scheduler: each lane of each rank a serial resource running its tasks in
 // program order at nominal rates, a task starting when its dependencies (for collectives: on all

@@ -396,7 +396,12 @@ private:
       case TaskKind::ReduceScatter:
       case TaskKind::AllReduce:
       case TaskKind::Broadcast:
-      case TaskKind::Reduce: collective(t, rank); break;
+      case TaskKind::Reduce:
+        collective(t, rank);
+        // A CPU-backend device's widening or scaling beside the transfer (0 on a GPU profile).
+        if (const double s = core::collective_host_seconds(program_, t, platform_.hw()); s > 0)
+          host_work(rank, platform_.gpu(rank), s);
+        break;
       case TaskKind::GradNorm:
         if (t.lane == Lane::CpuOptim)
           host_work(rank, platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));

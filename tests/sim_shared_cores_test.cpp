@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/plan.hpp"
+#include "core/plan_state.hpp"  // ProgramBuilder, for a Program of two collectives
+#include "core/timeline.hpp"
 #include "core/validation.hpp"
 #include "models/gpt.hpp"
 #include "sim/calibration.hpp"
@@ -64,6 +66,36 @@ Step run(const core::HwProfile& one_rank_hw, int ranks) {
 }
 
 double step(const core::HwProfile& one_rank_hw, int ranks) { return run(one_rank_hw, ranks).seconds; }
+
+// One rank's parameter all-gather of `gather_bytes` (bf16-counted) and then its gradient
+// reduce-scatter of `reduce_bytes`: nothing else in the step.
+core::Program two_collectives(double gather_bytes, double reduce_bytes) {
+  core::Program p;
+  core::ProgramBuilder b(p);
+  core::Task g;
+  g.kind = core::TaskKind::AllGather;
+  g.lane = core::Lane::Comm;
+  g.data = core::Data::Param;
+  g.bytes = gather_bytes;
+  const int32_t first = b.add(g, {});
+  core::Task r = g;
+  r.kind = core::TaskKind::ReduceScatter;
+  r.data = core::Data::Grad;
+  r.bytes = reduce_bytes;
+  b.add(r, {first});
+  b.static_bytes() = {core::PerTier{}};
+  b.budget() = {1e12, 1e12, 1e12};
+  return p;
+}
+
+double simulated(const core::Program& p, const core::HwProfile& hw) {
+  return std::stod(sim::run_isolated([&] {
+    std::ostringstream out;
+    out.precision(17);
+    out << sim::simulate(p, hw).step_time;
+    return out.str();
+  }));
+}
 
 }  // namespace
 
@@ -173,4 +205,35 @@ TEST_CASE("the rank skew fitted to measured steps recovers the skew that produce
   CHECK(sim::fit_rank_skew(hw, {{&large, cfg, plain_large * 0.9}}, 2).skew == 0.0);
   CHECK(sim::fit_rank_skew(hw, {{&large, cfg, plain_large * 1000}}, 2).skew == 10.0);
   CHECK_THROWS(sim::fit_rank_skew(hw, {}, 2));
+}
+
+TEST_CASE("a CPU-backend collective's host work: the fp32 widening of a gathered parameter, the scaling of a reduced gradient, and with one rank the copy") {
+  // memory_bandwidth 10 GB/s (bytes read + written). A gather of 2e8 bf16-counted bytes (1e8
+  // elements) widened to fp32 moves 1e8 x (2 + 4) and its one-rank copy 2 x 2e8: 0.1 s. A reduce of
+  // 1e8 bytes (5e7 elements) in fp32: the one-rank copy 2 x 4 x 5e7 and the scaling as much: 0.08 s.
+  auto with = [](bool shared, const char* precision) {
+    auto hw = profile(shared, 1, 0.0);
+    hw.node.gpu.memory_bandwidth = 10e9;
+    hw.node.gpu.working_bytes = std::string(precision) == "fp32" ? 4 : 2;
+    return hw;
+  };
+  const auto p = two_collectives(2e8, 1e8);
+  const auto fp32 = with(true, "fp32");
+  CHECK(core::collective_host_seconds(p, p.task(0), fp32) == Approx(0.1));
+  CHECK(core::collective_host_seconds(p, p.task(1), fp32) == Approx(0.08));
+  CHECK(simulated(p, fp32) == Approx(0.18).epsilon(0.01));
+  CHECK(core::estimate_step_time(p, fp32) == Approx(0.18).epsilon(0.01));
+  // Working in bf16 nothing is widened: the copies alone, 0.04 s each.
+  const auto bf16 = with(true, "bf16");
+  CHECK(simulated(p, bf16) == Approx(0.08).epsilon(0.01));
+  CHECK(core::estimate_step_time(p, bf16) == Approx(0.08).epsilon(0.01));
+  // A GPU profile: a one-rank collective costs nothing, as before.
+  const auto gpu = with(false, "fp32");
+  CHECK(core::collective_host_seconds(p, p.task(0), gpu) == 0);
+  CHECK(simulated(p, gpu) == Approx(0.0).margin(1e-9));
+  // Other data (a checkpoint's gather) is not a parameter's: no widening, no copy counted.
+  auto q = two_collectives(2e8, 1e8);
+  core::Task t = q.task(0);
+  t.data = core::Data::Checkpoint;
+  CHECK(core::collective_host_seconds(q, t, fp32) == 0);
 }
