@@ -19,6 +19,15 @@ using namespace zinf;
 
 namespace {
 
+// This machine's profile, with other processes' load set (whatever it measured), so that the
+// background-load actors run beside the lanes.
+core::HwProfile local_profile() {
+  auto hw = core::load_hwprofile(test::source("hwprofiles/local.yaml"));
+  REQUIRE(hw.node.device_shares_host_cores);
+  hw.node.background_threads = 0.25;
+  return hw;
+}
+
 // Every state on NVMe, as the memory-wall benchmark runs it.
 core::RunConfig nvme_config(int slots) {
   return core::parse_run_config(
@@ -74,8 +83,7 @@ TEST_CASE("slot lanes run every task of NVMe-offloaded Programs of many shapes t
   // Shapes where the slots of a lane hand each other their turns while others append to the
   // queue of waiting slots: a stale iterator into that queue once lost a turn and deadlocked the
   // simulation (or, with background load, hung it) on Programs the engine runs.
-  const auto hw = core::load_hwprofile(test::source("hwprofiles/local.yaml"));
-  REQUIRE(hw.node.background_threads > 0);  // the background-load actors run beside the lanes
+  const auto hw = local_profile();
   for (int layers : {2, 3, 4, 6})
     for (int hidden : {512, 1024})
       for (int vocab : {1024, 50257})
@@ -95,8 +103,7 @@ TEST_CASE("a Program with a cycle through the lanes is reported as unfinished, n
   // The first compute task made to wait for the step's last task: every lane ends up waiting on
   // another. With background threads in the profile, their actors must stop once no lane can move,
   // or SimGrid never sees the deadlock and the simulation never returns.
-  const auto hw = core::load_hwprofile(test::source("hwprofiles/local.yaml"));
-  REQUIRE(hw.node.background_threads > 0);
+  const auto hw = local_profile();
   for (int slots : {1, 4}) {
     INFO("tasks_in_flight " << slots);
     const auto pr = core::make_plan(models::build_gpt(gpt(2, 512, 1024)), hw, nvme_config(slots), 1);
