@@ -37,6 +37,10 @@ READ_AHEAD=${READ_AHEAD:-true}
 # from NVMe. The configs' 3 leaves this disk idle between fetches (1.5x RAM: 8-15 s of a 69-82 s
 # step); 12 keeps it busy (2-4 s idle of a 62-71 s step).
 NVME_DISTANCE=${NVME_DISTANCE:-12}
+# ALLGATHER_DISTANCE and H2D_DISTANCE (defaults 1 and 2, the run config's) are prefetch.allgather_distance
+# and prefetch.h2d_distance: operators ahead that a parameter is gathered and copied to the device.
+ALLGATHER_DISTANCE=${ALLGATHER_DISTANCE:-1}
+H2D_DISTANCE=${H2D_DISTANCE:-2}
 # GRAD_CLIP (default 1.0) is optimizer.grad_clip; 0 turns clipping off, so no update waits for the
 # gradient norm of the whole model (the end of backward).
 GRAD_CLIP=${GRAD_CLIP:-1.0}
@@ -106,7 +110,7 @@ tiling_factor: $TILING
 aio: {block_size: $block, queue_depth: $depth, tasks_in_flight: $TASKS_IN_FLIGHT}
 optimizer: {type: adamw, lr: 1.0e-5, grad_clip: $GRAD_CLIP, sub_group_size: 10000000, timing: $OPTIMIZER_TIMING,
             sub_groups_in_flight: $SUB_GROUPS_IN_FLIGHT, nvme_phases: $NVME_PHASES, read_ahead: $READ_AHEAD}
-prefetch: {nvme_distance: $NVME_DISTANCE}
+prefetch: {nvme_distance: $NVME_DISTANCE, h2d_distance: $H2D_DISTANCE, allgather_distance: $ALLGATHER_DISTANCE}
 reserve_nvme_for_checkpoint: false
 gradient_stores_in_flight: $GRAD_STORES_IN_FLIGHT
 YAML
