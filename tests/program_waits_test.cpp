@@ -14,6 +14,7 @@
 
 #include "core/plan.hpp"
 #include "core/plan_state.hpp"  // ProgramBuilder, to make a Program that lacks a dependency
+#include "program_edit.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/exec/gpt_backend.hpp"
@@ -40,32 +41,10 @@ const char* kHostCheckpoints =
 
 // The same Program with task `waiter`'s dependencies on the tasks in `drop` removed (one rank).
 Program without_deps(const Program& p, int32_t waiter, const std::set<int32_t>& drop) {
-  REQUIRE(p.ranks() == 1);
-  Program out;
-  ProgramBuilder b(out);
-  for (const Task& t : p.tasks()) {
-    std::vector<int32_t> deps;
-    for (int32_t d : p.deps(t))
-      if (t.id != waiter || !drop.count(d)) deps.push_back(d);
-    auto al = p.allocs(t, 0), fr = p.frees(t, 0);
-    b.add(t, deps, std::vector<MemEvent>(al.begin(), al.end()), std::vector<MemEvent>(fr.begin(), fr.end()));
-  }
-  b.ranks() = p.ranks();
-  b.gpus_per_node() = p.gpus_per_node();
-  b.partitioning() = p.partitioning();
-  b.micro_batches() = p.micro_batches();
-  b.units() = p.units();
-  b.sub_groups() = p.sub_groups();
-  b.ops() = p.ops();
-  b.activations() = p.activations();
-  b.checkpoint_runs() = p.checkpoint_runs();
-  b.backward_starts() = p.backward_starts();
-  b.op_order() = p.op_order();
-  b.shard_space() = {p.shard_space(0)};
-  b.static_bytes() = {p.static_bytes(0)};
-  b.budget() = p.budget();
-  b.peak() = p.peak_bytes();
-  return out;
+  return zinf::test::with_deps(p, [&](const Task& t, std::vector<int32_t> deps) {
+    if (t.id == waiter) std::erase_if(deps, [&](int32_t d) { return drop.count(d) > 0; });
+    return deps;
+  });
 }
 
 struct NoopBackend : engine::TaskBackend {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "core/plan.hpp"
-#include "core/plan_state.hpp"  // ProgramBuilder, to add a dependency that closes a cycle
 #include "models/gpt.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "program_edit.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf;
@@ -47,34 +47,10 @@ core::ModelSpec gpt(int layers, int hidden, int vocab) {
 
 // `p` with one more dependency: task `waiter` waits for task `on` as well.
 core::Program with_dep(const core::Program& p, int32_t waiter, int32_t on) {
-  REQUIRE(p.ranks() == 1);
-  core::Program out;
-  core::ProgramBuilder b(out);
-  for (const auto& t : p.tasks()) {
-    auto d = p.deps(t);
-    std::vector<int32_t> deps(d.begin(), d.end());
+  return test::with_deps(p, [&](const core::Task& t, std::vector<int32_t> deps) {
     if (t.id == waiter) deps.push_back(on);
-    auto al = p.allocs(t, 0), fr = p.frees(t, 0);
-    b.add(t, deps, std::vector<core::MemEvent>(al.begin(), al.end()), std::vector<core::MemEvent>(fr.begin(), fr.end()));
-  }
-  b.ranks() = 1;
-  b.gpus_per_node() = p.gpus_per_node();
-  b.partitioning() = p.partitioning();
-  b.micro_batches() = p.micro_batches();
-  b.units() = p.units();
-  b.sub_groups() = p.sub_groups();
-  b.ops() = p.ops();
-  b.activations() = p.activations();
-  b.checkpoint_runs() = p.checkpoint_runs();
-  b.backward_starts() = p.backward_starts();
-  b.op_order() = p.op_order();
-  b.shard_space() = {p.shard_space(0)};
-  b.static_bytes() = {p.static_bytes(0)};
-  b.budget() = p.budget();
-  b.peak() = p.peak_bytes();
-  b.lane_slots() = {};
-  for (int l = 0; l < core::kLaneCount; ++l) b.lane_slots()[static_cast<size_t>(l)] = p.lane_slots(static_cast<core::Lane>(l));
-  return out;
+    return deps;
+  });
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+// A one-rank Program rebuilt task by task with each task's dependencies as `deps_of` returns them
+// (given the task and its dependencies as planned), everything else copied: for tests that need a
+// Program lacking a dependency, or with one too many.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <vector>
+
+#include "core/plan_state.hpp"  // ProgramBuilder
+
+namespace zinf::test {
+
+inline core::Program with_deps(const core::Program& p,
+                               const std::function<std::vector<int32_t>(const core::Task&, std::vector<int32_t>)>& deps_of) {
+  REQUIRE(p.ranks() == 1);
+  core::Program out;
+  core::ProgramBuilder b(out);
+  for (const auto& t : p.tasks()) {
+    auto d = p.deps(t);
+    auto al = p.allocs(t, 0), fr = p.frees(t, 0);
+    b.add(t, deps_of(t, std::vector<int32_t>(d.begin(), d.end())), std::vector<core::MemEvent>(al.begin(), al.end()),
+          std::vector<core::MemEvent>(fr.begin(), fr.end()));
+  }
+  b.ranks() = p.ranks();
+  b.gpus_per_node() = p.gpus_per_node();
+  b.partitioning() = p.partitioning();
+  b.micro_batches() = p.micro_batches();
+  b.units() = p.units();
+  b.sub_groups() = p.sub_groups();
+  b.ops() = p.ops();
+  b.activations() = p.activations();
+  b.checkpoint_runs() = p.checkpoint_runs();
+  b.backward_starts() = p.backward_starts();
+  b.op_order() = p.op_order();
+  b.shard_space() = {p.shard_space(0)};
+  b.static_bytes() = {p.static_bytes(0)};
+  b.budget() = p.budget();
+  b.peak() = p.peak_bytes();
+  for (int l = 0; l < core::kLaneCount; ++l) b.lane_slots()[static_cast<size_t>(l)] = p.lane_slots(static_cast<core::Lane>(l));
+  return out;
+}
+
+}  // namespace zinf::test
