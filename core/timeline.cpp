@@ -183,20 +183,31 @@ std::string in_step_key(const Program& p, const Task& t) {
   return op + (t.kind == TaskKind::Backward ? "_backward" : "_forward");
 }
 
-double collective_host_seconds(const Program& p, const Task& t, const HwProfile& hw) {
+namespace {
+
+// The ranks a collective's data-parallel group spans: all of its participants, or under tensor
+// parallelism T over all ranks, one of the T strided groups (Program::tensor_parallel).
+double group_ranks(const Program& p, const Task& t) {
+  const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
+  return std::max(1, t.participants / T);
+}
+
+}  // namespace
+
+double collective_host_seconds(const Program& p, const Task& t, int rank, const HwProfile& hw) {
   const auto& n = hw.node;
   if (!n.device_shares_host_cores || n.gpu.memory_bandwidth <= 0 || t.bytes <= 0) return 0;
   // t.bytes counts the whole buffer at 2 bytes an element (Task::bytes); the device works at w.
-  const double elems = t.bytes / 2, w = n.gpu.working_bytes;
-  const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
-  const double parts = std::max(1, t.participants / T);
+  const double elems = t.bytes / 2, w = n.gpu.working_bytes, parts = group_ranks(p, t);
   double moved = 0;  // bytes read + written
   if ((t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast) && t.data == Data::Param) {
-    if (w > 2) moved += elems * (2 + w);                // widen in place: read bf16, write w
-    if (parts <= 1) moved += 2 * elems * 2;             // the one rank's shard copied into the buffer
+    if (w > 2) moved += elems * (2 + w);                                   // widen in place: read bf16, write w
+    if (t.kind == TaskKind::AllGather && parts <= 1) moved += 2 * elems * 2;  // the one rank's shard copied in
   } else if ((t.kind == TaskKind::ReduceScatter || t.kind == TaskKind::Reduce) && t.data == Data::Grad) {
-    if (parts <= 1) moved += 2 * elems * w;             // the one rank's gradient copied to its shard
-    moved += 2 * elems / parts * w;                     // the kept shard scaled in place
+    if (parts <= 1) moved += 2 * elems * w;  // the one rank's gradient copied to what it keeps
+    // What it keeps scaled in place: its shard, or with a reduce the owner the whole unit.
+    if (t.kind == TaskKind::ReduceScatter) moved += 2 * elems / parts * w;
+    else if (t.root < 0 || t.root == rank) moved += 2 * elems * w;
   }
   return moved / n.gpu.memory_bandwidth;
 }
@@ -229,9 +240,8 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
     case TaskKind::Reduce: {
       // Over all ranks under tensor parallelism T: T data-parallel groups of ranks / T at once
       // (Program::tensor_parallel), each across nodes as soon as the ranks are.
-      const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
-      const double parts = std::max(1, t.participants / T);
-      const double host = collective_host_seconds(p, t, hw);
+      const double parts = group_ranks(p, t);
+      const double host = collective_host_seconds(p, t, rank, hw);
       if (parts <= 1) return host;
       const bool one_node = t.participants <= G;
       const double bw = one_node ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);

@@ -63,10 +63,10 @@ std::string in_step_key(const Program& program, const Task& task);
 // The host-memory work a collective of a CPU-backend device (node.device_shares_host_cores) does
 // beside its transfer, in seconds at the device's memory_bandwidth (bytes read + written per
 // second): a parameter's all-gather or broadcast widens the bf16 unit into the working copy
-// (gpu.working_bytes per element), a gradient's reduce-scatter or reduce scales the shard it keeps;
-// with one participant the collective itself is a copy (of the bf16 shard; of the working-precision
-// gradient). 0 for a GPU profile, and for other data.
-double collective_host_seconds(const Program& program, const Task& task, const HwProfile& hw);
+// (gpu.working_bytes per element), a gradient's reduce-scatter scales the shard `rank` keeps (a
+// reduce: the root the whole unit); with one participant an all-gather or a reduction is itself a
+// copy (of the bf16 shard; of the working-precision gradient). 0 for a GPU profile, and for other data.
+double collective_host_seconds(const Program& program, const Task& task, int rank, const HwProfile& hw);
 
 // The idealized list scheduler: each lane of each rank a serial resource running its tasks in
 // program order at nominal rates, a task starting when its dependencies (for collectives: on all

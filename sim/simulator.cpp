@@ -399,7 +399,7 @@ private:
       case TaskKind::Reduce:
         collective(t, rank);
         // A CPU-backend device's widening or scaling beside the transfer (0 on a GPU profile).
-        if (const double s = core::collective_host_seconds(program_, t, platform_.hw()); s > 0)
+        if (const double s = core::collective_host_seconds(program_, t, rank, platform_.hw()); s > 0)
           host_work(rank, platform_.gpu(rank), s);
         break;
       case TaskKind::GradNorm:

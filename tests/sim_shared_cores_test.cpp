@@ -219,8 +219,8 @@ TEST_CASE("a CPU-backend collective's host work: the fp32 widening of a gathered
   };
   const auto p = two_collectives(2e8, 1e8);
   const auto fp32 = with(true, "fp32");
-  CHECK(core::collective_host_seconds(p, p.task(0), fp32) == Approx(0.1));
-  CHECK(core::collective_host_seconds(p, p.task(1), fp32) == Approx(0.08));
+  CHECK(core::collective_host_seconds(p, p.task(0), 0, fp32) == Approx(0.1));
+  CHECK(core::collective_host_seconds(p, p.task(1), 0, fp32) == Approx(0.08));
   CHECK(simulated(p, fp32) == Approx(0.18).epsilon(0.01));
   CHECK(core::estimate_step_time(p, fp32) == Approx(0.18).epsilon(0.01));
   // Working in bf16 nothing is widened: the copies alone, 0.04 s each.
@@ -229,11 +229,26 @@ TEST_CASE("a CPU-backend collective's host work: the fp32 widening of a gathered
   CHECK(core::estimate_step_time(p, bf16) == Approx(0.08).epsilon(0.01));
   // A GPU profile: a one-rank collective costs nothing, as before.
   const auto gpu = with(false, "fp32");
-  CHECK(core::collective_host_seconds(p, p.task(0), gpu) == 0);
+  CHECK(core::collective_host_seconds(p, p.task(0), 0, gpu) == 0);
   CHECK(simulated(p, gpu) == Approx(0.0).margin(1e-9));
+  // Two ranks: the transfer is MPI's; a gather still widens (0.06 s), a reduce-scatter scales its
+  // half (0.02 s), a reduce to rank 1 scales the whole unit there (0.04 s) and nothing on rank 0.
+  core::Program two;
+  core::ProgramBuilder b2(two);
+  b2.ranks() = 2;
+  core::Task t2 = p.task(0);
+  t2.participants = 2;
+  CHECK(core::collective_host_seconds(two, t2, 0, fp32) == Approx(0.06));
+  t2 = p.task(1);
+  t2.participants = 2;
+  CHECK(core::collective_host_seconds(two, t2, 0, fp32) == Approx(0.02));
+  t2.kind = core::TaskKind::Reduce;
+  t2.root = 1;
+  CHECK(core::collective_host_seconds(two, t2, 1, fp32) == Approx(0.04));
+  CHECK(core::collective_host_seconds(two, t2, 0, fp32) == 0);
   // Other data (a checkpoint's gather) is not a parameter's: no widening, no copy counted.
   auto q = two_collectives(2e8, 1e8);
   core::Task t = q.task(0);
   t.data = core::Data::Checkpoint;
-  CHECK(core::collective_host_seconds(q, t, fp32) == 0);
+  CHECK(core::collective_host_seconds(q, t, 0, fp32) == 0);
 }
