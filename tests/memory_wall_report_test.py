@@ -30,7 +30,7 @@ ROWS = [
 ]
 
 
-def run(refs):
+def run(refs, threads=None):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "last.csv")
         with open(path, "w", newline="") as f:
@@ -42,12 +42,35 @@ def run(refs):
         args = [path]
         for name, r, wr in refs:
             args += ["--ref", name, str(r), str(wr)]
+        if threads is not None:
+            tpath = os.path.join(d, "threads.csv")
+            with open(tpath, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["t", "tid", "rt_priority", "cpu_s", "machine_busy_s", "machine_steal_s"])
+                w.writerows(threads)
+            args += ["--thread-cpu", tpath]
         with contextlib.redirect_stdout(out):
             rep.main(args)
         return out.getvalue()
 
 
 class Report(unittest.TestCase):
+    def test_threads_over_the_step_and_after_backward(self):
+        # The process ends at t = 12, so the 10 s step is 2-12 and its 4 s after backward 8-12. An
+        # ordinary thread uses one core throughout, an NVMe thread (real-time priority above the
+        # others) half a core; the machine is busy 1.5 cores with 0.1 stolen.
+        rows = []
+        for t in range(13):
+            rows.append([t, 1, 0, 1.0 * t, 1.5 * t, 0.1 * t])
+            rows.append([t, 2, 1, 0.5 * t, 1.5 * t, 0.1 * t])
+        text = run([], rows)
+        cores = os.cpu_count()
+        self.assertIn("threads over the last step (10.0 s): NVMe threads 0.50 cores, the others 1.00 cores, 15.0 CPU-seconds:"
+                      f" on {cores} cores no schedule takes under {15 / cores:.1f} s (step = {10 / (15 / cores):.2f} x that);"
+                      " the machine busy 1.50 cores, steal 0.10", text)
+        self.assertIn("threads after backward (4.0 s): NVMe threads 0.50 cores, the others 1.00 cores;"
+                      f" the machine busy 1.50 cores, steal 0.10 (of {cores})", text)
+
     def test_union_busy_counts_overlap_once(self):
         self.assertAlmostEqual(rep.union_busy([(0, 4), (1, 4), (5, 8)]), 7.0)
         self.assertAlmostEqual(rep.union_busy([]), 0.0)

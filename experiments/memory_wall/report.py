@@ -81,43 +81,48 @@ def report_after_backward(step):
 
 
 def report_threads(step, path):
-    """Cores per thread class in the window after backward, from thread_cpu.py's samples. The
-    sampler's last row is the process's end, which the last step's end precedes by about a second.
-    A thread's CPU time at t is its last sample at or before t (0 before its first); the NVMe threads
-    are those above the process's real-time priority."""
+    """Cores per thread class over the last step and in its window after backward, from
+    thread_cpu.py's samples. The sampler's last row is the process's end, which the last step's end
+    precedes by about a second. A thread's CPU time at t is its last sample at or before t (0 before
+    its first); the NVMe threads are those above the process's real-time priority. Over the whole
+    step it also gives the CPU-seconds and the least step they allow on this machine's cores: on the
+    CPU backend compute, copies, Adam and I/O completions share them."""
     samples = list(csv.DictReader(open(path)))
     if not samples:
         return
     t_end = max(float(r["t"]) for r in samples)
-    lo = t_end - (step.seconds - (step.last_bwd - step.t0))
     base_rt = min(int(r["rt_priority"]) for r in samples)
     per = {}
     for r in samples:
         per.setdefault(r["tid"], []).append((float(r["t"]), float(r["cpu_s"]), int(r["rt_priority"]) > base_rt))
-
-    def cpu_at(pts, t):
-        v = 0.0
-        for ts, c, _ in pts:
-            if ts <= t:
-                v = c
-        return v
-
-    by = {"io": 0.0, "other": 0.0}
-    for pts in per.values():
-        by["io" if any(x[2] for x in pts) else "other"] += cpu_at(pts, t_end) - cpu_at(pts, lo)
     m = sorted({(float(r["t"]), float(r["machine_busy_s"]), float(r["machine_steal_s"])) for r in samples})
 
-    def mach(t):
-        v = m[0]
-        for x in m:
-            if x[0] <= t:
-                v = x
+    def last_at(points, t, default):
+        v = default
+        for p in points:
+            if p[0] <= t:
+                v = p
         return v
 
-    (ta, ba, sa), (tb, bb, sb) = mach(lo), mach(t_end)
-    span = max(1e-9, tb - ta)
+    def window(lo):
+        by = {"io": 0.0, "other": 0.0}
+        for pts in per.values():
+            used = last_at(pts, t_end, (0, 0.0))[1] - last_at(pts, lo, (0, 0.0))[1]
+            by["io" if any(x[2] for x in pts) else "other"] += used
+        (ta, ba, sa), (tb, bb, sb) = last_at(m, lo, m[0]), last_at(m, t_end, m[0])
+        span = max(1e-9, tb - ta)
+        return by, span, (bb - ba) / span, (sb - sa) / span
+
+    cores = os.cpu_count()
+    by, span, busy, steal = window(t_end - step.seconds)
+    cpu = by["io"] + by["other"]
+    print(f"threads over the last step ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others"
+          f" {by['other'] / span:.2f} cores, {cpu:.1f} CPU-seconds: on {cores} cores no schedule takes under"
+          f" {cpu / cores:.1f} s (step = {step.seconds / max(1e-9, cpu / cores):.2f} x that); the machine busy"
+          f" {busy:.2f} cores, steal {steal:.2f}")
+    by, span, busy, steal = window(t_end - (step.seconds - (step.last_bwd - step.t0)))
     print(f"threads after backward ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others {by['other'] / span:.2f} cores;"
-          f" the machine busy {(bb - ba) / span:.2f} cores, steal {(sb - sa) / span:.2f} (of {os.cpu_count()})")
+          f" the machine busy {busy:.2f} cores, steal {steal:.2f} (of {cores})")
 
 
 def main(argv=None):
