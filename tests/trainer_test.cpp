@@ -16,6 +16,7 @@
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/gpt_backend_base.hpp"
+#include "engine/memory/staging_cache.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
@@ -80,6 +81,37 @@ TEST_CASE("a --device-memory override sets the Program's device budget on every 
     CHECK_THROWS_WITH(engine::device_arena_bytes(p, uint64_t(GiB), "CUDA device 0"),
                       Contains("CUDA device 0") && Contains("--device-memory"));
   }
+}
+
+TEST_CASE("the staging cache may map the plan's host and device peaks less the states' homes, which are not its blocks",
+          "[trainer][budget]") {
+  // Parameters, gradients and optimizer states at home in host memory: their arrays are the host
+  // tier's static bytes and live outside the cache, so the cache's limit leaves them out (counting
+  // them let a 1.5x-RAM run with host gradients peak 1.6 GB over the plan's RAM).
+  TempDir dir("staging-budget");
+  auto o = options("zero_stage: 3\noffload: {params: cpu, gradients: cpu, optimizer: cpu}\n", dir.path);
+  const auto plan = core::make_plan(models::build_gpt(o.model, o.config), o.hw, o.config, 1);
+  const auto& homes = plan.program.static_bytes(0);
+  REQUIRE(homes[size_t(core::Tier::Host)] > 0);
+  const double host = plan.plan.peak_bytes[size_t(core::Tier::Host)], device = plan.plan.peak_bytes[size_t(core::Tier::Device)];
+  const uint64_t cpu = engine::staging_budget_bytes(plan.program, plan.plan, true, 0);
+  CHECK(double(cpu) == Approx(host - homes[size_t(core::Tier::Host)] + device - homes[size_t(core::Tier::Device)]).margin(1));
+  CHECK(double(engine::staging_budget_bytes(plan.program, plan.plan, false, 0)) ==
+        Approx(host - homes[size_t(core::Tier::Host)]).margin(1));
+  // Every state on NVMe: no homes in memory, the whole peaks.
+  const auto nvme = core::make_plan(models::build_gpt(o.model, o.config), o.hw, core::parse_run_config(kNvme, "nvme"), 1);
+  CHECK(double(engine::staging_budget_bytes(nvme.program, nvme.plan, true, 0)) ==
+        Approx(nvme.plan.peak_bytes[size_t(core::Tier::Host)] + nvme.plan.peak_bytes[size_t(core::Tier::Device)] -
+               nvme.program.static_bytes(0)[size_t(core::Tier::Device)]).margin(1));
+  // A Trainer declares exactly that while it lives.
+  const uint64_t before = engine::StagingCache::instance().stats().budget_bytes;
+  {
+    engine::LocalCollectives comm;
+    engine::Trainer t(o, comm);
+    CHECK(engine::StagingCache::instance().stats().budget_bytes - before ==
+          engine::staging_budget_bytes(t.program(), t.plan(), true, 0));
+  }
+  CHECK(engine::StagingCache::instance().stats().budget_bytes == before);
 }
 
 TEST_CASE("resume from a checkpoint continues bitwise like the uninterrupted run", "[trainer][checkpoint]") {

@@ -88,7 +88,8 @@ struct Trainer::Impl {
   // in), so they are the same files at every degree and a run resumes at another degree.
   std::optional<core::ModelGraph> whole_graph;
   // The staging cache maps at most what this Program plans for the host (and for the device, whose
-  // memory is the host's on the CPU backend): its blocks are all the Program's buffers.
+  // memory is the host's on the CPU backend) beyond the states' homes: its blocks are all the
+  // Program's buffers (staging_budget_bytes).
   StagingBudget staging_budget;
   Gpt2 model;
   TokenCorpus corpus;
@@ -103,8 +104,7 @@ struct Trainer::Impl {
   Impl(TrainerOptions o, Collectives& c)
       : opt(std::move(o)), comm(c), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
         kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())),
-        staging_budget(uint64_t(planned.plan.peak_bytes[size_t(core::Tier::Host)] +
-                                (kind != BackendKind::Cuda ? planned.plan.peak_bytes[size_t(core::Tier::Device)] : 0.0))),
+        staging_budget(staging_budget_bytes(planned.program, planned.plan, kind != BackendKind::Cuda, dp.rank())),
         model(graph, KernelImpl::Fast, TensorParallelRank{groups.tensor ? groups.tensor->rank() : 0, groups.tensor.get()}),
         env(opt.env ? *opt.env : default_io_env()) {
     // Under chrt, real time for the NVMe threads only: compute at real time starves the kernel's
@@ -441,6 +441,13 @@ struct Trainer::Impl {
     loader->seek(slots / uint64_t(dp.size()));
   }
 };
+
+uint64_t staging_budget_bytes(const core::Program& program, const core::Plan& plan, bool device_in_host, int rank) {
+  const auto& homes = program.static_bytes(rank);
+  double bytes = plan.peak_bytes[size_t(core::Tier::Host)] - homes[size_t(core::Tier::Host)];
+  if (device_in_host) bytes += plan.peak_bytes[size_t(core::Tier::Device)] - homes[size_t(core::Tier::Device)];
+  return uint64_t(std::max(0.0, bytes));
+}
 
 Trainer::Trainer(TrainerOptions options, Collectives& comm) : impl_(std::make_unique<Impl>(std::move(options), comm)) {}
 Trainer::~Trainer() = default;

@@ -82,6 +82,11 @@ struct StepStats {
 // never plans more host memory than this machine has.
 void size_for_this_machine(TrainerOptions& o, double device_gib, double host_gib);
 
+// What the process-wide staging cache may map for one rank of this Program: its planned host peak,
+// and on a backend whose device is host memory its device peak too, less the static bytes of those
+// tiers (the homes of states kept between steps, which are arrays of their own, not cache blocks).
+uint64_t staging_budget_bytes(const core::Program& program, const core::Plan& plan, bool device_in_host, int rank);
+
 class Trainer {
 public:
   // Plans and sets up, and resumes when options.start is Resume; throws core::PlanError (with the
