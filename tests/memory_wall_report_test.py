@@ -71,6 +71,14 @@ class Report(unittest.TestCase):
         self.assertIn("threads after backward (4.0 s): NVMe threads 0.50 cores, the others 1.00 cores;"
                       f" the machine busy 1.50 cores, steal 0.10 (of {cores})", text)
 
+    def test_a_lane_between_two_times_pro_rata(self):
+        # The reads over 1-3 s: 2 s of the 0-4 s read (2 GB) and 2 s of the 1-4 s one (8/3 GB).
+        step = rep.Step([{"lane": l, "kind": k, "start": a, "end": b, "bytes": n} for l, k, a, b, n in ROWS])
+        moved, busy = step.between("nvme_read", 1, 3)
+        self.assertAlmostEqual(moved / GB, 2 + 8 / 3)
+        self.assertAlmostEqual(busy, 2.0)
+        self.assertEqual(step.after("nvme_read", 1), step.between("nvme_read", 1, float("inf")))
+
     def test_union_busy_counts_overlap_once(self):
         self.assertAlmostEqual(rep.union_busy([(0, 4), (1, 4), (5, 8)]), 7.0)
         self.assertAlmostEqual(rep.union_busy([]), 0.0)

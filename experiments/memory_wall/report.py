@@ -40,14 +40,19 @@ class Step:
         rows = [r for r in self.rows if r["lane"] == name]
         return sum(float(r["bytes"]) for r in rows), union_busy([(float(r["start"]), float(r["end"])) for r in rows])
 
-    def after(self, name, t):
-        """Bytes (pro rata) and busy seconds of a lane after time t."""
+    def between(self, name, lo, hi):
+        """Bytes (pro rata) and busy seconds of a lane between times lo and hi."""
         spans = []
         for r in self.rows:
             a, b = float(r["start"]), float(r["end"])
-            if r["lane"] == name and b > t:
-                spans.append((max(a, t), b, float(r["bytes"]) * (b - max(a, t)) / max(1e-9, b - a)))
+            if r["lane"] == name and b > lo and a < hi:
+                x, y = max(a, lo), min(b, hi)
+                spans.append((x, y, float(r["bytes"]) * (y - x) / max(1e-9, b - a)))
         return sum(x for _, _, x in spans), union_busy([(a, b) for a, b, _ in spans])
+
+    def after(self, name, t):
+        """Bytes (pro rata) and busy seconds of a lane after time t."""
+        return self.between(name, t, float("inf"))
 
 
 def report_lanes(step, refs):
