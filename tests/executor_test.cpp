@@ -4,11 +4,15 @@
 // budget; a task that fails ends the step with an error naming it, whatever else is in flight.
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "core/plan.hpp"
@@ -121,4 +125,28 @@ TEST_CASE("a task failing while others of its lane are in flight fails the step,
   backend.fail_at = -1;
   const auto tl = exec.run_step();
   CHECK(core::check_timeline(planned.program, tl, 1e-4).ok());
+}
+
+// Records the name of the thread that runs each lane's tasks (what top -H and thread_cpu.py show).
+struct NamingBackend final : engine::TaskBackend {
+  std::mutex mu;
+  std::map<Lane, std::set<std::string>> names;
+  void run(const core::Task& t) override {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    std::lock_guard<std::mutex> lock(mu);
+    names[t.lane].insert(name);
+  }
+};
+
+TEST_CASE("each lane's tasks run on threads named after the lane", "[executor]") {
+  const auto planned = nvme_plan(3);
+  NamingBackend backend;
+  engine::Executor exec(planned.program, 0, backend);
+  exec.run_step();
+  REQUIRE(backend.names.size() >= 4);
+  for (const auto& [lane, names] : backend.names) {
+    INFO(core::to_string(lane));
+    CHECK(names == std::set<std::string>{("zinf " + std::string(core::to_string(lane))).substr(0, 15)});
+  }
 }

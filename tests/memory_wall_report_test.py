@@ -30,7 +30,7 @@ ROWS = [
 ]
 
 
-def run(refs, threads=None):
+def run(refs, threads=None, header=("t", "tid", "rt_priority", "cpu_s", "machine_busy_s", "machine_steal_s")):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "last.csv")
         with open(path, "w", newline="") as f:
@@ -46,7 +46,7 @@ def run(refs, threads=None):
             tpath = os.path.join(d, "threads.csv")
             with open(tpath, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["t", "tid", "rt_priority", "cpu_s", "machine_busy_s", "machine_steal_s"])
+                w.writerow(list(header))
                 w.writerows(threads)
             args += ["--thread-cpu", tpath]
         with contextlib.redirect_stdout(out):
@@ -70,6 +70,22 @@ class Report(unittest.TestCase):
                       " the machine busy 1.50 cores, steal 0.10", text)
         self.assertIn("threads after backward (4.0 s): NVMe threads 0.50 cores, the others 1.00 cores;"
                       f" the machine busy 1.50 cores, steal 0.10 (of {cores})", text)
+
+    def test_cpu_seconds_by_thread_name(self):
+        # Two "zinf compute" threads (one per step: the second starts at t = 5, inside the 2-12 step,
+        # and counts whole), one "zinf adam" at a quarter core, and a thread idle over the step.
+        rows = []
+        for t in range(13):
+            rows.append([t, 1, 0, 0.5 * min(t, 5), t, 0, "zinf compute"])
+            if t >= 5:
+                rows.append([t, 2, 0, 1.0 * (t - 5), t, 0, "zinf compute"])
+            rows.append([t, 3, 0, 0.25 * t, t, 0, "zinf adam"])
+            rows.append([t, 4, 0, 0.0, t, 0, "zinf"])
+        text = run([], rows, header=("t", "tid", "rt_priority", "cpu_s", "machine_busy_s", "machine_steal_s", "name"))
+        # compute: 1.5 s of thread 1 (2-5 s) + 7 s of thread 2; adam 2.5 s; the idle thread is left out.
+        self.assertIn("CPU-seconds by thread name over the last step: zinf compute 8.5, zinf adam 2.5\n", text)
+        # Samples without names (the sampler before it recorded them) give no such line.
+        self.assertNotIn("by thread name", run([], [[t, 1, 0, 1.0 * t, t, 0] for t in range(13)]))
 
     def test_a_lane_between_two_times_pro_rata(self):
         # The reads over 1-3 s: 2 s of the 0-4 s read (2 GB) and 2 s of the 1-4 s one (8/3 GB).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/io/io_priority.hpp"
+#include "engine/thread_name.hpp"
 
 namespace zinf::engine {
 
@@ -93,6 +94,7 @@ private:
   }
 
   void worker(size_t lane) {
+    name_this_thread(std::string("zinf ") + core::to_string(static_cast<Lane>(lane)));
     if (lane == static_cast<size_t>(Lane::NvmeRead) || lane == static_cast<size_t>(Lane::NvmeWrite)) raise_io_thread_priority();
     for (;;) {
       int32_t id;

@@ -1,6 +1,7 @@
 #include "engine/io/nvme_store.hpp"
 
 #include "engine/io/io_priority.hpp"
+#include "engine/thread_name.hpp"
 #include "engine/io/safe_files.hpp"
 
 #include <fcntl.h>
@@ -477,6 +478,7 @@ NvmeStore::NvmeStore(NvmeStoreOptions options, IoEnv& env) : options_(std::move(
   for (auto& ring : impl_->rings) {
     Impl::Ring* rp = ring.get();
     ring->reaper = std::thread([this, rp] {
+      name_this_thread("zinf io reap");
       raise_io_thread_priority();
       impl_->reap(*rp);
     });

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/optim/adam_kernels.hpp"
+#include "engine/thread_name.hpp"
 
 namespace zinf::engine {
 
@@ -157,6 +158,7 @@ struct CpuAdam::Workers {
       if (t.joinable()) t.join();
   }
   void loop(unsigned part) {
+    name_this_thread("zinf adam");
     uint64_t seen = 0;
     for (;;) {
       std::function<void(unsigned)> fn;

@@ -91,15 +91,17 @@ def report_threads(step, path):
     precedes by about a second. A thread's CPU time at t is its last sample at or before t (0 before
     its first); the NVMe threads are those above the process's real-time priority. Over the whole
     step it also gives the CPU-seconds and the least step they allow on this machine's cores: on the
-    CPU backend compute, copies, Adam and I/O completions share them."""
+    CPU backend compute, copies, Adam and I/O completions share them; and, where the samples carry
+    thread names (the engine names its threads by lane), those CPU-seconds by name."""
     samples = list(csv.DictReader(open(path)))
     if not samples:
         return
     t_end = max(float(r["t"]) for r in samples)
     base_rt = min(int(r["rt_priority"]) for r in samples)
-    per = {}
+    per, names = {}, {}
     for r in samples:
         per.setdefault(r["tid"], []).append((float(r["t"]), float(r["cpu_s"]), int(r["rt_priority"]) > base_rt))
+        names[r["tid"]] = r.get("name") or ""  # a thread's last name: lane workers are named as they start
     m = sorted({(float(r["t"]), float(r["machine_busy_s"]), float(r["machine_steal_s"])) for r in samples})
 
     def last_at(points, t, default):
@@ -109,11 +111,15 @@ def report_threads(step, path):
                 v = p
         return v
 
+    by_name = {}
+
     def window(lo):
         by = {"io": 0.0, "other": 0.0}
-        for pts in per.values():
+        by_name.clear()
+        for tid, pts in per.items():
             used = last_at(pts, t_end, (0, 0.0))[1] - last_at(pts, lo, (0, 0.0))[1]
             by["io" if any(x[2] for x in pts) else "other"] += used
+            by_name[names[tid]] = by_name.get(names[tid], 0.0) + used
         (ta, ba, sa), (tb, bb, sb) = last_at(m, lo, m[0]), last_at(m, t_end, m[0])
         span = max(1e-9, tb - ta)
         return by, span, (bb - ba) / span, (sb - sa) / span
@@ -125,6 +131,9 @@ def report_threads(step, path):
           f" {by['other'] / span:.2f} cores, {cpu:.1f} CPU-seconds: on {cores} cores no schedule takes under"
           f" {cpu / cores:.1f} s (step = {step.seconds / max(1e-9, cpu / cores):.2f} x that); the machine busy"
           f" {busy:.2f} cores, steal {steal:.2f}")
+    if any(by_name):
+        parts = [f"{name or '?'} {used:.1f}" for name, used in sorted(by_name.items(), key=lambda kv: -kv[1]) if used >= 0.05]
+        print("CPU-seconds by thread name over the last step: " + ", ".join(parts))
     by, span, busy, steal = window(t_end - (step.seconds - (step.last_bwd - step.t0)))
     print(f"threads after backward ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others {by['other'] / span:.2f} cores;"
           f" the machine busy {busy:.2f} cores, steal {steal:.2f} (of {cores})")

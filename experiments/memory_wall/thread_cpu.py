@@ -5,8 +5,10 @@
 
 Waits for a process whose command line contains MATCH, then every PERIOD_S (default 0.5) writes
 one row per thread: wall time (s, CLOCK_MONOTONIC), thread id, its real-time priority (the NVMe
-threads run one above the others under chrt: 0 without chrt), its utime+stime (s, cumulative), and
-the whole machine's busy and steal time (s, cumulative, from /proc/stat). Ends when the process does.
+threads run one above the others under chrt: 0 without chrt), its utime+stime (s, cumulative), the
+whole machine's busy and steal time (s, cumulative, from /proc/stat), and the thread's name (the
+engine names its threads by what they do: "zinf compute", "zinf adam", "zinf io reap"; OpenBLAS's
+workers keep the process's name, "zinf"). Ends when the process does.
 """
 import os
 import sys
@@ -44,7 +46,7 @@ while pid is None:
     if pid is None:
         time.sleep(0.2)
 with open(out, "w") as f:
-    f.write("t,tid,rt_priority,cpu_s,machine_busy_s,machine_steal_s\n")
+    f.write("t,tid,rt_priority,cpu_s,machine_busy_s,machine_steal_s,name\n")
     while os.path.exists(f"/proc/{pid}"):
         now = time.monotonic()
         busy, steal = machine()
@@ -57,9 +59,10 @@ with open(out, "w") as f:
                 st = open(f"/proc/{pid}/task/{tid}/stat").read()
             except OSError:
                 continue
+            name = st[st.index("(") + 1:st.rindex(")")].replace(",", " ")
             fields = st[st.rindex(")") + 2:].split()
             cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
             rt = int(fields[37])                              # rt_priority
-            f.write(f"{now:.3f},{tid},{rt},{cpu:.2f},{busy:.2f},{steal:.2f}\n")
+            f.write(f"{now:.3f},{tid},{rt},{cpu:.2f},{busy:.2f},{steal:.2f},{name}\n")
         f.flush()
         time.sleep(period)
