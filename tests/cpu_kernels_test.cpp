@@ -278,3 +278,29 @@ TEST_CASE("bf16 round trip of a whole tensor", "[kernels][precision]") {
   cpu::round_to_bf16(r.data(), int64_t(r.size()));
   CHECK(r == back);
 }
+
+TEST_CASE("sum of squares of bf16 values: eight partial sums in a fixed order", "[kernels][precision]") {
+  for (size_t n : {0, 1, 7, 8, 9, 1000, 4099}) {
+    INFO("n " << n);
+    auto x = randn<float>(n, 41);
+    std::vector<zinf::engine::bf16> h(n);
+    cpu::fp32_to_bf16(h.data(), x.data(), int64_t(n));
+    // The order the function promises, written out: partial j sums elements j, j+8, ... of the
+    // whole blocks; then the tail; then the partials.
+    const size_t whole = n / 8 * 8;
+    double part[8] = {}, want = 0;
+    for (size_t i = 0; i < whole; ++i) {
+      const double v = zinf::engine::to_float(h[i]);
+      part[i % 8] += v * v;
+    }
+    for (size_t i = whole; i < n; ++i) {
+      const double v = zinf::engine::to_float(h[i]);
+      want += v * v;
+    }
+    for (double p : part) want += p;
+    CHECK(cpu::sum_of_squares(h.data(), int64_t(n)) == want);  // bit for bit: the same on every CPU
+    double plain = 0;
+    for (float v : x) plain += double(zinf::engine::to_float(zinf::engine::to_bf16(v))) * zinf::engine::to_float(zinf::engine::to_bf16(v));
+    CHECK(cpu::sum_of_squares(h.data(), int64_t(n)) == Approx(plain).epsilon(1e-12));
+  }
+}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "engine/cpu/convert.hpp"
 #include "engine/memory/staging_cache.hpp"
 
 namespace zinf::engine {
@@ -180,15 +181,23 @@ std::pair<int64_t, int64_t> GptBackendBase::replicated_in_mine(const core::Param
 
 void GptBackendBase::accumulate_host(const core::ParamUnit& u, bf16* home, const bf16* partial, const float* add,
                                      int64_t n, bool first, bool last) {
+  // In chunks that stay in cache: the sum, then (at the last micro-batch) the squares of what was
+  // stored, the tensor-parallel replicated range [rb, re) apart. Separate loops, so that neither
+  // waits on the other's branches (one fused scalar loop took 1.0-1.5 ns per element).
+  constexpr int64_t kChunk = 4096;
   double ss = 0, replicated = 0;
   const auto [rb, re] = last ? replicated_in_mine(u) : std::pair<int64_t, int64_t>{0, 0};
-  for (int64_t i = 0; i < n; ++i) {
-    const float prev = first ? 0.0f : to_float(partial[i]);
-    home[i] = to_bf16(prev + add[i]);
-    if (last) {
-      const double g = to_float(home[i]);
-      (i >= rb && i < re ? replicated : ss) += g * g;
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t e = std::min(n, b + kChunk);
+    if (first) {
+      for (int64_t i = b; i < e; ++i) home[i] = to_bf16(0.0f + add[i]);  // as a zero partial's sum: -0 becomes +0
+    } else {
+      for (int64_t i = b; i < e; ++i) home[i] = to_bf16(to_float(partial[i]) + add[i]);
     }
+    if (!last) continue;
+    const int64_t r0 = std::clamp(rb, b, e), r1 = std::clamp(re, b, e);
+    ss += cpu::sum_of_squares(home + b, r0 - b) + cpu::sum_of_squares(home + r1, e - r1);
+    replicated += cpu::sum_of_squares(home + r0, r1 - r0);
   }
   if (last) add_sumsq(ss + replicated / double(std::max<int64_t>(1, graph.tensor_parallel)));
 }
