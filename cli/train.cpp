@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "core/errors.hpp"
 #include "core/memory_model.hpp"
 #include "core/units.hpp"
+#include "engine/build_info.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/backend_select.hpp"
 #include "engine/machine_info.hpp"
@@ -135,8 +137,13 @@ void run_train(const TrainArgs& a) {
     if (lead && !r.summary.empty()) fmt::print(stderr, "zinf train: {}\n", r.summary);
     return r.config;
   };
-  if (comm->rank() == 0)
+  if (comm->rank() == 0) {
+    // GEMMs run in OpenBLAS on the CPU backend: say so when the environment holds them back.
+    if (auto w = engine::blas_kernel_warning(engine::cpu_paths(), std::getenv("OPENBLAS_CORETYPE"));
+        !w.empty() && a.backend != "cuda")
+      warnings.push_back(std::move(w));
     for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
+  }
   try {
     engine::Trainer trainer(o, *comm);
     train_loop(a, o, trainer, *comm);

@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <cctype>
+
 #include "engine/io/nvme_store.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
@@ -36,6 +38,17 @@ CpuPaths cpu_paths() {
 
 std::string describe(const CpuPaths& p) {
   return "cpu paths: adam " + p.adam + ", crc32c " + p.crc32c + ", openblas " + p.blas_core;
+}
+
+std::string blas_kernel_warning(const CpuPaths& p, const char* coretype_env) {
+  if (!coretype_env || !*coretype_env || p.adam != "avx512") return "";
+  std::string core = p.blas_core;
+  for (char& c : core) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* wide : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (core == wide) return "";
+  return "OpenBLAS runs its " + p.blas_core + " kernels because OPENBLAS_CORETYPE=" + coretype_env +
+         " forces them, and this CPU has AVX-512, whose kernels run GEMMs up to about twice as fast: unset "
+         "OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE, which goes with it) to use them";
 }
 
 }  // namespace zinf::engine

@@ -20,4 +20,11 @@ struct CpuPaths {
 CpuPaths cpu_paths();
 std::string describe(const CpuPaths& p);
 
+// What to tell a user whose OpenBLAS runs kernels below this CPU's because the environment forces
+// them: `coretype_env` is OPENBLAS_CORETYPE's value (null or empty when unset). Some environments
+// set Haswell for every machine, which halves GEMM on an AVX-512 CPU (the GEMMs are most of a CPU
+// backend's step). Empty when there is nothing to say: the variable unset, a CPU without AVX-512
+// (`p.adam` is not avx512), or an AVX-512 kernel set (SkylakeX, Cooperlake, SapphireRapids).
+std::string blas_kernel_warning(const CpuPaths& p, const char* coretype_env);
+
 }  // namespace zinf::engine

@@ -38,3 +38,16 @@ TEST_CASE("the reported CPU paths are the ones the dispatchers take") {
   const std::string text = describe(p);
   CHECK_THAT(text, Catch::Contains("adam " + p.adam) && Catch::Contains("openblas " + p.blas_core));
 }
+
+TEST_CASE("a warning when OPENBLAS_CORETYPE holds an AVX-512 CPU to narrower kernels, and only then") {
+  const CpuPaths haswell_on_avx512{"avx512", "sse4.2", "Haswell"};
+  const std::string w = blas_kernel_warning(haswell_on_avx512, "Haswell");
+  CHECK_THAT(w, Catch::Contains("Haswell kernels") && Catch::Contains("OPENBLAS_CORETYPE=Haswell") &&
+                    Catch::Contains("AVX-512") && Catch::Contains("unset OPENBLAS_CORETYPE"));
+  CHECK(blas_kernel_warning(haswell_on_avx512, nullptr).empty());                  // chosen by OpenBLAS itself
+  CHECK(blas_kernel_warning(haswell_on_avx512, "").empty());
+  CHECK(blas_kernel_warning({"avx2", "sse4.2", "Haswell"}, "Haswell").empty());     // the CPU's best already
+  CHECK(blas_kernel_warning({"avx512", "sse4.2", "Cooperlake"}, "COOPERLAKE").empty());
+  CHECK(blas_kernel_warning({"avx512", "sse4.2", "SkylakeX"}, "skylakex").empty());
+  CHECK_FALSE(blas_kernel_warning({"avx512", "sse4.2", "Zen"}, "Zen").empty());
+}
