@@ -55,6 +55,17 @@ GRAD_STORES_IN_FLIGHT=${GRAD_STORES_IN_FLIGHT:-16}
 # memory instead of writing them to NVMe and reading them back for the optimizer.
 GRADIENTS=${GRADIENTS:-nvme}
 ZINF=${ZINF:-build/zinf}
+# OPENBLAS_KERNELS (default native): native unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for this
+# script, so that OpenBLAS runs the CPU's own kernels (some environments force Haswell's, half the
+# GEMM rate of an AVX-512 CPU); keep leaves them as the environment sets them. The run prints the
+# set that ran (`zinf --version`).
+OPENBLAS_KERNELS=${OPENBLAS_KERNELS:-native}
+case "$OPENBLAS_KERNELS" in
+  native) unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE ;;
+  keep) ;;
+  *) echo "memory_wall: OPENBLAS_KERNELS must be native or keep, not '$OPENBLAS_KERNELS'" >&2; exit 2 ;;
+esac
+echo "memory_wall: $("$ZINF" --version | grep 'cpu paths') (OPENBLAS_KERNELS=$OPENBLAS_KERNELS)"
 mkdir -p "$NVME"
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$NVME"/rank* "$NVME"/checkpoints' EXIT
