@@ -224,9 +224,11 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     // Device tensors and host staging share one cache of mapped blocks, reused by size class and
     // held within the plan's host (+ device) bytes: it unmaps free blocks rather than map beyond.
     const auto cache = engine::StagingCache::instance().stats();
-    fmt::print("buffers: {} mapped (limit {}: the plan), at most {} in use at once; {} unmapped to stay within it\n",
+    fmt::print("buffers: {} mapped (limit {}: the plan), at most {} in use at once; {} unmapped to stay within it, "
+               "{} new mappings, {} blocks cut from larger free ones\n",
                core::format_bytes(double(cache.mapped_bytes)), core::format_bytes(double(cache.budget_bytes)),
-               core::format_bytes(double(cache.peak_in_use_bytes)), core::format_bytes(double(cache.unmapped_for_limit)));
+               core::format_bytes(double(cache.peak_in_use_bytes)), core::format_bytes(double(cache.unmapped_for_limit)),
+               cache.maps, cache.cut_to_size);
   }
   if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
     // After the reset the high-water mark is the RSS the save starts from (freed memory stays in

@@ -83,6 +83,37 @@ TEST_CASE("large blocks are reused by exact size, and a new size unmaps free blo
   CHECK(cache.stats().mapped_bytes == 0);
 }
 
+TEST_CASE("at the limit a smaller large block is cut from a larger free one, not mapped afresh", "[staging]") {
+  StagingCache cache;
+  const size_t MiB = 1u << 20;
+  cache.add_budget(40 * MiB);
+  auto* big = static_cast<std::byte*>(cache.allocate(32 * MiB));
+  std::memset(big, 7, 32 * MiB);
+  cache.release(big, 32 * MiB);
+  // Within the limit a new size is mapped: the free 32 MiB block stays for its own size.
+  void* small = cache.allocate(6 * MiB);
+  CHECK(small != big);
+  CHECK(cache.stats().maps == 2);
+  CHECK(cache.stats().cut_to_size == 0);
+  // 38 MiB mapped: another 6 MiB would take it over 40, so the free 32 MiB block is cut to 6 MiB.
+  auto* cut = static_cast<std::byte*>(cache.allocate(6 * MiB));
+  CHECK(cut == big);
+  CHECK(cut[6 * MiB - 1] == std::byte{7});  // the head kept its (touched) pages
+  CHECK(cache.stats().maps == 2);
+  CHECK(cache.stats().cut_to_size == 1);
+  CHECK(cache.stats().mapped_bytes == 12 * MiB);
+  CHECK(cache.stats().unmapped_for_limit == 26 * MiB);
+  CHECK(cache.stats().in_use_bytes == 12 * MiB);
+  // The cut block is a 6 MiB block from now on: given back and asked for again, it is reused as such.
+  cache.release(cut, 6 * MiB);
+  CHECK(cache.allocate(6 * MiB) == cut);
+  cache.release(cut, 6 * MiB);
+  cache.release(small, 6 * MiB);
+  cache.trim();
+  CHECK(cache.stats().mapped_bytes == 0);
+  cache.remove_budget(40 * MiB);
+}
+
 // A step's buffers change size from phase to phase: forward holds many 6 MiB blocks and frees
 // every other one, backward asks for 10 MiB ones, the optimizer for 14 MiB ones, and each phase's
 // survivors are freed in another order than they came. Carving all sizes out of shared mappings left

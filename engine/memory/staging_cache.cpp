@@ -50,8 +50,7 @@ size_t StagingCache::size_class(size_t bytes) {
 }
 
 void StagingCache::make_room(size_t bytes) {
-  const uint64_t limit = stats_.budget_bytes > 0 ? stats_.budget_bytes : high_water_;
-  for (auto it = free_.rbegin(); it != free_.rend() && stats_.mapped_bytes + bytes > limit;) {
+  for (auto it = free_.rbegin(); it != free_.rend() && stats_.mapped_bytes + bytes > limit();) {
     if (it->first <= kHuge || it->second.empty()) {
       ++it;
       continue;
@@ -76,6 +75,24 @@ void StagingCache::map_class(size_t cls) {
   for (size_t off = 0; off + cls <= kHuge; off += cls) list.push_back(base + off);
 }
 
+std::byte* StagingCache::cut_larger_free(size_t cls) {
+  for (auto it = free_.upper_bound(cls); it != free_.end(); ++it) {
+    if (it->second.empty()) continue;
+    std::byte* p = it->second.back();
+    it->second.pop_back();
+    // Large classes are whole 2 MiB pages from a 2 MiB-aligned base: the tail goes back to the
+    // kernel on a huge-page boundary and the head keeps its pages.
+    const size_t tail = it->first - cls;
+    munmap(p + cls, tail);
+    mappings_[p].bytes = cls;
+    stats_.mapped_bytes -= tail;
+    stats_.unmapped_for_limit += tail;
+    ++stats_.cut_to_size;
+    return p;
+  }
+  return nullptr;
+}
+
 std::byte* StagingCache::map_large(size_t cls) {
   make_room(cls);
   std::byte* base = map_huge(cls);
@@ -96,7 +113,8 @@ void* StagingCache::allocate(size_t bytes) {
     p = list.back();
     list.pop_back();
   } else if (cls > kHuge) {
-    p = map_large(cls);
+    if (stats_.mapped_bytes + cls > limit()) p = cut_larger_free(cls);
+    if (!p) p = map_large(cls);
   } else {
     map_class(cls);
     p = list.back();
