@@ -65,6 +65,7 @@ HwProfile read(ConfigReader& r) {
     hw.measured_on.cores = static_cast<int>(m->positive_int("cores"));
     hw.measured_on.memory = m->positive_number("memory", U::Bytes);
     hw.measured_on.disk = m->str("disk", "");
+    hw.measured_on.blas = m->str("blas", "");
     m->reject_unread();
   }
   auto n = r.child("node");
@@ -194,6 +195,9 @@ std::vector<std::string> machine_differences(const MachineRecord& profiled, cons
     out.push_back("memory: " + format_bytes(profiled.memory) + " profiled, " + format_bytes(here.memory) + " here");
   if (!profiled.disk.empty() && !here.disk.empty() && profiled.disk != here.disk)
     out.push_back("disk: '" + profiled.disk + "' profiled, '" + here.disk + "' here");
+  if (!profiled.blas.empty() && !here.blas.empty() && profiled.blas != here.blas)
+    out.push_back("OpenBLAS kernels: '" + profiled.blas + "' profiled, '" + here.blas +
+                  "' here (OPENBLAS_CORETYPE chooses them, and GEMM rates follow)");
   return out;
 }
 

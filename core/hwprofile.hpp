@@ -158,12 +158,14 @@ struct MachineRecord {
   int cores = 0;                       // cores this process could run on
   double memory = 0;                   // bytes of RAM
   std::string disk;                    // the block device and file system under the NVMe directory
+  std::string blas;                    // OpenBLAS's kernel set the rates were taken with (OPENBLAS_CORETYPE
+                                       // can force one; GEMM rates follow it); empty when not recorded
   bool empty() const { return cpu.empty(); }
 };
 
 // How `here` differs from the machine a profile was measured on, one line per difference that
-// changes what the profile predicts (CPU model, features, cores, memory beyond 5 %, disk); empty
-// when they match.
+// changes what the profile predicts (CPU model, features, cores, memory beyond 5 %, disk, OpenBLAS
+// kernels where both record them); empty when they match.
 std::vector<std::string> machine_differences(const MachineRecord& profiled, const MachineRecord& here);
 
 struct HwProfile {

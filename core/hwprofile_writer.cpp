@@ -128,6 +128,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
     e.integer("cores", m.cores);
     e.number("memory", m.memory);
     if (!m.disk.empty()) e.text("disk", m.disk);
+    if (!m.blas.empty()) e.text("blas", m.blas);
     e.close();
   }
   const NodeSpec& n = hw.node;

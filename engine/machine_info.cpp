@@ -1,5 +1,7 @@
 #include "engine/machine_info.hpp"
 
+#include <cblas.h>
+
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -180,6 +182,7 @@ core::MachineRecord this_machine(const std::string& disk_dir) {
   m.cores = usable_cores();
   m.memory = mem_total();
   if (!disk_dir.empty()) m.disk = disk_of(disk_dir);
+  m.blas = openblas_get_corename();
   return m;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/hwprofile.hpp"
 #include "core/validation.hpp"
+#include "engine/build_info.hpp"
 #include "engine/machine_info.hpp"
 #include "test_paths.hpp"
 
@@ -201,12 +202,23 @@ TEST_CASE("machine records: parsed from measured_on, each difference named, bad 
   REQUIRE(d.size() == 2);
   CHECK_THAT(d[0], Catch::StartsWith("memory:"));
   CHECK_THAT(d[1], Catch::Contains("nvme0n1 (xfs)"));
+  // OpenBLAS's kernels: compared where both records name them (older profiles do not).
+  CHECK(hw.measured_on.blas.empty());
+  here = hw.measured_on;
+  here.blas = "Cooperlake";
+  CHECK(machine_differences(hw.measured_on, here).empty());
+  const auto with_blas = parse_hwprofile(base + "  blas: \"Haswell\"\n" + node, "t.yaml");
+  CHECK(with_blas.measured_on.blas == "Haswell");
+  d = machine_differences(with_blas.measured_on, here);
+  REQUIRE(d.size() == 1);
+  CHECK_THAT(d[0], Catch::Contains("'Haswell' profiled") && Catch::Contains("'Cooperlake' here") &&
+                       Catch::Contains("OPENBLAS_CORETYPE"));
   std::string bad = base + node;
   bad.replace(bad.find("cores: 2\n  memory"), 8, "cores: 0");
   CHECK_THROWS_WITH(parse_hwprofile(bad, "t.yaml"), Catch::Contains("t.yaml") && Catch::Contains("measured_on.cores"));
 }
 
-TEST_CASE("this machine's record: its CPU, the recorded features only, cores, memory, disk") {
+TEST_CASE("this machine's record: its CPU, the recorded features only, cores, memory, disk, OpenBLAS kernels") {
   const auto m = zinf::engine::this_machine(std::filesystem::temp_directory_path().string());
   CHECK_FALSE(m.cpu.empty());
   CHECK(std::is_sorted(m.cpu_flags.begin(), m.cpu_flags.end()));
@@ -218,6 +230,7 @@ TEST_CASE("this machine's record: its CPU, the recorded features only, cores, me
   CHECK(m.cores >= 1);
   CHECK(m.memory > 1e8);
   CHECK_THAT(m.disk, Catch::Contains("("));
+  CHECK(m.blas == zinf::engine::cpu_paths().blas_core);  // what `zinf --version` names
   // A directory that does not exist yet is looked up through its parent.
   CHECK(zinf::engine::this_machine("/tmp/zinf-no-such-dir/below").disk == zinf::engine::this_machine("/tmp").disk);
 }

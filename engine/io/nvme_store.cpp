@@ -1,8 +1,8 @@
 #include "engine/io/nvme_store.hpp"
 
 #include "engine/io/io_priority.hpp"
-#include "engine/thread_name.hpp"
 #include "engine/io/safe_files.hpp"
+#include "engine/thread_name.hpp"
 
 #include <fcntl.h>
 
