@@ -111,21 +111,18 @@ def report_threads(step, path):
                 v = p
         return v
 
-    by_name = {}
-
     def window(lo):
-        by = {"io": 0.0, "other": 0.0}
-        by_name.clear()
+        by, by_name = {"io": 0.0, "other": 0.0}, {}
         for tid, pts in per.items():
             used = last_at(pts, t_end, (0, 0.0))[1] - last_at(pts, lo, (0, 0.0))[1]
             by["io" if any(x[2] for x in pts) else "other"] += used
             by_name[names[tid]] = by_name.get(names[tid], 0.0) + used
         (ta, ba, sa), (tb, bb, sb) = last_at(m, lo, m[0]), last_at(m, t_end, m[0])
         span = max(1e-9, tb - ta)
-        return by, span, (bb - ba) / span, (sb - sa) / span
+        return by, by_name, span, (bb - ba) / span, (sb - sa) / span
 
     cores = os.cpu_count()
-    by, span, busy, steal = window(t_end - step.seconds)
+    by, by_name, span, busy, steal = window(t_end - step.seconds)
     cpu = by["io"] + by["other"]
     print(f"threads over the last step ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others"
           f" {by['other'] / span:.2f} cores, {cpu:.1f} CPU-seconds: on {cores} cores no schedule takes under"
@@ -134,7 +131,7 @@ def report_threads(step, path):
     if any(by_name):
         parts = [f"{name or '?'} {used:.1f}" for name, used in sorted(by_name.items(), key=lambda kv: -kv[1]) if used >= 0.05]
         print("CPU-seconds by thread name over the last step: " + ", ".join(parts))
-    by, span, busy, steal = window(t_end - (step.seconds - (step.last_bwd - step.t0)))
+    by, _, span, busy, steal = window(t_end - (step.seconds - (step.last_bwd - step.t0)))
     print(f"threads after backward ({span:.1f} s): NVMe threads {by['io'] / span:.2f} cores, the others {by['other'] / span:.2f} cores;"
           f" the machine busy {busy:.2f} cores, steal {steal:.2f} (of {cores})")
 
