@@ -33,10 +33,13 @@ SUB_GROUPS_IN_FLIGHT=${SUB_GROUPS_IN_FLIGHT:-auto}
 NVME_PHASES=${NVME_PHASES:-true}
 # READ_AHEAD (default true) is optimizer.read_ahead: states read ahead of their gradients.
 READ_AHEAD=${READ_AHEAD:-true}
-# NVME_DISTANCE (default 12) is prefetch.nvme_distance: operators ahead that parameters are read
-# from NVMe. The configs' 3 leaves this disk idle between fetches (1.5x RAM: 8-15 s of a 69-82 s
-# step); 12 keeps it busy (2-4 s idle of a 62-71 s step).
-NVME_DISTANCE=${NVME_DISTANCE:-12}
+# NVME_DISTANCE (default 36) is prefetch.nvme_distance: operators ahead that parameters are read
+# from NVMe. The read lane starts its tasks in order, so a parameter read issued too close to its
+# use waits behind the optimizer's state reads (held in waves) while compute waits for it. The
+# configs' 3 left this disk idle between fetches (1.5x RAM: 8-15 s of a 69-82 s step); 12 kept it
+# busy but compute still waited 8-10 s per step for parameters on a faster disk; 36 (about three
+# blocks) cut that to 2-5 s: step median 28.6 s against 33.1 s, 3 pairs (analysis/memory_wall/item4h/).
+NVME_DISTANCE=${NVME_DISTANCE:-36}
 # ALLGATHER_DISTANCE and H2D_DISTANCE (defaults 1 and 2, the run config's) are prefetch.allgather_distance
 # and prefetch.h2d_distance: operators ahead that a parameter is gathered and copied to the device.
 ALLGATHER_DISTANCE=${ALLGATHER_DISTANCE:-1}
@@ -100,10 +103,15 @@ if [ "$IO_BENCH" != 0 ]; then
   echo "memory_wall: io-bench best read $(numfmt --to=si --round=nearest "${best_read%.*}")B/s, best write $(numfmt --to=si --round=nearest "${best_write%.*}")B/s; aio block $block, queue depth $depth"
 fi
 
-# QUEUE_DEPTH overrides the queue depth io-bench recommends.
+# QUEUE_DEPTH and AIO_BLOCK (bytes) override the queue depth and block size io-bench recommends (its
+# pick can flip between runs within its 5 % margin: fix both for an A/B).
 if [ -n "${QUEUE_DEPTH:-}" ]; then
   depth=$QUEUE_DEPTH
   echo "memory_wall: QUEUE_DEPTH=$depth in place of io-bench's queue depth"
+fi
+if [ -n "${AIO_BLOCK:-}" ]; then
+  block=$AIO_BLOCK
+  echo "memory_wall: AIO_BLOCK=$block in place of io-bench's block size"
 fi
 
 cat > "$work/model.yaml" <<YAML
