@@ -122,7 +122,10 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
   MemoryRow states{"model states", {}};
   add(states.bytes, tier_of(c.params), 2.0 * params_share, G);
-  add(states.bytes, tier_of(c.gradients), 2.0 * grads_share, G);
+  // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32.
+  const bool fp32_grads = c.optimizer_host_path == HostPath::DeepSpeed03 && tier_of(c.optimizer) != Tier::Device &&
+                          tier_of(c.gradients) != Tier::Device;
+  add(states.bytes, tier_of(c.gradients), (fp32_grads ? 4.0 : 2.0) * grads_share, G);
   add(states.bytes, tier_of(c.optimizer), 12.0 * optim_share, G);
   r.rows.push_back(states);
 

@@ -106,6 +106,10 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
   // them: in the working precision. The accumulated shard on its tier is bf16.
   const double to_mem = ps.wb_ / kGradBytes;
   const double whole_mem = whole * to_mem, padded_mem = padded * to_mem, shard_mem = shard * to_mem;
+  // The shard as it leaves the device for a host optimizer (fp32 on DeepSpeed's host path), and as
+  // the host staging on its way to NVMe holds it.
+  const double moved = shard * ps.moved_grad_bytes() / kGradBytes;
+  const double staged = std::max(shard_mem, moved);
   const int64_t full_buf = ps.grad_buf_[static_cast<size_t>(unit)];
   const int32_t prev_store = ps.grad_store_[static_cast<size_t>(unit)];
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
@@ -144,29 +148,29 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
   if (ps.plan_.gradients != Tier::Device) {
     // Device -> host: into the host accumulation buffer, or a staging buffer on its way to NVMe.
     Task t = base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host);
-    t.bytes = shard;
+    t.bytes = moved;
     t.owner = owner;
     std::vector<MemEvent> allocs, frees;
     int64_t host_buf = -1;
     if (ps.plan_.gradients == Tier::Nvme) {
       host_buf = ps.b_.buffer();
-      allocs.push_back({Tier::Host, host_buf, shard_mem});
+      allocs.push_back({Tier::Host, host_buf, staged});
     }
     if (shard_buf >= 0) frees.push_back({Tier::Device, shard_buf, shard_mem});
     last = ps.b_.add(t, std::vector<int32_t>{reduce, prev_store}, allocs, frees);
     if (ps.plan_.gradients == Tier::Nvme) {
-      std::vector<MemEvent> wfrees{{Tier::Host, host_buf, shard_mem}};
+      std::vector<MemEvent> wfrees{{Tier::Host, host_buf, staged}};
       int32_t partial = -1;
       if (mb > 0) {  // read the partial sum of the earlier micro-batches, add, write back
         Task r = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
-        r.bytes = shard;
+        r.bytes = moved;
         r.owner = owner;
         const int64_t pbuf = ps.b_.buffer();
-        partial = ps.b_.add(r, {reduce, prev_store}, {{Tier::Host, pbuf, shard}});
-        wfrees.push_back({Tier::Host, pbuf, shard});
+        partial = ps.b_.add(r, {reduce, prev_store}, {{Tier::Host, pbuf, moved}});
+        wfrees.push_back({Tier::Host, pbuf, moved});
       }
       Task w = base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme);
-      w.bytes = shard;
+      w.bytes = moved;
       w.owner = owner;
       last = ps.b_.add(w, std::vector<int32_t>{last, partial}, {}, wfrees);
     }

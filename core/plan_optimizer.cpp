@@ -78,25 +78,26 @@ public:
     if (!overlap) deps.push_back(ps.backward_done_);
     // Gradients to where the optimizer runs.
     const Tier where = ps.optim_compute_tier();
+    const double gb = ps.moved_grad_bytes() * n;
     if (ps.plan_.gradients != where) {
       s.grad_buf = ps.b_.buffer();
       if (ps.plan_.gradients == Tier::Nvme) {
         const Tier land = Tier::Host;
-        int32_t t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, kGradBytes * n), deps,
-                           {{land, s.grad_buf, kGradBytes * n}}, {});
+        int32_t t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, gb), deps,
+                           {{land, s.grad_buf, gb}}, {});
         if (where == Tier::Device) {
           const int64_t dbuf = ps.b_.buffer();
-          t = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, kGradBytes * n), {t},
-                     {{Tier::Device, dbuf, kGradBytes * n}}, {{Tier::Host, s.grad_buf, kGradBytes * n}});
+          t = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb), {t},
+                     {{Tier::Device, dbuf, gb}}, {{Tier::Host, s.grad_buf, gb}});
           s.grad_buf = dbuf;
         }
         s.in_grads = t;
       } else if (ps.plan_.gradients == Tier::Device) {
-        s.in_grads = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, kGradBytes * n),
-                            deps, {{Tier::Host, s.grad_buf, kGradBytes * n}}, {});
+        s.in_grads = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, gb),
+                            deps, {{Tier::Host, s.grad_buf, gb}}, {});
       } else {  // host -> device for a device optimizer
-        s.in_grads = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, kGradBytes * n),
-                            deps, {{Tier::Device, s.grad_buf, kGradBytes * n}}, {});
+        s.in_grads = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb),
+                            deps, {{Tier::Device, s.grad_buf, gb}}, {});
       }
     }
     s.stage = 1;
@@ -112,15 +113,15 @@ public:
     deps.push_back(ps.norm_task_);
     deps.push_back(overlap ? -1 : ps.backward_done_);
     std::vector<MemEvent> allocs, frees;
-    if (s.grad_buf >= 0) frees.push_back({ps.optim_compute_tier(), s.grad_buf, kGradBytes * n});
+    if (s.grad_buf >= 0) frees.push_back({ps.optim_compute_tier(), s.grad_buf, ps.moved_grad_bytes() * n});
     // Updated bf16 parameters go back to their tier (and, stages 0-2, to every rank) from a buffer.
     const bool param_elsewhere = ps.plan_.params != ps.optim_compute_tier();
     if (param_elsewhere) {
       s.param_buf = ps.b_.buffer();
-      allocs.push_back({ps.optim_compute_tier(), s.param_buf, kParamBytes * n});
+      allocs.push_back({ps.optim_compute_tier(), s.param_buf, ps.updated_param_bytes() * n});
     }
     Task t = base(TaskKind::OptimizerStep, cpu ? Lane::CpuOptim : Lane::Compute, Data::OptimizerState,
-                  ps.plan_.optimizer, ps.plan_.optimizer, (kGradBytes + 2 * kStateBytes + kParamBytes) * n);
+                  ps.plan_.optimizer, ps.plan_.optimizer, ps.optimizer_host_bytes() * n);
     t.flops = kAdamFlopsPerParam * n;
     s.adam = ps.b_.add(t, deps, allocs, frees);
     s.stage = 2;
@@ -148,7 +149,7 @@ public:
     const Tier where = ps.optim_compute_tier();
     int32_t param_done = s.adam;
     if (ps.plan_.params != where) {
-      const double pb = kParamBytes * n;
+      const double pb = ps.updated_param_bytes() * n;
       if (ps.plan_.params == Tier::Device) {
         param_done = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Param, Tier::Host, Tier::Device, pb), {s.adam}, {},
                             {{Tier::Host, s.param_buf, pb}});
@@ -253,8 +254,8 @@ double sub_group_host_bytes(const PlanState& ps, int64_t count) {
   const double n = double(count);
   const Tier where = ps.optim_compute_tier();
   double bytes = ps.plan_.optimizer == Tier::Nvme ? kStateBytes * n : 0.0;
-  if (where == Tier::Host && ps.plan_.gradients != Tier::Host) bytes += kGradBytes * n;
-  if (where == Tier::Host && ps.plan_.params != Tier::Host) bytes += kParamBytes * n;
+  if (where == Tier::Host && ps.plan_.gradients != Tier::Host) bytes += ps.moved_grad_bytes() * n;
+  if (where == Tier::Host && ps.plan_.params != Tier::Host) bytes += ps.updated_param_bytes() * n;
   return bytes;
 }
 

@@ -114,7 +114,7 @@ PerTier static_bytes_for(const PlanState& ps, int rank) {
   const double optim = double(ps.c_.zero_stage >= 1 ? mine : all);
   PerTier s{};
   at(s, ps.plan_.params) += kParamBytes * params;
-  at(s, ps.plan_.gradients) += kGradBytes * grads;
+  at(s, ps.plan_.gradients) += (ps.plan_.gradients == Tier::Device ? kGradBytes : ps.moved_grad_bytes()) * grads;
   at(s, ps.plan_.optimizer) += kStateBytes * optim;
   // Room for one saved training checkpoint (bf16 params + fp32 master, m, v) on the NVMe array that
   // holds the model states: a run that cannot save is not a run (as the memory model counts it).

@@ -86,6 +86,9 @@ void place(PlanState& ps) {
   if (ps.c_.zero_stage < 2 && ps.plan_.gradients != Tier::Device)
     throw PlanError(fmt::format("gradients on {} need ZeRO stage 2 or 3 (zero_stage is {})", to_string(ps.plan_.gradients),
                                 ps.c_.zero_stage));
+  if (ps.c_.optimizer_host_path == HostPath::DeepSpeed03 && ps.plan_.optimizer == Tier::Device)
+    throw PlanError("optimizer.host_path deepspeed-0.3 describes an optimizer on the host, but this plan keeps the "
+                    "optimizer on the device; offload it (offload.optimizer: cpu or nvme) or drop host_path");
 }
 
 // `auto` placements are chosen greedily (each state in turn takes the fastest tier that fits given

@@ -190,6 +190,24 @@ struct PlanState {
   Tier optim_compute_tier() const { return plan_.optimizer == Tier::Device ? Tier::Device : Tier::Host; }
   bool params_partitioned() const { return c_.zero_stage >= 3; }
   bool grads_partitioned() const { return c_.zero_stage >= 2; }
+  // DeepSpeed's host path (optimizer.host_path: deepspeed-0.3) for a host optimizer.
+  bool deepspeed_host_path() const {
+    return c_.optimizer_host_path == HostPath::DeepSpeed03 && plan_.optimizer != Tier::Device;
+  }
+  // Bytes per element of a gradient once it leaves the device for a host optimizer: bf16, or fp32
+  // on DeepSpeed's path (converted on the device, copied, accumulated and swapped in fp32).
+  double moved_grad_bytes() const { return deepspeed_host_path() ? 4.0 : kGradBytes; }
+  // Bytes per element of an updated parameter as a host optimizer hands it back: bf16, or on
+  // DeepSpeed's path with stages 0-2 the fp32 master itself (its device kernel reads it over PCIe).
+  double updated_param_bytes() const { return deepspeed_host_path() && !params_partitioned() ? 4.0 : kParamBytes; }
+  // Host memory traffic per element of one sub-group's update: kAdamHostBytesPerParam on the fused
+  // path; on DeepSpeed's, the unscale pass (fp32 gradient read and written, 8), Adam on the fp32
+  // gradient (4 + 24) and either the fp32 -> fp16 copy (4 + 2, stage 3) or the fp32 master written
+  // to the pinned buffer (4, stages 0-2).
+  double optimizer_host_bytes() const {
+    if (!deepspeed_host_path()) return kAdamHostBytesPerParam;
+    return 8.0 + 4.0 + 2.0 * kStateBytes + (params_partitioned() ? 6.0 : 4.0);
+  }
   bool owner_based() const { return plan_.partitioning == Partitioning::OwnerBased; }
   // Bytes of one checkpoint kept in its tier by one rank: a 1/T_ slice when the tensor-parallel
   // group partitions it (and all-gathers it back on the device before the recompute).

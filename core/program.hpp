@@ -161,6 +161,12 @@ struct BackwardStart {
   std::vector<int32_t> checkpoint_copies;
 };
 
+// Host memory traffic per parameter of one fused CPU Adam update, what a profile's cpu_adam_rate
+// covers: the bf16 gradient read (2), the fp32 master, m and v read and written (24), the bf16
+// parameter written (2). A host OptimizerStep whose `bytes` exceed this per parameter makes further
+// passes over host memory (optimizer.host_path: deepspeed-0.3), at the host's memory bandwidth.
+inline constexpr double kAdamHostBytesPerParam = 28.0;
+
 struct MemEvent {
   Tier tier = Tier::Device;
   int64_t buffer = 0;  // unique within one rank's step; alloc and free of a buffer name the same id
@@ -204,6 +210,13 @@ struct Task {
   uint32_t allocs_begin = 0, allocs_count = 0;
   uint32_t frees_begin = 0, frees_count = 0;
 };
+
+// Bytes of host memory passes a CPU OptimizerStep makes beyond the fused update (0 for any other task).
+inline double optimizer_extra_host_bytes(const Task& t) {
+  if (t.kind != TaskKind::OptimizerStep || t.lane != Lane::CpuOptim) return 0;
+  const double extra = t.bytes - kAdamHostBytesPerParam * double(t.sg_count);
+  return extra > 1.0 ? extra : 0.0;
+}
 
 // Per-tier numbers of one rank, indexed by Tier.
 using PerTier = std::array<double, 3>;

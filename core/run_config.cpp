@@ -138,6 +138,9 @@ RunConfig read_yaml(ConfigReader& r) {
     }
     c.optimizer_nvme_phases = o->boolean("nvme_phases", c.optimizer_nvme_phases);
     c.optimizer_read_ahead = o->boolean("read_ahead", c.optimizer_read_ahead);
+    c.optimizer_host_path = o->choice("host_path", {"fused", "deepspeed-0.3"}, "fused") == "deepspeed-0.3"
+                                ? HostPath::DeepSpeed03
+                                : HostPath::Fused;
   }
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);

@@ -30,6 +30,14 @@ enum class Partitioning { BandwidthCentric, OwnerBased };
 enum class ActivationPolicy { None, Lifetime, OffloadAll };
 const char* to_string(ActivationPolicy p);
 enum class OptimizerTiming { AfterBackward, OverlapBackward };
+// How a host optimizer's gradients arrive and its updated parameters leave (optimizer.host_path).
+// Fused (zinf): bf16 gradients to the host, one pass per sub-group (Adam, writing the bf16
+// parameter). DeepSpeed03: what DeepSpeed's CPU offload did in v0.3.13-v0.3.15 (stage2.py,
+// stage3.py): fp32 gradients to the host, then per sub-group a pass that unscales them (fp16 loss
+// scaling), Adam, and a pass copying the fp32 master to fp16 (stage 3) or, stages 1-2, Adam writing
+// the fp32 master into a pinned buffer that goes back to the device in fp32. Planned and simulated
+// only: the engine trains in bf16 without loss scaling.
+enum class HostPath { Fused, DeepSpeed03 };
 
 struct RunConfig {
   int zero_stage = 3;
@@ -98,6 +106,7 @@ struct RunConfig {
   // any gradient read, and the first pipeline's worth read during the last micro-batch's forward,
   // instead of each sub-group's states just before its gradients (optimizer.read_ahead).
   bool optimizer_read_ahead = true;
+  HostPath optimizer_host_path = HostPath::Fused;
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
   bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint

@@ -63,11 +63,12 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                      c.aio_block_size, c.aio_queue_depth, c.aio_rings, c.aio_tasks_in_flight, c.swap_checksums);
   out += fmt::format(
       "optimizer: {{type: {}, lr: {}, beta1: {}, beta2: {}, eps: {}, weight_decay: {}, grad_clip: {}, "
-      "sub_group_size: {}, timing: {}, sub_groups_in_flight: {}, nvme_phases: {}, read_ahead: {}}}\n",
+      "sub_group_size: {}, timing: {}, sub_groups_in_flight: {}, nvme_phases: {}, read_ahead: {}, host_path: {}}}\n",
       c.optimizer_type, c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.grad_clip, c.sub_group_size,
       c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward",
       c.optimizer_sub_groups_in_flight > 0 ? std::to_string(c.optimizer_sub_groups_in_flight) : "auto",
-      c.optimizer_nvme_phases, c.optimizer_read_ahead);
+      c.optimizer_nvme_phases, c.optimizer_read_ahead,
+      c.optimizer_host_path == HostPath::DeepSpeed03 ? "deepspeed-0.3" : "fused");
   out += fmt::format("gradient_accumulation: {}\n", c.gradient_accumulation);
   if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
   out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);

@@ -255,7 +255,8 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
       return t.lane == Lane::CpuOptim ? t.bytes / (n.host_memory_bandwidth / G)
                                       : n.gpu.kernel_launch + t.bytes / n.gpu.memory_bandwidth;
     case TaskKind::OptimizerStep:
-      if (t.lane == Lane::CpuOptim) return double(t.sg_count) / (n.cpu_adam_rate / G);
+      if (t.lane == Lane::CpuOptim)
+        return double(t.sg_count) / (n.cpu_adam_rate / G) + optimizer_extra_host_bytes(t) / (n.host_memory_bandwidth / G);
       return task_kernel_seconds(n.gpu, p, t);
     case TaskKind::Alloc:
     case TaskKind::Free: return 0;

@@ -409,8 +409,10 @@ private:
           host_work(rank, platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
         break;
       case TaskKind::OptimizerStep:
-        if (t.lane == Lane::CpuOptim)
-          host_work(rank, platform_.cpu_of(rank), cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)));
+        if (t.lane == Lane::CpuOptim)  // the fused update, then any further passes over host memory
+          host_work(rank, platform_.cpu_of(rank),
+                    cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)) +
+                        cost_.cpu_stream_seconds(core::optimizer_extra_host_bytes(t)));
         else
           host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(program_, t));
         break;

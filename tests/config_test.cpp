@@ -150,6 +150,15 @@ TEST_CASE("the removed pinned block is an error that says what replaced it", "[c
   CHECK_FALSE(e.optimizer_read_ahead);
 }
 
+TEST_CASE("optimizer.host_path reads fused or deepspeed-0.3 and names the file on anything else", "[config]") {
+  CHECK(parse_run_config("zero_stage: 2\n", "a.yaml").optimizer_host_path == HostPath::Fused);
+  const RunConfig c = parse_run_config("optimizer: {host_path: deepspeed-0.3}\n", "b.yaml");
+  CHECK(c.optimizer_host_path == HostPath::DeepSpeed03);
+  CHECK(parse_run_config(run_config_to_yaml(c, "round trip"), "rt.yaml").optimizer_host_path == HostPath::DeepSpeed03);
+  CHECK_THROWS_WITH(parse_run_config("optimizer: {host_path: deepspeed}\n", "bad.yaml"),
+                    Contains("bad.yaml") && Contains("host_path") && Contains("deepspeed-0.3"));
+}
+
 TEST_CASE("DeepSpeed keys zinf does not support are named in warnings", "[config][deepspeed]") {
   std::vector<std::string> warnings;
   auto c = parse_deepspeed_config(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "round_robin_gradients": true},

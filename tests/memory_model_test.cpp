@@ -136,6 +136,13 @@ TEST_CASE("model states are 16 bytes per parameter, partitioned by ZeRO-3", "[me
   const auto& m = in.model;
   CHECK(z3.rows[1].what == "activation checkpoints");
   CHECK(z3.rows[1].bytes.device == Approx(2.0 * m.micro_batch * m.seq * m.hidden * m.layers));
+  // DeepSpeed's host path keeps a host optimizer's gradients in fp32: 4 bytes per parameter in the
+  // node's host memory (host rows count the node: 16 ranks x P / 16), 2 more than bf16.
+  in.config.optimizer = {false, Tier::Host};
+  in.config.gradients = {false, Tier::Host};
+  const double fused_host = memory_requirement(in).rows[0].bytes.host;
+  in.config.optimizer_host_path = HostPath::DeepSpeed03;
+  CHECK(memory_requirement(in).rows[0].bytes.host - fused_host == Approx(2.0 * P));
 }
 
 TEST_CASE("memory-centric tiling: largest hidden size on a 32 GB V100", "[memory][paper][tiling]") {

@@ -366,3 +366,67 @@ TEST_CASE("two checkpoints per block, copied synchronously, add their bytes over
   const double t1 = simulate_in_child(one.program, hw).step_time, t2 = simulate_in_child(two.program, hw).step_time;
   CHECK(t2 - t1 == Approx(extra / 16e9).epsilon(0.1));
 }
+
+TEST_CASE("DeepSpeed's host path moves fp32 gradients and parameters and adds host passes, by their closed forms",
+          "[optimizer]") {
+  // ZeRO-2 with a host optimizer on one GPU, the optimizer after backward in one sub-group. DeepSpeed's
+  // path (optimizer.host_path: deepspeed-0.3) copies each gradient to the host in fp32 (2 more bytes
+  // per parameter over PCIe), unscales it in a host pass and has Adam write the fp32 master into a
+  // pinned buffer (40 bytes of host traffic per parameter against the fused update's 28), which goes
+  // back to the device in fp32 (2 more bytes per parameter). Adam and the copy back follow backward,
+  // so the step grows by 12 P / the socket's memory bandwidth + 2 P / PCIe, and by the part of the
+  // gradient copies backward does not hide: at micro-batch 16 only the last layer's (at 4 they would
+  // hold backward back: gradient stores in flight are bounded).
+  Hw h;
+  const auto hw = h.profile();
+  const std::string base = "zero_stage: 2\noffload: {optimizer: cpu, gradients: cpu}\nactivation_checkpoint: {interval: 1, tier: device}\n";
+  const auto fused = plan(hw, core::parse_run_config(base, "fused.yaml"), 1, 16);
+  const auto ds = plan(hw, core::parse_run_config(base + "optimizer: {host_path: deepspeed-0.3}\n", "ds.yaml"), 1, 16);
+  struct Sums {
+    double grads_d2h = 0, params_h2d = 0, adam = 0, params = 0;
+  };
+  auto sums = [](const core::Program& p) {
+    Sums s;
+    for (const auto& t : p.tasks()) {
+      if (t.kind == TaskKind::CopyD2H && t.data == core::Data::Grad) s.grads_d2h += t.bytes;
+      if (t.kind == TaskKind::CopyH2D && t.data == core::Data::Param && t.phase == core::Phase::Optimizer) s.params_h2d += t.bytes;
+      if (t.kind == TaskKind::OptimizerStep) {
+        s.adam += t.bytes;
+        s.params += double(t.sg_count);
+      }
+    }
+    return s;
+  };
+  const Sums f = sums(fused.program), d = sums(ds.program);
+  const double P = f.params;
+  REQUIRE(P > 0);
+  CHECK(d.params == P);
+  CHECK(f.adam == Approx(core::kAdamHostBytesPerParam * P));
+  CHECK(d.adam == Approx(40.0 * P));
+  CHECK(d.grads_d2h == Approx(2.0 * f.grads_d2h));
+  CHECK(f.params_h2d == Approx(2.0 * P));
+  CHECK(d.params_h2d == Approx(4.0 * P));
+  const double host_bw = hw.node.host_memory_bandwidth / hw.node.cpu_sockets;
+  const double expected = 12.0 * P / host_bw + 2.0 * P / 16e9;
+  const double t_fused = simulate_in_child(fused.program, hw).step_time, t_ds = simulate_in_child(ds.program, hw).step_time;
+  CHECK(t_ds - t_fused == Approx(expected).epsilon(0.15));
+  // Stage 3 with the optimizer and gradients on NVMe: the gradients go to NVMe in fp32 (DeepSpeed
+  // swaps them with the optimizer states) and each update also copies the fp32 master to fp16 (42).
+  const std::string s3 = "zero_stage: 3\noffload: {params: cpu, gradients: nvme, optimizer: nvme}\n"
+                         "activation_checkpoint: {interval: 1, tier: cpu}\n";
+  const auto f3 = plan(hw, core::parse_run_config(s3, "f3.yaml"), 1);
+  const auto d3 = plan(hw, core::parse_run_config(s3 + "optimizer: {host_path: deepspeed-0.3}\n", "d3.yaml"), 1);
+  auto nvme_grads = [](const core::Program& p) {
+    double b = 0;
+    for (const auto& t : p.tasks())
+      if (t.data == core::Data::Grad && (t.kind == TaskKind::NvmeWrite || t.kind == TaskKind::NvmeRead)) b += t.bytes;
+    return b;
+  };
+  CHECK(nvme_grads(d3.program) == Approx(2.0 * nvme_grads(f3.program)));
+  const double P3 = sums(f3.program).params;
+  CHECK(sums(d3.program).adam == Approx(42.0 * P3));
+  CHECK(at(d3.plan.static_bytes, core::Tier::Nvme) - at(f3.plan.static_bytes, core::Tier::Nvme) == Approx(2.0 * P3));
+  // The path describes a host optimizer: with the optimizer on the device the plan says so.
+  CHECK_THROWS_WITH(plan(hw, core::parse_run_config("zero_stage: 2\noptimizer: {host_path: deepspeed-0.3}\n", "dev.yaml"), 1),
+                    Catch::Matchers::Contains("host_path") && Catch::Matchers::Contains("offload.optimizer"));
+}

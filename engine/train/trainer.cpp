@@ -238,6 +238,11 @@ struct Trainer::Impl {
       throw std::invalid_argument(fmt::format("{}: activation_checkpoint.per_block {}: the engine keeps one checkpoint per "
                                               "block; two (Megatron's --split-transformers) are planned and simulated only",
                                               o.config_source, o.config.checkpoints_per_block));
+    if (o.config.optimizer_host_path != core::HostPath::Fused)
+      throw std::invalid_argument(fmt::format("{}: optimizer.host_path deepspeed-0.3: the engine trains in bf16 and moves "
+                                              "bf16 gradients to a host optimizer (host_path: fused); DeepSpeed's fp32 host "
+                                              "path is planned and simulated only",
+                                              o.config_source));
     if (o.config.tensor_parallel > 1) {
       // What tensor-parallel training does not do yet, refused by name before anything runs.
       const auto refuse = [&](const std::string& what) {

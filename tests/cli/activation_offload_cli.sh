@@ -36,5 +36,15 @@ if [ "$rc" != 0 ] && grep -q "split.yaml: activation_checkpoint.per_block 2" "$D
 else
   fail "zinf train with activation_checkpoint.per_block 2 (exit $rc)" "$D/split.log"
 fi
+# DeepSpeed's fp32 host path is simulated; the engine refuses it by name.
+printf 'zero_stage: 2\noffload: {optimizer: cpu, gradients: cpu}\noptimizer: {host_path: deepspeed-0.3}\n' > "$D/dshost.yaml"
+"$ZINF" sim --model gpt2-small --hw dgx2-v100 --config "$D/dshost.yaml" --json > "$D/dshost.json" 2> "$D/dshost.err"; rc=$?
+expect "zinf sim simulates DeepSpeed's host path" 0 '"samples_per_s"' "$D/dshost.json" $rc
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/dshost.yaml" --steps 1 --nvme-dir "$D" > "$D/dshost.log" 2>&1; rc=$?
+if [ "$rc" != 0 ] && grep -q "dshost.yaml: optimizer.host_path deepspeed-0.3" "$D/dshost.log"; then
+  pass "zinf train refuses DeepSpeed's host path, naming the file and the key"
+else
+  fail "zinf train with optimizer.host_path deepspeed-0.3 (exit $rc)" "$D/dshost.log"
+fi
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]
