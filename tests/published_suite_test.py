@@ -50,6 +50,29 @@ class Counting(unittest.TestCase):
         self.assertAlmostEqual(s["largest"], 0.3)
         self.assertEqual(published.summary(rows, "calibration")["refused"], 0)
 
+    def test_profile_overrides(self):
+        profile = {"name": "hw", "node": {"gpus": 16, "gpu": {"memory": "32 GiB", "peak_flops": "125 TFLOP/s"}}}
+        p = published.with_overrides(profile, {"gpus_per_node": 1, "gpu_memory": "2 TiB"})
+        self.assertEqual((p["node"]["gpus"], p["node"]["gpu"]["memory"]), (1, "2 TiB"))
+        self.assertEqual(p["node"]["gpu"]["peak_flops"], "125 TFLOP/s")
+        self.assertEqual(p["name"], "hw-1gpu-2TiB")
+        # The profile read from disk is left as it was.
+        self.assertEqual((profile["node"]["gpus"], profile["node"]["gpu"]["memory"], profile["name"]), (16, "32 GiB", "hw"))
+        self.assertEqual(published.with_overrides(profile, {}), profile)
+
+    def test_table_marks_points_outside_their_range(self):
+        rows = [{"id": "a", "kind": "calibration", "status": "ok", "measured_tflops": 70, "predicted_tflops": 83.0,
+                 "error": 0.186, "tensor_parallel": 1, "measured_range": "62-78", "in_range": False},
+                {"id": "b", "kind": "calibration", "status": "ok", "measured_tflops": 70, "predicted_tflops": 71.0,
+                 "error": 0.014, "tensor_parallel": 1, "measured_range": "62-78", "in_range": True},
+                {"id": "c", "kind": "calibration", "status": "ok", "measured_tflops": 39, "predicted_tflops": 39.0,
+                 "error": 0.0, "tensor_parallel": 2, "measured_range": "", "in_range": False}]
+        text = published.table(rows)
+        self.assertIn("| a | calibration | 70 | 83.0 | +19 % | published range 62-78: OUTSIDE |", text)
+        self.assertIn("| b | calibration | 70 | 71.0 | +1 % | published range 62-78: inside |", text)
+        self.assertIn("| c | calibration | 39 | 39.0 | +0 % | TP 2 |", text)
+        self.assertIn("1 of 2 inside their published range", text)
+
 
 if __name__ == "__main__":
     unittest.main()

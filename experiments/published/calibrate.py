@@ -18,8 +18,9 @@ device alone bounds the step. Every point with offload stays a prediction. The f
 factors up to the overlap of compute with communication, so it is solved by a few rounds of: simulate with
 the current factors, read each point's GEMM and non-GEMM compute time from the Timeline, solve.
 
-Prints the fit and each point's error. --check: exit 1 unless the profile already holds the fitted
-factors (within 1 %); the published suite's test runs it so that a profile and its calibration agree.
+Prints the fit and each point's error (and, for a point published as a range, whether the fit lands
+inside it). --check: exit 1 unless the profile already holds the fitted factors (within 1 %) and every
+ranged point lands inside its range; the published suite's test runs it so that a profile and its calibration agree.
 """
 import argparse
 import copy
@@ -79,14 +80,11 @@ def compute_split(timeline):
 
 def simulate(point, profile, zinf, folder):
     os.makedirs(folder, exist_ok=True)
-    prof = copy.deepcopy(profile)
-    if "gpus_per_node" in point:
-        prof["node"]["gpus"] = point["gpus_per_node"]
+    prof = published.with_overrides(copy.deepcopy(profile), point)
     hw = os.path.join(folder, "hw.yaml")
     with open(hw, "w") as f:
         yaml.safe_dump(prof, f)
-    p = dict(point)
-    p.pop("gpus_per_node", None)
+    p = {k: v for k, v in point.items() if k not in published.PROFILE_OVERRIDES}
     p["hw"] = hw
     paths = published.write_inputs(p, folder)
     tl = os.path.join(folder, "timeline.csv")
@@ -152,10 +150,18 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="zinf-calibrate-") as tmp:
         g, o, final = fit(points, profile, a.zinf, tmp)
     print(f"{a.hw}: fitted to {len(points)} calibration points: gemm {g:.3f}, other {o:.3f}")
+    outside = []
     for p, step in final:
         t = target_step(p)
-        print(f"  {p['id']:28s} measured {p['measured_tflops']:5.1f} TFLOP/s  fitted {p['measured_tflops'] * t / step:5.1f}"
-              f"  ({100 * (t / step - 1):+.1f} %)")
+        fitted = p["measured_tflops"] * t / step
+        note = ""
+        if "measured_range" in p:
+            lo, hi = p["measured_range"]
+            note = f"  published range {lo}-{hi}: " + ("inside" if lo <= fitted <= hi else "OUTSIDE")
+            if not lo <= fitted <= hi:
+                outside.append(p["id"])
+        print(f"  {p['id']:28s} measured {p['measured_tflops']:5.1f} TFLOP/s  fitted {fitted:5.1f}"
+              f"  ({100 * (t / step - 1):+.1f} %){note}")
     print("node.gpu.in_step_slowdown:")
     for k in keys(OP_KINDS_GEMM):
         print(f"  {k}: {g:.3f}")
@@ -167,6 +173,9 @@ def main(argv=None):
                if k not in have or abs(float(have[k]) / want - 1) > 0.01]
         if bad:
             print(f"{path}: in_step_slowdown differs from the calibration fit for {', '.join(bad)}")
+            return 1
+        if outside:
+            print(f"{path}: the fit leaves {', '.join(outside)} outside the published range")
             return 1
         print(f"{path}: holds the fit")
     return 0

@@ -83,16 +83,30 @@ def write_inputs(point, folder):
     with open(paths["config"], "w") as f:
         yaml.safe_dump(config, f)
     hw = point["hw"]
-    if "gpus_per_node" in point:
+    if any(k in point for k in PROFILE_OVERRIDES):
         with open(os.path.join(ROOT, "hwprofiles", f"{hw}.yaml")) as f:
-            profile = yaml.safe_load(f)
-        profile["node"]["gpus"] = point["gpus_per_node"]
-        profile["name"] = f"{profile['name']}-{point['gpus_per_node']}gpu"
+            profile = with_overrides(yaml.safe_load(f), point)
         hw = os.path.join(folder, "hw.yaml")
         with open(hw, "w") as f:
             yaml.safe_dump(profile, f)
     paths["hw"] = hw
     return paths
+
+
+# Point fields that change the profile it is simulated on.
+PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory")
+
+
+def with_overrides(profile, point):
+    """The profile as the point ran on it: gpus_per_node GPUs of a node, each with gpu_memory."""
+    p = dict(profile, node=dict(profile["node"], gpu=dict(profile["node"]["gpu"])))
+    if "gpus_per_node" in point:
+        p["node"]["gpus"] = point["gpus_per_node"]
+        p["name"] = f"{p['name']}-{point['gpus_per_node']}gpu"
+    if "gpu_memory" in point:
+        p["node"]["gpu"]["memory"] = point["gpu_memory"]
+        p["name"] = f"{p['name']}-{point['gpu_memory'].replace(' ', '')}"
+    return p
 
 
 def simulate(point, zinf, folder):
@@ -102,7 +116,8 @@ def simulate(point, zinf, folder):
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     row = {"id": point["id"], "kind": point["kind"], "figure": point["figure"], "measured_tflops": point["measured_tflops"],
            "tensor_parallel": point["tensor_parallel"], "flops": point["flops"], "source": point["source"],
-           "assumed": point.get("assumed", ""), "command": " ".join(cmd)}
+           "assumed": point.get("assumed", ""), "command": " ".join(cmd), "in_range": False,
+           "measured_range": "-".join(str(v) for v in point["measured_range"]) if "measured_range" in point else ""}
     text = run.stdout.strip()
     report = None
     if text.startswith("{"):
@@ -124,6 +139,9 @@ def simulate(point, zinf, folder):
     pred = predicted_tflops(point, report["samples_per_s"], gpus)
     row.update(status="ok", reason="", predicted_tflops=round(pred, 2), step_time=report["step_time"],
                error=round(pred / point["measured_tflops"] - 1.0, 4))
+    if "measured_range" in point:
+        lo, hi = point["measured_range"]
+        row["in_range"] = lo <= pred <= hi
     if point["tensor_parallel"] > 1:
         row["assumed"] = (row["assumed"] + "; " if row["assumed"] else "") + \
             (f"tensor parallel {point['tensor_parallel']} (Megatron-style, inside a node), ZeRO-3 over the rest; "
@@ -146,13 +164,18 @@ def table(rows):
             pred, err = f"{r['predicted_tflops']:.1f}", f"{100 * r['error']:+.0f} %"
         else:
             pred, err = r["status"], ""
-        note = "TP " + str(r["tensor_parallel"]) if r["tensor_parallel"] > 1 else ""
+        notes = ["TP " + str(r["tensor_parallel"])] if r["tensor_parallel"] > 1 else []
+        if r.get("measured_range"):
+            notes.append(f"published range {r['measured_range']}: {'inside' if r['in_range'] else 'OUTSIDE'}")
+        note = "; ".join(notes)
         lines.append(f"| {r['id']} | {r['kind']} | {r['measured_tflops']} | {pred} | {err} | {note} |")
     for kind in ("calibration", "prediction"):
         s = summary(rows, kind)
+        ranged = [r for r in rows if r["kind"] == kind and r.get("measured_range")]
+        inside = f"; {sum(r['in_range'] for r in ranged)} of {len(ranged)} inside their published range" if ranged else ""
         if s["points"]:
             lines.append(f"\n{kind}: {s['points']} points simulated, {s['refused']} refused or failed; "
-                         f"median |error| {100 * s['median']:.0f} %, largest {100 * s['largest']:.0f} %")
+                         f"median |error| {100 * s['median']:.0f} %, largest {100 * s['largest']:.0f} %{inside}")
         else:
             lines.append(f"\n{kind}: no point simulated, {s['refused']} refused or failed")
     return "\n".join(lines)
@@ -203,6 +226,10 @@ def plot(rows, out):
         ax.bar([x + 0.2 for x in xs], [r["predicted_tflops"] if r["status"] == "ok" else 0 for r in sel], width=0.4,
                label="zinf", color="tab:red" if sel[0]["kind"] == "prediction" else "tab:blue")
         for x, r in zip(xs, sel):
+            if r.get("measured_range"):  # the published spread, drawn on the measured bar
+                lo, hi = (float(v) for v in r["measured_range"].split("-"))
+                m = r["measured_tflops"]
+                ax.errorbar(x - 0.2, m, yerr=[[m - lo], [hi - m]], fmt="none", color="black", capsize=3)
             if r["status"] != "ok":
                 ax.text(x + 0.2, 1, r["status"], rotation=90, fontsize=7, ha="center", va="bottom")
         ax.set_xticks(list(xs))
@@ -240,7 +267,7 @@ def main(argv=None):
             print(f"{r['predicted_tflops']} TFLOP/s (measured {r['measured_tflops']})" if r["status"] == "ok"
                   else f"{r['status']}: {r['reason'][:160]}", flush=True)
             rows.append(r)
-    fields = ["id", "kind", "figure", "status", "measured_tflops", "predicted_tflops", "error", "step_time",
+    fields = ["id", "kind", "figure", "status", "measured_tflops", "measured_range", "predicted_tflops", "error", "step_time",
               "tensor_parallel", "flops", "reason", "assumed", "source", "command"]
     with open(os.path.join(a.out, "published.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
