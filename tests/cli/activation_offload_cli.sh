@@ -26,25 +26,25 @@ if [ "$rc" != 0 ] && grep -q "policy" "$D/bad.log" && grep -q "bad.yaml" "$D/bad
 else
   fail "activation_offload.policy: whenever (exit $rc)" "$D/bad.log"
 fi
-# Two checkpoints per block (Megatron's --split-transformers) are simulated; the engine refuses them by name.
-printf 'zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: host, copies: synchronous, per_block: 2}\n' > "$D/split.yaml"
-"$ZINF" sim --model gpt2-small --hw dgx2-v100 --config "$D/split.yaml" --json > "$D/split.json" 2> "$D/split.err"; rc=$?
-expect "zinf sim simulates two checkpoints per block" 0 '"samples_per_s"' "$D/split.json" $rc
-"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/split.yaml" --steps 1 --nvme-dir "$D" > "$D/split.log" 2>&1; rc=$?
-if [ "$rc" != 0 ] && grep -q "split.yaml: activation_checkpoint.per_block 2" "$D/split.log"; then
-  pass "zinf train refuses two checkpoints per block, naming the file and the key"
-else
-  fail "zinf train with activation_checkpoint.per_block 2 (exit $rc)" "$D/split.log"
-fi
-# DeepSpeed's fp32 host path is simulated; the engine refuses it by name.
-printf 'zero_stage: 2\noffload: {optimizer: cpu, gradients: cpu}\noptimizer: {host_path: deepspeed-0.3}\n' > "$D/dshost.yaml"
-"$ZINF" sim --model gpt2-small --hw dgx2-v100 --config "$D/dshost.yaml" --json > "$D/dshost.json" 2> "$D/dshost.err"; rc=$?
-expect "zinf sim simulates DeepSpeed's host path" 0 '"samples_per_s"' "$D/dshost.json" $rc
-"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/dshost.yaml" --steps 1 --nvme-dir "$D" > "$D/dshost.log" 2>&1; rc=$?
-if [ "$rc" != 0 ] && grep -q "dshost.yaml: optimizer.host_path deepspeed-0.3" "$D/dshost.log"; then
-  pass "zinf train refuses DeepSpeed's host path, naming the file and the key"
-else
-  fail "zinf train with optimizer.host_path deepspeed-0.3 (exit $rc)" "$D/dshost.log"
-fi
+# simulated_not_trained NAME WHAT KEY CONFIG: `zinf sim` simulates CONFIG; `zinf train` refuses it,
+# naming the file and KEY.
+simulated_not_trained() {
+  local name=$1 what=$2 key=$3 rc
+  printf '%s' "$4" > "$D/$name.yaml"
+  "$ZINF" sim --model gpt2-small --hw dgx2-v100 --config "$D/$name.yaml" --json > "$D/$name.json" 2> "$D/$name.err"; rc=$?
+  expect "zinf sim simulates $what" 0 '"samples_per_s"' "$D/$name.json" $rc
+  "$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/$name.yaml" --steps 1 --nvme-dir "$D" > "$D/$name.log" 2>&1; rc=$?
+  if [ "$rc" != 0 ] && grep -q "$name.yaml: $key" "$D/$name.log"; then
+    pass "zinf train refuses $what, naming the file and the key"
+  else
+    fail "zinf train with $key (exit $rc)" "$D/$name.log"
+  fi
+}
+# Two checkpoints per block (Megatron's --split-transformers).
+simulated_not_trained split "two checkpoints per block" "activation_checkpoint.per_block 2" \
+  $'zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: host, copies: synchronous, per_block: 2}\n'
+# DeepSpeed's fp32 host path.
+simulated_not_trained dshost "DeepSpeed's host path" "optimizer.host_path deepspeed-0.3" \
+  $'zero_stage: 2\noffload: {optimizer: cpu, gradients: cpu}\noptimizer: {host_path: deepspeed-0.3}\n'
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]
