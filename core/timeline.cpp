@@ -201,13 +201,17 @@ double collective_host_seconds(const Program& p, const Task& t, int rank, const 
   const double elems = t.bytes / 2, w = n.gpu.working_bytes, parts = group_ranks(p, t);
   double moved = 0;  // bytes read + written
   if ((t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast) && t.data == Data::Param) {
-    if (w > 2) moved += elems * (2 + w);                                   // widen in place: read bf16, write w
-    if (t.kind == TaskKind::AllGather && parts <= 1) moved += 2 * elems * 2;  // the one rank's shard copied in
+    // Widened: read bf16, write w (one rank straight from its shard, others in place after the
+    // gather); at a working size of 2 bytes one rank's shard is copied in instead.
+    if (w > 2) moved += elems * (2 + w);
+    else if (t.kind == TaskKind::AllGather && parts <= 1) moved += 2 * elems * 2;
   } else if ((t.kind == TaskKind::ReduceScatter || t.kind == TaskKind::Reduce) && t.data == Data::Grad) {
-    if (parts <= 1) moved += 2 * elems * w;  // the one rank's gradient copied to what it keeps
-    // What it keeps scaled in place: its shard, or with a reduce the owner the whole unit.
-    if (t.kind == TaskKind::ReduceScatter) moved += 2 * elems / parts * w;
-    else if (t.root < 0 || t.root == rank) moved += 2 * elems * w;
+    // What a rank keeps is scaled in place by 1 / (ranks x micro-batches): its shard, or with a
+    // reduce the owner the whole unit. One rank keeps its gradient buffer as it is (no copy), and
+    // with one micro-batch too there is nothing to scale.
+    const bool scaled = parts > 1 || p.micro_batches() > 1;
+    if (t.kind == TaskKind::ReduceScatter) moved += scaled ? 2 * elems / parts * w : 0;
+    else if (scaled && (t.root < 0 || t.root == rank)) moved += 2 * elems * w;
   }
   return moved / n.gpu.memory_bandwidth;
 }

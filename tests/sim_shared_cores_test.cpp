@@ -207,10 +207,11 @@ TEST_CASE("the rank skew fitted to measured steps recovers the skew that produce
   CHECK_THROWS(sim::fit_rank_skew(hw, {}, 2));
 }
 
-TEST_CASE("a CPU-backend collective's host work: the fp32 widening of a gathered parameter, the scaling of a reduced gradient, and with one rank the copy") {
+TEST_CASE("a CPU-backend collective's host work: the fp32 widening of a gathered parameter and the scaling of a reduced gradient") {
   // memory_bandwidth 10 GB/s (bytes read + written). A gather of 2e8 bf16-counted bytes (1e8
-  // elements) widened to fp32 moves 1e8 x (2 + 4) and its one-rank copy 2 x 2e8: 0.1 s. A reduce of
-  // 1e8 bytes (5e7 elements) in fp32: the one-rank copy 2 x 4 x 5e7 and the scaling as much: 0.08 s.
+  // elements) widened to fp32 straight from the one rank's shard moves 1e8 x (2 + 4): 0.06 s. A
+  // reduce of 1e8 bytes (5e7 elements) with one rank and one micro-batch: the gradient is kept as it
+  // is, nothing copied or scaled (0 s); with two micro-batches it is scaled, 2 x 4 x 5e7: 0.04 s.
   auto with = [](bool shared, const char* precision) {
     auto hw = profile(shared, 1, 0.0);
     hw.node.gpu.memory_bandwidth = 10e9;
@@ -219,14 +220,18 @@ TEST_CASE("a CPU-backend collective's host work: the fp32 widening of a gathered
   };
   const auto p = two_collectives(2e8, 1e8);
   const auto fp32 = with(true, "fp32");
-  CHECK(core::collective_host_seconds(p, p.task(0), 0, fp32) == Approx(0.1));
-  CHECK(core::collective_host_seconds(p, p.task(1), 0, fp32) == Approx(0.08));
-  CHECK(simulated(p, fp32) == Approx(0.18).epsilon(0.01));
-  CHECK(core::estimate_step_time(p, fp32) == Approx(0.18).epsilon(0.01));
-  // Working in bf16 nothing is widened: the copies alone, 0.04 s each.
+  CHECK(core::collective_host_seconds(p, p.task(0), 0, fp32) == Approx(0.06));
+  CHECK(core::collective_host_seconds(p, p.task(1), 0, fp32) == 0);
+  CHECK(simulated(p, fp32) == Approx(0.06).epsilon(0.01));
+  CHECK(core::estimate_step_time(p, fp32) == Approx(0.06).epsilon(0.01));
+  auto accumulated = two_collectives(2e8, 1e8);
+  core::ProgramBuilder(accumulated).micro_batches() = 2;
+  CHECK(core::collective_host_seconds(accumulated, accumulated.task(1), 0, fp32) == Approx(0.04));
+  CHECK(simulated(accumulated, fp32) == Approx(0.1).epsilon(0.01));
+  // Working in bf16 nothing is widened: the gather's one-rank copy alone, 0.04 s.
   const auto bf16 = with(true, "bf16");
-  CHECK(simulated(p, bf16) == Approx(0.08).epsilon(0.01));
-  CHECK(core::estimate_step_time(p, bf16) == Approx(0.08).epsilon(0.01));
+  CHECK(simulated(p, bf16) == Approx(0.04).epsilon(0.01));
+  CHECK(core::estimate_step_time(p, bf16) == Approx(0.04).epsilon(0.01));
   // A GPU profile: a one-rank collective costs nothing, as before.
   const auto gpu = with(false, "fp32");
   CHECK(core::collective_host_seconds(p, p.task(0), 0, gpu) == 0);

@@ -86,11 +86,16 @@ void GptCpuBackend::fetch(const Task& t) {
       }
       // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
       // widened in place: the device holds the working size the Program counts, no bf16 copy.
+      // One rank's shard is the whole unit: widened straight from it, with no gather.
       const int64_t padded = u.shard_numel * P.data_parallel();
       DeviceVector<float> full(size_t(padded), device<float>());
-      comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), cpu::upper_half_as_bf16(full.data(), padded),
-                      u.name.c_str());
-      cpu::widen_upper_half_in_place(full.data(), padded);
+      if (comm.size() == 1) {
+        cpu::bf16_to_fp32(full.data(), shard, padded);
+      } else {
+        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), cpu::upper_half_as_bf16(full.data(), padded),
+                        u.name.c_str());
+        cpu::widen_upper_half_in_place(full.data(), padded);
+      }
       return stage(gathered_, t.buffer, std::move(full));
     }
     case TaskKind::Broadcast: {
@@ -287,11 +292,17 @@ void GptCpuBackend::checkpoint(const Task& t) {
 void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int64_t n) {
   const auto& u = unit(t.unit);
   DeviceVector<float> full = take(grad_full_, key, P.label(t) + ": the gradient");
-  DeviceVector<float> shard(static_cast<size_t>(n), device<float>());
-  if (t.kind == TaskKind::ReduceScatter) comm.reduce_scatter(full.data(), shard.data(), size_t(n), u.name.c_str());
-  else comm.reduce(full.data(), shard.data(), size_t(n), u.owner, u.name.c_str());
+  DeviceVector<float> shard;
+  if (comm.size() == 1 && int64_t(full.size()) == n) {
+    shard = std::move(full);  // one rank keeps its whole gradient: no reduction, no copy
+  } else {
+    shard = DeviceVector<float>(static_cast<size_t>(n), device<float>());
+    if (t.kind == TaskKind::ReduceScatter) comm.reduce_scatter(full.data(), shard.data(), size_t(n), u.name.c_str());
+    else comm.reduce(full.data(), shard.data(), size_t(n), u.owner, u.name.c_str());
+  }
   if (!holds(u)) return;
-  for (float& g : shard) g *= grad_scale();
+  if (const float s = grad_scale(); s != 1.0f)  // one rank, one micro-batch: nothing to scale
+    for (float& g : shard) g *= s;
   if (plan.gradients == Tier::Device)
     return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first_micro_batch(t),
                            last_micro_batch(t));
