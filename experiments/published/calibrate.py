@@ -80,7 +80,7 @@ def compute_split(timeline):
 
 def simulate(point, profile, zinf, folder):
     os.makedirs(folder, exist_ok=True)
-    prof = published.with_overrides(copy.deepcopy(profile), point)
+    prof = published.with_overrides(profile, point)  # a copy: the fitted profile stays as it is
     hw = os.path.join(folder, "hw.yaml")
     with open(hw, "w") as f:
         yaml.safe_dump(prof, f)
