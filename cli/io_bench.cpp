@@ -1,9 +1,11 @@
 // `zinf io-bench --dir D`: sweeps block size x queue depth for writes and reads through the NVMe
 // store on a file under D (like DeepSpeed's ds_nvme_tune), then recommends the aio settings.
+// `--compute-load` measures the same while the CPU backend's GEMMs keep every core busy.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -17,6 +19,7 @@
 #include "core/errors.hpp"
 #include "core/program.hpp"
 #include "core/units.hpp"
+#include "engine/cpu/kernels.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/io/stream_io.hpp"
 #include "engine/memory/pinned_pool.hpp"
@@ -33,6 +36,7 @@ struct IoBenchOptions {
   std::vector<std::string> block_sizes{"256 KiB", "1 MiB", "4 MiB", "8 MiB"};
   std::vector<int64_t> queue_depths{4, 8, 16, 32, 64};
   int64_t rings = 1;
+  bool compute_load = false;
 };
 
 uint64_t parse_bytes(const std::string& text, const std::string& flag) {
@@ -100,6 +104,63 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
              core::format_bandwidth(double(half) / tw), core::format_bandwidth(2.0 * double(half) / wall), wall / serial);
 }
 
+// The CPU backend's compute lane as a load: one thread calling the engine's linear layer (an
+// OpenBLAS GEMM on all of BLAS's threads, as a training step's forward and backward do) at a
+// shape of the memory-wall model (128 tokens x 3200 -> 12800: 10.5 GFLOP a call). On a VM whose
+// virtual disk needs its vCPUs (here: virtio, reads and writes at about half their idle rates while
+// both cores compute, at full rates with one), the disk a CPU-backend run gets is this one.
+class ComputeLoad {
+ public:
+  static constexpr int64_t kTokens = 128, kIn = 3200, kOut = 12800;
+  static constexpr double kFlopsPerCall = 2.0 * kTokens * kIn * kOut;
+
+  ComputeLoad() : x_(size_t(kTokens * kIn)), w_(size_t(kOut * kIn)), y_(size_t(kTokens * kOut)) {
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] = float(i % 251) * 1e-3f;
+    for (size_t i = 0; i < w_.size(); ++i) w_[i] = float(i % 509) * 1e-4f;
+  }
+  ComputeLoad(const ComputeLoad&) = delete;
+  ComputeLoad& operator=(const ComputeLoad&) = delete;
+  ~ComputeLoad() { stop(); }
+
+  // GEMM FLOP/s with nothing else running, over about `seconds`.
+  double rate_alone(double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t calls = 0;
+    double wall = 0;
+    do {
+      call();
+      ++calls;
+      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (wall < seconds);
+    return double(calls) * kFlopsPerCall / wall;
+  }
+  void start() {
+    start_ = std::chrono::steady_clock::now();
+    worker_ = std::thread([this] {
+      while (!stopping_.load(std::memory_order_relaxed)) {
+        call();
+        calls_.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  // Stops the load; its GEMM FLOP/s while it ran (0 when it never started).
+  double stop() {
+    if (!worker_.joinable()) return 0;
+    stopping_ = true;
+    worker_.join();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return double(calls_.load()) * kFlopsPerCall / wall;
+  }
+
+ private:
+  void call() { cpu::linear_forward(y_.data(), x_.data(), w_.data(), nullptr, kTokens, kIn, kOut); }
+  std::vector<float> x_, w_, y_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> calls_{0};
+  std::chrono::steady_clock::time_point start_;
+  std::thread worker_;
+};
+
 void run_io_bench(const IoBenchOptions& opt) {
   const uint64_t bytes = (parse_bytes(opt.size, "--size") + (64 << 20) - 1) / (64 << 20) * (64 << 20);
   std::vector<uint64_t> blocks;
@@ -161,6 +222,17 @@ void run_io_bench(const IoBenchOptions& opt) {
     fmt::print("\n");
   }
 
+  std::optional<ComputeLoad> load;
+  double alone_flops = 0;
+  if (opt.compute_load) {
+    load.emplace();
+    fmt::print("compute load: the engine's GEMM ({} x {} -> {}) on every BLAS thread, ", ComputeLoad::kTokens,
+               ComputeLoad::kIn, ComputeLoad::kOut);
+    std::fflush(stdout);
+    alone_flops = load->rate_alone(2.0);
+    fmt::print("{:.1f} GFLOP/s alone; it runs through every measurement below\n", alone_flops / 1e9);
+    load->start();
+  }
   std::vector<Point> points;
   size_t k = 0;
   for (uint64_t block : blocks) {
@@ -196,6 +268,11 @@ void run_io_bench(const IoBenchOptions& opt) {
     auto s = make_store(pick.block, pick.qd);
     measure_duplex(*s, s->open("bench"), bytes, buffers, kBufferBytes, pick);
   }
+  if (load) {
+    const double during = load->stop();
+    fmt::print("compute load: {:.1f} GFLOP/s during the measurements ({:.2f}x its rate alone)\n", during / 1e9,
+               during / alone_flops);
+  }
   fmt::print("\nput this in the run config:\n\naio: {{block_size: {}, queue_depth: {}}}\n", pick.block, pick.qd);
 }
 
@@ -207,6 +284,8 @@ Registration reg(60, [](CLI::App& app) {
   cmd->add_option("--block-sizes", opts->block_sizes, "Block sizes to try")->delimiter(',')->capture_default_str();
   cmd->add_option("--queue-depths", opts->queue_depths, "Queue depths to try")->delimiter(',')->capture_default_str();
   cmd->add_option("--rings", opts->rings, "io_uring rings")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--compute-load", opts->compute_load,
+                "Measure while the CPU backend's GEMMs keep the cores busy (the disk a CPU-backend run gets)");
   cmd->callback([opts] { run_io_bench(*opts); });
 });
 

@@ -39,6 +39,7 @@ struct TrainArgs {
   std::string data;
   std::string nvme_dir;
   int64_t steps = 200;
+  int64_t print_every = 10;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
@@ -202,7 +203,7 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                                      core::format_bytes(core::at(s.peak, core::Tier::Host)),
                                      core::format_bytes(core::at(s.peak, core::Tier::Nvme)));
       if (tty) fmt::print("\r{}", line);
-      else if (s.step % 10 == 0 || s.step == 1 || s.step == a.steps) fmt::print("{}\n", line);
+      else if (s.step % a.print_every == 0 || s.step == 1 || s.step == a.steps) fmt::print("{}\n", line);
       std::fflush(stdout);
     }
     stopped = stop_requested();
@@ -264,6 +265,10 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--steps,-s", a->steps, "Train until this many steps are done")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(99'999'999)));  // step-NNNNNNNN names have 8 digits
+  cmd->add_option("--print-every", a->print_every,
+                  "When the output is not a terminal, print a step's line every N steps (and the first and last)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Where to save checkpoints (and resume from)");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "Save every N steps (0: only at the end)")
       ->check(CLI::NonNegativeNumber);

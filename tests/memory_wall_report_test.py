@@ -18,6 +18,9 @@ spec.loader.exec_module(rep)
 spec = importlib.util.spec_from_file_location("mw_refs", os.path.join(ROOT, "experiments", "memory_wall", "disk_refs.py"))
 refs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(refs)
+spec = importlib.util.spec_from_file_location("mw_alone", os.path.join(ROOT, "experiments", "memory_wall", "compute_alone.py"))
+alone = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(alone)
 
 GB = 1e9
 # A 10 s step: forward 0-2 s and backward 2-6 s on the compute lane (6 s busy); two reads of 4 GB
@@ -30,7 +33,7 @@ ROWS = [
 ]
 
 
-def run(refs, threads=None, header=("t", "tid", "rt_priority", "cpu_s", "machine_busy_s", "machine_steal_s")):
+def run(refs, threads=None, header=("t", "tid", "rt_priority", "cpu_s", "machine_busy_s", "machine_steal_s"), extra=()):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "last.csv")
         with open(path, "w", newline="") as f:
@@ -39,7 +42,7 @@ def run(refs, threads=None, header=("t", "tid", "rt_priority", "cpu_s", "machine
             for i, (lane, kind, a, b, n) in enumerate(ROWS):
                 w.writerow([0, lane, i, kind, kind, a, b, n, 0])
         out = io.StringIO()
-        args = [path]
+        args = [path, *extra]
         for name, r, wr in refs:
             args += ["--ref", name, str(r), str(wr)]
         if threads is not None:
@@ -116,6 +119,16 @@ class Report(unittest.TestCase):
         self.assertIn("10.0 s at the reference's rates = 1.43 x", store)
         self.assertIn("= 10.0 s: step = 1.00 x bound", store)
 
+    def test_bound_with_the_step_alone(self):
+        # compute alone 8 s: bench needs 3.5 s, so max(8, 3.5) = 8 and the 10 s step is 1.25 x that;
+        # store needs 10 s, so the bound stays 10 s.
+        text = run([("bench", 4 * GB, 4 * GB), ("store", 2 * GB, 1 * GB)], extra=["--compute-alone", "8"])
+        self.assertIn("= 6.0 s: step = 1.67 x bound; max(compute alone 8.0 s, NVMe traffic 3.5 s) = 8.0 s:"
+                      " step = 1.25 x that", re.search(r"against bench .*", text).group(0))
+        self.assertIn("max(compute alone 8.0 s, NVMe traffic 10.0 s) = 10.0 s: step = 1.00 x that",
+                      re.search(r"against store .*", text).group(0))
+        self.assertNotIn("compute alone", run([("bench", 4 * GB, 4 * GB)]))
+
     def test_reference_without_rates_is_left_out(self):
         text = run([("bench", 0, 0)])
         self.assertNotIn("x bench", text)
@@ -161,6 +174,48 @@ class DiskRefs(unittest.TestCase):
     def test_no_point_is_an_error(self):
         with self.assertRaises(SystemExit):
             refs.io_bench_best("zinf io-bench: error: cannot create /x\n")
+
+
+
+
+class ComputeAlone(unittest.TestCase):
+    LOG = ("zinf train: gpt (284M params) on 1 rank(s)\n"
+           "[######..................] step 1/3 | loss 11.6691 | 61 tok/s | 2.093 s | device 6.56 GB\n"
+           "[################........] step 2/3 | loss 10.1 | 63 tok/s | 2.042 s | device 6.56 GB\n"
+           "[########################] step 3/3 | loss 9.3 | 60 tok/s | 2.25 s | device 6.56 GB\n")
+
+    def test_step_times_from_train_output(self):
+        self.assertEqual(alone.step_seconds(self.LOG), {1: 2.093, 2: 2.042, 3: 2.25})
+
+    def test_linear_in_layers(self):
+        # 2 s at 1 layer, 7 s at 6: 1 s per layer, so 18 layers take 19 s.
+        self.assertAlmostEqual(alone.extrapolate(1, 2.0, 6, 7.0, 18), 19.0)
+        self.assertAlmostEqual(alone.extrapolate(1, 2.0, 6, 7.0, 6), 7.0)
+
+    def test_fewer_layers_when_the_large_count_does_not_fit(self):
+        # A stand-in zinf: 4 layers or more are refused for memory; below, step k of a run with L layers
+        # takes 1 + L seconds (plus k / 1000, so the median is of steps 2..5, not 1).
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "zinf")
+            with open(fake, "w") as f:
+                f.write("#!/bin/bash\n"
+                        "model=$(awk -v RS=' ' 'p {print; exit} /^--model$/ {p=1}' <<< \"$*\")\n"
+                        "L=$(awk '/^layers:/ {print $2}' \"$model\")\n"
+                        "if [ \"$L\" -ge 4 ]; then echo 'zinf: error: this run needs 40 GB of RAM and the machine has"
+                        " 24 GB available (MemAvailable)' >&2; exit 1; fi\n"
+                        "for k in 1 2 3 4 5; do echo \"[#] step $k/5 | loss 9.0 | 10 tok/s | $((1 + L)).00$k s | device 1 GB\"; done\n")
+            os.chmod(fake, 0o755)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                alone.main(["--zinf", fake, "--hw", "hw.yaml", "--work", d, "--tiling", "1", "--layers", "10", "--hidden", "64",
+                            "--heads", "2", "--seq", "16", "--vocab", "100", "--sub-group-size", "1000", "--grad-clip", "0",
+                            "--small", "1", "--large", "5"])
+            text = out.getvalue()
+            self.assertIn("5 layers resident do not fit in this machine's memory; trying 4", text)
+            self.assertIn("4 layers resident do not fit in this machine's memory; trying 3", text)
+            # 1 layer: median of 2.002..2.005 = 2.0035; 3 layers: 4.0035; 1 s per layer -> 11.0035 at 10.
+            self.assertIn("compute alone: 1.000 s per layer -> 11.00 s at 10 layers", text)
+            self.assertRegex(text, r"\ncompute_alone_s 11\.00[34]\n")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ A reference is a pair of rates on this disk: `zinf io-bench`'s best on its own f
 and then rewriting the run's own store files right after the run (the bytes, file sizes and
 recency the step moved). For each it prints each lane's rate while busy over the reference's, the
 disk's efficiency (the time the reference's rates need for the step's traffic over the time either
-lane was busy) and the step over max(compute lane busy, that time).
+lane was busy) and the step over max(compute lane busy, that time). With --compute-alone SECONDS (the
+same step with every state resident, compute_alone.py) it also gives the step over max(compute
+alone, that time): the bound with the step's own CPU work (Adam, gathers, copies) in it.
 """
 import argparse
 import csv
@@ -64,15 +66,20 @@ def report_lanes(step, refs):
               f" {b / step.seconds / 1e9:.2f} GB/s over the step")
 
 
-def report_against(step, ref, compute):
+def report_against(step, ref, compute, compute_alone=None):
     """The disk's efficiency and the step's bound against one reference."""
     total, disk_busy = step.lane("nvme")
     need = step.lane("nvme_read")[0] / ref["nvme_read"] + step.lane("nvme_write")[0] / ref["nvme_write"]
     bound = max(compute, need)
+    alone = ""
+    if compute_alone:
+        b = max(compute_alone, need)
+        alone = (f"; max(compute alone {compute_alone:.1f} s, NVMe traffic {need:.1f} s) = {b:.1f} s:"
+                 f" step = {step.seconds / b:.2f} x that")
     print(f"against {ref['name']} (read {ref['nvme_read'] / 1e9:.2f} GB/s, write {ref['nvme_write'] / 1e9:.2f} GB/s):"
           f" disk {total / 1e9:.1f} GB in {disk_busy:.1f} s with either lane busy, {need:.1f} s at the reference's rates"
           f" = {need / disk_busy:.2f} x; step bound max(compute {compute:.1f} s, NVMe traffic {need:.1f} s) = {bound:.1f} s:"
-          f" step = {step.seconds / bound:.2f} x bound")
+          f" step = {step.seconds / bound:.2f} x bound{alone}")
 
 
 def report_after_backward(step):
@@ -142,6 +149,8 @@ def main(argv=None):
     ap.add_argument("--ref", nargs=3, action="append", default=[], metavar=("NAME", "READ", "WRITE"),
                     help="a disk reference: its name and its read and write rates in bytes/s")
     ap.add_argument("--thread-cpu", default="")
+    ap.add_argument("--compute-alone", type=float, default=0.0,
+                    help="seconds of the same step with every state resident (compute_alone.py)")
     a = ap.parse_args(argv)
     refs = [{"name": n, "nvme_read": float(r), "nvme_write": float(w)} for n, r, w in a.ref if float(r) > 0 and float(w) > 0]
     step = Step(list(csv.DictReader(open(a.timeline))))
@@ -150,7 +159,7 @@ def main(argv=None):
     print(f"last step {step.seconds:.1f} s: compute lane busy {compute:.1f} s;"
           f" {step.seconds - (step.last_bwd - step.t0):.1f} s of it after backward")
     for ref in refs:
-        report_against(step, ref, compute)
+        report_against(step, ref, compute, a.compute_alone)
     report_after_backward(step)
     if a.thread_cpu:
         report_threads(step, a.thread_cpu)

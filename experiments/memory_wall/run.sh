@@ -13,7 +13,13 @@
 # disk here sustains about half its rates over the tens of GB a step moves, so after training (unless
 # STORE_FIO=0) fio also reads and rewrites the run's own state files and (unless BIG_BENCH=0, and
 # only with CHECKPOINT=0) io-bench runs again on a file the size of the states; the report
-# (experiments/memory_wall/report.py) gives every figure against each reference. TASKS_IN_FLIGHT
+# (experiments/memory_wall/report.py) gives every figure against each reference. On this kind of VM
+# the virtual disk needs the vCPUs the step computes on (idle io-bench rates halve while both cores
+# run GEMMs), so after training (unless LOADED_BENCH=0) io-bench also measures the disk under the
+# CPU backend's GEMMs (`--compute-load`, LOADED_GIB GiB, default 8) as one more reference. Before
+# training (unless COMPUTE_ALONE=0) the same shape trains with every state resident at 1 and 6 layers
+# (experiments/memory_wall/compute_alone.py): extrapolated to the run's layers, the step without
+# offload, the bound's "compute alone" with the step's Adam, gathers and copies in it. TASKS_IN_FLIGHT
 # (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
 # keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
 # updated, and their states move, while backward computes) is optimizer.timing. SUB_GROUPS_IN_FLIGHT
@@ -146,6 +152,14 @@ sed "s/^name: .*/name: local-memory-wall/; s/^\(    capacity:\).*/\1 $free_disk/
 states=$((layers * per_layer + embed))
 echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round($states / 16 / 1e9, 2))")B params," \
      "$(numfmt --to=iec $states) of states ($(python3 -c "print(round($states / 1e9, 1))") GB, embeddings included) = $(python3 -c "print(round($states / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
+compute_alone=0
+if [ "${COMPUTE_ALONE:-1}" != 0 ]; then
+  python3 experiments/memory_wall/compute_alone.py --zinf "$ZINF" --layers "$layers" --hidden "$hidden" --heads 25 \
+    --seq "$seq" --vocab "$vocab" --tiling "$TILING" --grad-clip "$GRAD_CLIP" --sub-group-size 10000000 \
+    --hw "$work/hw.yaml" --work "$work" | tee "$work/alone.txt" || echo "memory_wall: no compute-alone reference"
+  compute_alone=$(awk '/^compute_alone_s/ {print $2}' "$work/alone.txt")
+  compute_alone=${compute_alone:-0}
+fi
 # PLAN=0 skips `zinf plan` (its `auto` resolution simulates candidates: minutes on a loaded machine).
 [ "${PLAN:-1}" = 0 ] || "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
 ckpt_args=()
@@ -189,8 +203,20 @@ if [ "${BIG_BENCH:-1}" != 0 ] && [ "$CHECKPOINT" = 0 ]; then
 elif [ "${BIG_BENCH:-1}" != 0 ]; then
   echo "memory_wall: no io-bench on the states' size: the store stays for the resume (run with CHECKPOINT=0 for it)"
 fi
+# The disk while the cores compute (unless LOADED_BENCH=0): io-bench at the run's settings under the
+# CPU backend's GEMMs, on LOADED_GIB GiB (default 8; less when the disk has less to spare).
+load_read=0; load_write=0
+if [ "${LOADED_BENCH:-1}" != 0 ]; then
+  avail=$(df -B1 --output=avail "$NVME" | tail -n 1)
+  gib=$(python3 -c "print(max(1, min(${LOADED_GIB:-8}, int(($avail - $reserve) // (1 << 30)))))")
+  "$ZINF" io-bench --dir "$NVME" --size "$gib GiB" --block-sizes "$((block >> 10)) KiB" --queue-depths "$depth" --compute-load > "$work/io_load.txt"
+  read -r _ _ load_read load_write < <(python3 experiments/memory_wall/disk_refs.py io-bench "$work/io_load.txt")
+  echo "memory_wall: io-bench on $gib GiB under compute load: read $(numfmt --to=si --round=nearest "${load_read%.*}")B/s, write $(numfmt --to=si --round=nearest "${load_write%.*}")B/s"
+  tr '\r' '\n' < "$work/io_load.txt" | grep -E "^(compute load|read and write at once)" | sed 's/^/memory_wall: /'
+fi
 refs=(--ref "io-bench" "$best_read" "$best_write" --ref "fio on the store" "$store_read" "$store_write"
-      --ref "io-bench on the states' size" "$big_read" "$big_write")
+      --ref "io-bench on the states' size" "$big_read" "$big_write" --ref "io-bench under compute load" "$load_read" "$load_write")
+[ "$compute_alone" = 0 ] || refs+=(--compute-alone "$compute_alone")
 [ -z "${THREAD_CPU:-}" ] || refs+=(--thread-cpu "$THREAD_CPU")
 python3 experiments/memory_wall/report.py "$work/last.csv" "${refs[@]}"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `zinf io-bench` as a user runs it: a small sweep on a temporary directory measures every point,
 # then both directions at once, recommends aio settings as a config line and leaves nothing behind;
-# a directory that does not exist and a block size O_DIRECT cannot use are refused by name.
+# a directory that does not exist and a block size O_DIRECT cannot use are refused by name; with
+# --compute-load it measures under the CPU backend's GEMMs and reports their rate alone and during.
 # Usage: io_bench_cli.sh ZINF_BINARY. Prints "N passed, M failed".
 set -u
 ZINF=$1
@@ -30,6 +31,13 @@ expect "both directions at once are measured at the recommended point" 0 \
   "read and write at once \([0-9]+ MiB qd [28]\): read [0-9.]+ [GMk]?B/s, write [0-9.]+ [GMk]?B/s; both directions [0-9.]+ [GMk]?B/s" \
   "$D/bench.log" $rc
 if [ -z "$(ls -A "$D/disk")" ]; then pass "io-bench removes its file"; else fail "io-bench left $(ls "$D/disk")" ""; fi
+# Under the CPU backend's compute: its GEMM rate alone first, then during the measurements.
+"$ZINF" io-bench --dir "$D/disk" --size "64 MiB" --block-sizes "1 MiB" --queue-depths 8 --compute-load > "$D/load.log" 2>&1; rc=$?
+expect "--compute-load measures the GEMM rate alone" 0 "^compute load: the engine's GEMM \(128 x 3200 -> 12800\) on every BLAS thread, [0-9.]+ GFLOP/s alone" "$D/load.log" $rc
+expect "--compute-load reports the GEMM rate during the measurements" 0 \
+  "^compute load: [0-9.]+ GFLOP/s during the measurements \([0-9.]+x its rate alone\)" "$D/load.log" $rc
+expect "--compute-load still measures and recommends" 0 "^aio: \{block_size: 1048576, queue_depth: 8\}" "$D/load.log" $rc
+if [ -z "$(ls -A "$D/disk")" ]; then pass "io-bench under load removes its file"; else fail "io-bench left $(ls "$D/disk")" ""; fi
 "$ZINF" io-bench --dir "$D/none" --size "64 MiB" > "$D/none.log" 2>&1; rc=$?
 expect "a directory that does not exist is refused by name" 1 "$D/none" "$D/none.log" $rc
 "$ZINF" io-bench --dir "$D/disk" --size "64 MiB" --block-sizes "1000 B" > "$D/block.log" 2>&1; rc=$?

@@ -83,6 +83,12 @@ expect "flipped byte in a checkpoint refused" 1 "state.safetensors.*damaged" "$D
 D=$(fresh mistakes)
 "$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 2 --checkpoint-every -1 > "$D/log" 2>&1; rc=$?
 expect "--checkpoint-every -1 refused" 105 "checkpoint-every" "$D/log" $rc
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 2 --print-every 0 > "$D/log" 2>&1; rc=$?
+expect "--print-every 0 refused" 105 "print-every" "$D/log" $rc
+# Not a terminal: a line for the first and the last step and every N-th, here every step of 3.
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 3 --print-every 1 > "$D/log" 2>&1; rc=$?
+[ "$rc" = 0 ] && [ "$(grep -cE "^\[#*\.*\] step [123]/3 \| loss" "$D/log")" = 3 ] && pass "--print-every 1 prints each step" \
+  || fail "--print-every 1: exit $rc, wanted a line per step" "$D/log"
 "$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 2 --timeline "$D/missing/t" > "$D/log" 2>&1; rc=$?
 expect "--timeline into a missing directory refused before training" 1 "missing does not exist" "$D/log" $rc
 grep -q "step " "$D/log" && fail "trained before refusing --timeline" "$D/log"
