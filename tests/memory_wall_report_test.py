@@ -209,7 +209,7 @@ class ComputeAlone(unittest.TestCase):
             with contextlib.redirect_stdout(out):
                 alone.main(["--zinf", fake, "--hw", "hw.yaml", "--work", d, "--tiling", "1", "--layers", "10", "--hidden", "64",
                             "--heads", "2", "--seq", "16", "--vocab", "100", "--sub-group-size", "1000", "--grad-clip", "0",
-                            "--small", "1", "--large", "5"])
+                            "--small", "1", "--large", "5", "--steps", "5"])
             text = out.getvalue()
             self.assertIn("5 layers resident do not fit in this machine's memory; trying 4", text)
             self.assertIn("4 layers resident do not fit in this machine's memory; trying 3", text)

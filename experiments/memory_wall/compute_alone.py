@@ -3,7 +3,7 @@
 
   compute_alone.py --zinf BIN --layers L --hidden H --heads N --seq S --vocab V --tiling T
                    --grad-clip C --sub-group-size G --hw HW.yaml --work DIR [--small 1] [--large 6]
-                   [--steps 5] [--device-gib 20]
+                   [--steps 9] [--device-gib 20]
 
 A model whose states are 1.5x RAM cannot train with every state resident, so this trains the same
 shape (hidden, heads, sequence, vocabulary, tiling, optimizer) with everything on the device tier
@@ -71,7 +71,7 @@ def main(argv=None):
     ap.add_argument("--grad-clip", type=float, required=True)
     ap.add_argument("--small", type=int, default=1)
     ap.add_argument("--large", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=9)
     ap.add_argument("--device-gib", type=float, default=20)
     a = ap.parse_args(argv)
     if not 1 <= a.small < a.large or a.steps < 3:

@@ -19,7 +19,8 @@
 # CPU backend's GEMMs (`--compute-load`, LOADED_GIB GiB, default 8) as one more reference. Before
 # training (unless COMPUTE_ALONE=0) the same shape trains with every state resident at 1 and 6 layers
 # (experiments/memory_wall/compute_alone.py): extrapolated to the run's layers, the step without
-# offload, the bound's "compute alone" with the step's Adam, gathers and copies in it. TASKS_IN_FLIGHT
+# offload, the bound's "compute alone" with the step's Adam, gathers and copies in it (the median of
+# steps 2..ALONE_STEPS at each count, default 9). TASKS_IN_FLIGHT
 # (default 4) is aio.tasks_in_flight: NVMe tasks each NVMe lane runs at once. TIMELINE_OUT=FILE
 # keeps the last step's Timeline (CSV). OPTIMIZER_TIMING (default overlap-backward: sub-groups are
 # updated, and their states move, while backward computes) is optimizer.timing. SUB_GROUPS_IN_FLIGHT
@@ -156,7 +157,7 @@ compute_alone=0
 if [ "${COMPUTE_ALONE:-1}" != 0 ]; then
   python3 experiments/memory_wall/compute_alone.py --zinf "$ZINF" --layers "$layers" --hidden "$hidden" --heads 25 \
     --seq "$seq" --vocab "$vocab" --tiling "$TILING" --grad-clip "$GRAD_CLIP" --sub-group-size 10000000 \
-    --hw "$work/hw.yaml" --work "$work" | tee "$work/alone.txt" || echo "memory_wall: no compute-alone reference"
+    --hw "$work/hw.yaml" --work "$work" --steps "${ALONE_STEPS:-9}" | tee "$work/alone.txt" || echo "memory_wall: no compute-alone reference"
   compute_alone=$(awk '/^compute_alone_s/ {print $2}' "$work/alone.txt")
   compute_alone=${compute_alone:-0}
 fi
