@@ -45,7 +45,8 @@ def median_step(a, layers):
     run = subprocess.run(cmd, capture_output=True, text=True)
     log = run.stdout + run.stderr
     if run.returncode != 0:
-        if re.search(r"does not fit|MemAvailable|not enough memory|exceeds", log):
+        # zinf's two up-front refusals for memory: RAM (MemAvailable) and the device budget (plan refused).
+        if re.search(r"\(MemAvailable\)|^zinf: plan refused:", log, re.M):
             return None
         sys.exit(f"compute_alone: {' '.join(cmd)} failed (exit {run.returncode}):\n{log[-2000:]}")
     steps = step_seconds(log)
