@@ -76,7 +76,7 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
                     size_t buffer_bytes, const Point& alone) {
   const uint64_t half = bytes / 2;  // bytes is a multiple of 64 MiB
   const auto wbuf = buffers.first(buffers.size() / 2), rbuf = buffers.subspan(buffers.size() / 2);
-  fmt::print("measuring reads and writes at once ({} each way)...", core::format_bytes(double(half)));
+  fmt::print("measuring reads and writes at once ({} each way)\n", core::format_bytes(double(half)));
   std::fflush(stdout);
   double tr = 0, tw = 0;
   std::exception_ptr read_error, write_error;  // a failure on either side ends the bench with its message
@@ -98,7 +98,7 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
   if (read_error) std::rethrow_exception(read_error);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double serial = double(half) / alone.read_bps + double(half) / alone.write_bps;
-  fmt::print("\rread and write at once ({} qd {}): read {}, write {}; both directions {} ({:.2f}x the time of "
+  fmt::print("read and write at once ({} qd {}): read {}, write {}; both directions {} ({:.2f}x the time of "
              "the same bytes one direction after the other)\n",
              short_bytes(alone.block), alone.qd, core::format_bandwidth(double(half) / tr),
              core::format_bandwidth(double(half) / tw), core::format_bandwidth(2.0 * double(half) / wall), wall / serial);
@@ -208,7 +208,11 @@ void run_io_bench(const IoBenchOptions& opt) {
   const size_t total = blocks.size() * opt.queue_depths.size();
   fmt::print("zinf io-bench: {} file in {}, {} points (block size x queue depth), {} ring(s)\n",
              core::format_bytes(double(bytes)), opt.dir, total, opt.rings);
+  // The bar redraws a line in place: on a terminal only. A log (a pipe, a file) gets one line per point.
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  const char* cr = tty ? "\r" : "";
   auto bar = [&](const std::string& label, uint64_t done) {
+    if (!tty) return;
     const int width = 30, filled = int(width * double(done) / double(bytes));
     fmt::print("\r  {:<40} [{}{}] {:3.0f}%", label, std::string(size_t(filled), '#'), std::string(size_t(width - filled), '.'),
                100.0 * double(done) / double(bytes));
@@ -219,7 +223,7 @@ void run_io_bench(const IoBenchOptions& opt) {
     auto s = make_store(1 << 20, 32);
     auto id = s->create("bench", bytes);
     stream_tensor(*s, id, bytes, true, buffers, kBufferBytes, [&](uint64_t d) { bar("preparing the file", d); });
-    fmt::print("\n");
+    fmt::print("{}", tty ? "\n" : "  preparing the file: done\n");
   }
 
   std::optional<ComputeLoad> load;
@@ -246,7 +250,7 @@ void run_io_bench(const IoBenchOptions& opt) {
       double tr = stream_tensor(*s, id, bytes, false, buffers, kBufferBytes, [&](uint64_t d) { bar(label + " read", d); });
       p.write_bps = double(bytes) / tw;
       p.read_bps = double(bytes) / tr;
-      fmt::print("\r  {:<40} write {:>10}  read {:>10}{:20}\n", label, core::format_bandwidth(p.write_bps),
+      fmt::print("{}  {:<40} write {:>10}  read {:>10}{:20}\n", cr, label, core::format_bandwidth(p.write_bps),
                  core::format_bandwidth(p.read_bps), "");
       points.push_back(p);
     }

@@ -12,19 +12,21 @@ trap 'rm -rf "$D"' EXIT
 mkdir "$D/disk"
 "$ZINF" io-bench --dir "$D/disk" --size "64 MiB" --block-sizes "1 MiB,4 MiB" --queue-depths 2,8 > "$D/bench.log" 2>&1; rc=$?
 expect "io-bench sweeps 2 x 2 points and recommends aio settings" 0 "^aio: \{block_size: [0-9]+, queue_depth: [28]\}" "$D/bench.log" $rc
-# The progress bars end in carriage returns: each point's result is the text after its last one.
-if [ "$(tr '\r' '\n' < "$D/bench.log" | grep -cE "^  \[ ?[1-4]/4\] .* write +[0-9.]+ [GMk]?B/s +read +[0-9.]+ [GMk]?B/s")" = 4 ]; then pass "every point is measured both ways"
+# Written to a file, not a terminal: no progress bar redrawn with carriage returns, a line per point.
+if grep -q $'\r' "$D/bench.log"; then fail "io-bench wrote carriage returns (a progress bar) into a log" "$D/bench.log"
+else pass "a log gets no progress bar"; fi
+if [ "$(grep -cE "^  \[ ?[1-4]/4\] .* write +[0-9.]+ [GMk]?B/s +read +[0-9.]+ [GMk]?B/s" "$D/bench.log")" = 4 ]; then pass "every point is measured both ways"
 else fail "io-bench did not report write and read for each of the 4 points" "$D/bench.log"; fi
 # The recommendation is the deepest queue among the points within 5 % of the best harmonic mean of
 # write and read (a deeper queue costs the engine no memory; a step's two lanes share the rings).
-rule=$(tr '\r' '\n' < "$D/bench.log" | awk '
+rule=$(awk '
   function rate(v, u) { return v * (u ~ /^G/ ? 1e9 : u ~ /^M/ ? 1e6 : u ~ /^k/ ? 1e3 : 1) }
   /^  \[ ?[1-4]\/4\] .* write +[0-9.]+ [GMk]?B\/s +read/ {
     n++; for (i = 1; i <= NF; i++) { if ($i == "qd") qd[n] = $(i + 1); if ($i == "write") w = rate($(i + 1), $(i + 2)); if ($i == "read") r = rate($(i + 1), $(i + 2)) }
     s[n] = 2 / (1 / w + 1 / r); if (s[n] > best) best = s[n] }
   /^aio: / { got = $0; sub(/.*queue_depth: /, "", got); sub(/\}.*/, "", got) }
   END { want = 0; for (k = 1; k <= n; k++) if (s[k] >= 0.95 * best && qd[k] + 0 > want) want = qd[k] + 0
-        print (n == 4 && got + 0 == want) ? "ok" : "recommended qd " got ", expected " want }')
+        print (n == 4 && got + 0 == want) ? "ok" : "recommended qd " got ", expected " want }' "$D/bench.log")
 if [ "$rule" = ok ]; then pass "the recommended queue depth is the deepest within 5 % of the best"
 else fail "$rule" "$D/bench.log"; fi
 expect "both directions at once are measured at the recommended point" 0 \
