@@ -17,7 +17,8 @@ OTHER_CPU = ("cpu_optim", "h2d", "d2h", "comm")
 
 
 def lane_masks(path):
-    events = [(float(r["start"]), float(r["end"]), r["lane"], int(r["bytes"])) for r in csv.DictReader(open(path))]
+    events = [(float(r["start"]), float(r["end"]), r["lane"], int(r["bytes"]))
+              for r in csv.DictReader(open(path)) if r["rank"] == "0"]
     if not events:
         sys.exit(f"{path}: no tasks in the timeline")
     n = int(max(e for _, e, _, _ in events) * 1000) + 1
