@@ -2,7 +2,7 @@
 """The NVMe lanes' rate by what the cores were doing at the time, from a step's timeline CSV.
 
 Usage: lanes.py TIMELINE.csv [...]   (the CSVs `zinf train --timeline-out` writes; runs.sh keeps them
-as /tmp/item4l-NAME.csv). Time is cut into 1 ms slots; a task's bytes are spread evenly over its span.
+as /tmp/item4l-NAME.csv). Rank 0's time is cut into 1 ms slots; a task's bytes are spread evenly over its span.
 A slot is 'compute' when the compute lane runs, 'other CPU' when the CPU Adam, the host copies or the
 one-rank gathers run (the CPU backend does those on the same two cores), and only slots in which one
 NVMe lane alone is busy are counted, so read and write do not share the disk in them. 'Tasks in flight' counts
