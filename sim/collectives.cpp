@@ -31,31 +31,80 @@ struct Builder {
   }
 
   // Several disjoint rings (or chains) that run at the same time form one phase. `steps(k)` is the
-  // number of latency-bearing steps of one ring of k members; `bytes(k)` what each member sends.
+  // number of latency-bearing steps of one ring of k members; `bytes(k, i)` what each member of
+  // the i-th ring sends.
   template <class Steps, class Bytes>
   void phase(const std::vector<std::vector<int>>& groups, bool chain, Steps steps, Bytes bytes) {
     CollectivePhase p;
-    for (const auto& g : groups) {
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const auto& g = groups[gi];
       const int k = static_cast<int>(g.size());
       if (k < 2) continue;
       const bool across = crosses(g);
       p.crosses_nodes = p.crosses_nodes || across;
       p.latency = std::max(p.latency, steps(k) * (across ? hop.inter : hop.intra));
       const int senders = chain ? k - 1 : k;
-      for (int i = 0; i < senders; ++i) p.flows.push_back({g[i], g[(i + 1) % k], bytes(k)});
+      for (int i = 0; i < senders; ++i) p.flows.push_back({g[i], g[(i + 1) % k], bytes(k, gi)});
     }
     if (!p.flows.empty()) phases.push_back(std::move(p));
   }
 
-  void ring(const std::vector<std::vector<int>>& groups, TaskKind kind, double size) {
+  // Rings at once in one phase; ring i carries sizes[i] (all `size` when sizes is empty).
+  void ring(const std::vector<std::vector<int>>& groups, TaskKind kind, double size,
+            const std::vector<double>& sizes = {}) {
     const bool all_reduce = kind == TaskKind::AllReduce;
     phase(groups, false, [&](int k) { return (all_reduce ? 2.0 : 1.0) * (k - 1); },
-          [&](int k) { return (all_reduce ? 2.0 : 1.0) * (k - 1) / k * size; });
+          [&](int k, size_t i) { return (all_reduce ? 2.0 : 1.0) * (k - 1) / k * (sizes.empty() ? size : sizes[i]); });
+  }
+
+  // A ring across nodes as NCCL runs it: one channel per member a group has in each node, channel
+  // c entering every node at its c-th member and leaving from the one before, each channel on
+  // size / m. Every member's PCIe link and NIC thus carries one crossing each way, where a single
+  // ring would cross each node boundary through one GPU's NIC. (NCCL 2.7.8's ring search,
+  // src/graph/search.cc, with NCCL_CROSS_NIC's default 2: when a node holds one GPU of the
+  // communicator per NIC, rings enter through one GPU's NIC and leave through another's.) A
+  // group inside one node, or with unequal counts per node, stays one ring.
+  void channel_ring(const std::vector<std::vector<int>>& groups, TaskKind kind, double size) {
+    std::vector<std::vector<int>> rings;
+    std::vector<double> sizes;
+    for (const auto& g : groups) {
+      const int m = per_node_members(g);
+      if (m < 2) {
+        rings.push_back(g);
+        sizes.push_back(size);
+        continue;
+      }
+      for (int ch = 0; ch < m; ++ch) {
+        std::vector<int> order;
+        for (size_t first = 0; first < g.size(); first += static_cast<size_t>(m))
+          for (int i = 0; i < m; ++i) order.push_back(g[first + static_cast<size_t>((ch + i) % m)]);
+        rings.push_back(std::move(order));
+        sizes.push_back(size / m);
+      }
+    }
+    ring(rings, kind, size, sizes);
+  }
+
+  // Members of a rank-ordered group in each node when every node it spans holds the same number
+  // and it spans more than one; 0 otherwise.
+  int per_node_members(const std::vector<int>& g) const {
+    if (!crosses(g)) return 0;
+    int m = 0, count = 0, node = g.front() / c.gpus_per_node;
+    for (int r : g) {
+      if (r / c.gpus_per_node != node) {
+        if (m != 0 && count != m) return 0;
+        m = count;
+        count = 0;
+        node = r / c.gpus_per_node;
+      }
+      ++count;
+    }
+    return count == m ? m : 0;
   }
 
   // Pipelined chain through `groups`, each listed from its first sender to its last receiver.
   void chain(const std::vector<std::vector<int>>& groups, double size) {
-    phase(groups, true, [](int k) { return double(k - 1); }, [&](int) { return size; });
+    phase(groups, true, [](int k) { return double(k - 1); }, [&](int, size_t) { return size; });
   }
 };
 
@@ -102,7 +151,7 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
       for (int j = 0; j < T; ++j) chains.push_back(rotated(groups[static_cast<size_t>(j)], c.root + j, reverse));
       b.chain(chains, c.bytes);
     } else {
-      b.ring(groups, c.kind, c.bytes);
+      b.channel_ring(groups, c.kind, c.bytes);
     }
     return std::move(b.phases);
   }

@@ -1,6 +1,7 @@
 // Collectives as per-rank flows on the platform match the closed forms of their algorithms:
 // ring all-gather / reduce-scatter / all-reduce over k ranks inside a node, a flat ring across
-// nodes, the hierarchical algorithms, and pipelined broadcast. Each simulation runs in a child.
+// nodes (a channel per member of a node, as NCCL runs it), the hierarchical algorithms, and
+// pipelined broadcast. Each simulation runs in a child.
 #include <simgrid/s4u.hpp>
 
 #include <catch2/catch.hpp>
@@ -67,11 +68,14 @@ TEST_CASE("ring reduce-scatter and all-reduce over 8 ranks") {
         Approx(2 * 7.0 / 8 * S / kNv + 14 * kNvLat).epsilon(0.01));
 }
 
-TEST_CASE("a flat ring across two nodes is bound by the GPU-to-GPU path across the fabric") {
-  // 8 ranks, 4 per node: the two cross-node flows each get 10 GB/s (PCIe = NIC = 10 GB/s).
+TEST_CASE("a flat ring across two nodes runs a channel per member of a node, as NCCL does") {
+  // 8 ranks, 4 per node: 4 channels of S/4, each entering a node at a different GPU. Every GPU
+  // sends one crossing flow; two GPUs share each of a node's two 10 GB/s NICs: 5 GB/s each.
   const double S = 4e9;
   double t = simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Ring);
-  CHECK(t == Approx(7.0 / 8 * S / 10e9 + 7 * kFabricLat).epsilon(0.01));
+  CHECK(t == Approx(7.0 / 8 * (S / 4) / 5e9 + 7 * kFabricLat).epsilon(0.01));
+  // The node's whole fabric share (20 GB/s), where one ring crossing through one NIC got 10 GB/s.
+  CHECK(t == Approx(7.0 / 8 * S / 20e9 + 7 * kFabricLat).epsilon(0.01));
 }
 
 TEST_CASE("hierarchical all-gather, reduce-scatter and all-reduce over 2 nodes x 4 GPUs") {
@@ -99,10 +103,28 @@ TEST_CASE("pipelined broadcast from any root: S / B + (k-1) hops") {
 TEST_CASE("collective phases: flows per rank and bytes per flow") {
   auto ring = sim::collective_phases({TaskKind::AllGather, 16, 8, 16e9, 0}, sim::CollectiveAlgorithm::Ring, {1e-6, 5e-6});
   REQUIRE(ring.size() == 1);
-  CHECK(ring[0].flows.size() == 16);
-  CHECK(ring[0].flows[0].bytes == Approx(15.0 / 16 * 16e9));
+  CHECK(ring[0].flows.size() == 8 * 16);  // 8 channels (members per node) of 16 ranks
+  CHECK(ring[0].flows[0].bytes == Approx(15.0 / 16 * 16e9 / 8));
   CHECK(ring[0].crosses_nodes);
   CHECK(ring[0].latency == Approx(15 * 5e-6));
+  // Every GPU of node 0 sends exactly one flow to node 1 and receives one from it.
+  std::vector<int> out(16, 0), in(16, 0);
+  double sent = 0;
+  for (const auto& f : ring[0].flows) {
+    if (f.src / 8 != f.dst / 8) {
+      ++out[static_cast<size_t>(f.src)];
+      ++in[static_cast<size_t>(f.dst)];
+    }
+    if (f.src == 3) sent += f.bytes;
+  }
+  for (int r = 0; r < 16; ++r) {
+    CHECK(out[static_cast<size_t>(r)] == 1);
+    CHECK(in[static_cast<size_t>(r)] == 1);
+  }
+  CHECK(sent == Approx(15.0 / 16 * 16e9));  // what a rank sends is the ring's (k-1)/k S
+  // Ranks that do not fill their nodes alike (8 + 4) stay one ring; one node: one ring.
+  CHECK(sim::collective_phases({TaskKind::AllGather, 12, 8, 1e9, 0}, sim::CollectiveAlgorithm::Ring, {})[0].flows.size() == 12);
+  CHECK(sim::collective_phases({TaskKind::AllGather, 8, 8, 1e9, 0}, sim::CollectiveAlgorithm::Ring, {})[0].flows.size() == 8);
 
   auto hier = sim::collective_phases({TaskKind::AllReduce, 16, 8, 16e9, 0}, sim::CollectiveAlgorithm::Hierarchical, {1e-6, 5e-6});
   REQUIRE(hier.size() == 3);
@@ -137,10 +159,11 @@ TEST_CASE("strided data-parallel groups under tensor parallelism: a node takes T
   // Twice the fabric time of one group of 8 (T = 1), whose rings carry S/4.
   const double across_t1 = 0.5 * (S / 4) / 5e9 + kFabricLat;
   CHECK(across == Approx(2 * across_t1).epsilon(0.01));
-  // Flat: each group's ring crosses each node boundary once; node 0's last members (GPUs 2, 3)
-  // share NIC 1 and node 1's first (4, 5) share its NIC 0: each crossing flow gets 5 GB/s.
+  // Flat: each group runs a channel per member it has in a node (2), each entering the node at a
+  // different member; node 0's four GPUs each send one crossing flow of 3/4 x S/2, two per NIC:
+  // 5 GB/s each.
   CHECK(simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Ring, 0, 2) ==
-        Approx(3.0 / 4 * S / 5e9 + 3 * kFabricLat).epsilon(0.01));
+        Approx(3.0 / 4 * (S / 2) / 5e9 + 3 * kFabricLat).epsilon(0.01));
   // T = G: one member per node, every GPU's fabric ring carries the group's whole S.
   CHECK(simulate(4, 2, TaskKind::AllGather, 8, S, sim::CollectiveAlgorithm::Hierarchical, 0, 4) ==
         Approx(0.5 * S / 5e9 + kFabricLat).epsilon(0.01));
@@ -168,8 +191,8 @@ TEST_CASE("strided collective phases: groups, flows and the bytes a node receive
   CHECK(into_node0(hier) == Approx(4 * S * 3.0 / 4));
   auto flat = sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 4}, sim::CollectiveAlgorithm::Ring, {1e-6, 5e-6});
   REQUIRE(flat.size() == 1);
-  CHECK(flat[0].flows.size() == 32);
-  CHECK(flat[0].flows[0].bytes == Approx(7.0 / 8 * S));
+  CHECK(flat[0].flows.size() == 4 * 2 * 8);  // 4 groups x 2 channels x 8 members
+  CHECK(flat[0].flows[0].bytes == Approx(7.0 / 8 * S / 2));
   CHECK(flat[0].latency == Approx(7 * 5e-6));
   CHECK(into_node0(flat) == Approx(4 * 7.0 / 8 * S));
   auto one = sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 1}, sim::CollectiveAlgorithm::Hierarchical, {1e-6, 5e-6});
