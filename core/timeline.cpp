@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <ostream>
 
@@ -216,6 +217,39 @@ double collective_host_seconds(const Program& p, const Task& t, int rank, const 
   return moved / n.gpu.memory_bandwidth;
 }
 
+double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node) {
+  const auto& n = hw.node;
+  const bool rooted = kind == TaskKind::Broadcast || kind == TaskKind::Reduce;
+  // One ring (or chain) of k members on `bw` per member, `lat` per step; `f` passes (all-reduce: 2).
+  auto ring = [rooted](double k, double size, double bw, double lat, double f) {
+    if (k <= 1) return 0.0;
+    return rooted ? (k - 1) * lat + size / bw : f * (k - 1) * lat + f * (k - 1) / k * size / bw;
+  };
+  const double all_reduce = kind == TaskKind::AllReduce ? 2 : 1;
+  if (parts <= 1) return 0;
+  if (per_node >= parts) return ring(parts, bytes, n.nvlink_bandwidth, n.nvlink_latency, all_reduce);
+  double fabric = n.nic_bandwidth_total() / std::max(1, n.gpus);
+  if (n.pcie_bandwidth > 0) fabric = std::min(fabric, n.pcie_bandwidth);
+  const double lat = hw.fabric.latency;
+  if (per_node < 1 || parts % per_node != 0)
+    return ring(parts, bytes, std::min(n.nvlink_bandwidth, fabric), lat, all_reduce);
+  const double L = per_node, N = double(parts) / L;
+  const double inside = ring(L, bytes, n.nvlink_bandwidth, n.nvlink_latency, 1);
+  if (rooted) {
+    // One chain per group crosses each node boundary from the group's root-side GPU: the groups'
+    // senders are consecutive GPUs, gpus / nics of them to a NIC.
+    const int senders = std::max(1, n.gpus / per_node), per_nic = std::max(1, n.gpus / std::max(1, n.nics));
+    const double nics_used = std::ceil(double(senders) / per_nic);
+    double chain = n.nic_bandwidth * std::min(1.0, nics_used / senders);
+    if (n.pcie_bandwidth > 0) chain = std::min(chain, n.pcie_bandwidth);
+    return inside + ring(N, bytes, chain, lat, 1);
+  }
+  // Reduce-scatter inside then across (all-gather the reverse); an all-reduce reduce-scatters
+  // inside, all-reduces its 1 / L across and all-gathers inside.
+  const double across = ring(N, bytes / L, fabric, lat, all_reduce);
+  return (kind == TaskKind::AllReduce ? 2 : 1) * inside + across;
+}
+
 double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {
   if (!p.active(t, rank)) return 0;
   const auto& n = hw.node;
@@ -244,16 +278,13 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
     case TaskKind::Reduce: {
       // Over all ranks under tensor parallelism T: T data-parallel groups of ranks / T at once
       // (Program::tensor_parallel), each across nodes as soon as the ranks are.
-      const double parts = group_ranks(p, t);
+      const int parts = static_cast<int>(group_ranks(p, t));
       const double host = collective_host_seconds(p, t, rank, hw);
       if (parts <= 1) return host;
-      const bool one_node = t.participants <= G;
-      const double bw = one_node ? n.nvlink_bandwidth : std::min(n.nvlink_bandwidth, n.nic_bandwidth_total() / G);
-      const double lat = one_node ? n.nvlink_latency : hw.fabric.latency;
-      double volume = (parts - 1) / parts * t.bytes;
-      if (t.kind == TaskKind::AllReduce) volume *= 2;
-      if (t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) volume = t.bytes;
-      return host + lat * (parts - 1) + volume / bw;
+      // A group of one node, or under tensor parallelism T over all ranks, G / T members in each.
+      const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
+      const int per_node = t.participants <= n.gpus ? parts : std::max(1, n.gpus / T);
+      return host + collective_seconds(hw, t.kind, t.bytes, parts, per_node);
     }
     case TaskKind::GradNorm:
       return t.lane == Lane::CpuOptim ? t.bytes / (n.host_memory_bandwidth / G)

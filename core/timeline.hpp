@@ -51,9 +51,19 @@ TimelineCheck check_timeline(const Program& program, const Timeline& timeline, d
 // Nominal duration of one task on `rank` at the hwprofile's rates: compute from flops /
 // (peak · GEMM efficiency) (or memory traffic / HBM bandwidth for non-GEMM kernels, whichever is
 // longer); copies from bytes / per-GPU PCIe bandwidth with all GPUs active; NVMe from the node's
-// bandwidth shared by its GPUs; collectives as ring algorithms over NVLink within a node and the
-// NICs across nodes; CPU Adam from the node's Adam rate shared by its GPUs.
+// bandwidth shared by its GPUs; collectives as collective_seconds gives; CPU Adam from the node's
+// Adam rate shared by its GPUs.
 double nominal_duration(const Program& program, const Task& task, int rank, const HwProfile& hw);
+// Seconds of a collective of `bytes` (the whole gathered or reduced buffer) over a group of `parts`
+// ranks with `per_node` of them in each node, at nominal rates, as the simulator's default
+// hierarchical algorithm moves it (sim/collectives.hpp): inside one node a ring over NVLink (a
+// chain for broadcast and reduce); across N = parts / per_node nodes, a ring inside each node and
+// rings of one local index across nodes, each GPU sending its 1 / per_node of the buffer at its
+// share of the node's NICs (nic_bandwidth_total / gpus; PCIe if slower; a broadcast's chains, one
+// sender per group, their NICs). A node thus takes about
+// the buffer once from the fabric per all-gather, not once per GPU. Per-step latencies included.
+// A group that does not fill whole nodes alike is a flat ring at the GPU's NIC share.
+double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node);
 // A compute task (or a device-side optimizer step) as one kernel of `gpu`: core::kernel_seconds with
 // the kernel class its kind and operator give (forward or backward GEMM or attention, elementwise),
 // at the kernel's in_step_slowdown.

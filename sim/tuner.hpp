@@ -81,7 +81,10 @@ struct TuneCandidate {
 // The closed-form estimate: seconds each lane of a rank is busy in one step, and the step time
 // they add up to (lanes overlap; optimizer work after backward follows the rest).
 struct LaneLoad {
-  std::string lane;  // compute, pcie_h2d, pcie_d2h, nvme_read, nvme_write, comm, cpu_optim (cores: shared-core profiles)
+  // compute, pcie_h2d, pcie_d2h, nvme_read, nvme_write, comm, cpu_optim (cores: shared-core profiles),
+  // and compute+comm where gathers cannot be prefetched (twice the largest gathered operator exceeds
+  // max_live_bytes: each waits for the operator before it)
+  std::string lane;
   double seconds = 0;
 };
 struct LaneEstimate {

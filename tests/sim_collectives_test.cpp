@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/hwprofile.hpp"
+#include "core/timeline.hpp"
 #include "sim/collectives.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
@@ -199,4 +200,24 @@ TEST_CASE("strided collective phases: groups, flows and the bytes a node receive
   CHECK(into_node0(one) == Approx(S * 3.0 / 4));
   // A stride must divide the ranks and a node's GPUs.
   CHECK_THROWS(sim::collective_phases({TaskKind::AllGather, 32, 8, S, 0, 3}, sim::CollectiveAlgorithm::Ring, {}));
+}
+
+TEST_CASE("the list scheduler's closed form of a collective is the simulated hierarchical one") {
+  // core::collective_seconds (what the planner, zinf tune and the idealized schedule charge)
+  // against the same collective simulated on the platform.
+  const auto hw = core::parse_hwprofile(profile(4), "test.yaml");
+  const double S = 4e9;
+  const auto H = sim::CollectiveAlgorithm::Hierarchical;
+  for (auto kind : {TaskKind::AllGather, TaskKind::ReduceScatter, TaskKind::AllReduce, TaskKind::Broadcast}) {
+    INFO("kind " << static_cast<int>(kind));
+    // 2 nodes x 4 GPUs, one group; T = 2: two groups of 4, 2 per node; T = 4: one per node.
+    CHECK(core::collective_seconds(hw, kind, S, 8, 4) == Approx(simulate(4, 2, kind, 8, S, H)).epsilon(0.02));
+    CHECK(core::collective_seconds(hw, kind, S, 4, 2) == Approx(simulate(4, 2, kind, 8, S, H, 0, 2)).epsilon(0.02));
+    CHECK(core::collective_seconds(hw, kind, S, 2, 1) == Approx(simulate(4, 2, kind, 8, S, H, 0, 4)).epsilon(0.02));
+    // Inside one node: a ring (a chain) over NVLink.
+    CHECK(core::collective_seconds(hw, kind, S, 4, 4) == Approx(simulate(4, 1, kind, 4, S, H)).epsilon(0.02));
+  }
+  // A node takes the buffer about once from the fabric, not once per GPU: 4 GPUs at 5 GB/s each
+  // send 1/4 of it, where charging each GPU the whole buffer at its NIC share took 4x as long.
+  CHECK(core::collective_seconds(hw, TaskKind::AllGather, S, 8, 4) < 0.3 * (7.0 / 8 * S / 5e9));
 }

@@ -246,12 +246,31 @@ TEST_CASE("the closed form names the lane that bounds a step", "[tuner]") {
   c.micro_batch = 1;
   const auto nvme = sim::estimate_lanes(m, hw, 1, c);
   CHECK(nvme.bottleneck.rfind("nvme", 0) == 0);
-  // The same model on 32 nodes with states in host memory and a large micro-batch is compute-bound.
+  // The same model on 32 nodes with states in host memory and a large micro-batch is compute-bound,
+  // given room for two gathered operators (1T's h x 4h linear is 5.2 GB in bf16).
   c.params = c.gradients = c.optimizer = {false, Tier::Host};
   c.micro_batch = 16;
+  c.max_live_bytes = 16e9;
   const auto host = sim::estimate_lanes(m, hw, 32, c);
   CHECK(host.bottleneck == "compute");
   CHECK(host.flops_per_gpu > nvme.flops_per_gpu);
+  // With the base config's 2 GB the next operator cannot be gathered while one computes: compute
+  // and collectives take turns, and the step is their sum.
+  c.max_live_bytes = 2e9;
+  const auto serial = sim::estimate_lanes(m, hw, 32, c);
+  CHECK(serial.bottleneck == "compute+comm");
+  auto lane = [](const sim::LaneEstimate& e, const std::string& name) {
+    for (const auto& l : e.lanes)
+      if (l.lane == name) return l.seconds;
+    return -1.0;
+  };
+  CHECK(lane(serial, "compute+comm") == Approx(lane(serial, "compute") + lane(serial, "comm")));
+  CHECK(serial.step_time > host.step_time);
+  CHECK(lane(host, "compute+comm") < 0);  // no such lane where gathers overlap
+  // Tiling by 4 makes each gathered unit a quarter: 1.3 GB, two of them within 8 GB.
+  c.max_live_bytes = 8e9;
+  c.tiling_factor = 4;
+  CHECK(sim::estimate_lanes(m, hw, 32, c).bottleneck != "compute+comm");
 }
 
 TEST_CASE("the run config tune writes as YAML is read back the same", "[tuner][config]") {
