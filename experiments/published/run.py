@@ -207,10 +207,7 @@ def plot(rows, out):
     ax.set_ylabel("zinf sim TFLOP/s per GPU")
     ax.set_title("Published ZeRO runs: predicted vs measured")
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(out, f"scatter.{ext}"), dpi=150)
-    plt.close(fig)
+    save_figure(fig, out, "scatter")
 
     figures = []
     for r in rows:
@@ -239,18 +236,29 @@ def plot(rows, out):
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(figures):]:
         ax.axis("off")
+    save_figure(fig, out, "panels")
+
+
+def save_figure(fig, out, stem):
+    """OUT/STEM.png and .pdf, then the figure closed."""
+    import matplotlib.pyplot as plt
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(out, f"panels.{ext}"), dpi=150)
+        fig.savefig(os.path.join(out, f"{stem}.{ext}"), dpi=150)
     plt.close(fig)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def suite_arguments(ap):
+    """The options every script of the suite takes: the points file, zinf, the output folder, --only."""
     ap.add_argument("--points", default=os.path.join(ROOT, "experiments", "published", "points.yaml"))
     ap.add_argument("--zinf", default=os.path.join(ROOT, "build", "zinf"))
     ap.add_argument("--out", default=os.path.join(ROOT, "analysis", "published"))
     ap.add_argument("--only", nargs="*", help="point ids to run (default: all)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    suite_arguments(ap)
     a = ap.parse_args(argv)
     with open(a.points) as f:
         points = expand(yaml.safe_load(f))

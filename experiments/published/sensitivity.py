@@ -253,18 +253,12 @@ def plot(rows, resources, factor, out):
     ax.set_title(f"Share of the simulated step that scales with each resource ({factor:g}x faster in turn)\n"
                  "row label: simulated vs measured error; * calibration point", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02)
-    fig.tight_layout()
-    for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(out, f"sensitivity.{ext}"), dpi=150)
-    plt.close(fig)
+    published.save_figure(fig, out, "sensitivity")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points", default=os.path.join(ROOT, "experiments", "published", "points.yaml"))
-    ap.add_argument("--zinf", default=os.path.join(ROOT, "build", "zinf"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "analysis", "published"))
-    ap.add_argument("--only", nargs="*", help="point ids (default: all)")
+    published.suite_arguments(ap)
     ap.add_argument("--resources", nargs="*", help="resource names (default: all): " +
                     ", ".join(n for n, _ in RESOURCES))
     ap.add_argument("--factor", type=float, default=1.1, help="how much faster each resource is made (default 1.1)")
