@@ -131,8 +131,9 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
   lanes.push_back({"comm", comm, 0});
   // ZeRO-3 gathers the next operator's parameters while this one computes only where the bound on
   // live parameter bytes holds both: twice the largest operator's gathered share (its tile, bf16).
-  // Where it does not, each gather waits for the operator before it, and compute and collectives
-  // take turns on the step's critical path.
+  // Where it does not, each gather waits for the operator before it (the planner holds a gather back
+  // while the live bytes would exceed the bound: core/plan_schedule.cpp, schedule_prefetch), and
+  // compute and collectives take turns on the step's critical path.
   const double largest_unit = 2 * h * std::max(3 * h, double(model.ffn_hidden())) / T / tiles;
   if (partitioned && D > 1 && 2 * largest_unit > c.max_live_bytes)
     lanes.push_back({"compute+comm", compute + comm, o.dev});

@@ -93,7 +93,7 @@ def factor_to_match(share, time_ratio):
     return 1.0 / inverse if inverse > 0 else None
 
 
-def load_profile(point, paths):
+def load_profile(paths):
     hw = paths["hw"]
     path = hw if os.path.sep in hw else os.path.join(ROOT, "hwprofiles", f"{hw}.yaml")
     with open(path) as f:
@@ -117,7 +117,7 @@ def simulate_step(zinf, point, paths, hw_path):
 def point_jobs(point, folder, resources, factor):
     """The point's inputs written once, and one profile file per resource (None: the baseline)."""
     paths = published.write_inputs(point, folder)
-    profile = load_profile(point, paths)
+    profile = load_profile(paths)
     jobs = []
     base = os.path.join(folder, "hw-base.yaml")
     with open(base, "w") as f:
