@@ -9,7 +9,7 @@
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"
 #include "measure/machine_profile.hpp"
-#include "sim/auto_config.hpp"
+#include "tune/auto_config.hpp"
 
 namespace zinf::cli {
 
@@ -31,7 +31,7 @@ void add_input_options(CLI::App& cmd, InputOptions& o);
 Inputs load_inputs(const InputOptions& o);
 
 // Shared with the libraries behind the commands: the check that a profile describes this machine
-// (measure/machine_profile.hpp) and `auto` for a run of N ranks (sim/auto_config.hpp).
+// (measure/machine_profile.hpp) and `auto` for a run of N ranks (tune/auto_config.hpp).
 using measure::profile_machine_mismatch;
 using sim::resolve_auto_for_ranks;
 

@@ -19,7 +19,7 @@
 #include "core/errors.hpp"
 #include "core/program.hpp"
 #include "core/units.hpp"
-#include "engine/cpu/kernels.hpp"
+#include "engine/backend/cpu/kernels.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/io/stream_io.hpp"
 #include "engine/memory/pinned_pool.hpp"

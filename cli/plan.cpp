@@ -14,7 +14,7 @@
 #include "core/timeline.hpp"
 #include "core/units.hpp"
 #include "models/gpt.hpp"
-#include "sim/auto_config.hpp"
+#include "tune/auto_config.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -279,7 +279,7 @@ void print_plan_outlook(const Inputs& in, int nodes, const PlanFigures& f) {
 void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
   Inputs in = load_inputs(opts);
   const RunConfig asked = in.config;
-  // `auto` decided as every other command decides it (sim/auto_config.hpp).
+  // `auto` decided as every other command decides it (tune/auto_config.hpp).
   const sim::AutoResolution resolved = sim::resolve_auto(in.model, in.hw, opts.nodes, in.config);
   in.config = resolved.config;
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};

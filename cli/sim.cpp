@@ -10,7 +10,7 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/units.hpp"
-#include "sim/scenario.hpp"
+#include "tune/scenario.hpp"
 
 namespace zinf::cli {
 namespace {

@@ -36,7 +36,7 @@
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_table.hpp"
-#include "sim/scenario.hpp"
+#include "tune/scenario.hpp"
 
 namespace zinf::cli {
 namespace {

@@ -23,7 +23,7 @@
 #include "core/units.hpp"
 #include "engine/build_info.hpp"
 #include "engine/comm/collectives.hpp"
-#include "engine/exec/backend_select.hpp"
+#include "engine/backend/backend_select.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/train/trainer.hpp"

@@ -1,4 +1,4 @@
-// `zinf tune`: searches run configurations for a model on a cluster (sim/tuner.hpp), prints the
+// `zinf tune`: searches run configurations for a model on a cluster (tune/tuner.hpp), prints the
 // simulated finalists ranked with the lane that bounds each, and writes the best as a zinf run
 // config (YAML) and as a DeepSpeed JSON config.
 #include <fmt/format.h>
@@ -12,7 +12,7 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/units.hpp"
-#include "sim/tuner.hpp"
+#include "tune/tuner.hpp"
 
 namespace zinf::cli {
 namespace {

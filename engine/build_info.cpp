@@ -4,7 +4,7 @@
 
 #include <cctype>
 
-#include "engine/io/nvme_store.hpp"
+#include "engine/io/crc32c.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
 namespace zinf::engine {

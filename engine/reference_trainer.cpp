@@ -3,7 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "engine/cpu/convert.hpp"
+#include "engine/backend/cpu/convert.hpp"
 
 namespace zinf::engine {
 

@@ -10,8 +10,8 @@
 
 #include <string>
 
-#include "engine/cuda/cuda_check.hpp"
-#include "engine/exec/backend_select.hpp"
+#include "engine/backend/cuda/cuda_check.hpp"
+#include "engine/backend/backend_select.hpp"
 
 namespace {
 

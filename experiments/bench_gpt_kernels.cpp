@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cpu/kernels.hpp"
+#include "engine/backend/cpu/kernels.hpp"
 #include "engine/model/gpt2.hpp"
 #include "models/gpt.hpp"
 

@@ -1,7 +1,7 @@
 // zinf's machine profiler: measures this machine through the engine's own code paths
 // (engine/probe) and returns a hwprofile the simulator reads. What the CPU backend calls the
 // "device" is an arena in host memory, so the figures are those of the engine's parts as they run
-// here: GEMM and elementwise kernels (engine/cpu), the host<->device copy as the GPT backend does
+// here: GEMM and elementwise kernels (engine/backend/cpu), the host<->device copy as the GPT backend does
 // it (a fresh buffer filled by a copy), the NVMe store (io_uring, O_DIRECT, the run config's block
 // size and queue depth), CPU Adam, MPI collectives between two local ranks (mpirun on the zinf
 // executable), the Executor's cost per task, and kernels, NVMe requests and rank drift inside
@@ -42,7 +42,7 @@
 #include "engine/machine_info.hpp"
 #include "engine/probe/machine_probe.hpp"
 #include "engine/train/trainer.hpp"
-#include "sim/calibration.hpp"
+#include "measure/calibration.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "models/gpt.hpp"
@@ -444,7 +444,7 @@ core::HwProfileNotes profile_notes(const Alone& m, double executor_task, double 
   core::HwProfileNotes notes;
   notes.header = {
       "This machine as zinf's CPU backend sees it, measured by `zinf profile-hw` through the engine's own",
-      "code paths: the \"device\" is a budgeted arena in host memory, compute is engine/cpu's kernels, NVMe",
+      "code paths: the \"device\" is a budgeted arena in host memory, compute is engine/backend/cpu's kernels, NVMe",
       "is the NvmeStore (io_uring, O_DIRECT), copies are the GPT backend's, collectives are MPI between",
       "local ranks. Medians of repeated runs; latencies and bandwidths are fits of t = latency + bytes/bw."};
   notes.sources = {"zinf profile-hw"};

@@ -15,11 +15,11 @@
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "engine/comm/collectives.hpp"
-#include "engine/exec/backend_select.hpp"
+#include "engine/backend/backend_select.hpp"
 #include "engine/train/trainer.hpp"
 #include "measure/machine_profile.hpp"
 #include "models/gpt.hpp"
-#include "sim/auto_config.hpp"
+#include "tune/auto_config.hpp"
 #include "sim/simulator.hpp"
 
 namespace zinf::measure {

@@ -1,10 +1,10 @@
-// The CUDA backend's device-arena bookkeeping (engine/cuda/device_arena.hpp), which is plain C++
+// The CUDA backend's device-arena bookkeeping (engine/backend/cuda/cuda_device_arena.hpp), which is plain C++
 // and runs without a GPU: first fit, alignment, merging of freed neighbours, and the over-budget
 // error naming the bytes and the budget.
 #include <catch2/catch.hpp>
 
 #ifdef ZINF_HAVE_CUDA
-#include "engine/cuda/device_arena.hpp"
+#include "engine/backend/cuda/cuda_device_arena.hpp"
 
 using zinf::engine::cuda::ArenaAllocator;
 using zinf::engine::cuda::ArenaFull;

@@ -1,4 +1,4 @@
-// The CUDA plugin (engine/exec/cuda_plugin.hpp) on any machine, GPU or not: nothing of CUDA is in
+// The CUDA plugin (engine/backend/cuda_plugin.hpp) on any machine, GPU or not: nothing of CUDA is in
 // the process until CUDA is asked for; the plugin this build wrote loads with every symbol resolved
 // and reports the devices (or why there are none); wrong files are refused by name.
 #include <catch2/catch.hpp>
@@ -7,8 +7,8 @@
 #include <sstream>
 #include <string>
 
-#include "engine/exec/backend_select.hpp"
-#include "engine/exec/cuda_plugin.hpp"
+#include "engine/backend/backend_select.hpp"
+#include "engine/backend/cuda_plugin.hpp"
 #include "temp_dir.hpp"
 
 using namespace zinf::engine;

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/cpu/convert.hpp"
-#include "engine/cpu/kernels.hpp"
+#include "engine/backend/cpu/convert.hpp"
+#include "engine/backend/cpu/kernels.hpp"
 
 namespace cpu = zinf::engine::cpu;
 namespace ref = zinf::engine::cpu::ref;

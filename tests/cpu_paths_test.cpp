@@ -1,32 +1,16 @@
-// The engine's CPU-dependent choices: each fast path agrees with its portable one, and the paths
-// reported by `zinf --version` are the ones the dispatchers take. tests/emulated_cpu.sh runs this
-// and the other CPU-dependent tests again on emulated CPUs without AVX-512 and without AVX2.
+// The engine's CPU-dependent choices: the paths reported by `zinf --version` are the ones the
+// dispatchers take. tests/emulated_cpu.sh runs this and the other CPU-dependent tests (crc32c_test,
+// cpu_adam_test, cpu_kernels_test) again on emulated CPUs without AVX-512 and without AVX2.
 #include <catch2/catch.hpp>
 #include <cblas.h>
 
-#include <random>
 #include <string>
-#include <vector>
 
 #include "engine/build_info.hpp"
-#include "engine/io/nvme_store.hpp"
+#include "engine/io/crc32c.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
 using namespace zinf::engine;
-
-TEST_CASE("crc32c: the check value, and the dispatched path equals the portable one at every length") {
-  const std::string check = "123456789";
-  CHECK(crc32c(check.data(), check.size()) == 0xE3069283u);
-  CHECK(crc32c_portable(check.data(), check.size()) == 0xE3069283u);
-  std::mt19937 rng(7);
-  std::vector<unsigned char> data(4099);
-  for (auto& b : data) b = static_cast<unsigned char>(rng());
-  for (size_t offset : {size_t(0), size_t(1), size_t(3)})
-    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(63), size_t(4096)}) {
-      INFO("offset " << offset << " length " << n << " path " << crc32c_implementation());
-      CHECK(crc32c(data.data() + offset, n, 0x1234u) == crc32c_portable(data.data() + offset, n, 0x1234u));
-    }
-}
 
 TEST_CASE("the reported CPU paths are the ones the dispatchers take") {
   const CpuPaths p = cpu_paths();

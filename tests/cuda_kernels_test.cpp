@@ -1,5 +1,5 @@
-// Every CUDA kernel of the GPT-2 (engine/cuda/kernels.hpp, gemm.hpp) against the CPU reference
-// (engine/cpu/kernels.hpp's cpu::ref, engine/optim's adam_reference) on the same seeded inputs.
+// Every CUDA kernel of the GPT-2 (engine/backend/cuda/kernels.hpp, gemm.hpp) against the CPU reference
+// (engine/backend/cpu/kernels.hpp's cpu::ref, engine/optim's adam_reference) on the same seeded inputs.
 // Parameters are bf16 on the GPU, so the reference runs on the same bf16-rounded values; GEMM
 // inputs are rounded to bf16 as the GPU path rounds them. Tolerances are stated per test: fp32
 // arithmetic in another order (1e-5 relative) for elementwise and row kernels, a little more for
@@ -11,9 +11,9 @@
 #include <cublas_v2.h>
 
 #include "cuda_test_util.hpp"
-#include "engine/cpu/kernels.hpp"
-#include "engine/cuda/gemm.hpp"
-#include "engine/cuda/kernels.hpp"
+#include "engine/backend/cpu/kernels.hpp"
+#include "engine/backend/cuda/gemm.hpp"
+#include "engine/backend/cuda/kernels.hpp"
 #include "engine/optim/cpu_adam.hpp"
 
 using namespace zinf;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/bf16.hpp"
-#include "engine/cuda/cuda_check.hpp"
+#include "engine/backend/cuda/cuda_check.hpp"
 
 namespace zinf::test {
 

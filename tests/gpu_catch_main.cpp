@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/exec/backend_select.hpp"
+#include "engine/backend/backend_select.hpp"
 
 int main(int argc, char* argv[]) {
   bool listing = false;

@@ -14,7 +14,7 @@
 #include "measure/machine_profile.hpp"
 #include "measure/validate_run.hpp"
 #include "models/gpt.hpp"
-#include "sim/auto_config.hpp"
+#include "tune/auto_config.hpp"
 
 namespace fs = std::filesystem;
 

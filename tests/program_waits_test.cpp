@@ -17,7 +17,7 @@
 #include "program_edit.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/executor.hpp"
-#include "engine/exec/gpt_backend.hpp"
+#include "engine/backend/cpu/gpt_cpu_backend.hpp"
 #include "models/gpt.hpp"
 #include "test_paths.hpp"
 

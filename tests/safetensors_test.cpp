@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/cpu/convert.hpp"
+#include "engine/backend/cpu/convert.hpp"
 #include "engine/model/safetensors.hpp"
 #include "models/gpt.hpp"
 

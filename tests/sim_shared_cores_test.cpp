@@ -14,7 +14,7 @@
 #include "core/timeline.hpp"
 #include "core/validation.hpp"
 #include "models/gpt.hpp"
-#include "sim/calibration.hpp"
+#include "measure/calibration.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 

@@ -15,7 +15,7 @@
 #include "core/hwprofile.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
-#include "engine/exec/gpt_backend_base.hpp"
+#include "engine/backend/gpt_backend_base.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/trainer.hpp"

@@ -13,8 +13,8 @@
 #include "core/errors.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
-#include "sim/auto_config.hpp"
-#include "sim/tuner.hpp"
+#include "tune/auto_config.hpp"
+#include "tune/tuner.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf;

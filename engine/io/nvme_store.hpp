@@ -135,11 +135,4 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-// CRC32C (Castagnoli), hardware-accelerated where SSE4.2 is available.
-uint32_t crc32c(const void* data, size_t length, uint32_t crc = 0);
-// The table-driven path crc32c falls back to without SSE4.2; tests hold the fast one to it.
-uint32_t crc32c_portable(const void* data, size_t length, uint32_t crc = 0);
-// Which path crc32c takes on this CPU: "sse4.2" or "portable".
-const char* crc32c_implementation();
-
 }  // namespace zinf::engine

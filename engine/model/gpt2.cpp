@@ -5,7 +5,7 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "engine/cpu/kernels.hpp"
+#include "engine/backend/cpu/kernels.hpp"
 #include "engine/splitmix.hpp"
 
 namespace zinf::engine {
@@ -97,7 +97,7 @@ Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl, TensorParallelRank tp)
   }
 }
 
-Gpt2Activations Gpt2::make_activations(DeviceArena* arena) const {
+Gpt2Activations Gpt2::make_activations(CpuDeviceArena* arena) const {
   const DeviceAllocator<float> alloc(arena);
   Gpt2Activations a;
   a.x.assign(size_t(spec().layers + 1), Activation(alloc));

@@ -25,7 +25,7 @@
 
 #include "core/graph.hpp"
 #include "engine/comm/collectives.hpp"
-#include "engine/memory/device_arena.hpp"
+#include "engine/memory/cpu_device_arena.hpp"
 
 namespace zinf::engine {
 
@@ -39,7 +39,7 @@ struct GradBuf {
   int64_t numel = 0;
 };
 
-// Which kernels run: the sgemm fast path, or the plain loops of engine/cpu (the reference).
+// Which kernels run: the sgemm fast path, or the plain loops of engine/backend/cpu (the reference).
 enum class KernelImpl { Fast, Reference };
 
 // Every parameter group of a model as a flat fp32 tensor, indexed by ParamGroup::id.
@@ -97,7 +97,7 @@ class Gpt2 {
   const core::ModelSpec& spec() const { return graph_.spec; }
 
   // Activations of one micro-batch whose tensors are allocated from `arena` (the heap when null).
-  Gpt2Activations make_activations(DeviceArena* arena = nullptr) const;
+  Gpt2Activations make_activations(CpuDeviceArena* arena = nullptr) const;
   // Sets the micro-batch's input and target tokens (micro_batch * seq each, values < vocab).
   void set_batch(Gpt2Activations& a, std::span<const int32_t> inputs, std::span<const int32_t> targets) const;
 

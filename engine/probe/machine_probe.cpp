@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "core/plan.hpp"
-#include "engine/cpu/kernels.hpp"
+#include "engine/backend/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/io/nvme_store.hpp"
-#include "engine/memory/device_arena.hpp"
+#include "engine/memory/cpu_device_arena.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/optim/cpu_adam.hpp"
 #include "models/gpt.hpp"
@@ -128,7 +128,7 @@ double measure_memory_bandwidth(bool) {
 }
 
 LinearFit measure_copy(bool quick) {
-  engine::DeviceArena arena(1e12);
+  engine::CpuDeviceArena arena(1e12);
   engine::Staging<uint16_t> src(size_t(8) << 20, 1);
   std::vector<std::pair<double, double>> pts;
   for (size_t bytes : {size_t(16) << 10, size_t(256) << 10, size_t(4) << 20, size_t(quick ? 4 : 16) << 20}) {

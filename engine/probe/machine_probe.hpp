@@ -1,5 +1,5 @@
 // Measurements of this machine through the engine's own code paths, for `zinf profile-hw`: GEMM,
-// elementwise and attention kernels (engine/cpu), the memory copy, the GPT backend's host-to-device
+// elementwise and attention kernels (engine/backend/cpu), the memory copy, the GPT backend's host-to-device
 // copy, the NVMe store, CPU Adam, the Executor's cost per task, the cores' parallel throughput and
 // other processes' load. Each figure is the median of several repetitions; latencies and
 // bandwidths are least-squares fits of t = latency + bytes / bandwidth. What needs the simulator

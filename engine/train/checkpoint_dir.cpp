@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "engine/io/nvme_store.hpp"
+#include "engine/io/crc32c.hpp"
 
 namespace fs = std::filesystem;
 

@@ -54,12 +54,12 @@ struct TrainerOptions {
   std::string checkpoint_dir;    // where save_checkpoint writes and resume reads; locked while the Trainer lives
   CheckpointStart start = CheckpointStart::Fresh;
   unsigned adam_threads = 1;
-  std::string backend = "cpu";   // cpu, cuda or auto (engine/exec/backend_select.hpp)
+  std::string backend = "cpu";   // cpu, cuda or auto (engine/backend/backend_select.hpp)
   IoEnv* env = nullptr;          // the checkpoint files' door to the OS; null: default_io_env()
   std::function<void(const std::string&)> note;  // messages for the user (rank 0); null: stderr
   // Decides the config's `auto` knobs before planning, given the model, the hwprofile as this
   // backend plans with it and the rank count; null: the planner's own `auto`. `zinf train` passes
-  // the tuner's search (sim/auto_config.hpp), so that it trains what `zinf plan` and `sim` plan.
+  // the tuner's search (tune/auto_config.hpp), so that it trains what `zinf plan` and `sim` plan.
   std::function<core::RunConfig(const core::ModelSpec&, const core::HwProfile&, int ranks, const core::RunConfig&)>
       resolve_auto;
 };

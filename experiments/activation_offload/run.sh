@@ -14,7 +14,7 @@
 #    (ZeRO-Infinity's way) and lifetime-aware offload to the host, to NVMe through the host, to NVMe
 #    over GDS, or either, each chosen per tensor (the default) and per block; each against an
 #    unlimited-memory GPU (everything resident, nothing recomputed). With either path (tier auto)
-#    the whole choices are compared by simulated step (sim/auto_config.hpp); its line gives each.
+#    the whole choices are compared by simulated step (tune/auto_config.hpp); its line gives each.
 #    Prints step time, throughput, fraction of the unlimited GPU's, device peak, NVMe traffic and
 #    the pass's split (items kept / offloaded / recomputed, and their bytes).
 #   bash experiments/activation_offload/run.sh NVME_DIR [ROUNDS] [STEPS]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `auto` in a run config is the tuner's search (sim/auto_config.hpp), decided once for every
+# `auto` in a run config is the tuner's search (tune/auto_config.hpp), decided once for every
 # command: zinf plan, sim and train agree on it, it picks the fastest fitting placement that the
 # simulator finds among every fixed one, and its cache answers a second time without searching.
 #   bash tests/cli/auto_cli.sh ZINF

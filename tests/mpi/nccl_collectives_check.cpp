@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "engine/comm/collectives.hpp"
-#include "engine/cuda/cuda_check.hpp"
-#include "engine/cuda/nccl_collectives.hpp"
-#include "engine/exec/backend_select.hpp"
+#include "engine/backend/cuda/cuda_check.hpp"
+#include "engine/backend/cuda/nccl_collectives.hpp"
+#include "engine/backend/backend_select.hpp"
 
 using namespace zinf::engine;
 

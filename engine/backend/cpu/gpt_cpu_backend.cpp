@@ -1,0 +1,428 @@
+#include "engine/backend/cpu/gpt_cpu_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/backend/cpu/convert.hpp"
+#include "engine/memory/staging_cache.hpp"
+
+namespace zinf::engine {
+
+using core::Data;
+using core::Task;
+using core::TaskKind;
+using core::Tier;
+
+GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c,
+                             GptBackendOptions o)
+    : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o), "CPU"), model_(mdl),
+      adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads), arena_(core::at(p.budget(), Tier::Device)) {
+  params_.init(plan.params, space, store.get(), arena_, "params");
+  grads_.init(plan.gradients, space, store.get(), arena_, "grads");
+  master_.init(plan.optimizer, space, store.get(), arena_, "master");
+  m_.init(plan.optimizer, space, store.get(), arena_, "adam_m");
+  v_.init(plan.optimizer, space, store.get(), arena_, "adam_v");
+}
+
+GptCpuBackend::~GptCpuBackend() = default;
+
+void GptCpuBackend::start_step(std::vector<Batch>& batches) {
+  // Activations are reused from step to step (their tensors keep their sizes); only what a step
+  // dropped is allocated again.
+  if (acts_.size() != batches.size()) {
+    acts_.clear();
+    for (size_t i = 0; i < batches.size(); ++i) acts_.push_back(model_.make_activations(&arena_));
+  }
+  ckpt_copied_.clear();
+  ckpt_forward_done_.clear();
+  for (size_t i = 0; i < batches.size(); ++i) model_.set_batch(acts_[i], batches[i].inputs, batches[i].targets);
+}
+
+// ---- the optimizer state's homes ------------------------------------------------------------------
+
+void GptCpuBackend::read_state(StateTensor which, int64_t off, int64_t n, float* dst) {
+  state_home(which).read(off, n, dst);
+}
+
+void GptCpuBackend::write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) {
+  if (!rounded) return state_home(which).write(off, n, src);
+  wait_all({params_.write_async(off, n, rounded), master_.write_async(off, n, src)});
+}
+
+// ---- parameters -------------------------------------------------------------------------------------
+
+void GptCpuBackend::fetch(const Task& t) {
+  const auto& u = unit(t.unit);
+  const int64_t off = mine_offset(u), n = mine_count(u);
+  switch (t.kind) {
+    case TaskKind::NvmeRead: {
+      Staging<bf16> buf = staging<bf16>(n);
+      params_.read(off, n, buf.data());
+      return stage(host_param_, t.buffer, std::move(buf));
+    }
+    case TaskKind::CopyH2D: {
+      const bf16* src = params_.mem.data() + off;
+      Staging<bf16> host;
+      if (t.source >= 0) {  // the NVMe read's staging (Task::source), not the home on the host
+        host = take(host_param_, t.source, P.label(t) + ": the NVMe read of " + u.name);
+        src = host.data();
+      }
+      if (owner_based) {  // the owner's whole unit, straight into the gathered buffer it broadcasts
+        std::memcpy(cpu::upper_half_as_bf16(gathered_data(t), u.numel), src, size_t(n) * sizeof(bf16));
+        return;
+      }
+      DeviceVector<bf16> buf(size_t(n), device<bf16>());
+      std::copy_n(src, n, buf.data());
+      return stage(dev_param_, t.buffer, std::move(buf));
+    }
+    case TaskKind::AllGather: {
+      DeviceVector<bf16> held;
+      const bf16* shard = params_.mem.data() + off;
+      if (t.source >= 0) {  // the host-to-device copy's shard (Task::source), not the home on the device
+        held = take(dev_param_, t.source, P.label(t) + ": the host-to-device copy of " + u.name);
+        shard = held.data();
+      }
+      // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
+      // widened in place: the device holds the working size the Program counts, no bf16 copy.
+      // One rank's shard is the whole unit: widened straight from it, with no gather.
+      const int64_t padded = u.shard_numel * P.data_parallel();
+      DeviceVector<float> full(size_t(padded), device<float>());
+      if (comm.size() == 1) {
+        cpu::bf16_to_fp32(full.data(), shard, padded);
+      } else {
+        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), cpu::upper_half_as_bf16(full.data(), padded),
+                        u.name.c_str());
+        cpu::widen_upper_half_in_place(full.data(), padded);
+      }
+      return stage(gathered_, t.buffer, std::move(full));
+    }
+    case TaskKind::Broadcast: {
+      float* whole = gathered_data(t);
+      bf16* landing = cpu::upper_half_as_bf16(whole, u.numel);
+      if (u.owner == rank && plan.params == Tier::Device)
+        std::memcpy(landing, params_.mem.data() + off, size_t(u.numel) * sizeof(bf16));
+      comm.broadcast(landing, size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
+      cpu::widen_upper_half_in_place(whole, u.numel);
+      return;
+    }
+    case TaskKind::Alloc:  // the owner-based gathered buffer, filled by the broadcast
+      return stage(gathered_, t.buffer, DeviceVector<float>(size_t(u.numel), device<float>()));
+    default:
+      throw std::logic_error(fmt::format("no parameter fetch of kind {}", core::to_string(t.kind)));
+  }
+}
+
+// The gathered buffer an owner-based fetch task fills (allocated by its Alloc task): the Program
+// names it (Task::buffer).
+float* GptCpuBackend::gathered_data(const Task& t) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = gathered_.find(t.buffer);
+  if (it == gathered_.end())
+    throw std::logic_error(fmt::format("{}: its gathered buffer {} is not allocated", P.label(t), t.buffer));
+  return it->second.data();
+}
+
+const DeviceVector<float>& GptCpuBackend::gathered_for(const Task& t, int32_t u) {
+  const auto buffers = gathered_buffers(t, u);
+  std::lock_guard<std::mutex> lock(mu);
+  for (int64_t b : buffers)
+    if (auto it = gathered_.find(b); it != gathered_.end()) return it->second;
+  throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
+}
+
+void GptCpuBackend::drop_gathered(int64_t buffer) {
+  std::lock_guard<std::mutex> lock(mu);
+  gathered_.erase(buffer);
+}
+
+// ---- compute --------------------------------------------------------------------------------------
+
+void GptCpuBackend::compute(const Task& t) {
+  const auto& op = graph.ops[size_t(t.op)];
+  Gpt2Activations& a = acts_[size_t(t.micro_batch)];
+  if (first_backward(t)) begin_backward(t);
+  const std::vector<int32_t> units = compute_units(t);
+  const int32_t tiled = tiled_unit(t);
+  std::vector<ParamBuf> pbufs;
+  for (int32_t u : units) pbufs.push_back({gathered_for(t, u).data(), unit(u).numel});
+
+  if (t.kind == TaskKind::Forward || t.kind == TaskKind::Recompute) {
+    if (tiled >= 0) model_.forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a);
+    else if (t.kind == TaskKind::Recompute) model_.recompute(t.op, pbufs, a);
+    else model_.forward(t.op, pbufs, a);
+    if (op.kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
+    if (t.kind == TaskKind::Forward && ends_run_forward(t)) drop_run(t.checkpoint, t.micro_batch, a);
+    return;
+  }
+  std::vector<GradBuf> gbufs;
+  for (int32_t u : units) gbufs.push_back({grad_buffer(u, t.micro_batch).data(), unit(u).numel});
+  if (tiled >= 0) model_.backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a);
+  else model_.backward(t.op, pbufs, gbufs, a);
+  drop_after_backward(t, a, [](Activation& v) { Gpt2Activations::release(v); });
+}
+
+void GptCpuBackend::tensor_parallel_all_reduce(const Task& t) {
+  Gpt2Activations& a = acts_[size_t(t.micro_batch)];
+  model_.tensor_parallel_all_reduce(t.op, t.phase == core::Phase::Backward, a);
+  if (graph.ops[size_t(t.op)].kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
+}
+
+DeviceVector<float>& GptCpuBackend::grad_buffer(int32_t u, int32_t mb) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto& g = grad_full_.try_emplace({u, mb}, device<float>()).first->second;
+  if (g.empty()) g.assign(size_t(grad_buffer_count(unit(u))), 0.0f);
+  return g;
+}
+
+// After a checkpointed run's forward: its blocks' intermediates and inner inputs go; the run's
+// input (the checkpoint) and output stay.
+void GptCpuBackend::drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
+  const int first = checkpoint_first_block(c);
+  for (int b : checkpoint_blocks(c)) {
+    a.drop_block(b);
+    if (b != first) Gpt2Activations::release(a.x[size_t(b)]);
+  }
+  if (plan.checkpoints == Tier::Device) return;
+  std::lock_guard<std::mutex> lock(mu);
+  ckpt_forward_done_.insert({c, mb});
+  if (ckpt_copied_.count({c, mb})) Gpt2Activations::release(a.x[size_t(first)]);
+}
+
+// Before a micro-batch's backward: offloaded checkpoints leave the device (their copies are
+// complete: the Program makes this task depend on them, core::checkpoint_copy_waits), and
+// activation gradients start at zero.
+void GptCpuBackend::begin_backward(const Task& t) {
+  Gpt2Activations& a = acts_[size_t(t.micro_batch)];
+  drop_checkpoints(t, [&](int b) { Gpt2Activations::release(a.x[size_t(b)]); });
+  a.zero_grads();
+}
+
+// ---- offloaded activations ------------------------------------------------------------------------
+
+HostFloats GptCpuBackend::activation_host(size_t n) {
+  auto owner = std::make_shared<Staging<float>>(staging<float>(int64_t(n)));
+  return HostFloats(owner, owner->data());
+}
+
+void GptCpuBackend::save_activations(const Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+                                     float* host) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Activation& v = tensor(t.micro_batch, refs[i]);
+    std::copy_n(v.begin(), sizes[i], host);
+    host += sizes[i];
+    Gpt2Activations::release(v);
+  }
+}
+
+void GptCpuBackend::restore_activations(const Task& t, std::span<const ActivationRef> refs,
+                                        std::span<const size_t> sizes, const float* host) {
+  for (size_t i = 0; i < refs.size(); ++i) {
+    tensor(t.micro_batch, refs[i]).assign(host, host + sizes[i]);
+    host += sizes[i];
+  }
+}
+
+// ---- activation checkpoints -----------------------------------------------------------------------
+
+// Partitioned checkpoints (activation_checkpoint.partitioned under tensor parallelism): each rank of
+// the group keeps slice r of k = ceil(n / t) elements of the n-element checkpoint (zero-padded) off
+// the device; brought back, the slice goes to its place and the Program's all-gather over the group
+// puts the whole checkpoint together before the recompute.
+int64_t GptCpuBackend::checkpoint_slice() const {
+  const int64_t n = checkpoint_numel(), t = model_.tensor_parallel();
+  return opt.config.checkpoints_partitioned && t > 1 ? (n + t - 1) / t : n;
+}
+
+void GptCpuBackend::checkpoint(const Task& t) {
+  Gpt2Activations& a = acts_[size_t(t.micro_batch)];
+  const Key key{t.checkpoint, t.micro_batch};
+  auto& x = a.x[size_t(checkpoint_first_block(t.checkpoint))];
+  // This rank's elements of the checkpoint: [at, at + mine), all of them unless partitioned.
+  const int64_t n = checkpoint_numel(), k = checkpoint_slice();
+  const int64_t at = k == n ? 0 : std::min(n, k * model_.tensor_parallel_rank()), mine = std::min(n - at, k);
+  switch (t.kind) {
+    case TaskKind::CopyD2H: {
+      Staging<float> copy(static_cast<size_t>(k), 0.0f);
+      std::copy_n(x.begin() + at, mine, copy.begin());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ckpt_host_[key] = std::move(copy);
+        ckpt_copied_.insert(key);
+        if (ckpt_forward_done_.count(key)) Gpt2Activations::release(x);
+      }
+      return checkpoint_saved(t.micro_batch);
+    }
+    case TaskKind::NvmeWrite: {
+      Staging<float> host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
+      const auto id = checkpoint_tensor(t.checkpoint, t.micro_batch, host.size() * sizeof(float));
+      store->write(id, 0, host.data(), host.size() * sizeof(float)).wait_or_throw();
+      return;
+    }
+    case TaskKind::NvmeRead: {
+      Staging<float> host(static_cast<size_t>(k));
+      const auto id = checkpoint_tensor(t.checkpoint, t.micro_batch, 0);
+      store->read(id, 0, host.data(), host.size() * sizeof(float)).wait_or_throw();
+      return stage(ckpt_host_, key, std::move(host));
+    }
+    case TaskKind::CopyH2D: {
+      Staging<float> host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
+      return checkpoint_restored(t.checkpoint, t.micro_batch, [&] {
+        x.assign(size_t(n), 0.0f);
+        std::copy_n(host.begin(), mine, x.begin() + at);
+      });
+    }
+    case TaskKind::AllGather: {  // the group's slices into the whole checkpoint (compute lane)
+      if (int64_t(x.size()) != n)
+        throw std::logic_error(fmt::format("{}: the checkpoint's slice was not brought back first", P.label(t)));
+      std::vector<float> slice(size_t(k), 0.0f), whole(size_t(k * model_.tensor_parallel()));
+      std::copy_n(x.begin() + at, mine, slice.begin());
+      model_.tensor_parallel_group().all_gather(slice.data(), slice.size() * sizeof(float), whole.data(), "checkpoint slices");
+      std::copy_n(whole.begin(), n, x.begin());
+      return;
+    }
+    default:
+      throw std::logic_error(fmt::format("no checkpoint transfer of kind {}", core::to_string(t.kind)));
+  }
+}
+
+// ---- gradients ------------------------------------------------------------------------------------
+
+void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int64_t n) {
+  const auto& u = unit(t.unit);
+  DeviceVector<float> full = take(grad_full_, key, P.label(t) + ": the gradient");
+  DeviceVector<float> shard;
+  if (comm.size() == 1 && int64_t(full.size()) == n) {
+    shard = std::move(full);  // one rank keeps its whole gradient: no reduction, no copy
+  } else {
+    shard = DeviceVector<float>(static_cast<size_t>(n), device<float>());
+    if (t.kind == TaskKind::ReduceScatter) comm.reduce_scatter(full.data(), shard.data(), size_t(n), u.name.c_str());
+    else comm.reduce(full.data(), shard.data(), size_t(n), u.owner, u.name.c_str());
+  }
+  if (!holds(u)) return;
+  if (const float s = grad_scale(); s != 1.0f)  // one rank, one micro-batch: nothing to scale
+    for (float& g : shard) g *= s;
+  if (plan.gradients == Tier::Device)
+    return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first_micro_batch(t),
+                           last_micro_batch(t));
+  stage(grad_shard_, key, std::move(shard));
+}
+
+void GptCpuBackend::gradient(const Task& t) {
+  const auto& u = unit(t.unit);
+  const Key key{t.unit, t.micro_batch};
+  const int64_t off = mine_offset(u), n = mine_count(u);
+  const bool first = first_micro_batch(t), last = last_micro_batch(t);
+  switch (t.kind) {
+    case TaskKind::ReduceScatter:
+    case TaskKind::Reduce: return reduce_task(t, key, off, n);
+    case TaskKind::CopyD2H: {
+      DeviceVector<float> shard = take(grad_shard_, key, P.label(t) + ": the reduced gradient");
+      if (plan.gradients == Tier::Host)
+        return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
+      return stage(grad_host_, key, Staging<float>(shard.begin(), shard.end()));  // on its way to NVMe
+    }
+    case TaskKind::NvmeRead: {
+      Staging<bf16> partial = staging<bf16>(n);
+      grads_.read(off, n, partial.data());
+      return stage(grad_partial_, key, std::move(partial));
+    }
+    case TaskKind::NvmeWrite: {
+      Staging<float> shard = take(grad_host_, key, P.label(t) + ": the reduced gradient");
+      Staging<bf16> partial;
+      if (!first) partial = take(grad_partial_, key, P.label(t) + ": the partial gradient");
+      Staging<bf16> out = staging<bf16>(n);
+      accumulate_host(u, out.data(), partial.data(), shard.data(), n, first, last);
+      grads_.write(off, n, out.data());
+      return;
+    }
+    case TaskKind::AllReduce:
+      throw std::logic_error("gradients all-reduced whole need ZeRO stage 0-1, which this backend does not run");
+    case TaskKind::Free: {
+      std::lock_guard<std::mutex> lock(mu);
+      grad_full_.erase(key);
+      return;
+    }
+    default:
+      throw std::logic_error(fmt::format("no gradient transfer of kind {}", core::to_string(t.kind)));
+  }
+}
+
+// ---- optimizer ------------------------------------------------------------------------------------
+
+void GptCpuBackend::optimizer(const Task& t) {
+  const int32_t sg = t.sub_group;
+  const int64_t off = t.sg_offset, n = t.sg_count;
+  if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) {
+    Staging<float> a = staging<float>(n), b = staging<float>(n), c = staging<float>(n);
+    wait_all({master_.read_async(off, n, a.data()), m_.read_async(off, n, b.data()), v_.read_async(off, n, c.data())});
+    std::lock_guard<std::mutex> lock(mu);
+    sg_master_[sg] = std::move(a);
+    sg_m_[sg] = std::move(b);
+    sg_v_[sg] = std::move(c);
+    return;
+  }
+  if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeWrite) {
+    const std::string what = P.label(t) + ": optimizer states";
+    Staging<float> a = take(sg_master_, sg, what), b = take(sg_m_, sg, what), c = take(sg_v_, sg, what);
+    wait_all(
+        {master_.write_async(off, n, a.data()), m_.write_async(off, n, b.data()), v_.write_async(off, n, c.data())});
+    return;
+  }
+  if (t.data == Data::Grad) {  // gradients to where the optimizer runs
+    if (t.kind != TaskKind::NvmeRead && plan.gradients == Tier::Nvme) return;  // staged by the NVMe read
+    Staging<bf16> g = staging<bf16>(n);
+    if (t.kind == TaskKind::NvmeRead) grads_.read(off, n, g.data());
+    else std::copy_n(grads_.mem.data() + off, n, g.data());
+    return stage(sg_grad_, sg, std::move(g));
+  }
+  if (t.kind == TaskKind::OptimizerStep) return adam_step(t);
+  if (t.data == Data::Param) {  // updated parameters back to their tier
+    if (t.kind == TaskKind::CopyD2H && plan.params == Tier::Nvme) {  // staged for the NVMe write
+      std::lock_guard<std::mutex> lock(mu);
+      if (!sg_param_.count(sg)) throw std::logic_error(fmt::format("{}: no updated parameters staged", P.label(t)));
+      return;
+    }
+    Staging<bf16> p = take(sg_param_, sg, P.label(t) + ": the updated parameters");
+    params_.write(off, n, p.data());
+    return;
+  }
+  throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P.label(t)));
+}
+
+void GptCpuBackend::adam_step(const Task& t) {
+  const int32_t sg = t.sub_group;
+  const int64_t off = t.sg_offset, n = t.sg_count;
+  float *pm, *pmm, *pv;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (plan.optimizer == Tier::Nvme) {
+      pm = sg_master_.at(sg).data();
+      pmm = sg_m_.at(sg).data();
+      pv = sg_v_.at(sg).data();
+    } else {
+      pm = master_.resident(off);
+      pmm = m_.resident(off);
+      pv = v_.resident(off);
+    }
+  }
+  Staging<bf16> gstage = take_if(sg_grad_, sg);
+  const bf16* g = gstage.empty() ? grads_.resident(off) : gstage.data();
+  if (!g) throw std::logic_error(fmt::format("{}: gradients are not staged", P.label(t)));
+  std::vector<bf16> scaled;
+  g = clipped_host(g, n, scaled);
+  const bool params_here = (plan.params == Tier::Host && plan.optimizer != Tier::Device) ||
+                           (plan.params == Tier::Device && plan.optimizer == Tier::Device);
+  if (params_here) {
+    adam_.step(step(), size_t(n), pm, pmm, pv, g, params_.resident(off));
+    count_nonfinite(pm, n);
+    return;
+  }
+  Staging<bf16> out = staging<bf16>(n);
+  adam_.step(step(), size_t(n), pm, pmm, pv, g, out.data());
+  count_nonfinite(pm, n);
+  stage(sg_param_, sg, std::move(out));
+}
+
+}  // namespace zinf::engine

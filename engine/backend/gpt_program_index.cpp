@@ -1,0 +1,31 @@
+#include "engine/backend/gpt_program_index.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace zinf::engine {
+
+GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph& graph) {
+  group_units.assign(graph.params.size(), {});
+  for (const auto& u : P.units()) group_units[size_t(u.group)].push_back(u.id);
+  // The checkpointed runs, their blocks and where each one's forward ends: the Program's.
+  for (const auto& c : P.checkpoint_runs()) {
+    if (c.id != int32_t(ckpt_blocks.size()))
+      throw std::logic_error("the Program's checkpointed runs are not numbered in order");
+    ckpt_first_block.push_back(c.first_block);
+    ckpt_blocks.emplace_back();
+    for (int b = c.first_block; b <= c.last_block; ++b) ckpt_blocks.back().push_back(b);
+    for (int32_t id : c.forward_end)
+      if (id >= 0) last_forward_of_run.insert(id);
+  }
+  std::map<std::pair<int32_t, int>, int32_t> last;  // (micro-batch, block) -> task
+  for (const auto& t : P.tasks())
+    if (t.kind == core::TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
+      auto& id = last[{t.micro_batch, graph.ops[size_t(t.op)].block}];
+      id = std::max(id, t.id);
+    }
+  for (const auto& [key, id] : last) last_backward_of_block[id] = key.second;
+}
+
+}  // namespace zinf::engine

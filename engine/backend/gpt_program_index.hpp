@@ -1,0 +1,29 @@
+// What the GPT training backend (GptBackendBase, engine/backend/gpt_backend_base.hpp) reads off a
+// Program once, at construction, in the form it looks things up: each parameter group's units; the
+// blocks of each checkpointed run and the tasks that end their forwards, as the Program states them
+// (Program::checkpoint_runs); the last backward task of each block in each micro-batch (lanes run in
+// id order: the highest id). Where each micro-batch's backward starts, and the checkpoint copies
+// before it, the backend reads from Program::backward_starts itself. Immutable after construction,
+// so safe to read from every lane thread.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "core/graph.hpp"
+#include "core/program.hpp"
+
+namespace zinf::engine {
+
+struct GptProgramIndex {
+  GptProgramIndex(const core::Program& program, const core::ModelGraph& graph);
+
+  std::vector<std::vector<int32_t>> group_units;  // parameter group -> its units, in tile order
+  std::vector<int> ckpt_first_block;              // checkpoint index -> the first block of its run
+  std::vector<std::vector<int>> ckpt_blocks;      // checkpoint index -> the blocks of its run
+  std::set<int32_t> last_forward_of_run;          // the last forward task of each checkpointed run, per micro-batch
+  std::map<int32_t, int> last_backward_of_block;  // Backward task id -> the block whose last backward (in its mb) it is
+};
+
+}  // namespace zinf::engine
