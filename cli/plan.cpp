@@ -9,6 +9,7 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/errors.hpp"
+#include "core/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
@@ -48,6 +49,14 @@ std::vector<EfficiencyRow> efficiency_rows(const Inputs& in, const RunConfig& c)
   add("optimizer states", tier(c.optimizer), ait_optimizer_states(in.model));
   if (c.checkpoint_interval > 0) add("activation checkpoints", tier(c.checkpoints), ait_checkpoints(in.model, c.checkpoint_interval));
   return rows;
+}
+
+// The config file's learning-rate schedule, as training reads it (it changes no cost: reported only).
+LrSchedule lr_schedule_of(const std::string& config_path) {
+  std::vector<std::string> warnings;
+  LrSchedule s = load_lr_schedule(config_path, warnings);
+  for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
+  return s;
 }
 
 nlohmann::json tier_json(const TierBytes& t) {
@@ -198,7 +207,8 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                  {"tensor_parallel", c.tensor_parallel},
                  {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
                  {"gradient_accumulation", c.gradient_accumulation},
-                 {"max_live_bytes", c.max_live_bytes}};
+                 {"max_live_bytes", c.max_live_bytes},
+                 {"lr_schedule", core::to_json(lr_schedule_of(in.config_name))}};
   j["largest_hidden"] = {{"untiled", f.hidden_untiled}, {"tiled", f.hidden_tiled}, {"tiling_factor", f.probe_tiling}};
   for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
   j["total"] = tier_json(rep.total);

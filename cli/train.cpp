@@ -13,12 +13,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
+#include "core/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
 #include "core/units.hpp"
 #include "engine/build_info.hpp"
@@ -26,6 +28,7 @@
 #include "engine/backend/backend_select.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/memory/staging_cache.hpp"
+#include "engine/train/metrics_log.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 
@@ -37,6 +40,8 @@ struct TrainArgs {
   std::string hw = "cpu-dev";
   std::string config = "train-nvme";
   std::string data;
+  std::string tokenizer;
+  std::string metrics;
   std::string nvme_dir;
   int64_t steps = 200;
   int64_t print_every = 10;
@@ -103,7 +108,8 @@ void write_timeline(const core::Timeline& t, const std::string& base) {
   }
 }
 
-void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm);
+void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
+                engine::MetricsLog* metrics);
 
 void run_train(const TrainArgs& a) {
   if (a.resume && a.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
@@ -118,9 +124,12 @@ void run_train(const TrainArgs& a) {
   const std::string config_path = core::resolve_config(a.config, "configs", root);
   o.config = core::load_any_run_config(config_path, warnings);
   o.config_source = config_path;
+  o.lr_schedule = core::load_lr_schedule(config_path, warnings);
   o.data = a.data;
+  o.tokenizer = a.tokenizer;
   o.nvme_dir = a.nvme_dir;
   o.data_seed = a.seed;
+  o.total_steps = a.steps;
   o.init_from = a.init_from;
   o.checkpoint_dir = a.checkpoint_dir;
   o.start = a.resume                  ? engine::CheckpointStart::Resume
@@ -146,8 +155,12 @@ void run_train(const TrainArgs& a) {
     for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
   }
   try {
+    // Rank 0 writes the metrics; a resumed run appends to them. Opened first: a path that cannot
+    // be written is refused before training, not after.
+    std::unique_ptr<engine::MetricsLog> metrics;
+    if (!a.metrics.empty() && comm->rank() == 0) metrics = std::make_unique<engine::MetricsLog>(a.metrics, a.resume);
     engine::Trainer trainer(o, *comm);
-    train_loop(a, o, trainer, *comm);
+    train_loop(a, o, trainer, *comm, metrics.get());
   } catch (const ExitCode&) {
     throw;
   } catch (const engine::TrainingDiverged&) {
@@ -160,7 +173,8 @@ void run_train(const TrainArgs& a) {
   }
 }
 
-void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm) {
+void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
+                engine::MetricsLog* metrics) {
   const bool lead = comm.rank() == 0;
   const auto& plan = trainer.plan();
   if (lead) {
@@ -178,6 +192,8 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                trainer.backend(),
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
+    if (trainer.lr_schedule().kind != core::LrScheduleKind::Constant)
+      fmt::print("lr schedule: {} (peak lr {:g})\n", core::describe(trainer.lr_schedule()), o.config.lr);
     if (trainer.step_count() > 0)
       fmt::print("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
                  core::format_bytes(engine::peak_rss()),
@@ -191,17 +207,19 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   while (!stopped && trainer.step_count() < a.steps) {
     auto s = trainer.step();
     arena_peak = std::max(arena_peak, double(s.device_arena_peak));
+    if (metrics) metrics->write(engine::step_record(s));
     if (lead) {
       const int width = 24;
       const int filled = int(width * std::min(s.step, a.steps) / std::max<int64_t>(1, a.steps));
       std::string bar = std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.');
       const std::string arena =
           s.device_arena_peak >= 0 ? fmt::format(" (arena {})", core::format_bytes(double(s.device_arena_peak))) : "";
-      std::string line = fmt::format("[{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | {:.3f} s | device {}{} host {} nvme {}",
+      // The rate goes last: scripts read the fields before it (experiments/memory_wall, activation_offload).
+      std::string line = fmt::format("[{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | {:.3f} s | device {}{} host {} nvme {} | lr {:.2e}",
                                      bar, s.step, a.steps, s.loss, s.tokens_per_s, s.seconds,
                                      core::format_bytes(core::at(s.peak, core::Tier::Device)), arena,
                                      core::format_bytes(core::at(s.peak, core::Tier::Host)),
-                                     core::format_bytes(core::at(s.peak, core::Tier::Nvme)));
+                                     core::format_bytes(core::at(s.peak, core::Tier::Nvme)), s.lr);
       if (tty) fmt::print("\r{}", line);
       else if (s.step % a.print_every == 0 || s.step == 1 || s.step == a.steps) fmt::print("{}\n", line);
       std::fflush(stdout);
@@ -261,6 +279,11 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--hw", a->hw, "Hardware profile of this machine (device budget, rates)")->capture_default_str();
   cmd->add_option("--config,-c", a->config, "Run config (zinf YAML or DeepSpeed JSON)")->capture_default_str();
   cmd->add_option("--data,-d", a->data, "Text file, directory of text files, or .bin tokens (default: the fortunes corpus)");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "GPT-2 BPE for text data: a tokenizer.json, or a directory with vocab.json + merges.txt (default: bytes)");
+  cmd->add_option("--metrics", a->metrics,
+                  "Write one JSON line per step to FILE.jsonl (appended to with --resume); plot it with "
+                  "analysis/train_report.py");
   cmd->add_option("--nvme-dir", a->nvme_dir, "Directory for states placed on NVMe (each rank uses rank<r>/ inside it)");
   cmd->add_option("--steps,-s", a->steps, "Train until this many steps are done")
       ->capture_default_str()

@@ -142,6 +142,7 @@ RunConfig read_yaml(ConfigReader& r) {
                                 ? HostPath::DeepSpeed03
                                 : HostPath::Fused;
   }
+  r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (core/lr_schedule_reader.hpp)
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
@@ -184,6 +185,7 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
       c.weight_decay = p->number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
     }
   }
+  r.ignore("scheduler");  // changes no cost: read by read_deepspeed_scheduler (core/lr_schedule_reader.hpp)
   if (auto z = r.maybe_child("zero_optimization")) {
     c.zero_stage = static_cast<int>(z->int_in("stage", 0, 3, 0));
     auto offload = [&](const char* key, Placement& out) {

@@ -44,6 +44,12 @@ class ReferenceTrainer {
   // One optimizer step over these micro-batches (all ranks' and accumulation steps' together):
   // gradients are averaged over them. Returns their mean loss, measured before the update.
   double step(std::span<const Batch> micro_batches);
+  // The rates of the next steps (a learning-rate schedule's, core/lr_schedule.hpp).
+  void set_rates(double lr, double beta1, double beta2) {
+    cfg_.adam.lr = lr;
+    cfg_.adam.beta1 = beta1;
+    cfg_.adam.beta2 = beta2;
+  }
   // `steps` steps of `micro_batches` batches each from one loader; returns the per-step losses.
   std::vector<double> train(BatchLoader& loader, int64_t steps, int64_t micro_batches = 1);
 

@@ -12,7 +12,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  python3-matplotlib python3-numpy python3-yaml
+  python3-matplotlib python3-numpy python3-yaml python3-regex
   fio fortunes
   qemu-user
 )

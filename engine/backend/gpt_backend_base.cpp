@@ -35,7 +35,7 @@ GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& p
                                Collectives& c, GptBackendOptions options, const char* device_name)
     : P(program), plan(pl), graph(g), rank(r), comm(c), opt(std::move(options)),
       owner_based(program.partitioning() == core::Partitioning::OwnerBased), space(program.shard_space(r)),
-      index(program, g) {
+      index(program, g), adam_options_(AdamOptions::from_run_config(opt.config)) {
   if (plan.zero_stage != 3)
     throw std::invalid_argument(fmt::format(
         "the {} training backend runs ZeRO stage 3 only (the run config asks for stage {}); use zero_stage: 3",
@@ -62,6 +62,12 @@ bool GptBackendBase::uses_nvme() const {
 }
 
 // ---- a step ---------------------------------------------------------------------------------------
+
+void GptBackendBase::set_step_rates(const core::StepRates& rates) {
+  adam_options_.lr = rates.lr;
+  adam_options_.beta1 = rates.beta1;
+  adam_options_.beta2 = rates.beta2;
+}
 
 void GptBackendBase::begin_step(int64_t step, std::vector<Batch> batches) {
   bind_thread();

@@ -39,6 +39,7 @@
 #include "engine/backend/training_backend.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/model/gpt2.hpp"
+#include "engine/optim/cpu_adam.hpp"
 
 namespace zinf::engine {
 
@@ -65,6 +66,7 @@ public:
 
   // ---- TrainingBackend, once for every device ------------------------------------------------
   void begin_step(int64_t step, std::vector<Batch> batches) final;
+  void set_step_rates(const core::StepRates& rates) final;
   void run(const core::Task& task) final;
   std::vector<core::TaskWait> waits() const final;
   double loss() const final;
@@ -207,6 +209,8 @@ protected:
   // Gradients scaled by clip_scale() on the host, or `g` itself when there is nothing to scale.
   const bf16* clipped_host(const bf16* g, int64_t n, std::vector<bf16>& scratch) const;
   int64_t step() const { return step_; }
+  // Adam's options for this step: the run config's, with the schedule's rates (set_step_rates).
+  const AdamOptions& adam_options() const { return adam_options_; }
   void set_loss(int32_t mb, double l) { losses_[size_t(mb)] = l; }
 
   // Takes (moves out and erases) map[key], or throws naming what was not staged.
@@ -261,6 +265,7 @@ private:
   std::set<std::pair<int32_t, int32_t>> ckpt_restored_;  // (checkpoint, mb) back on the device
   std::map<std::pair<int32_t, int32_t>, NvmeStore::TensorId> ckpt_nvme_;  // (checkpoint, mb) on NVMe
   int64_t step_ = 0;
+  AdamOptions adam_options_;
   double sumsq_ = 0;  // this rank's part of the squared gradient norm
   std::atomic<int64_t> nonfinite_{0};
   double clip_scale_ = 1.0;

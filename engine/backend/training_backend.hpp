@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/lr_schedule.hpp"
 #include "engine/data/token_data.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/model/gpt2.hpp"
@@ -42,6 +43,9 @@ public:
   // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
   // micro-batches, one per micro-batch of the Program.
   virtual void begin_step(int64_t step, std::vector<Batch> batches) = 0;
+  // The optimizer's learning rate and betas for the steps from the next begin_step on (the run's
+  // schedule, core/lr_schedule.hpp); until called, the run config's.
+  virtual void set_step_rates(const core::StepRates& rates) = 0;
   // Mean loss of this rank's micro-batches in the last step.
   virtual double loss() const = 0;
   // Global gradient norm before clipping, when the Program computed one (grad_clip > 0).

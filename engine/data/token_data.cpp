@@ -7,6 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "engine/data/bpe_tokenizer.hpp"
 #include "engine/splitmix.hpp"
 
 namespace zinf::engine {
@@ -69,7 +70,59 @@ TokenCorpus TokenCorpus::load_bin(const std::string& path) {
   return c;
 }
 
-TokenCorpus TokenCorpus::load(const std::string& path_in) {
+void write_llmc_bin(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > size_t(INT32_MAX)) fail(path, "more tokens than an llm.c header can count (2^31 - 1)");
+  int32_t header[256] = {kLlmcMagic, 1, int32_t(tokens.size())};
+  const std::string temp = path + ".partial";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(temp, std::string("cannot create: ") + std::strerror(errno));
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * sizeof(uint16_t)));
+    out.flush();
+    if (!out) fail(temp, "write failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  if (ec) fail(path, "cannot rename " + temp + " into place: " + ec.message());
+}
+
+TokenCorpus TokenCorpus::load(const std::string& path_in) { return load(path_in, nullptr); }
+
+namespace {
+
+TokenCorpus encode_documents(const std::vector<std::string>& documents, const std::string& source, BpeTokenizer& tokenizer) {
+  if (tokenizer.vocab_size() > 65536)
+    fail(source, "the tokenizer's vocabulary (" + std::to_string(tokenizer.vocab_size()) + " ids) does not fit the "
+                 "uint16 token ids zinf trains on");
+  TokenCorpus c;
+  c.source = source + " (BPE: " + tokenizer.source() + ")";
+  c.vocab = tokenizer.vocab_size();
+  for (const auto& d : documents) {
+    if (tokenizer.end_of_text()) c.tokens.push_back(uint16_t(*tokenizer.end_of_text()));
+    for (int32_t id : tokenizer.encode(d)) c.tokens.push_back(uint16_t(id));
+  }
+  return c;
+}
+
+}  // namespace
+
+TokenCorpus TokenCorpus::split_tail(double fraction, int64_t min_tokens) {
+  if (!(fraction > 0 && fraction < 1)) fail(source, "a held-out fraction must lie between 0 and 1");
+  const size_t held = size_t(double(tokens.size()) * fraction);
+  if (int64_t(held) < min_tokens || int64_t(tokens.size() - held) < min_tokens)
+    fail(source, "its " + std::to_string(tokens.size()) + " tokens cannot give both the training part and a held-out " +
+                     std::to_string(fraction) + " of it at least " + std::to_string(min_tokens) +
+                     " tokens (one window of seq + 1)");
+  TokenCorpus tail;
+  tail.source = source + " (held-out last " + std::to_string(held) + " tokens)";
+  tail.vocab = vocab;
+  tail.tokens.assign(tokens.end() - std::ptrdiff_t(held), tokens.end());
+  tokens.resize(tokens.size() - held);
+  return tail;
+}
+
+TokenCorpus TokenCorpus::load(const std::string& path_in, BpeTokenizer* tokenizer) {
   const std::string path = path_in.empty() ? kDefaultCorpus : path_in;
   std::error_code ec;
   const auto status = fs::status(path, ec);
@@ -85,13 +138,17 @@ TokenCorpus TokenCorpus::load(const std::string& path_in) {
     }
     std::sort(files.begin(), files.end());
     if (files.empty()) fail(path, "directory holds no text files");
+    std::vector<std::string> documents;
+    for (const auto& f : files) documents.push_back(read_file(f));
+    if (tokenizer) return encode_documents(documents, path, *tokenizer);
     std::string text;
-    for (const auto& f : files) text += read_file(f);
+    for (const auto& d : documents) text += d;
     return from_text(text, path);
   }
   // A FIFO, socket or device would block or never end: only regular files are read.
   if (!fs::is_regular_file(status)) fail(path, "not a regular file or a directory (a FIFO or device cannot be read as data)");
   if (fs::path(path).extension() == ".bin") return load_bin(path);
+  if (tokenizer) return encode_documents({read_file(path)}, path, *tokenizer);
   return from_text(read_file(path), path);
 }
 

@@ -9,6 +9,8 @@
 
 namespace zinf::engine {
 
+class BpeTokenizer;
+
 // The fortunes corpus installed by scripts/setup.sh (Debian package `fortunes`).
 inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
@@ -21,11 +23,22 @@ struct TokenCorpus {
   // concatenated in sorted name order), a *.bin token file, or any other file as bytes. An empty
   // path means kDefaultCorpus. Throws std::runtime_error naming the path on any failure.
   static TokenCorpus load(const std::string& path);
+  // The same, with text (not a .bin) encoded by `tokenizer` (GPT-2's BPE): each file is a document,
+  // preceded by <|endoftext|> when the vocabulary has it, as llm.c's token files are. Null: bytes.
+  static TokenCorpus load(const std::string& path, BpeTokenizer* tokenizer);
+  // The last `fraction` of the tokens as a corpus of their own (a held-out split, as nanoGPT cuts
+  // its validation set off the end), this one keeping the rest. Throws naming the source when
+  // either part would hold fewer than `min_tokens`.
+  TokenCorpus split_tail(double fraction, int64_t min_tokens);
   static TokenCorpus from_text(const std::string& text, std::string source = "<text>");
   // A *.bin token file: llm.c's (256 x int32 header: magic 20240520, version 1, token count; then
   // uint16 tokens) when it starts with the magic, else nanoGPT's raw little-endian uint16 array.
   static TokenCorpus load_bin(const std::string& path);
 };
+
+// Writes `tokens` as an llm.c token file (the header load_bin reads, then uint16 little-endian),
+// through a temporary name renamed into place; throws naming the path on failure.
+void write_llmc_bin(const std::string& path, const std::vector<uint16_t>& tokens);
 
 struct Batch {
   int64_t micro_batch = 0, seq = 0;

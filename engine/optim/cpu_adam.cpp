@@ -212,6 +212,11 @@ void run_step(CpuAdam::Workers& w, Kernel k, const Coeffs& c, Arrays a, size_t n
 
 }  // namespace
 
+void CpuAdam::set_options(const AdamOptions& options) {
+  std::lock_guard lock(workers_->step_mu);
+  options_ = options;
+}
+
 void CpuAdam::step(int64_t step, size_t n, float* master, float* m, float* v, const float* grad, bf16* param_out) {
   std::lock_guard lock(workers_->step_mu);
   run_step(*workers_, kernel_for(level_, false), coeffs(options_, step), {master, m, v, grad, param_out}, n);

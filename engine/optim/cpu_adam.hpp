@@ -45,6 +45,9 @@ public:
   void step(int64_t step, size_t n, float* master, float* m, float* v, const float* grad, bf16* param_out);
   void step(int64_t step, size_t n, float* master, float* m, float* v, const bf16* grad, bf16* param_out);
 
+  // The options of the steps from now on (a schedule's rate); waits for a step in progress.
+  void set_options(const AdamOptions& options);
+
   SimdLevel level() const { return level_; }
   unsigned threads() const;
   const AdamOptions& options() const { return options_; }

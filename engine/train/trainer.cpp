@@ -13,6 +13,7 @@
 
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
+#include "engine/data/bpe_tokenizer.hpp"
 #include "engine/data/token_data.hpp"
 #include "engine/backend/backend_select.hpp"
 #include "engine/backend/cuda_plugin.hpp"
@@ -100,6 +101,8 @@ struct Trainer::Impl {
   IoEnv& env;
   std::unique_ptr<CheckpointDir> checkpoints;  // rank 0's, locked for the run
   int64_t steps_done = 0;
+  core::LrSchedule schedule;  // opt.lr_schedule with its `auto` lengths decided
+  double last_lr = 0;         // the rate of the last step run
 
   Impl(TrainerOptions o, Collectives& c)
       : opt(std::move(o)), comm(c), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
@@ -132,7 +135,18 @@ struct Trainer::Impl {
     // killer halfway through initialization.
     const bool device_in_ram = kind != BackendKind::Cuda;
     check_plan_fits_ram(planned.plan.peak_bytes, device_in_ram, ranks_on_this_node(c.size()), available_memory());
-    corpus = TokenCorpus::load(opt.data);
+    try {
+      schedule = core::resolved(opt.lr_schedule, opt.total_steps, opt.config.lr);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("{}: {}", opt.config_source, e.what()));
+    }
+    std::optional<BpeTokenizer> tokenizer;
+    if (!opt.tokenizer.empty()) tokenizer = BpeTokenizer::load(opt.tokenizer);
+    corpus = TokenCorpus::load(opt.data, tokenizer ? &*tokenizer : nullptr);
+    if (!tokenizer && corpus.vocab == 256 && opt.model.vocab > 256 && fs::path(corpus.source).extension() != ".bin")
+      note(fmt::format("data {} is read as bytes (ids 0-255) for a model with a vocabulary of {}: pass --tokenizer "
+                       "(GPT-2's vocab.json + merges.txt or tokenizer.json) to train on BPE tokens",
+                       corpus.source, opt.model.vocab));
     if (corpus.vocab > opt.model.vocab)
       throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
                                            corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
@@ -266,6 +280,9 @@ struct Trainer::Impl {
   StepStats step() {
     std::vector<Batch> batches;
     for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
+    const core::StepRates rates =
+        core::rates_at(schedule, steps_done + 1, opt.config.lr, opt.config.beta1, opt.config.beta2);
+    backend->set_step_rates(rates);
     backend->begin_step(steps_done + 1, std::move(batches));
     backend->reset_device_peak();
     const auto t0 = std::chrono::steady_clock::now();
@@ -280,6 +297,7 @@ struct Trainer::Impl {
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++steps_done;
     s.step = steps_done;
+    s.lr = last_lr = rates.lr;
     // One all-reduce: loss, slowest time, squared gradient norm, weights gone non-finite.
     const auto check = backend->local_grad_check();
     double r[4] = {backend->loss(), s.seconds, check ? check->sumsq : 0, check ? double(check->nonfinite) : 0};
@@ -292,7 +310,7 @@ struct Trainer::Impl {
       throw TrainingDiverged(fmt::format(
           "step {}: loss {}, gradient norm {}, {} master weights not finite after the update: the run diverged "
           "(lr {} too high?) or its data or state is damaged. Stopped without saving this step{}",
-          s.step, s.loss, s.grad_norm, int64_t(r[3]), opt.config.lr,
+          s.step, s.loss, s.grad_norm, int64_t(r[3]), s.lr,
           opt.checkpoint_dir.empty() ? "" : "; the last checkpoint in " + opt.checkpoint_dir + " is the last good state"));
     s.peak = executor->peak_bytes();
     s.device_arena_peak = backend->device_peak_bytes();
@@ -372,7 +390,12 @@ struct Trainer::Impl {
                                {"data_position", loader->position() * uint64_t(dp.size())},
                                {"data_seed", opt.data_seed},
                                {"ranks", comm.size()},
-                               {"tensor_parallel", groups.tensor ? groups.tensor->size() : 1}};
+                               {"tensor_parallel", groups.tensor ? groups.tensor->size() : 1},
+                               // The schedule's state: its parameters and the step it reached (the
+                               // next step's rate follows from both, as DeepSpeed's
+                               // last_batch_iteration does).
+                               {"lr_schedule", {{"schedule", core::to_json(schedule)}, {"step", steps_done},
+                                                {"last_lr", last_lr}}}};
         const auto write_state = [&](const ByteSink& sink) {
           const std::string header = safetensors_header(layout, TensorDtype::F32);
           sink(header.data(), header.size());
@@ -393,6 +416,21 @@ struct Trainer::Impl {
     if (!error.empty()) throw std::runtime_error(error);
     if (failed > 0) throw std::runtime_error("rank 0 could not save checkpoint " + name);
     return (fs::path(opt.checkpoint_dir) / name).string();
+  }
+
+  // A resumed run continues the schedule from the checkpoint's step. A schedule other than the
+  // checkpoint's (a longer run's `auto` length, a new warmup) is the user's choice: said, then used.
+  void resume_schedule(const nlohmann::json& meta, const std::string& meta_path) {
+    if (!meta.contains("lr_schedule")) return;  // written before schedules: the rate was constant
+    const auto& saved = meta["lr_schedule"];
+    if (!saved.is_object() || !saved.contains("schedule") || !saved.contains("step") || !saved["step"].is_number_unsigned() ||
+        saved["step"].get<int64_t>() != steps_done)
+      throw std::runtime_error(fmt::format("checkpoint {}: field 'lr_schedule' must hold the schedule and the step {} "
+                                           "it reached",
+                                           meta_path, steps_done));
+    if (saved["schedule"] != core::to_json(schedule))
+      note(fmt::format("checkpoint {} was trained with lr schedule {}; continuing at step {} with this run's {}", meta_path,
+                       saved["schedule"].dump(), steps_done + 1, core::to_json(schedule).dump()));
   }
 
   void resume() {
@@ -436,6 +474,7 @@ struct Trainer::Impl {
       backend->load_state(state);
     }
     steps_done = meta["step"].get<int64_t>();
+    resume_schedule(meta, c.meta_path);
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
     const uint64_t slots = meta["data_position"].get<uint64_t>();
@@ -460,6 +499,7 @@ const core::Plan& Trainer::plan() const { return impl_->planned.plan; }
 const core::Program& Trainer::program() const { return impl_->planned.program; }
 int64_t Trainer::step_count() const { return impl_->steps_done; }
 const char* Trainer::backend() const { return to_string(impl_->kind); }
+const core::LrSchedule& Trainer::lr_schedule() const { return impl_->schedule; }
 StepStats Trainer::step() { return impl_->step(); }
 std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
 bool Trainer::any_rank(bool mine) {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/hwprofile.hpp"
+#include "core/lr_schedule.hpp"
 #include "core/model_spec.hpp"
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
@@ -45,10 +46,13 @@ struct TrainerOptions {
   core::ModelSpec model;
   core::HwProfile hw;
   core::RunConfig config;
+  core::LrSchedule lr_schedule;  // the config file's (core/lr_schedule_reader.hpp); constant by default
   std::string config_source = "run config";  // where `config` came from (its file), for messages
   std::string data;              // text file, directory of text, or .bin token file; empty: fortunes
+  std::string tokenizer;         // GPT-2 BPE files for text data (engine/data/bpe_tokenizer.hpp); empty: bytes
   std::string nvme_dir;          // required when the plan puts a state on NVMe; rank r uses <dir>/rank<r>
   uint64_t data_seed = 1234;
+  int64_t total_steps = 0;       // the run's length (--steps): what an `auto` length of the lr schedule means
   uint64_t init_seed = 1;
   std::string init_from;         // safetensors with Hugging Face GPT-2 names; empty: GPT-2 init
   std::string checkpoint_dir;    // where save_checkpoint writes and resume reads; locked while the Trainer lives
@@ -68,6 +72,7 @@ struct StepStats {
   int64_t step = 0;              // 1-based, counted across resumes
   double loss = 0;               // mean over all ranks' micro-batches
   double grad_norm = 0;          // global, before clipping
+  double lr = 0;                 // the learning rate this step's update used (the schedule's)
   double seconds = 0;            // wall time of the step on this rank
   double tokens_per_s = 0;       // all ranks together
   core::PerTier peak{};          // this rank's peak bytes per tier as the Program accounts them
@@ -99,6 +104,8 @@ public:
   const core::Program& program() const;
   int64_t step_count() const;  // steps done so far (including those before a resume)
   const char* backend() const;  // "cpu" or "cuda": the backend running the steps
+  // The run's learning-rate schedule, its `auto` lengths decided (core/lr_schedule.hpp).
+  const core::LrSchedule& lr_schedule() const;
 
   // Throws TrainingDiverged when the step's loss, gradient norm or updated weights are not finite.
   StepStats step();
@@ -106,7 +113,8 @@ public:
   bool any_rank(bool mine);
 
   // Collective: every rank calls them. The checkpoint holds the full optimizer state (so it loads
-  // on any number of ranks), the step count and the data position. Both stream: each parameter
+  // on any number of ranks), the step count, the data position and the lr schedule's state (the
+  // schedule and the step it reached, in meta.json). Both stream: each parameter
   // group's tensors are gathered from the ranks' tiers and written by rank 0 before the next group
   // is read, and a resume loads the file a group at a time into the tiers, so host memory holds
   // about one group's master, m and v (the CUDA backend still gathers and loads its whole state).

@@ -35,6 +35,7 @@ void GptCpuBackend::start_step(std::vector<Batch>& batches) {
     acts_.clear();
     for (size_t i = 0; i < batches.size(); ++i) acts_.push_back(model_.make_activations(&arena_));
   }
+  adam_.set_options(adam_options());
   ckpt_copied_.clear();
   ckpt_forward_done_.clear();
   for (size_t i = 0; i < batches.size(); ++i) model_.set_batch(acts_[i], batches[i].inputs, batches[i].targets);

@@ -48,8 +48,7 @@ void wait_both(IoHandle a, IoHandle b) {
 GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c,
                                GptCudaBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o.base), "CUDA"), device_(o.device),
-      adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads),
-      adam_options_(AdamOptions::from_run_config(opt.config)) {
+      adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads) {
   // One stream and cuBLAS handle per lane: tasks of one lane running at once would share them.
   for (core::Lane l : {core::Lane::NvmeRead, core::Lane::NvmeWrite})
     if (P.lane_slots(l) > 1)
@@ -95,6 +94,7 @@ void GptCudaBackend::bind_thread() { ZINF_CUDA_CHECK(cudaSetDevice(device_)); } 
 void GptCudaBackend::sync(const CudaContext& ctx) const { ZINF_CUDA_CHECK(cudaStreamSynchronize(ctx.stream)); }
 
 void GptCudaBackend::start_step(std::vector<Batch>& batches) {
+  adam_.set_options(adam_options());  // the host optimizer's; the device's reads adam_options() itself
   if (acts_.size() != batches.size()) {
     acts_.clear();
     for (size_t i = 0; i < batches.size(); ++i) acts_.push_back(model_->make_activations());
@@ -469,7 +469,7 @@ void GptCudaBackend::adam_host(const Task& t) {
 }
 
 AdamCoeffs GptCudaBackend::coeffs() const {
-  const AdamOptions& o = adam_options_;
+  const AdamOptions& o = adam_options();
   const double bc1 = 1.0 - std::pow(o.beta1, double(step())), bc2 = 1.0 - std::pow(o.beta2, double(step()));
   return {float(o.beta1),       float(1.0 - o.beta1),         float(o.beta2),
           float(1.0 - o.beta2), float(o.lr / bc1),            float(1.0 / std::sqrt(bc2)),

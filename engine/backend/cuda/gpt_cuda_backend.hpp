@@ -103,7 +103,6 @@ private:
   std::unique_ptr<GptCudaModel> model_;
   PinnedCache pinned_;
   CpuAdam adam_;
-  AdamOptions adam_options_;
   CudaHome<bf16> params_, grads_;
   CudaHome<float> master_, m_, v_;
 

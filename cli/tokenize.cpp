@@ -1,0 +1,46 @@
+// `zinf tokenize`: text in, llm.c token file out. Each input (a file, or a directory whose text
+// files are each a document) is encoded with GPT-2's BPE from the user's vocabulary
+// (engine/data/bpe_tokenizer.hpp), each document preceded by <|endoftext|> when the vocabulary has
+// it, and written as an llm.c .bin that `zinf train --data` reads.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.hpp"
+#include "engine/data/bpe_tokenizer.hpp"
+#include "engine/data/token_data.hpp"
+
+namespace zinf::cli {
+namespace {
+
+struct TokenizeArgs {
+  std::string tokenizer, output;
+  std::vector<std::string> inputs;
+};
+
+void run_tokenize(const TokenizeArgs& a) {
+  auto tok = engine::BpeTokenizer::load(a.tokenizer);
+  std::vector<uint16_t> tokens;
+  for (const auto& input : a.inputs) {
+    const auto corpus = engine::TokenCorpus::load(input, &tok);
+    fmt::print("{}: {} tokens\n", input, corpus.tokens.size());
+    tokens.insert(tokens.end(), corpus.tokens.begin(), corpus.tokens.end());
+  }
+  engine::write_llmc_bin(a.output, tokens);
+  fmt::print("wrote {} ({} tokens, vocabulary of {} from {})\n", a.output, tokens.size(), tok.vocab_size(), tok.source());
+}
+
+Registration reg(75, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenize", "Encode text with GPT-2's BPE (vocab.json + merges.txt or tokenizer.json) "
+                                             "into an llm.c .bin token file");
+  auto a = std::make_shared<TokenizeArgs>();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "A tokenizer.json, or a directory holding tokenizer.json or vocab.json + merges.txt")
+      ->required();
+  cmd->add_option("-o,--output", a->output, "The .bin file to write")->required();
+  cmd->add_option("inputs", a->inputs, "Text files or directories of text files")->required();
+  cmd->callback([a] { run_tokenize(*a); });
+});
+
+}  // namespace
+}  // namespace zinf::cli

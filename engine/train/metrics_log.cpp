@@ -1,0 +1,48 @@
+#include "engine/train/metrics_log.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace zinf::engine {
+
+nlohmann::json step_record(const StepStats& s) {
+  nlohmann::json lanes = nlohmann::json::object();
+  for (const auto& e : s.timeline.events) {
+    auto& busy = lanes[core::to_string(e.lane)];
+    busy = (busy.is_null() ? 0.0 : busy.get<double>()) + (e.end - e.start);
+  }
+  nlohmann::json r = {{"kind", "step"},
+                      {"step", s.step},
+                      {"loss", s.loss},
+                      {"lr", s.lr},
+                      {"grad_norm", s.grad_norm},
+                      {"tokens_per_s", s.tokens_per_s},
+                      {"step_seconds", s.seconds},
+                      {"lane_busy_seconds", lanes},
+                      {"peak_bytes",
+                       {{"device", core::at(s.peak, core::Tier::Device)},
+                        {"host", core::at(s.peak, core::Tier::Host)},
+                        {"nvme", core::at(s.peak, core::Tier::Nvme)}}}};
+  if (s.device_arena_peak >= 0) r["device_arena_peak_bytes"] = s.device_arena_peak;
+  return r;
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!file_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing: {}", path, std::strerror(errno)));
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    throw std::runtime_error(fmt::format("--metrics {}: write failed: {}", path_, std::strerror(errno)));
+}
+
+}  // namespace zinf::engine
