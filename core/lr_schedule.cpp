@@ -145,8 +145,9 @@ LrSchedule resolved(LrSchedule s, int64_t total_steps, double lr) {
     case LrScheduleKind::LRRangeTest: return s;
     case LrScheduleKind::Warmup:
       if (s.decay == LrDecay::Constant) return s;
-      if (!s.decay_steps) s.decay_steps = need_total("decay_steps");
-      if (*s.decay_steps <= s.warmup_steps)
+      // `auto` is the run's last step; a run no longer than its warmup never reaches the decay.
+      if (!s.decay_steps) s.decay_steps = std::max(need_total("decay_steps"), s.warmup_steps + 1);
+      else if (*s.decay_steps <= s.warmup_steps)
         throw std::invalid_argument(fmt::format("lr_schedule: the decay ends at step {} (decay_steps), not after the "
                                                 "warmup's {} steps: make decay_steps larger than warmup_steps",
                                                 *s.decay_steps, s.warmup_steps));

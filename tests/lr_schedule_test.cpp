@@ -158,7 +158,11 @@ TEST_CASE("zinf's schedule refuses what it cannot compute, naming the key", "[lr
   CHECK_THROWS_WITH(zinf_yaml("{min_lr: 1.0e-4, min_lr_ratio: 0.1}"), Contains("lr_schedule.min_lr_ratio"));
   CHECK_THROWS_WITH(zinf_yaml("{warmup: 5}"), Contains("lr_schedule.warmup"));
   CHECK_THROWS_WITH(zinf_yaml("{decay: constant, min_lr: 1.0e-4}"), Contains("lr_schedule.decay"));
-  CHECK_THROWS_WITH(resolved(zinf_yaml("{warmup_steps: 50}"), 50, 1e-3), Contains("decay_steps"));
+  CHECK_THROWS_WITH(resolved(zinf_yaml("{warmup_steps: 50, decay_steps: 50}"), 500, 1e-3), Contains("decay_steps"));
+  // A run no longer than its warmup with an `auto` decay stays in the warmup.
+  const LrSchedule short_run = resolved(zinf_yaml("{warmup_steps: 50}"), 3, 1e-3);
+  CHECK(*short_run.decay_steps == 51);
+  CHECK(rates_at(short_run, 3, 1e-3, 0.9, 0.95).lr == Approx(3e-3 / 50));
   CHECK_THROWS_WITH(resolved(zinf_yaml("{warmup_steps: 5}"), 0, 1e-3), Contains("decay_steps") && Contains("auto"));
   // DeepSpeed's form is read in zinf's YAML too, where DeepSpeed's warnings are errors.
   CHECK(zinf_yaml("{type: LRRangeTest, params: {lr_range_test_min_lr: 1.0e-5}}").kind == LrScheduleKind::LRRangeTest);

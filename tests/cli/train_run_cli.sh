@@ -68,7 +68,7 @@ expect "DeepSpeed's step timing: min, min, then the linear warmup" 0 "" "$D/chec
 sed 's/"WarmupDecayLR"/"StepLR"/' "$D/ds.json" > "$D/bad.json"
 "$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/bad.json" --nvme-dir "$D/nvme" --steps 1 > "$D/bad.log" 2>&1; rc=$?
 expect "an unknown scheduler type is a config error naming it" 2 "scheduler.type.*StepLR" "$D/bad.log" $rc
-printf 'lr_schedule: {warmup_steps: 8}\n' > "$D/short.yaml"
+printf 'lr_schedule: {warmup_steps: 8, decay_steps: 8}\n' > "$D/short.yaml"
 "$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/short.yaml" --nvme-dir "$D/nvme" --steps 8 > "$D/short.log" 2>&1; rc=$?
 expect "a decay that ends before its warmup is refused naming the key" 1 "decay_steps" "$D/short.log" $rc
 "$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/run.yaml" --nvme-dir "$D/nvme" --steps 1 --metrics "$D/no/such/dir/m.jsonl" > "$D/m.log" 2>&1; rc=$?
