@@ -1,5 +1,6 @@
-// Subcommands of `zinf` register themselves here: each cli/<name>.cpp defines one static
-// Registration that adds its subcommand to the CLI11 app. main() parses and runs the chosen one.
+// The subcommands of `zinf`: each cli/<name>.cpp defines add_<name>_command, which adds its
+// subcommand to the CLI11 app; main() adds them in the order of its list, then parses and runs
+// the chosen one.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -9,14 +10,15 @@
 
 namespace zinf::cli {
 
-// Adds a subcommand to `app` and returns it; the callback set on it runs the command.
-using CommandFactory = std::function<void(CLI::App& app)>;
-
-struct Registration {
-  Registration(int order, CommandFactory factory);
-};
-
-std::vector<std::pair<int, CommandFactory>>& registry();
+// Each adds its subcommand to `app`; the callback set on it runs the command.
+void add_plan_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_sim_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
+void add_validate_command(CLI::App& app);
+void add_io_bench_command(CLI::App& app);
+void add_profile_hw_command(CLI::App& app);
 
 // The source tree zinf was built from: the default home of models/, hwprofiles/, configs/.
 std::string source_dir();

@@ -27,7 +27,8 @@ Inputs load_inputs(const InputOptions& o) {
   std::vector<std::string> warnings;
   in.config = core::load_any_run_config(path, warnings);
   for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
-  in.config_name = path;
+  in.config_path = path;
+  in.config_name = core::display_path(path, root);  // results name it without this machine's paths
   return in;
 }
 

@@ -24,7 +24,8 @@ struct Inputs {
   core::ModelSpec model;
   core::HwProfile hw;
   core::RunConfig config;
-  std::string config_name;
+  std::string config_path;  // the run config read
+  std::string config_name;  // how reports name it: relative to the zinf tree when it lies there
 };
 
 void add_input_options(CLI::App& cmd, InputOptions& o);

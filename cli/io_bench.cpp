@@ -19,11 +19,11 @@
 #include "core/errors.hpp"
 #include "core/program.hpp"
 #include "core/units.hpp"
-#include "engine/backend/cpu/kernels.hpp"
 #include "engine/io/nvme_store.hpp"
 #include "engine/io/stream_io.hpp"
 #include "engine/memory/pinned_pool.hpp"
 #include "engine/splitmix.hpp"
+#include "measure/compute_load.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -104,63 +104,6 @@ void measure_duplex(NvmeStore& s, NvmeStore::TensorId id, uint64_t bytes, std::s
              core::format_bandwidth(double(half) / tw), core::format_bandwidth(2.0 * double(half) / wall), wall / serial);
 }
 
-// The CPU backend's compute lane as a load: one thread calling the engine's linear layer (an
-// OpenBLAS GEMM on all of BLAS's threads, as a training step's forward and backward do) at a
-// shape of the memory-wall model (128 tokens x 3200 -> 12800: 10.5 GFLOP a call). On a VM whose
-// virtual disk needs its vCPUs (here: virtio, reads and writes at about half their idle rates while
-// both cores compute, at full rates with one), the disk a CPU-backend run gets is this one.
-class ComputeLoad {
- public:
-  static constexpr int64_t kTokens = 128, kIn = 3200, kOut = 12800;
-  static constexpr double kFlopsPerCall = 2.0 * kTokens * kIn * kOut;
-
-  ComputeLoad() : x_(size_t(kTokens * kIn)), w_(size_t(kOut * kIn)), y_(size_t(kTokens * kOut)) {
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] = float(i % 251) * 1e-3f;
-    for (size_t i = 0; i < w_.size(); ++i) w_[i] = float(i % 509) * 1e-4f;
-  }
-  ComputeLoad(const ComputeLoad&) = delete;
-  ComputeLoad& operator=(const ComputeLoad&) = delete;
-  ~ComputeLoad() { stop(); }
-
-  // GEMM FLOP/s with nothing else running, over about `seconds`.
-  double rate_alone(double seconds) {
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t calls = 0;
-    double wall = 0;
-    do {
-      call();
-      ++calls;
-      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } while (wall < seconds);
-    return double(calls) * kFlopsPerCall / wall;
-  }
-  void start() {
-    start_ = std::chrono::steady_clock::now();
-    worker_ = std::thread([this] {
-      while (!stopping_.load(std::memory_order_relaxed)) {
-        call();
-        calls_.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-  }
-  // Stops the load; its GEMM FLOP/s while it ran (0 when it never started).
-  double stop() {
-    if (!worker_.joinable()) return 0;
-    stopping_ = true;
-    worker_.join();
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    return double(calls_.load()) * kFlopsPerCall / wall;
-  }
-
- private:
-  void call() { cpu::linear_forward(y_.data(), x_.data(), w_.data(), nullptr, kTokens, kIn, kOut); }
-  std::vector<float> x_, w_, y_;
-  std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> calls_{0};
-  std::chrono::steady_clock::time_point start_;
-  std::thread worker_;
-};
-
 void run_io_bench(const IoBenchOptions& opt) {
   const uint64_t bytes = (parse_bytes(opt.size, "--size") + (64 << 20) - 1) / (64 << 20) * (64 << 20);
   std::vector<uint64_t> blocks;
@@ -226,12 +169,12 @@ void run_io_bench(const IoBenchOptions& opt) {
     fmt::print("{}", tty ? "\n" : "  preparing the file: done\n");
   }
 
-  std::optional<ComputeLoad> load;
+  std::optional<measure::ComputeLoad> load;
   double alone_flops = 0;
   if (opt.compute_load) {
     load.emplace();
-    fmt::print("compute load: the engine's GEMM ({} x {} -> {}) on every BLAS thread, ", ComputeLoad::kTokens,
-               ComputeLoad::kIn, ComputeLoad::kOut);
+    fmt::print("compute load: the engine's GEMM ({} x {} -> {}) on every BLAS thread, ", measure::ComputeLoad::kTokens,
+               measure::ComputeLoad::kIn, measure::ComputeLoad::kOut);
     std::fflush(stdout);
     alone_flops = load->rate_alone(2.0);
     fmt::print("{:.1f} GFLOP/s alone; it runs through every measurement below\n", alone_flops / 1e9);
@@ -260,7 +203,7 @@ void run_io_bench(const IoBenchOptions& opt) {
   // Among settings within 5% of the best, take the deepest queue (then the better score). A deeper
   // queue costs the engine no memory (a request's blocks sit in its task's own buffers), and in a
   // training step both NVMe lanes and several tasks on each share the store's rings. (At 1.5x RAM on
-  // one disk, depth 8 and 64 trained at the same speed: analysis/memory_wall/item4e/.)
+  // one disk, depth 8 and 64 trained at the same speed: docs/results/memory-wall.md.)
   Point pick = best;
   for (const auto& p : points)
     if (p.score() >= 0.95 * best.score() && (p.qd > pick.qd || (p.qd == pick.qd && p.score() > pick.score()))) pick = p;
@@ -280,7 +223,9 @@ void run_io_bench(const IoBenchOptions& opt) {
   fmt::print("\nput this in the run config:\n\naio: {{block_size: {}, queue_depth: {}}}\n", pick.block, pick.qd);
 }
 
-Registration reg(60, [](CLI::App& app) {
+}  // namespace
+
+void add_io_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("io-bench", "Sweep NVMe store block size x queue depth and recommend aio settings");
   auto opts = std::make_shared<IoBenchOptions>();
   cmd->add_option("--dir", opts->dir, "Directory on the disk to test (a temporary subdirectory is created and removed)")->required();
@@ -291,7 +236,6 @@ Registration reg(60, [](CLI::App& app) {
   cmd->add_flag("--compute-load", opts->compute_load,
                 "Measure while the CPU backend's GEMMs keep the cores busy (the disk a CPU-backend run gets)");
   cmd->callback([opts] { run_io_bench(*opts); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

@@ -1,6 +1,5 @@
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <exception>
 
 #include "cli/command.hpp"
@@ -10,13 +9,6 @@
 #include "sim/build_info.hpp"
 
 namespace zinf::cli {
-
-std::vector<std::pair<int, CommandFactory>>& registry() {
-  static std::vector<std::pair<int, CommandFactory>> r;
-  return r;
-}
-
-Registration::Registration(int order, CommandFactory factory) { registry().emplace_back(order, std::move(factory)); }
 
 std::string source_dir() { return ZINF_SOURCE_DIR; }
 
@@ -28,9 +20,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "zinf 0.1.0 (" + zinf::engine::describe(zinf::engine::build_info()) +
                                         "; SimGrid " + zinf::sim::simgrid_version() + ")\n" +
                                         zinf::engine::describe(zinf::engine::cpu_paths()));
-  auto& reg = zinf::cli::registry();
-  std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [order, factory] : reg) factory(app);
+  // The commands, in the order `zinf --help` lists them.
+  using namespace zinf::cli;
+  for (auto add : {add_plan_command, add_train_command, add_sim_command, add_tune_command, add_sweep_command,
+                   add_validate_command, add_io_bench_command, add_profile_hw_command})
+    add(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

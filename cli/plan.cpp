@@ -22,35 +22,6 @@ namespace {
 
 using namespace zinf::core;
 
-double tier_bandwidth_per_gpu(const HwProfile& hw, Tier t) {
-  switch (t) {
-    case Tier::Device: return hw.node.gpu.memory_bandwidth;
-    case Tier::Host: return hw.node.pcie_bandwidth_all_active();
-    case Tier::Nvme: return std::min(hw.node.nvme_read_bandwidth, hw.node.nvme_write_bandwidth) / hw.node.gpus;
-  }
-  return 0;
-}
-
-struct EfficiencyRow {
-  std::string what;
-  Tier tier;
-  double ait, bandwidth, efficiency;
-};
-
-std::vector<EfficiencyRow> efficiency_rows(const Inputs& in, const RunConfig& c) {
-  const double peak = in.hw.node.gpu.peak_flops;
-  auto tier = [](const Placement& p) { return p.automatic ? Tier::Device : p.tier; };
-  std::vector<EfficiencyRow> rows;
-  auto add = [&](std::string what, Tier t, double ait) {
-    double bw = tier_bandwidth_per_gpu(in.hw, t);
-    rows.push_back({std::move(what), t, ait, bw, efficiency(ait, bw, peak)});
-  };
-  add("params/grads", tier(c.params), ait_params_grads(in.model));
-  add("optimizer states", tier(c.optimizer), ait_optimizer_states(in.model));
-  if (c.checkpoint_interval > 0) add("activation checkpoints", tier(c.checkpoints), ait_checkpoints(in.model, c.checkpoint_interval));
-  return rows;
-}
-
 // The config file's learning-rate schedule, as training reads it (it changes no cost: reported only).
 LrSchedule lr_schedule_of(const std::string& config_path) {
   std::vector<std::string> warnings;
@@ -208,7 +179,7 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                  {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
                  {"gradient_accumulation", c.gradient_accumulation},
                  {"max_live_bytes", c.max_live_bytes},
-                 {"lr_schedule", core::to_json(lr_schedule_of(in.config_name))}};
+                 {"lr_schedule", core::to_json(lr_schedule_of(in.config_path))}};
   j["largest_hidden"] = {{"untiled", f.hidden_untiled}, {"tiled", f.hidden_tiled}, {"tiling_factor", f.probe_tiling}};
   for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
   j["total"] = tier_json(rep.total);
@@ -297,7 +268,7 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   f.auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, opts.nodes, mm);
   f.config = mm.config;
   f.rep = memory_requirement(mm);
-  f.eff = efficiency_rows(in, mm.config);
+  f.eff = efficiency_rows(in.model, in.hw, mm.config);
   f.act_lines = activation_lines(in, opts.nodes);
   if (!outs.program.empty() || !outs.trace.empty()) f.program_line = write_program_outputs(in, opts.nodes, outs);
   for (Strategy s : all_strategies()) {
@@ -316,7 +287,9 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   print_plan_outlook(in, opts.nodes, f);
 }
 
-Registration reg(10, [](CLI::App& app) {
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan", "Memory per tier, fit, largest model per strategy, efficiency estimate");
   auto opts = std::make_shared<InputOptions>();
   auto json = std::make_shared<bool>(false);
@@ -332,7 +305,6 @@ Registration reg(10, [](CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
   cmd->callback([opts, json, probe_tiling, outs] { run_plan(*opts, *json, *probe_tiling, *outs); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

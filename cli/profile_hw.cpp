@@ -53,7 +53,9 @@ void run(const Args& a) {
   fmt::print("wrote {}\n", a.out);
 }
 
-Registration reg(60, [](CLI::App& app) {
+}  // namespace
+
+void add_profile_hw_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("profile-hw", "Measure this machine through the engine's code paths and write a hwprofile");
   auto a = std::make_shared<Args>();
   cmd->add_option("--out,-o", a->out, "Where to write the profile")->capture_default_str();
@@ -80,7 +82,6 @@ Registration reg(60, [](CLI::App& app) {
     fmt::print(stderr, "{}\n", mismatch);
     throw CLI::RuntimeError(1);
   });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

@@ -103,7 +103,9 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   if (!o.chrome_trace.empty()) fmt::print("chrome trace: {}\n", o.chrome_trace);
 }
 
-Registration reg(30, [](CLI::App& app) {
+}  // namespace
+
+void add_sim_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sim", "Simulate one training step on SimGrid against a hardware profile");
   auto in = std::make_shared<InputOptions>();
   auto o = std::make_shared<SimCliOptions>();
@@ -117,7 +119,6 @@ Registration reg(30, [](CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print the report as JSON");
   cmd->add_flag("--no-fold", o->no_fold, "Simulate every node, not node 0 with the others folded onto a mirror");
   cmd->callback([in, o] { run_sim(*in, *o); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

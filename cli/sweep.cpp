@@ -198,7 +198,9 @@ void run_sweep(const SweepOptions& o) {
              t > 0 ? double(done) / t : 0.0, refused, failed, out_path);
 }
 
-Registration reg(40, [](CLI::App& app) {
+}  // namespace
+
+void add_sweep_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sweep", "Simulate the points of a sweep spec (files and fields as axes) to CSV; under mpirun over all ranks");
   auto o = std::make_shared<SweepOptions>();
@@ -207,7 +209,6 @@ Registration reg(40, [](CLI::App& app) {
   cmd->add_option("--jobs,-j", o->jobs, "Simulations at once per rank (default: 2 alone, 1 per rank under mpirun)")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([o] { run_sweep(*o); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

@@ -49,7 +49,7 @@ struct TrainArgs {
   int64_t checkpoint_every = 0;
   bool resume = false;
   bool overwrite_checkpoints = false;
-  std::string init_from, export_path, timeline;
+  std::string init_from, export_path, timeline, trace;
   uint64_t seed = 1234;
   unsigned adam_threads = 1;
   std::string backend = "auto";
@@ -85,26 +85,47 @@ void install_stop_handlers() {
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
-// Where --timeline writes must exist before training starts, not be found missing after it.
-void check_timeline_prefix(const std::string& prefix) {
-  if (prefix.empty()) return;
+// The convention of plan, sim and train: --timeline X.csv writes the Timeline as CSV, --trace X.json
+// as a Chrome trace. The old `--timeline PREFIX` (no .csv: both, as PREFIX.csv and PREFIX.trace.json)
+// still works, with a warning.
+void resolve_timeline_paths(TrainArgs& a) {
+  if (a.timeline.empty() || a.timeline.ends_with(".csv")) return;
+  fmt::print(stderr, "zinf: --timeline PREFIX is deprecated: write --timeline {0}.csv --trace {0}.trace.json\n",
+             a.timeline);
+  if (a.trace.empty()) a.trace = a.timeline + ".trace.json";
+  a.timeline += ".csv";
+}
+
+// Where --timeline and --trace write must exist before training starts, not be found missing after it.
+void check_output_directory(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
   namespace fs = std::filesystem;
-  fs::path dir = fs::path(prefix).parent_path();
+  fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw std::runtime_error(fmt::format("--timeline {}: directory {} does not exist", prefix, dir.string()));
+    throw std::runtime_error(fmt::format("{} {}: directory {} does not exist", flag, path, dir.string()));
   if (::access(dir.c_str(), W_OK) != 0)
-    throw std::runtime_error(fmt::format("--timeline {}: directory {} is not writable", prefix, dir.string()));
+    throw std::runtime_error(fmt::format("{} {}: directory {} is not writable", flag, path, dir.string()));
 }
 
-void write_timeline(const core::Timeline& t, const std::string& base) {
-  for (const std::string& path : {base + ".csv", base + ".trace.json"}) {
+// `path` of rank `rank` when several ranks write: X.csv -> X.rank1.csv.
+std::string rank_path(const std::string& path, int rank, int ranks) {
+  if (ranks <= 1 || path.empty()) return path;
+  const size_t dot = path.find_last_of('.');
+  const size_t slash = path.find_last_of('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return fmt::format("{}.rank{}", path, rank);
+  return fmt::format("{}.rank{}{}", path.substr(0, dot), rank, path.substr(dot));
+}
+
+void write_timeline(const core::Timeline& t, const std::string& csv, const std::string& trace) {
+  for (const std::string& path : {csv, trace}) {
+    if (path.empty()) continue;
     std::ofstream out(path, std::ios::trunc);
-    if (path.ends_with(".csv")) t.write_csv(out);
+    if (path == csv) t.write_csv(out);
     else t.write_chrome_trace(out);
     out.flush();
-    if (!out) throw std::runtime_error(fmt::format("--timeline: cannot write {}", path));
+    if (!out) throw std::runtime_error(fmt::format("{}: cannot write {}", path == csv ? "--timeline" : "--trace", path));
   }
 }
 
@@ -115,7 +136,8 @@ void run_train(const TrainArgs& a) {
   if (a.resume && a.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
   if (a.resume && a.overwrite_checkpoints)
     throw std::runtime_error("--resume and --overwrite-checkpoints contradict each other: choose one");
-  check_timeline_prefix(a.timeline);
+  check_output_directory("--timeline", a.timeline);
+  check_output_directory("--trace", a.trace);
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());
@@ -225,10 +247,13 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
       std::fflush(stdout);
     }
     stopped = stop_requested();
-    if (!a.timeline.empty() && (s.step == a.steps || stopped)) {
-      const std::string base = comm.size() > 1 ? fmt::format("{}.rank{}", a.timeline, comm.rank()) : a.timeline;
-      write_timeline(s.timeline, base);
-      if (lead) fmt::print("{}timeline of step {}: {}.csv, {}.trace.json\n", tty ? "\n" : "", s.step, base, base);
+    if ((!a.timeline.empty() || !a.trace.empty()) && (s.step == a.steps || stopped)) {
+      const std::string csv = rank_path(a.timeline, comm.rank(), comm.size());
+      const std::string trace = rank_path(a.trace, comm.rank(), comm.size());
+      write_timeline(s.timeline, csv, trace);
+      if (lead)
+        fmt::print("{}timeline of step {}: {}\n", tty ? "\n" : "", s.step,
+                   csv.empty() ? trace : trace.empty() ? csv : csv + ", " + trace);
     }
     if (a.checkpoint_every > 0 && s.step % a.checkpoint_every == 0 && !stopped) {
       auto dir = trainer.save_checkpoint();
@@ -272,7 +297,9 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   }
 }
 
-Registration reg(20, [](CLI::App& app) {
+}  // namespace
+
+void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a GPT for real through the planned Program (CPU or CUDA backend; mpirun for ranks)");
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("--model,-m", a->model, "Model name or path")->capture_default_str();
@@ -300,7 +327,8 @@ Registration reg(20, [](CLI::App& app) {
                 "Start a fresh run in a checkpoint directory that holds an earlier run's checkpoints");
   cmd->add_option("--init-from", a->init_from, "Start from a safetensors file with Hugging Face GPT-2 names");
   cmd->add_option("--export", a->export_path, "Write the trained weights as safetensors (Hugging Face GPT-2 names)");
-  cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline to PREFIX.csv and PREFIX.trace.json");
+  cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline as CSV to this path (X.csv)");
+  cmd->add_option("--trace", a->trace, "Write the last step's Timeline as a Chrome trace (Perfetto) to this path");
   cmd->add_option("--seed", a->seed, "Data order seed")->capture_default_str();
   cmd->add_option("--adam-threads", a->adam_threads, "CPU Adam worker threads")
       ->capture_default_str()
@@ -318,8 +346,10 @@ Registration reg(20, [](CLI::App& app) {
   cmd->add_option("--comm-timeout", a->comm_timeout_s, "Seconds a rank waits for its peers before it ends the job")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
-  cmd->callback([a] { run_train(*a); });
-});
+  cmd->callback([a] {
+    resolve_timeline_paths(*a);
+    run_train(*a);
+  });
+}
 
-}  // namespace
 }  // namespace zinf::cli

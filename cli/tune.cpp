@@ -213,7 +213,9 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   }
 }
 
-Registration reg(35, [](CLI::App& app) {
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "tune", "Search run configurations (memory model, closed form, planner, simulator) and write the best");
   auto in = std::make_shared<InputOptions>();
@@ -240,7 +242,6 @@ Registration reg(35, [](CLI::App& app) {
   cmd->add_option("--deepspeed", o->deepspeed_out, "Write the best as a DeepSpeed JSON config here ('' to skip)")
       ->capture_default_str();
   cmd->callback([in, o] { run_tune(*in, *o); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

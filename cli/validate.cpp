@@ -62,7 +62,9 @@ void run(Args a) {
   fmt::print("\ntimelines: {0}/measured.csv, {0}/predicted.csv (and .trace.json); summary {0}/validate.json\n", a.o.out_dir);
 }
 
-Registration reg(50, [](CLI::App& app) {
+}  // namespace
+
+void add_validate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("validate", "Train for real and simulate the same Program: step time and lanes, measured vs predicted");
   auto a = std::make_shared<Args>();
   cmd->add_option("--model,-m", a->o.model, "Model name or path")->capture_default_str();
@@ -77,7 +79,6 @@ Registration reg(50, [](CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print the summary as JSON");
   cmd->add_flag("--worker", a->worker, "(internal) one measuring rank")->group("");
   cmd->callback([a] { run(*a); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli

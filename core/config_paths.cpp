@@ -28,6 +28,18 @@ std::vector<std::string> list_configs(const std::string& folder, const std::stri
   return names;
 }
 
+std::string display_path(const std::string& name_or_path, const std::string& root) {
+  if (name_or_path.find('/') == std::string::npos || root.empty()) return name_or_path;
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(fs::absolute(name_or_path, ec), ec);
+  if (ec) return name_or_path;
+  const fs::path tree = fs::weakly_canonical(fs::absolute(root, ec), ec);
+  if (ec) return name_or_path;
+  const fs::path rel = file.lexically_relative(tree);
+  if (rel.empty() || *rel.begin() == "..") return name_or_path;
+  return rel.string();
+}
+
 std::string resolve_config(const std::string& name_or_path, const std::string& folder, const std::string& root) {
   std::error_code ec;
   if (name_or_path.find('/') != std::string::npos || fs::is_regular_file(name_or_path, ec)) {

@@ -11,4 +11,8 @@ std::string zinf_root(const std::string& built_in_root);
 std::string resolve_config(const std::string& name_or_path, const std::string& folder, const std::string& root);
 std::vector<std::string> list_configs(const std::string& folder, const std::string& root);
 
+// How written results name a file: a path inside the zinf tree `root` relative to it (so that CSVs
+// and JSON reports carry no machine's paths); a name, or a path outside the tree, as given.
+std::string display_path(const std::string& name_or_path, const std::string& root);
+
 }  // namespace zinf::core

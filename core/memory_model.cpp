@@ -243,4 +243,27 @@ double ait_optimizer_states(const ModelSpec& m) { return double(m.seq) * double(
 double ait_checkpoints(const ModelSpec& m, int64_t ci) { return 24.0 * double(m.hidden) * double(std::max<int64_t>(1, ci)); }
 double bandwidth_for_efficiency(double ait, double target, double peak) { return target * peak / ((1.0 - target) * ait); }
 
+double tier_bandwidth_per_gpu(const HwProfile& hw, Tier t) {
+  switch (t) {
+    case Tier::Device: return hw.node.gpu.memory_bandwidth;
+    case Tier::Host: return hw.node.pcie_bandwidth_all_active();
+    case Tier::Nvme: return std::min(hw.node.nvme_read_bandwidth, hw.node.nvme_write_bandwidth) / hw.node.gpus;
+  }
+  return 0;
+}
+
+std::vector<EfficiencyRow> efficiency_rows(const ModelSpec& m, const HwProfile& hw, const RunConfig& c) {
+  const double peak = hw.node.gpu.peak_flops;
+  auto tier = [](const Placement& p) { return p.automatic ? Tier::Device : p.tier; };
+  std::vector<EfficiencyRow> rows;
+  auto add = [&](std::string what, Tier t, double ait) {
+    const double bw = tier_bandwidth_per_gpu(hw, t);
+    rows.push_back({std::move(what), t, ait, bw, efficiency(ait, bw, peak)});
+  };
+  add("params/grads", tier(c.params), ait_params_grads(m));
+  add("optimizer states", tier(c.optimizer), ait_optimizer_states(m));
+  if (c.checkpoint_interval > 0) add("activation checkpoints", tier(c.checkpoints), ait_checkpoints(m, c.checkpoint_interval));
+  return rows;
+}
+
 }  // namespace zinf::core

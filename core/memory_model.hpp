@@ -95,9 +95,12 @@ LargestModel largest_model(const MemoryModelInput& in);
 // a single GPU can run, with host and NVMe assumed large enough (as in the paper's §8.6 experiment).
 int64_t largest_hidden(const MemoryModelInput& in, int64_t max_hidden = int64_t(1) << 22);
 
+// The largest tiling factor `auto` tries (the planner's and the memory model's search alike).
+inline constexpr int64_t kMaxAutoTilingFactor = 4096;
+
 // Smallest tiling factor (a power of two up to `limit`) with which `in`'s device memory fits its
 // budget, whatever the other tiers say; 0 if none does.
-int64_t auto_tiling_factor(const MemoryModelInput& in, int64_t limit = 4096);
+int64_t auto_tiling_factor(const MemoryModelInput& in, int64_t limit = kMaxAutoTilingFactor);
 
 // Paper §4: efficiency = ait·bw / (ait·bw + peak).
 double efficiency(double arithmetic_intensity, double bandwidth, double peak_flops);
@@ -106,5 +109,18 @@ double ait_optimizer_states(const ModelSpec& m);   // seq · bsz / 4
 double ait_checkpoints(const ModelSpec& m, int64_t checkpoint_interval);  // 24 · hd · ci
 // Bandwidth needed to reach `target` efficiency.
 double bandwidth_for_efficiency(double arithmetic_intensity, double target, double peak_flops);
+
+// The bandwidth per GPU of a tier as §4 counts it: HBM, PCIe with every GPU active, or the node's
+// NVMe (the slower direction) shared by its GPUs.
+double tier_bandwidth_per_gpu(const HwProfile& hw, Tier t);
+
+// §4's efficiency of one kind of state at the tier the config puts it (`auto`: the device).
+struct EfficiencyRow {
+  std::string what;
+  Tier tier;
+  double ait, bandwidth, efficiency;
+};
+// Parameters and gradients, optimizer states, and activation checkpoints when the config has them.
+std::vector<EfficiencyRow> efficiency_rows(const ModelSpec& m, const HwProfile& hw, const RunConfig& c);
 
 }  // namespace zinf::core

@@ -53,7 +53,8 @@ struct Plan {
   int64_t checkpoint_interval = 1;
   int64_t checkpoints_per_micro_batch = 0;
   int64_t micro_batches = 1;
-  int64_t nvme_prefetch_distance = 3, h2d_prefetch_distance = 2, allgather_prefetch_distance = 1;
+  int64_t nvme_prefetch_distance = kDefaultNvmePrefetchDistance, h2d_prefetch_distance = kDefaultH2dPrefetchDistance,
+          allgather_prefetch_distance = kDefaultAllgatherPrefetchDistance;
   double max_live_bytes = 0;
   double reuse_distance_bytes = 0;
   int64_t sub_group_size = 0;

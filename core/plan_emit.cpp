@@ -21,9 +21,10 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   const int32_t owner = ps.owner_of(u);
   const double shard = kParamBytes * double(ps.shard_elems(u));
   const double whole = kParamBytes * double(u.numel);
-  const double gathered = ps.owner_based() ? whole : kParamBytes * double(u.shard_numel) * ps.D_;
+  const double gathered = ps.owner_based() ? whole : kParamBytes * double(u.shard_numel) * ps.data_parallel_;
   // What the gathered copy holds on the device, in the working precision.
-  const double gathered_mem = ps.wb_ * double(ps.owner_based() ? u.numel : u.shard_numel * ps.D_);
+  const double gathered_mem =
+      ps.working_bytes_ * double(ps.owner_based() ? u.numel : u.shard_numel * ps.data_parallel_);
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
     Task t = make_task(k, l, Data::Param, phase);
     t.unit = u.id;
@@ -38,18 +39,18 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
     Task t = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
     t.bytes = shard;
     t.owner = owner;
-    f.host_buf = ps.b_.buffer();
+    f.host_buf = ps.builder_.buffer();
     t.buffer = f.host_buf;
-    f.nc_task = ps.b_.add(t, {prev_compute}, {{Tier::Host, f.host_buf, shard}});
+    f.nc_task = ps.builder_.add(t, {prev_compute}, {{Tier::Host, f.host_buf, shard}});
     f.last_task = f.nc_task;
     return;
   }
   if (stage == 1) {
     if (ps.owner_based()) {
-      f.gathered_buf = ps.b_.buffer();
+      f.gathered_buf = ps.builder_.buffer();
       Task a = base(TaskKind::Alloc, Lane::H2D, Tier::Device, Tier::Device);
       a.buffer = f.gathered_buf;
-      const int32_t alloc = ps.b_.add(a, {prev_compute}, {{Tier::Device, f.gathered_buf, gathered_mem}});
+      const int32_t alloc = ps.builder_.add(a, {prev_compute}, {{Tier::Device, f.gathered_buf, gathered_mem}});
       f.last_task = alloc;
       if (ps.plan_.params == Tier::Device) return;  // the owner broadcasts from its resident copy
       Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
@@ -59,38 +60,38 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
       t.source = f.host_buf;
       std::vector<MemEvent> frees;
       if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
-      f.h2d_task = ps.b_.add(t, {prev_compute, alloc, f.nc_task}, {}, frees);
+      f.h2d_task = ps.builder_.add(t, {prev_compute, alloc, f.nc_task}, {}, frees);
       f.last_task = f.h2d_task;
       return;
     }
     if (ps.plan_.params == Tier::Device) return;
     Task t = base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device);
     t.bytes = shard;
-    f.shard_buf = ps.b_.buffer();
+    f.shard_buf = ps.builder_.buffer();
     t.buffer = f.shard_buf;
     t.source = f.host_buf;
     std::vector<MemEvent> frees;
     if (f.host_buf >= 0) frees.push_back({Tier::Host, f.host_buf, shard});
-    f.h2d_task = ps.b_.add(t, {prev_compute, f.nc_task}, {{Tier::Device, f.shard_buf, shard}}, frees);
+    f.h2d_task = ps.builder_.add(t, {prev_compute, f.nc_task}, {{Tier::Device, f.shard_buf, shard}}, frees);
     f.last_task = f.h2d_task;
     return;
   }
   // stage 2: the collective that makes the whole unit available on every rank
   Task t = base(ps.owner_based() ? TaskKind::Broadcast : TaskKind::AllGather, Lane::Comm, Tier::Device, Tier::Device);
   t.bytes = gathered;
-  t.participants = ps.R_;
+  t.participants = ps.ranks_;
   t.root = owner;
   if (ps.owner_based()) {
     t.buffer = f.gathered_buf;
-    f.last_task = ps.b_.add(t, {prev_compute, f.last_task}, {}, {});
+    f.last_task = ps.builder_.add(t, {prev_compute, f.last_task}, {}, {});
     return;
   }
-  f.gathered_buf = ps.b_.buffer();
+  f.gathered_buf = ps.builder_.buffer();
   t.buffer = f.gathered_buf;
   t.source = f.shard_buf;
   std::vector<MemEvent> frees;
   if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
-  f.last_task = ps.b_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
+  f.last_task = ps.builder_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
 }
 
 // After the unit's last backward use in micro-batch `mb`: reduce its gradient to the shard owner(s)
@@ -100,11 +101,12 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
   const int32_t owner = ps.owner_of(u);
   const double whole = kGradBytes * double(u.numel);
   // The whole gradient as this rank holds it before the reduction (padded for a reduce-scatter).
-  const double padded = ps.owner_based() || !ps.grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * ps.D_;
+  const double padded =
+      ps.owner_based() || !ps.grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * ps.data_parallel_;
   const double shard = ps.grads_partitioned() ? kGradBytes * double(ps.shard_elems(u)) : whole;
   // The same before accumulation, as the device (and the host staging on its way to NVMe) holds
   // them: in the working precision. The accumulated shard on its tier is bf16.
-  const double to_mem = ps.wb_ / kGradBytes;
+  const double to_mem = ps.working_bytes_ / kGradBytes;
   const double whole_mem = whole * to_mem, padded_mem = padded * to_mem, shard_mem = shard * to_mem;
   // The shard as it leaves the device for a host optimizer (fp32 on DeepSpeed's host path), and as
   // the host staging on its way to NVMe holds it.
@@ -125,24 +127,24 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
   if (!ps.grads_partitioned()) {
     Task t = base(TaskKind::AllReduce, Lane::Comm, Tier::Device, Tier::Device);
     t.bytes = whole;
-    t.participants = ps.R_;
-    last = ps.b_.add(t, {compute_task, prev_store}, {}, {{Tier::Device, full_buf, padded_mem}});
+    t.participants = ps.ranks_;
+    last = ps.builder_.add(t, {compute_task, prev_store}, {}, {{Tier::Device, full_buf, padded_mem}});
   } else if (ps.owner_based()) {
     Task t = base(TaskKind::Reduce, Lane::Comm, Tier::Device, Tier::Device);
     t.bytes = whole;
-    t.participants = ps.R_;
+    t.participants = ps.ranks_;
     t.root = owner;
-    last = ps.b_.add(t, {compute_task, prev_store}, {}, {});
+    last = ps.builder_.add(t, {compute_task, prev_store}, {}, {});
   } else {
     Task t = base(TaskKind::ReduceScatter, Lane::Comm, Tier::Device, Tier::Device);
     t.bytes = padded;
-    t.participants = ps.R_;
+    t.participants = ps.ranks_;
     std::vector<MemEvent> allocs;
     if (ps.plan_.gradients != Tier::Device) {
-      shard_buf = ps.b_.buffer();
+      shard_buf = ps.builder_.buffer();
       allocs.push_back({Tier::Device, shard_buf, shard_mem});
     }
-    last = ps.b_.add(t, {compute_task, prev_store}, allocs, {{Tier::Device, full_buf, padded_mem}});
+    last = ps.builder_.add(t, {compute_task, prev_store}, allocs, {{Tier::Device, full_buf, padded_mem}});
   }
   const int32_t reduce = last;
   if (ps.plan_.gradients != Tier::Device) {
@@ -153,11 +155,11 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
     std::vector<MemEvent> allocs, frees;
     int64_t host_buf = -1;
     if (ps.plan_.gradients == Tier::Nvme) {
-      host_buf = ps.b_.buffer();
+      host_buf = ps.builder_.buffer();
       allocs.push_back({Tier::Host, host_buf, staged});
     }
     if (shard_buf >= 0) frees.push_back({Tier::Device, shard_buf, shard_mem});
-    last = ps.b_.add(t, std::vector<int32_t>{reduce, prev_store}, allocs, frees);
+    last = ps.builder_.add(t, std::vector<int32_t>{reduce, prev_store}, allocs, frees);
     if (ps.plan_.gradients == Tier::Nvme) {
       std::vector<MemEvent> wfrees{{Tier::Host, host_buf, staged}};
       int32_t partial = -1;
@@ -165,19 +167,19 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
         Task r = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
         r.bytes = moved;
         r.owner = owner;
-        const int64_t pbuf = ps.b_.buffer();
-        partial = ps.b_.add(r, {reduce, prev_store}, {{Tier::Host, pbuf, moved}});
+        const int64_t pbuf = ps.builder_.buffer();
+        partial = ps.builder_.add(r, {reduce, prev_store}, {{Tier::Host, pbuf, moved}});
         wfrees.push_back({Tier::Host, pbuf, moved});
       }
       Task w = base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme);
       w.bytes = moved;
       w.owner = owner;
-      last = ps.b_.add(w, std::vector<int32_t>{last, partial}, {}, wfrees);
+      last = ps.builder_.add(w, std::vector<int32_t>{last, partial}, {}, wfrees);
     }
   }
   if (ps.owner_based() && ps.grads_partitioned()) {  // every rank drops its copy of the whole gradient once the owner has it
     Task fr = base(TaskKind::Free, Lane::D2H, Tier::Device, Tier::Device);
-    last = ps.b_.add(fr, {reduce, last}, {}, {{Tier::Device, full_buf, whole_mem}});
+    last = ps.builder_.add(fr, {reduce, last}, {}, {{Tier::Device, full_buf, whole_mem}});
   }
   ps.grad_store_[static_cast<size_t>(unit)] = last;
   ps.grad_stores_.push_back(last);
@@ -209,16 +211,16 @@ void emit_checkpoint_save(PlanState& ps, int32_t run, int32_t mb, int32_t comput
     ps.ckpt_saves_.push_back(compute_task);
     return;
   }
-  const int64_t host_buf = ps.b_.buffer();
-  int32_t t = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task},
+  const int64_t host_buf = ps.builder_.buffer();
+  int32_t t = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task},
                      {{Tier::Host, host_buf, bytes}}, {{Tier::Device, ps.ckpt_dev_buf_[r], ps.ckpt_bytes_}});
-  if (ps.c_.checkpoint_copies_synchronous) ps.sync_ckpt_save_ = t;
+  if (ps.config_.checkpoint_copies_synchronous) ps.sync_ckpt_save_ = t;
   ps.ckpt_home_buf_[r] = host_buf;
   ps.ckpt_copies_[static_cast<size_t>(mb)].push_back(t);
   if (ps.plan_.checkpoints == Tier::Nvme) {
-    const int64_t nvme_buf = ps.b_.buffer();
-    t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t}, {{Tier::Nvme, nvme_buf, bytes}},
-               {{Tier::Host, host_buf, bytes}});
+    const int64_t nvme_buf = ps.builder_.buffer();
+    t = ps.builder_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t},
+                        {{Tier::Nvme, nvme_buf, bytes}}, {{Tier::Host, host_buf, bytes}});
     ps.ckpt_home_buf_[r] = nvme_buf;
   }
   ps.ckpt_save_task_[r] = t;
@@ -244,20 +246,21 @@ void emit_checkpoint_load(PlanState& ps, int32_t run, int32_t mb, int32_t prev_c
   int32_t t = ps.ckpt_save_task_[r];
   int64_t host_buf = ps.ckpt_home_buf_[r];
   if (ps.plan_.checkpoints == Tier::Nvme) {
-    const int64_t staging = ps.b_.buffer();
-    t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
+    const int64_t staging = ps.builder_.buffer();
+    t = ps.builder_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
                {{Tier::Host, staging, bytes}}, {{Tier::Nvme, ps.ckpt_home_buf_[r], bytes}});
     host_buf = staging;
   }
-  ps.ckpt_dev_buf_[r] = ps.b_.buffer();
-  ps.ckpt_load_task_[r] = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t},
-                              {{Tier::Device, ps.ckpt_dev_buf_[r], ps.ckpt_bytes_}}, {{Tier::Host, host_buf, bytes}});
+  ps.ckpt_dev_buf_[r] = ps.builder_.buffer();
+  ps.ckpt_load_task_[r] =
+      ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t},
+                      {{Tier::Device, ps.ckpt_dev_buf_[r], ps.ckpt_bytes_}}, {{Tier::Host, host_buf, bytes}});
   if (ps.ckpt_partitioned()) {
     // The group puts the slices back together on the compute stream before the recompute.
     Task g = base(TaskKind::AllGather, Lane::Compute, Tier::Device, Tier::Device);
     g.bytes = ps.ckpt_bytes_;
-    g.participants = static_cast<int>(ps.T_);
-    ps.ckpt_load_task_[r] = ps.b_.add(g, {ps.ckpt_load_task_[r]}, {}, {});
+    g.participants = static_cast<int>(ps.tensor_parallel_);
+    ps.ckpt_load_task_[r] = ps.builder_.add(g, {ps.ckpt_load_task_[r]}, {}, {});
   }
 }
 
@@ -279,19 +282,19 @@ void emit_activation_save(PlanState& ps, size_t r, int32_t mb, int32_t compute_t
   const auto& seg = ps.segments_[static_cast<size_t>(run.segment)];
   const double bytes = run.offload_bytes;
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(ps, r, mb, Phase::Forward, k, l, from, to); };
-  const int64_t home = ps.b_.buffer();
+  const int64_t home = ps.builder_.buffer();
   int32_t t = -1;
   if (seg.gds) {
-    t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Device, Tier::Nvme), {compute_task},
+    t = ps.builder_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Device, Tier::Nvme), {compute_task},
                {{Tier::Nvme, home, bytes}}, {{Tier::Device, ps.act_buf_[r], bytes}});
   } else {
-    t = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task}, {{Tier::Host, home, bytes}},
-               {{Tier::Device, ps.act_buf_[r], bytes}});
+    t = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host), {compute_task},
+                        {{Tier::Host, home, bytes}}, {{Tier::Device, ps.act_buf_[r], bytes}});
     ps.act_home_buf_[r] = home;
     if (seg.tier == Tier::Nvme) {
-      const int64_t nvme = ps.b_.buffer();
-      t = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t}, {{Tier::Nvme, nvme, bytes}},
-                 {{Tier::Host, home, bytes}});
+      const int64_t nvme = ps.builder_.buffer();
+      t = ps.builder_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme), {t},
+                          {{Tier::Nvme, nvme, bytes}}, {{Tier::Host, home, bytes}});
       ps.act_home_buf_[r] = nvme;
     }
   }
@@ -308,19 +311,19 @@ void emit_activation_load(PlanState& ps, size_t r, int32_t mb, int32_t prev_comp
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) { return activation_task(ps, r, mb, Phase::Backward, k, l, from, to); };
   int32_t t = ps.act_save_task_[r];
   int64_t home = ps.act_home_buf_[r];
-  const int64_t dev = ps.b_.buffer();
+  const int64_t dev = ps.builder_.buffer();
   if (seg.gds) {
-    t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Device), {prev_compute, t},
+    t = ps.builder_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Device), {prev_compute, t},
                {{Tier::Device, dev, bytes}}, {{Tier::Nvme, home, bytes}});
   } else {
     if (seg.tier == Tier::Nvme) {
-      const int64_t staging = ps.b_.buffer();
-      t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
+      const int64_t staging = ps.builder_.buffer();
+      t = ps.builder_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host), {prev_compute, t},
                  {{Tier::Host, staging, bytes}}, {{Tier::Nvme, home, bytes}});
       home = staging;
     }
-    t = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t}, {{Tier::Device, dev, bytes}},
-               {{Tier::Host, home, bytes}});
+    t = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device), {prev_compute, t},
+                        {{Tier::Device, dev, bytes}}, {{Tier::Host, home, bytes}});
   }
   ps.act_buf_[r] = dev;
   ps.act_load_task_[r] = t;
@@ -333,7 +336,7 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   const size_t ri = static_cast<size_t>(st.run);
   const auto& run = ps.runs_[ri];
   if (st.first_fwd_of_run || st.first_recompute) {
-    ps.act_buf_[ri] = ps.b_.buffer();
+    ps.act_buf_[ri] = ps.builder_.buffer();
     allocs.push_back({Tier::Device, ps.act_buf_[ri], run.moving_bytes()});
     if (run.action == ActivationAction::Offload && ps.act_saves_.size() >= kActivationSavesInFlight)
       deps.push_back(ps.act_saves_[ps.act_saves_.size() - kActivationSavesInFlight]);
@@ -341,11 +344,11 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   // Per-tensor choices: the tensors that stay beside an offloaded segment, and those recomputed by
   // their own operators, which leave after the forward and come back before the backward.
   if (st.first_fwd_of_run && run.staying_bytes() > 0) {
-    ps.act_keep_buf_[ri] = ps.b_.buffer();
+    ps.act_keep_buf_[ri] = ps.builder_.buffer();
     allocs.push_back({Tier::Device, ps.act_keep_buf_[ri], run.staying_bytes()});
   }
   if ((st.first_fwd_of_run || st.first_partial_recompute) && run.partial_bytes > 0) {
-    ps.act_part_buf_[ri] = ps.b_.buffer();
+    ps.act_part_buf_[ri] = ps.builder_.buffer();
     allocs.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
   }
   if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(ps.act_load_task_[ri]);
@@ -357,13 +360,13 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   const bool next_is_ckpt = ri + 1 < ps.runs_.size() && ps.runs_[ri + 1].recompute;
   if (st.last_fwd_of_run && next_is_ckpt) {
     if (ps.ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ps.ckpt_saves_[ps.ckpt_saves_.size() - kCheckpointSavesInFlight]);
-    ps.ckpt_dev_buf_[ri + 1] = ps.b_.buffer();
+    ps.ckpt_dev_buf_[ri + 1] = ps.builder_.buffer();
     allocs.push_back({Tier::Device, ps.ckpt_dev_buf_[ri + 1], ps.ckpt_bytes_});
   }
   if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
   if (st.last_fwd_of_run && run.partial_bytes > 0) frees.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
   if (run.grad_bytes > 0 && st.kind == TaskKind::Backward && ps.act_grad_buf_[ri] < 0) {
-    ps.act_grad_buf_[ri] = ps.b_.buffer();
+    ps.act_grad_buf_[ri] = ps.builder_.buffer();
     allocs.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
   }
   if (st.last_bwd_of_run) {
@@ -379,7 +382,7 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
 // The compute task of step `st`: its operator (or tile) in its phase, with the flops and bytes of
 // its share.
 Task compute_task(const PlanState& ps, const Step& st) {
-  const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
+  const Operator& op = ps.graph_.ops[static_cast<size_t>(st.op)];
   const auto& run = ps.runs_[static_cast<size_t>(st.run)];
   Task t = make_task(st.kind, Lane::Compute, Data::Activation, st.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward);
   t.op = st.op;
@@ -388,7 +391,7 @@ Task compute_task(const PlanState& ps, const Step& st) {
   double frac = 1.0;  // the tile's share of the operator
   if (st.tile >= 0) {
     const ParamUnit& u = ps.units_[static_cast<size_t>(ps.step_units_[st.units_begin])];
-    frac = double(u.row_end - u.row_begin) / double(ps.g_.params[static_cast<size_t>(u.group)].rows);
+    frac = double(u.row_end - u.row_begin) / double(ps.graph_.params[static_cast<size_t>(u.group)].rows);
   }
   t.flops = (st.kind == TaskKind::Backward ? op.bwd_flops : op.fwd_flops) * frac;
   t.bytes = op.fwd_bytes * frac * (st.kind == TaskKind::Backward ? 2.0 : 1.0);
@@ -425,8 +428,8 @@ void reset_emit_records(PlanState& ps) {
 // The checkpointed runs, their blocks, and (filled by emit) the task that ends each one's forward;
 // each micro-batch's backward start (filled by emit).
 void state_checkpoint_runs(PlanState& ps) {
-  ps.b_.backward_starts().assign(static_cast<size_t>(ps.plan_.micro_batches), {});
-  auto& ckpt_runs = ps.b_.checkpoint_runs();
+  ps.builder_.backward_starts().assign(static_cast<size_t>(ps.plan_.micro_batches), {});
+  auto& ckpt_runs = ps.builder_.checkpoint_runs();
   ckpt_runs.clear();
   for (const auto& r : ps.runs_) {
     if (!r.recompute) continue;
@@ -435,7 +438,7 @@ void state_checkpoint_runs(PlanState& ps) {
     c.first_block = std::numeric_limits<int32_t>::max();
     c.last_block = -1;
     for (int32_t o : r.ops) {
-      const int32_t b = ps.g_.ops[static_cast<size_t>(o)].block;
+      const int32_t b = ps.graph_.ops[static_cast<size_t>(o)].block;
       if (b < 0) throw PlanError("internal: a checkpointed run holds an operator outside the blocks");
       c.first_block = std::min(c.first_block, b);
       c.last_block = std::max(c.last_block, b);
@@ -484,15 +487,18 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
     if (fe.release == static_cast<int32_t>(i) &&
         std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
             frees.end())
-      frees.push_back({Tier::Device, fe.gathered_buf, ps.wb_ * double(ps.owner_based() ? ps.units_[static_cast<size_t>(fe.unit)].numel
-                                                                                           : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.D_)});
+      frees.push_back(
+          {Tier::Device, fe.gathered_buf,
+           ps.working_bytes_ * double(ps.owner_based()
+                                          ? ps.units_[static_cast<size_t>(fe.unit)].numel
+                                          : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.data_parallel_)});
   }
   run_memory_events(ps, st, deps, allocs, frees);
   if (st.kind != TaskKind::Backward) return ev;
   // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
   // device copies can go (core::checkpoint_copy_waits: the backends' wait, stated here; emit
   // records the start in Program::backward_starts).
-  if (ps.b_.backward_starts()[static_cast<size_t>(st.mb)].task < 0) {
+  if (ps.builder_.backward_starts()[static_cast<size_t>(st.mb)].task < 0) {
     const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
     deps.insert(deps.end(), copies.begin(), copies.end());
   }
@@ -500,12 +506,13 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
   for (uint32_t k = 0; k < st.units_count; ++k) {
     const int32_t u = ps.step_units_[st.units_begin + k];
     if (ps.first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
-      const auto in_flight = static_cast<size_t>(ps.c_.gradient_stores_in_flight);
+      const auto in_flight = static_cast<size_t>(ps.config_.gradient_stores_in_flight);
       if (ps.grad_stores_.size() >= in_flight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - in_flight]);
-      ps.grad_buf_[static_cast<size_t>(u)] = ps.b_.buffer();
+      ps.grad_buf_[static_cast<size_t>(u)] = ps.builder_.buffer();
       const auto& un = ps.units_[static_cast<size_t>(u)];
-      const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.wb_ * double(un.numel)
-                                                              : ps.wb_ * double(un.shard_numel) * ps.D_;
+      const double gb = ps.owner_based() || !ps.grads_partitioned()
+                            ? ps.working_bytes_ * double(un.numel)
+                            : ps.working_bytes_ * double(un.shard_numel) * ps.data_parallel_;
       allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb});
     }
   }
@@ -518,18 +525,18 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
 int32_t emit_tensor_parallel_all_reduce(PlanState& ps, size_t i, int32_t computed) {
   const size_t S = ps.steps_.size();
   const Step& st = ps.steps_[i];
-  const Operator& op = ps.g_.ops[static_cast<size_t>(st.op)];
+  const Operator& op = ps.graph_.ops[static_cast<size_t>(st.op)];
   const bool last_tile = i + 1 == S || ps.steps_[i + 1].op != st.op || ps.steps_[i + 1].kind != st.kind || ps.steps_[i + 1].mb != st.mb;
   const double ar = st.kind == TaskKind::Backward ? op.tp_bwd_allreduce_bytes : op.tp_fwd_allreduce_bytes;
-  if (ps.T_ <= 1 || ar <= 0 || !last_tile) return computed;
+  if (ps.tensor_parallel_ <= 1 || ar <= 0 || !last_tile) return computed;
   Task a = make_task(TaskKind::AllReduce, Lane::Compute, Data::Activation,
                      st.kind == TaskKind::Backward ? Phase::Backward : Phase::Forward);
   a.op = st.op;
   a.micro_batch = st.mb;
   a.from = a.to = Tier::Device;
   a.bytes = ar;
-  a.participants = static_cast<int>(ps.T_);
-  return ps.b_.add(a, {computed}, {}, {});
+  a.participants = static_cast<int>(ps.tensor_parallel_);
+  return ps.builder_.add(a, {computed}, {}, {});
 }
 
 // What follows step i: the next run's checkpoint save and this run's activation save after its
@@ -549,7 +556,7 @@ void emit_after_step(PlanState& ps, size_t i, int32_t computed, int32_t prev) {
   }
   if (st.kind != TaskKind::Backward) return;
   for (int32_t u : units_reduced_at(ps, i)) emit_grad_reduction(ps, u, st.mb, computed);
-  if (ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
+  if (ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
 }
 
 }  // namespace
@@ -585,12 +592,14 @@ void emit(PlanState& ps) {
 
     const Task t = compute_task(ps, st);
     const StepEvents ev = step_events(ps, i, prev);
-    const int32_t computed = ps.compute_task_[i] = ps.b_.add(t, ev.deps, ev.allocs, ev.frees);
-    if (auto& start = ps.b_.backward_starts()[static_cast<size_t>(st.mb)]; st.kind == TaskKind::Backward && start.task < 0)
+    const int32_t computed = ps.compute_task_[i] = ps.builder_.add(t, ev.deps, ev.allocs, ev.frees);
+    if (auto& start = ps.builder_.backward_starts()[static_cast<size_t>(st.mb)];
+        st.kind == TaskKind::Backward && start.task < 0)
       start = {computed, ps.ckpt_copies_[static_cast<size_t>(st.mb)]};
     const auto& run = ps.runs_[static_cast<size_t>(st.run)];
     if (st.kind == TaskKind::Forward && st.last_fwd_of_run && run.recompute)
-      ps.b_.checkpoint_runs()[static_cast<size_t>(run.checkpoint)].forward_end[static_cast<size_t>(st.mb)] = computed;
+      ps.builder_.checkpoint_runs()[static_cast<size_t>(run.checkpoint)].forward_end[static_cast<size_t>(st.mb)] =
+          computed;
     prev = emit_tensor_parallel_all_reduce(ps, i, computed);
     emit_after_step(ps, i, computed, prev);
   }
@@ -603,18 +612,18 @@ void emit(PlanState& ps) {
 }
 
 void finish_program(PlanState& ps) {
-  ps.b_.ranks() = ps.R_;
-  ps.b_.gpus_per_node() = ps.plan_.gpus_per_node;
-  ps.b_.tensor_parallel() = static_cast<int>(ps.T_);
-  ps.b_.partitioning() = ps.plan_.partitioning;
-  ps.b_.micro_batches() = static_cast<int>(ps.plan_.micro_batches);
-  ps.b_.units() = ps.units_;
-  ps.b_.op_order() = ps.order_;
-  ps.b_.budget() = ps.plan_.budget;
-  ps.b_.lane_slots() = lane_slots_for(ps.c_);
-  ps.b_.activations() = ps.segments_;
-  ps.b_.ops().clear();
-  for (const auto& o : ps.g_.ops) {
+  ps.builder_.ranks() = ps.ranks_;
+  ps.builder_.gpus_per_node() = ps.plan_.gpus_per_node;
+  ps.builder_.tensor_parallel() = static_cast<int>(ps.tensor_parallel_);
+  ps.builder_.partitioning() = ps.plan_.partitioning;
+  ps.builder_.micro_batches() = static_cast<int>(ps.plan_.micro_batches);
+  ps.builder_.units() = ps.units_;
+  ps.builder_.op_order() = ps.order_;
+  ps.builder_.budget() = ps.plan_.budget;
+  ps.builder_.lane_slots() = lane_slots_for(ps.config_);
+  ps.builder_.activations() = ps.segments_;
+  ps.builder_.ops().clear();
+  for (const auto& o : ps.graph_.ops) {
     OpInfo info;
     info.id = o.id;
     info.name = o.name;
@@ -627,13 +636,13 @@ void finish_program(PlanState& ps) {
       const auto& us = ps.group_units_[static_cast<size_t>(pg)];
       if (us.size() > 1 && o.n > 0) info.n = ceil_div(o.n, static_cast<int64_t>(us.size()));
     }
-    ps.b_.ops().push_back(info);
+    ps.builder_.ops().push_back(info);
   }
   if (ps.owner_based()) {
-    ps.b_.static_bytes().clear();
-    for (int r = 0; r < ps.R_; ++r) ps.b_.static_bytes().push_back(static_bytes_for(ps, r));
+    ps.builder_.static_bytes().clear();
+    for (int r = 0; r < ps.ranks_; ++r) ps.builder_.static_bytes().push_back(static_bytes_for(ps, r));
   } else {
-    ps.b_.static_bytes() = {static_bytes_for(ps, 0)};
+    ps.builder_.static_bytes() = {static_bytes_for(ps, 0)};
   }
 }
 
@@ -649,7 +658,7 @@ void account(PlanState& ps) {
       const bool first = (ps.plan_.params == Tier::Nvme && t.kind == TaskKind::NvmeRead) ||
                          (ps.plan_.params == Tier::Host && t.kind == TaskKind::CopyH2D) ||
                          (ps.plan_.params == Tier::Device && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast));
-      if (first) ps.plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / ps.D_ : t.bytes;
+      if (first) ps.plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / ps.data_parallel_ : t.bytes;
     }
     if (t.data == Data::Grad && t.phase == Phase::Backward && moves && t.to == ps.plan_.gradients) ps.plan_.grad_bytes_stored += t.bytes;
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) ps.plan_.optimizer_bytes_read += t.bytes;
@@ -664,12 +673,12 @@ void account(PlanState& ps) {
     if (t.kind == TaskKind::NvmeRead) ps.plan_.nvme_bytes_read += t.bytes;
   }
   int64_t space = 0;
-  for (int rr = 0; rr < (ps.owner_based() ? ps.R_ : 1); ++rr) space = std::max(space, ps.prog_.shard_space(rr));
+  for (int rr = 0; rr < (ps.owner_based() ? ps.ranks_ : 1); ++rr) space = std::max(space, ps.prog_.shard_space(rr));
   ps.plan_.shard_numel = space;
 }
 
 void reset_emission(PlanState& ps) {
-  ps.b_.reset();
+  ps.builder_.reset();
   ps.fetches_.clear();
   ps.sg_.clear();
   ps.sg_ready_order_.clear();

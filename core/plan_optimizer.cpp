@@ -22,8 +22,8 @@ class SubGroupStages {
 public:
   SubGroupStages(PlanState& state, int32_t sub_group)
       : ps(state), id(sub_group), s(state.sg_[static_cast<size_t>(sub_group)]),
-        g(state.b_.sub_groups()[static_cast<size_t>(sub_group)]), n(double(g.count)),
-        overlap(state.c_.optimizer_timing == OptimizerTiming::OverlapBackward),
+        g(state.builder_.sub_groups()[static_cast<size_t>(sub_group)]), n(double(g.count)),
+        overlap(state.config_.optimizer_timing == OptimizerTiming::OverlapBackward),
         started(state.owner_started_[state.owner_based() ? static_cast<size_t>(g.owner) : 0]) {
     for (int32_t u : s.units) grad_deps.push_back(ps.grad_store_[static_cast<size_t>(u)]);
   }
@@ -58,10 +58,10 @@ public:
     s.started = true;
     s.window = window;
     if (ps.plan_.optimizer == Tier::Nvme) {
-      s.state_buf = ps.b_.buffer();
-      s.in_states = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host,
-                                kStateBytes * n),
-                           window_and(window, overlap ? -1 : ps.backward_done_), {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
+      s.state_buf = ps.builder_.buffer();
+      s.in_states = ps.builder_.add(
+          base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host, kStateBytes * n),
+          window_and(window, overlap ? -1 : ps.backward_done_), {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
     } else {
       s.in_states = -1;
     }
@@ -80,23 +80,23 @@ public:
     const Tier where = ps.optim_compute_tier();
     const double gb = ps.moved_grad_bytes() * n;
     if (ps.plan_.gradients != where) {
-      s.grad_buf = ps.b_.buffer();
+      s.grad_buf = ps.builder_.buffer();
       if (ps.plan_.gradients == Tier::Nvme) {
         const Tier land = Tier::Host;
-        int32_t t = ps.b_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, gb), deps,
+        int32_t t = ps.builder_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, gb), deps,
                            {{land, s.grad_buf, gb}}, {});
         if (where == Tier::Device) {
-          const int64_t dbuf = ps.b_.buffer();
-          t = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb), {t},
+          const int64_t dbuf = ps.builder_.buffer();
+          t = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb), {t},
                      {{Tier::Device, dbuf, gb}}, {{Tier::Host, s.grad_buf, gb}});
           s.grad_buf = dbuf;
         }
         s.in_grads = t;
       } else if (ps.plan_.gradients == Tier::Device) {
-        s.in_grads = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, gb),
+        s.in_grads = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, gb),
                             deps, {{Tier::Host, s.grad_buf, gb}}, {});
       } else {  // host -> device for a device optimizer
-        s.in_grads = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb),
+        s.in_grads = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb),
                             deps, {{Tier::Device, s.grad_buf, gb}}, {});
       }
     }
@@ -117,13 +117,13 @@ public:
     // Updated bf16 parameters go back to their tier (and, stages 0-2, to every rank) from a buffer.
     const bool param_elsewhere = ps.plan_.params != ps.optim_compute_tier();
     if (param_elsewhere) {
-      s.param_buf = ps.b_.buffer();
+      s.param_buf = ps.builder_.buffer();
       allocs.push_back({ps.optim_compute_tier(), s.param_buf, ps.updated_param_bytes() * n});
     }
     Task t = base(TaskKind::OptimizerStep, cpu ? Lane::CpuOptim : Lane::Compute, Data::OptimizerState,
                   ps.plan_.optimizer, ps.plan_.optimizer, ps.optimizer_host_bytes() * n);
     t.flops = kAdamFlopsPerParam * n;
-    s.adam = ps.b_.add(t, deps, allocs, frees);
+    s.adam = ps.builder_.add(t, deps, allocs, frees);
     s.stage = 2;
     return true;
   }
@@ -143,43 +143,44 @@ public:
       }
     }
     if (ps.plan_.optimizer == Tier::Nvme)
-      s.outs.push_back(ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::OptimizerState, Tier::Host, Tier::Nvme,
-                                   kStateBytes * n),
-                              gate, {}, {{Tier::Host, s.state_buf, kStateBytes * n}}));
+      s.outs.push_back(ps.builder_.add(
+          base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::OptimizerState, Tier::Host, Tier::Nvme, kStateBytes * n),
+          gate, {}, {{Tier::Host, s.state_buf, kStateBytes * n}}));
     const Tier where = ps.optim_compute_tier();
     int32_t param_done = s.adam;
     if (ps.plan_.params != where) {
       const double pb = ps.updated_param_bytes() * n;
       if (ps.plan_.params == Tier::Device) {
-        param_done = ps.b_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Param, Tier::Host, Tier::Device, pb), {s.adam}, {},
-                            {{Tier::Host, s.param_buf, pb}});
+        param_done = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Param, Tier::Host, Tier::Device, pb),
+                                     {s.adam}, {}, {{Tier::Host, s.param_buf, pb}});
       } else if (ps.plan_.params == Tier::Nvme) {
         int64_t buf = s.param_buf;
         int32_t t = s.adam;
         if (where == Tier::Device) {
-          const int64_t hbuf = ps.b_.buffer();
-          t = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {t},
+          const int64_t hbuf = ps.builder_.buffer();
+          t = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {t},
                      {{Tier::Host, hbuf, pb}}, {{Tier::Device, buf, pb}});
           buf = hbuf;
         }
         std::vector<int32_t> pdeps = gate;
         pdeps.push_back(t);
-        param_done = ps.b_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::Param, Tier::Host, Tier::Nvme, pb), pdeps, {},
-                            {{Tier::Host, buf, pb}});
+        param_done =
+            ps.builder_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::Param, Tier::Host, Tier::Nvme, pb), pdeps,
+                            {}, {{Tier::Host, buf, pb}});
       } else {  // host params, device optimizer
-        param_done = ps.b_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {s.adam}, {},
-                            {{Tier::Device, s.param_buf, pb}});
+        param_done = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb),
+                                     {s.adam}, {}, {{Tier::Device, s.param_buf, pb}});
       }
       s.outs.push_back(param_done);
     }
-    if (!ps.params_partitioned() && ps.R_ > 1 && ps.c_.zero_stage >= 1) {
+    if (!ps.params_partitioned() && ps.ranks_ > 1 && ps.config_.zero_stage >= 1) {
       // Stages 1-2: every rank needs the updated parameters of every shard.
       Task t = base(ps.owner_based() ? TaskKind::Broadcast : TaskKind::AllGather, Lane::Comm, Data::Param, Tier::Device,
-                    Tier::Device, kParamBytes * n * (ps.owner_based() ? 1 : ps.D_));
+                    Tier::Device, kParamBytes * n * (ps.owner_based() ? 1 : ps.data_parallel_));
       t.owner = -1;
-      t.participants = ps.R_;
+      t.participants = ps.ranks_;
       t.root = g.owner;
-      s.outs.push_back(ps.b_.add(t, {param_done}, {}, {}));
+      s.outs.push_back(ps.builder_.add(t, {param_done}, {}, {}));
     }
     s.stage = 3;
     return true;
@@ -260,7 +261,7 @@ double sub_group_host_bytes(const PlanState& ps, int64_t count) {
 }
 
 int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_groups) {
-  if (ps.c_.optimizer_sub_groups_in_flight > 0) return ps.c_.optimizer_sub_groups_in_flight;
+  if (ps.config_.optimizer_sub_groups_in_flight > 0) return ps.config_.optimizer_sub_groups_in_flight;
   if (ps.plan_.optimizer != Tier::Nvme || largest_count <= 0) return kOptimizerPipelineDepth;
   // A share of what the host budget leaves after the states placed there, in sub-groups; never
   // fewer than the read / update / write pipeline needs, nor more than a rank has.
@@ -273,12 +274,12 @@ int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_
 void make_sub_groups(PlanState& ps) {
   // A rank's shard space is its shards (bandwidth-centric) or the units it owns (owner-based), in
   // unit order; sub-groups are consecutive ranges of at most sub_group_size elements (aligned).
-  const int64_t S = shard_aligned(std::max<int64_t>(1, ps.c_.sub_group_size));
+  const int64_t S = shard_aligned(std::max<int64_t>(1, ps.config_.sub_group_size));
   std::vector<SubGroup> sgs;
   ps.unit_sgs_.assign(ps.units_.size(), {});
   if (!ps.owner_based()) {
     const int64_t space = ps.shard_space_;
-    ps.b_.shard_space() = {space};
+    ps.builder_.shard_space() = {space};
     for (int64_t off = 0; off < space; off += S) {
       SubGroup g;
       g.id = static_cast<int32_t>(sgs.size());
@@ -295,10 +296,10 @@ void make_sub_groups(PlanState& ps) {
         ps.unit_sgs_[static_cast<size_t>(u.id)].push_back(static_cast<int32_t>(j));
     }
   } else {
-    ps.b_.shard_space() = ps.owned_elems_;
-    std::vector<std::vector<int32_t>> owned(static_cast<size_t>(ps.R_));
+    ps.builder_.shard_space() = ps.owned_elems_;
+    std::vector<std::vector<int32_t>> owned(static_cast<size_t>(ps.ranks_));
     for (const auto& u : ps.units_) owned[static_cast<size_t>(u.owner)].push_back(u.id);
-    for (int32_t r = 0; r < ps.R_; ++r) {
+    for (int32_t r = 0; r < ps.ranks_; ++r) {
       const int64_t space = ps.owned_elems_[static_cast<size_t>(r)];
       const size_t first = sgs.size();
       for (int64_t off = 0; off < space; off += S) {
@@ -319,9 +320,9 @@ void make_sub_groups(PlanState& ps) {
       }
     }
   }
-  ps.b_.sub_groups() = sgs;
+  ps.builder_.sub_groups() = sgs;
   ps.plan_.sub_groups = static_cast<int64_t>(sgs.size());
-  ps.owner_sg_count_.assign(ps.owner_based() ? static_cast<size_t>(ps.R_) : 1, 0);
+  ps.owner_sg_count_.assign(ps.owner_based() ? static_cast<size_t>(ps.ranks_) : 1, 0);
   int64_t largest = 0, most = 0;
   for (const auto& g : sgs) {
     auto& c = ps.owner_sg_count_[ps.owner_based() ? static_cast<size_t>(g.owner) : 0];
@@ -329,7 +330,7 @@ void make_sub_groups(PlanState& ps) {
     most = std::max(most, ++c);
   }
   ps.sg_in_flight_ = optimizer_depth(ps, largest, most);
-  ps.sg_phases_ = ps.plan_.optimizer == Tier::Nvme && ps.c_.optimizer_nvme_phases;
+  ps.sg_phases_ = ps.plan_.optimizer == Tier::Nvme && ps.config_.optimizer_nvme_phases;
   ps.plan_.sub_groups_in_flight = ps.sg_in_flight_;
   ps.plan_.optimizer_nvme_phases = ps.sg_phases_;
   ps.sg_largest_ = largest;
@@ -339,15 +340,15 @@ void make_sub_groups(PlanState& ps) {
       ps.sg_[static_cast<size_t>(sg)].units.push_back(static_cast<int32_t>(u));
       ++ps.sg_[static_cast<size_t>(sg)].pending_units;
     }
-  ps.owner_started_.assign(ps.owner_based() ? static_cast<size_t>(ps.R_) : 1, {});
+  ps.owner_started_.assign(ps.owner_based() ? static_cast<size_t>(ps.ranks_) : 1, {});
   predict_ready_order(ps);
 }
 
 bool reads_ahead(const PlanState& ps) {
   // After backward every gradient is stored: no gradient read waits, and states first would only
   // delay the first update.
-  return ps.c_.optimizer_read_ahead && ps.plan_.optimizer == Tier::Nvme &&
-         ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward;
+  return ps.config_.optimizer_read_ahead && ps.plan_.optimizer == Tier::Nvme &&
+         ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward;
 }
 
 void read_states_ahead(PlanState& ps) {
@@ -379,11 +380,11 @@ void pump_optimizer(PlanState& ps, bool backward_done) {
                        Data::Scalar, Phase::Optimizer);
     n.from = n.to = ps.plan_.gradients;
     n.bytes = 8;
-    const int32_t partial = ps.b_.add(n, deps, {}, {});
+    const int32_t partial = ps.builder_.add(n, deps, {}, {});
     Task a = make_task(TaskKind::AllReduce, Lane::Comm, Data::Scalar, Phase::Optimizer);
     a.bytes = 8;
-    a.participants = ps.R_;
-    ps.norm_task_ = ps.b_.add(a, {partial}, {}, {});
+    a.participants = ps.ranks_;
+    ps.norm_task_ = ps.builder_.add(a, {partial}, {}, {});
   }
   // Reads ahead: before each step a sub-group takes, every ready sub-group that can start does, so
   // that every state read the pipeline has room for precedes the next gradient read (one waiting

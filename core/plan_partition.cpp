@@ -10,53 +10,53 @@
 namespace zinf::core::planning {
 
 void basics(PlanState& ps) {
-  if (ps.R_ < 1) throw PlanError(fmt::format("ranks must be at least 1, got {}", ps.R_));
-  if (ps.g_.ops.empty()) throw PlanError("the model graph has no operators");
-  if (ps.c_.tensor_parallel != ps.T_)
+  if (ps.ranks_ < 1) throw PlanError(fmt::format("ranks must be at least 1, got {}", ps.ranks_));
+  if (ps.graph_.ops.empty()) throw PlanError("the model graph has no operators");
+  if (ps.config_.tensor_parallel != ps.tensor_parallel_)
     throw PlanError(fmt::format("the run config's tensor_parallel {} differs from the model graph's {}; build the graph "
                                 "with the degree it trains with",
-                                ps.c_.tensor_parallel, ps.T_));
-  if (ps.T_ > 1) {
+                                ps.config_.tensor_parallel, ps.tensor_parallel_));
+  if (ps.tensor_parallel_ > 1) {
     const int G = std::max(1, ps.hw_.node.gpus);
-    if (ps.R_ % ps.T_ != 0)
-      throw PlanError(fmt::format("tensor_parallel {} does not divide the {} ranks", ps.T_, ps.R_));
-    if (std::min(G, ps.R_) % ps.T_ != 0)
+    if (ps.ranks_ % ps.tensor_parallel_ != 0)
+      throw PlanError(fmt::format("tensor_parallel {} does not divide the {} ranks", ps.tensor_parallel_, ps.ranks_));
+    if (std::min(G, ps.ranks_) % ps.tensor_parallel_ != 0)
       throw PlanError(fmt::format("tensor_parallel {} must divide the {} GPUs of a node: a tensor-parallel group stays "
                                   "inside one node",
-                                  ps.T_, std::min(G, ps.R_)));
-    if (ps.c_.partitioning == Partitioning::OwnerBased)
+                                  ps.tensor_parallel_, std::min(G, ps.ranks_)));
+    if (ps.config_.partitioning == Partitioning::OwnerBased)
       throw PlanError("tensor parallelism is planned with bandwidth-centric partitioning only; "
                       "set partitioning: bandwidth-centric");
   }
-  ps.plan_.ranks = ps.R_;
+  ps.plan_.ranks = ps.ranks_;
   ps.plan_.gpus_per_node = std::max(1, ps.hw_.node.gpus);
-  ps.plan_.nodes = static_cast<int>(ceil_div(ps.R_, ps.plan_.gpus_per_node));
-  ps.plan_.partitioning = ps.c_.partitioning;
-  ps.plan_.zero_stage = ps.c_.zero_stage;
-  ps.plan_.checkpoint_interval = ps.c_.checkpoint_interval;
-  ps.plan_.micro_batches = ps.c_.gradient_accumulation;
-  ps.plan_.nvme_prefetch_distance = ps.c_.nvme_prefetch_distance;
-  ps.plan_.h2d_prefetch_distance = ps.c_.h2d_prefetch_distance;
-  ps.plan_.allgather_prefetch_distance = ps.c_.allgather_prefetch_distance;
-  ps.plan_.max_live_bytes = ps.c_.max_live_bytes;
-  ps.plan_.reuse_distance_bytes = ps.c_.reuse_distance_bytes;
-  ps.plan_.sub_group_size = shard_aligned(std::max<int64_t>(1, ps.c_.sub_group_size));
-  ps.plan_.optimizer_timing = ps.c_.optimizer_timing;
-  ps.plan_.grad_clip = ps.c_.grad_clip > 0;
-  ps.plan_.total_params = ps.g_.total_params();
+  ps.plan_.nodes = static_cast<int>(ceil_div(ps.ranks_, ps.plan_.gpus_per_node));
+  ps.plan_.partitioning = ps.config_.partitioning;
+  ps.plan_.zero_stage = ps.config_.zero_stage;
+  ps.plan_.checkpoint_interval = ps.config_.checkpoint_interval;
+  ps.plan_.micro_batches = ps.config_.gradient_accumulation;
+  ps.plan_.nvme_prefetch_distance = ps.config_.nvme_prefetch_distance;
+  ps.plan_.h2d_prefetch_distance = ps.config_.h2d_prefetch_distance;
+  ps.plan_.allgather_prefetch_distance = ps.config_.allgather_prefetch_distance;
+  ps.plan_.max_live_bytes = ps.config_.max_live_bytes;
+  ps.plan_.reuse_distance_bytes = ps.config_.reuse_distance_bytes;
+  ps.plan_.sub_group_size = shard_aligned(std::max<int64_t>(1, ps.config_.sub_group_size));
+  ps.plan_.optimizer_timing = ps.config_.optimizer_timing;
+  ps.plan_.grad_clip = ps.config_.grad_clip > 0;
+  ps.plan_.total_params = ps.graph_.total_params();
   // Host memory and NVMe are shared by the ranks of a node; each rank gets its share.
-  const double per_node = double(std::min(ps.plan_.gpus_per_node, ps.R_));
+  const double per_node = double(std::min(ps.plan_.gpus_per_node, ps.ranks_));
   ps.plan_.budget = {ps.hw_.gpu_budget(), ps.hw_.host_budget() / per_node, ps.hw_.nvme_budget() / per_node};
-  if (ps.c_.micro_batch && *ps.c_.micro_batch != ps.g_.spec.micro_batch)
+  if (ps.config_.micro_batch && *ps.config_.micro_batch != ps.graph_.spec.micro_batch)
     throw PlanError(fmt::format("the run config's micro_batch {} differs from the model graph's {}; build the graph "
                                 "with the micro-batch it trains with",
-                                *ps.c_.micro_batch, ps.g_.spec.micro_batch));
+                                *ps.config_.micro_batch, ps.graph_.spec.micro_batch));
 }
 
 void make_units(PlanState& ps, int64_t tiles) {
   ps.units_.clear();
-  ps.group_units_.assign(ps.g_.params.size(), {});
-  for (const auto& pg : ps.g_.params) {
+  ps.group_units_.assign(ps.graph_.params.size(), {});
+  for (const auto& pg : ps.graph_.params) {
     int64_t t = 1;
     if (pg.tileable && tiles > 1 && pg.rows > 1 && pg.numel % pg.rows == 0) t = std::min<int64_t>(tiles, pg.rows);
     const int64_t per_row = pg.rows > 0 && pg.numel % pg.rows == 0 ? pg.numel / pg.rows : 0;
@@ -79,7 +79,7 @@ void make_units(PlanState& ps, int64_t tiles) {
   }
   // Shards: partitioned states are split in `ranks` equal padded shards (bandwidth-centric) or owned
   // whole by the least-loaded rank (owner-based, ZeRO-Offload style). Stage 0 keeps everything whole.
-  const int64_t parts = ps.c_.zero_stage >= 1 ? ps.D_ : 1;  // the data-parallel group shares each unit
+  const int64_t parts = ps.config_.zero_stage >= 1 ? ps.data_parallel_ : 1;  // the data-parallel group shares each unit
   int64_t offset = 0;
   for (auto& u : ps.units_) {
     u.shard_numel = ceil_div(u.numel, parts);
@@ -87,11 +87,11 @@ void make_units(PlanState& ps, int64_t tiles) {
     offset = shard_aligned(offset + u.shard_numel);
   }
   ps.shard_space_ = offset;
-  ps.owned_elems_.assign(static_cast<size_t>(ps.R_), 0);
+  ps.owned_elems_.assign(static_cast<size_t>(ps.ranks_), 0);
   if (ps.owner_based()) {
     using Load = std::pair<int64_t, int32_t>;
     std::priority_queue<Load, std::vector<Load>, std::greater<>> heap;
-    for (int32_t r = 0; r < ps.R_; ++r) heap.push({0, r});
+    for (int32_t r = 0; r < ps.ranks_; ++r) heap.push({0, r});
     for (auto& u : ps.units_) {
       auto [load, r] = heap.top();
       heap.pop();
@@ -111,14 +111,14 @@ PerTier static_bytes_for(const PlanState& ps, int rank) {
   const int64_t mine = ps.owner_based() ? ps.owned_elems_[static_cast<size_t>(rank)] : ps.shard_space_;
   const double params = double(ps.params_partitioned() ? mine : all);
   const double grads = double(ps.grads_partitioned() ? mine : all);
-  const double optim = double(ps.c_.zero_stage >= 1 ? mine : all);
+  const double optim = double(ps.config_.zero_stage >= 1 ? mine : all);
   PerTier s{};
   at(s, ps.plan_.params) += kParamBytes * params;
   at(s, ps.plan_.gradients) += (ps.plan_.gradients == Tier::Device ? kGradBytes : ps.moved_grad_bytes()) * grads;
   at(s, ps.plan_.optimizer) += kStateBytes * optim;
   // Room for one saved training checkpoint (bf16 params + fp32 master, m, v) on the NVMe array that
   // holds the model states: a run that cannot save is not a run (as the memory model counts it).
-  if (ps.c_.reserve_nvme_for_checkpoint && (ps.plan_.params == Tier::Nvme || ps.plan_.optimizer == Tier::Nvme))
+  if (ps.config_.reserve_nvme_for_checkpoint && (ps.plan_.params == Tier::Nvme || ps.plan_.optimizer == Tier::Nvme))
     at(s, Tier::Nvme) += 14.0 * optim;
   return s;
 }
@@ -126,7 +126,7 @@ PerTier static_bytes_for(const PlanState& ps, int rank) {
 PerTier max_static(const PlanState& ps) {
   PerTier m = static_bytes_for(ps, 0);
   if (ps.owner_based())
-    for (int r = 1; r < ps.R_; ++r) {
+    for (int r = 1; r < ps.ranks_; ++r) {
       PerTier s = static_bytes_for(ps, r);
       for (int i = 0; i < 3; ++i) m[static_cast<size_t>(i)] = std::max(m[static_cast<size_t>(i)], s[static_cast<size_t>(i)]);
     }

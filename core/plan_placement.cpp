@@ -16,7 +16,7 @@ double device_working_estimate(const PlanState& ps) {
   // largest gradient held across backward uses (tied weights); activations of the largest run.
   int64_t largest = 0;
   for (const auto& u : ps.units_) largest = std::max(largest, u.numel);
-  const double unit = ps.wb_ * double(largest);
+  const double unit = ps.working_bytes_ * double(largest);
   double ckpt = 0;
   if (ps.plan_.checkpoints == Tier::Device) {
     int64_t n = 0;
@@ -25,7 +25,7 @@ double device_working_estimate(const PlanState& ps) {
   } else {
     ckpt = 2 * ps.ckpt_bytes_;
   }
-  return ps.act_peak_ + ckpt + std::max(ps.c_.max_live_bytes, unit) + unit;
+  return ps.act_peak_ + ckpt + std::max(ps.config_.max_live_bytes, unit) + unit;
 }
 
 void place(PlanState& ps) {
@@ -34,14 +34,15 @@ void place(PlanState& ps) {
     const Placement* want;
     Tier* out;
   };
-  Item items[] = {{"params", &ps.c_.params, &ps.plan_.params},
-                  {"gradients", &ps.c_.gradients, &ps.plan_.gradients},
-                  {"checkpoints", &ps.c_.checkpoints, &ps.plan_.checkpoints},
-                  {"optimizer", &ps.c_.optimizer, &ps.plan_.optimizer}};
+  Item items[] = {{"params", &ps.config_.params, &ps.plan_.params},
+                  {"gradients", &ps.config_.gradients, &ps.plan_.gradients},
+                  {"checkpoints", &ps.config_.checkpoints, &ps.plan_.checkpoints},
+                  {"optimizer", &ps.config_.optimizer, &ps.plan_.optimizer}};
   // Fixed placements first; `auto` ones start on the device and are moved down one at a time.
   for (auto& it : items) *it.out = it.want->automatic ? Tier::Device : it.want->tier;
   // Without checkpointing nothing is saved; under an activation policy, recomputed segments are.
-  if (ps.c_.checkpoint_interval == 0 && !ps.c_.checkpoints.automatic && !ps.activation_policy_on()) ps.plan_.checkpoints = Tier::Device;
+  if (ps.config_.checkpoint_interval == 0 && !ps.config_.checkpoints.automatic && !ps.activation_policy_on())
+    ps.plan_.checkpoints = Tier::Device;
 
   auto ckpt_total = [&] {
     int64_t n = 0;
@@ -82,11 +83,11 @@ void place(PlanState& ps) {
   if (!ps.params_partitioned() && ps.plan_.params != Tier::Device)
     throw PlanError(fmt::format("parameters on {} need ZeRO stage 3 (zero_stage is {}); with stages 0-2 every rank "
                                 "keeps all parameters on the device",
-                                to_string(ps.plan_.params), ps.c_.zero_stage));
-  if (ps.c_.zero_stage < 2 && ps.plan_.gradients != Tier::Device)
+                                to_string(ps.plan_.params), ps.config_.zero_stage));
+  if (ps.config_.zero_stage < 2 && ps.plan_.gradients != Tier::Device)
     throw PlanError(fmt::format("gradients on {} need ZeRO stage 2 or 3 (zero_stage is {})", to_string(ps.plan_.gradients),
-                                ps.c_.zero_stage));
-  if (ps.c_.optimizer_host_path == HostPath::DeepSpeed03 && ps.plan_.optimizer == Tier::Device)
+                                ps.config_.zero_stage));
+  if (ps.config_.optimizer_host_path == HostPath::DeepSpeed03 && ps.plan_.optimizer == Tier::Device)
     throw PlanError("optimizer.host_path deepspeed-0.3 describes an optimizer on the host, but this plan keeps the "
                     "optimizer on the device; offload it (offload.optimizer: cpu or nvme) or drop host_path");
 }

@@ -13,7 +13,7 @@
 namespace zinf::core::planning {
 
 void make_runs(PlanState& ps) {
-  const size_t n = ps.g_.ops.size();
+  const size_t n = ps.graph_.ops.size();
   std::vector<int32_t> order;
   if (ps.recorded_.empty()) {
     order.resize(n);
@@ -30,21 +30,21 @@ void make_runs(PlanState& ps) {
   }
   ps.order_ = order;
   // Runs: maximal stretches of the order with the same segment key (ci blocks, or outside blocks).
-  const int64_t ci = ps.c_.checkpoint_interval;
+  const int64_t ci = ps.config_.checkpoint_interval;
   auto key = [&](const Operator& o) -> int64_t {
     if (o.block < 0) return -1;
     return ci > 0 ? o.block / ci : o.block;
   };
-  const double tokens = double(ps.g_.tokens);
-  const auto& s = ps.g_.spec;
+  const double tokens = double(ps.graph_.tokens);
+  const auto& s = ps.graph_.spec;
   // One rank's share of a block's activations (the graph's spec is the whole model's): the memory
   // model's count, so that both split them under tensor parallelism alike.
-  const double per_block = tokens * block_activation_bytes_per_token(s, ps.T_);
+  const double per_block = tokens * block_activation_bytes_per_token(s, ps.tensor_parallel_);
   ps.runs_.clear();
   ps.op_run_.assign(n, -1);
   int64_t prev_key = -2;
   for (int32_t id : order) {
-    const auto& o = ps.g_.ops[static_cast<size_t>(id)];
+    const auto& o = ps.graph_.ops[static_cast<size_t>(id)];
     const int64_t k = key(o);
     if (ps.runs_.empty() || k != prev_key) {
       ps.runs_.push_back({});
@@ -63,23 +63,23 @@ void make_runs(PlanState& ps) {
     std::vector<int> blocks;
     double outside = 0;
     for (int32_t id : r.ops) {
-      const auto& o = ps.g_.ops[static_cast<size_t>(id)];
+      const auto& o = ps.graph_.ops[static_cast<size_t>(id)];
       if (o.block >= 0) blocks.push_back(o.block);
       else outside += o.out_bytes;
     }
     std::sort(blocks.begin(), blocks.end());
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
     r.act_bytes = per_block * double(blocks.size()) + outside;
-    if (ps.wb_ != 2.0) {  // the tensors the fp32 kernels keep, in place of the paper's formula
-      const RunActivations k = run_activation_elements(ps.g_, r.ops, r.recompute);
-      r.act_bytes = ps.wb_ * k.forward;
-      r.grad_bytes = ps.wb_ * k.backward;
+    if (ps.working_bytes_ != 2.0) {  // the tensors the fp32 kernels keep, in place of the paper's formula
+      const RunActivations k = run_activation_elements(ps.graph_, r.ops, r.recompute);
+      r.act_bytes = ps.working_bytes_ * k.forward;
+      r.grad_bytes = ps.working_bytes_ * k.backward;
     }
   }
   // A block split in two (checkpoints_per_block 2) keeps its attention output as well as its input.
-  const double block_input = ps.wb_ * tokens * double(s.hidden);
-  ps.ckpt_bytes_ = block_input * double(ps.c_.checkpoints_per_block);
-  if (ps.wb_ != 2.0)  // the output of a run before a checkpointed one is that checkpoint, counted apart
+  const double block_input = ps.working_bytes_ * tokens * double(s.hidden);
+  ps.ckpt_bytes_ = block_input * double(ps.config_.checkpoints_per_block);
+  if (ps.working_bytes_ != 2.0)  // the output of a run before a checkpointed one is that checkpoint, counted apart
     for (size_t i = 0; i + 1 < ps.runs_.size(); ++i)
       if (ps.runs_[i + 1].recompute) ps.runs_[i].act_bytes -= block_input;
   for (const auto& r : ps.runs_) ps.act_peak_ = std::max(ps.act_peak_, r.act_bytes + r.grad_bytes);
@@ -93,9 +93,9 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
   const double G = std::max(1, n.gpus);
   const double nvme_spb = G / std::min(n.nvme_read_bandwidth, n.nvme_write_bandwidth);
   ActivationPassInput in;
-  in.policy = ps.c_.activation_policy;
-  in.tier = ps.c_.activation_tier;
-  in.min_prefetch_runs = ps.c_.activation_prefetch_blocks;
+  in.policy = ps.config_.activation_policy;
+  in.tier = ps.config_.activation_tier;
+  in.min_prefetch_runs = ps.config_.activation_prefetch_blocks;
   in.device_bytes_for_activations = device_bytes;
   in.checkpoint_bytes = ps.plan_.checkpoints == Tier::Device ? ps.ckpt_bytes_ : 0;
   in.host_seconds_per_byte = 1.0 / n.pcie_bandwidth_all_active();
@@ -103,11 +103,11 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
   in.gds_seconds_per_byte = n.has_gds() ? std::max(1.0 / n.gds_bandwidth_all_active(), nvme_spb) : 0;
   // The items: each block's tensors (their shares of the run's bytes) or each segment whole.
   auto items = [&](bool per_tensor) {
-    std::vector<ActivationLifetime> ls = activation_lifetimes(ps.g_, ps.hw_.node.gpu, run_ops, per_tensor);
+    std::vector<ActivationLifetime> ls = activation_lifetimes(ps.graph_, ps.hw_.node.gpu, run_ops, per_tensor);
     for (auto& l : ls) l.bytes = ps.runs_[static_cast<size_t>(l.run)].act_bytes * l.share;
     return ls;
   };
-  std::vector<ActivationLifetime> lifetimes = items(ps.c_.activation_per_tensor);
+  std::vector<ActivationLifetime> lifetimes = items(ps.config_.activation_per_tensor);
   double forward = 0;
   for (size_t i = 0; i < lifetimes.size(); ++i)
     if (i == 0 || lifetimes[i].run != lifetimes[i - 1].run) forward += lifetimes[i].run_forward_seconds;
@@ -120,7 +120,8 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
   in.host_bytes_free = at(ps.plan_.budget, Tier::Host) - at(st, Tier::Host);
   in.nvme_bytes_free = at(ps.plan_.budget, Tier::Nvme) - at(st, Tier::Nvme);
   std::vector<ActivationChoice> choices = choose_activation_actions(lifetimes, in);
-  if (ps.c_.activation_per_tensor && in.policy == ActivationPolicy::Lifetime && !activation_choices_fit(lifetimes, choices, in)) {
+  if (ps.config_.activation_per_tensor && in.policy == ActivationPolicy::Lifetime &&
+      !activation_choices_fit(lifetimes, choices, in)) {
     // A tensor's recompute never recomputes its input, so per-tensor choices free less than
     // recomputing whole segments from checkpoints can: choose per segment.
     std::vector<ActivationLifetime> whole = items(false);
@@ -144,7 +145,7 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
     r.offload_bytes = r.partial_bytes = 0;
     r.recompute_ops.clear();
   }
-  const std::vector<BlockTensor> tensors = block_tensors(ps.g_.spec, true, ps.g_.tensor_parallel);
+  const std::vector<BlockTensor> tensors = block_tensors(ps.graph_.spec, true, ps.graph_.tensor_parallel);
   for (size_t i = 0; i < lifetimes.size(); ++i) {
     const ActivationLifetime& l = lifetimes[i];
     const ActivationChoice& c = choices[i];
@@ -168,7 +169,7 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
     } else if (c.action == ActivationAction::Recompute) {
       r.partial_bytes += l.bytes;
       for (int32_t op : r.ops) {
-        const Operator& o = ps.g_.ops[static_cast<size_t>(op)];
+        const Operator& o = ps.graph_.ops[static_cast<size_t>(op)];
         if (o.block == l.first_block && o.role == tensors[static_cast<size_t>(l.tensor)].producer) r.recompute_ops.push_back(op);
       }
     }

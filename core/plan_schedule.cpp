@@ -36,7 +36,7 @@ void make_fetches(PlanState& ps) {
         ps.use_fetch_[s.units_begin + k] = last_fetch[static_cast<size_t>(u)];
         continue;
       }
-      if (prev >= 0 && used_before[i] - used_before[static_cast<size_t>(prev) + 1] < ps.c_.reuse_distance_bytes) {
+      if (prev >= 0 && used_before[i] - used_before[static_cast<size_t>(prev) + 1] < ps.config_.reuse_distance_bytes) {
         const int32_t f = last_fetch[static_cast<size_t>(u)];
         ps.fetches_[static_cast<size_t>(f)].release = static_cast<int32_t>(i);
         ps.use_fetch_[s.units_begin + k] = f;
@@ -58,9 +58,9 @@ void make_fetches(PlanState& ps) {
 // unit on the device is held back further while the bytes that may be live at its start exceed
 // max_live_bytes.
 void schedule_prefetch(PlanState& ps) {
-  const int32_t d_nc = static_cast<int32_t>(ps.c_.nvme_prefetch_distance);
-  const int32_t d_h2d = static_cast<int32_t>(ps.c_.h2d_prefetch_distance);
-  const int32_t d_ag = static_cast<int32_t>(ps.c_.allgather_prefetch_distance);
+  const int32_t d_nc = static_cast<int32_t>(ps.config_.nvme_prefetch_distance);
+  const int32_t d_h2d = static_cast<int32_t>(ps.config_.h2d_prefetch_distance);
+  const int32_t d_ag = static_cast<int32_t>(ps.config_.allgather_prefetch_distance);
   using Live = std::pair<int32_t, double>;  // (release step, bytes)
   std::priority_queue<Live, std::vector<Live>, std::greater<>> live;
   double live_bytes = 0;
@@ -76,7 +76,7 @@ void schedule_prefetch(PlanState& ps) {
         live_bytes -= live.top().second;
         live.pop();
       }
-      if (t >= f.consumer || live_bytes + bytes <= ps.c_.max_live_bytes) break;
+      if (t >= f.consumer || live_bytes + bytes <= ps.config_.max_live_bytes) break;
       ++t;
     }
     t_prev = t;
@@ -115,7 +115,7 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
       for (size_t r = 0; r < ps.runs_.size(); ++r) {
         if (!ps.runs_[r].recompute) continue;
         const int32_t at =
-            r + 1 < ps.runs_.size() && !ps.c_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
+            r + 1 < ps.runs_.size() && !ps.config_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
         ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
       }
       // An offloaded run comes back when the backward of the run prefetch_runs after it begins (the
@@ -135,7 +135,7 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
 PerTier schedule_peak(const PlanState& ps) {
   std::vector<int> ranks{0};
   if (ps.owner_based())
-    for (int r = 1; r < ps.R_; ++r) ranks.push_back(r);
+    for (int r = 1; r < ps.ranks_; ++r) ranks.push_back(r);
   // Executors do not run at nominal rates: take the worst of the nominal schedule, one where data
   // moves 100x faster (prefetch as eager as the dependencies allow) and one where compute does
   // (data movement lags and buffers wait for their consumers).
@@ -150,7 +150,7 @@ PerTier schedule_peak(const PlanState& ps) {
   // nominal schedule is affordable, and the peak is taken on the ranks most likely to hold it:
   // rank 0, the most loaded rank and the owners of the largest units.
   std::vector<const HwProfile*> scenarios{&ps.hw_, &fast_io, &fast_compute};
-  if (ps.owner_based() && double(ps.R_) * double(ps.prog_.tasks().size()) > 2e7) {
+  if (ps.owner_based() && double(ps.ranks_) * double(ps.prog_.tasks().size()) > 2e7) {
     scenarios.resize(1);
     std::vector<int32_t> by_size(ps.units_.size());
     std::iota(by_size.begin(), by_size.end(), 0);

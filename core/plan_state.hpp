@@ -180,19 +180,20 @@ struct SgState {
 // Program ids (-1: none).
 struct PlanState {
   PlanState(const ModelGraph& g, const HwProfile& hw, const RunConfig& c, int ranks, const std::vector<int32_t>& order)
-      : g_(g), hw_(hw), c_(c), R_(ranks), T_(std::max<int64_t>(1, g.tensor_parallel)),
-        D_(std::max(1, ranks / static_cast<int>(T_))), recorded_(order), wb_(double(hw.node.gpu.working_bytes)) {}
+      : graph_(g), hw_(hw), config_(c), ranks_(ranks), tensor_parallel_(std::max<int64_t>(1, g.tensor_parallel)),
+        data_parallel_(std::max(1, ranks / static_cast<int>(tensor_parallel_))), recorded_(order),
+        working_bytes_(double(hw.node.gpu.working_bytes)) {}
   PlanState(const PlanState&) = delete;
   PlanState& operator=(const PlanState&) = delete;
 
   // Queries every pass uses, on the inputs and the decisions made so far.
-  bool activation_policy_on() const { return c_.activation_policy != ActivationPolicy::None; }
+  bool activation_policy_on() const { return config_.activation_policy != ActivationPolicy::None; }
   Tier optim_compute_tier() const { return plan_.optimizer == Tier::Device ? Tier::Device : Tier::Host; }
-  bool params_partitioned() const { return c_.zero_stage >= 3; }
-  bool grads_partitioned() const { return c_.zero_stage >= 2; }
+  bool params_partitioned() const { return config_.zero_stage >= 3; }
+  bool grads_partitioned() const { return config_.zero_stage >= 2; }
   // DeepSpeed's host path (optimizer.host_path: deepspeed-0.3) for a host optimizer.
   bool deepspeed_host_path() const {
-    return c_.optimizer_host_path == HostPath::DeepSpeed03 && plan_.optimizer != Tier::Device;
+    return config_.optimizer_host_path == HostPath::DeepSpeed03 && plan_.optimizer != Tier::Device;
   }
   // Bytes per element of a gradient once it leaves the device for a host optimizer: bf16, or fp32
   // on DeepSpeed's path (converted on the device, copied, accumulated and swapped in fp32).
@@ -209,31 +210,31 @@ struct PlanState {
     return 8.0 + 4.0 + 2.0 * kStateBytes + (params_partitioned() ? 6.0 : 4.0);
   }
   bool owner_based() const { return plan_.partitioning == Partitioning::OwnerBased; }
-  // Bytes of one checkpoint kept in its tier by one rank: a 1/T_ slice when the tensor-parallel
-  // group partitions it (and all-gathers it back on the device before the recompute).
-  bool ckpt_partitioned() const { return c_.checkpoints_partitioned && T_ > 1; }
-  double ckpt_home_bytes() const { return ckpt_partitioned() ? ckpt_bytes_ / double(T_) : ckpt_bytes_; }
+  // Bytes of one checkpoint kept in its tier by one rank: a 1/tensor_parallel_ slice when the
+  // tensor-parallel group partitions it (and all-gathers it back on the device before the recompute).
+  bool ckpt_partitioned() const { return config_.checkpoints_partitioned && tensor_parallel_ > 1; }
+  double ckpt_home_bytes() const { return ckpt_partitioned() ? ckpt_bytes_ / double(tensor_parallel_) : ckpt_bytes_; }
   // Elements of `u` that one rank keeps of a partitioned state (owner-based: the owner, all of it).
   int64_t shard_elems(const ParamUnit& u) const { return owner_based() ? u.numel : u.shard_numel; }
   int32_t owner_of(const ParamUnit& u) const { return owner_based() ? u.owner : -1; }
   double unit_bytes(int32_t u) const { return kParamBytes * double(units_[static_cast<size_t>(u)].numel); }
 
   // inputs
-  const ModelGraph& g_;
+  const ModelGraph& graph_;
   const HwProfile& hw_;
-  const RunConfig& c_;
-  int R_;
-  int64_t T_;  // tensor-parallel degree: ranks that split each layer (the graph is one rank's share)
-  int D_;      // data-parallel degree, R_ / T_: the ranks a ZeRO partition is split over
+  const RunConfig& config_;
+  int ranks_;
+  int64_t tensor_parallel_;  // ranks that split each layer (the graph is one rank's share)
+  int data_parallel_;        // ranks_ / tensor_parallel_: the ranks a ZeRO partition is split over
   std::vector<int32_t> recorded_;
   // Bytes per element of the device's working tensors (activations, gathered parameters, gradients
   // before their reduction): HwProfile's working precision. Transfers keep their own sizes.
-  double wb_;
+  double working_bytes_;
 
   // outputs: the decisions with their reasons (every pass), and the Program (emission)
   Plan plan_;
   Program prog_;
-  ProgramBuilder b_{prog_};
+  ProgramBuilder builder_{prog_};
 
   // partition
   std::vector<ParamUnit> units_;

@@ -1,6 +1,7 @@
 // The tiling pass (core/plan_state.hpp): the tiling factor (fixed, or `auto`: the smallest power of two
 // whose estimate fits the device), and the compute steps of every micro-batch, one per operator tile,
 // with the units each step uses and each unit's first and last backward step.
+#include "core/memory_model.hpp"
 #include "core/plan_state.hpp"
 
 #include <algorithm>
@@ -8,14 +9,14 @@
 namespace zinf::core::planning {
 
 void choose_tiling(PlanState& ps) {
-  if (ps.c_.tiling_factor > 0) {
-    ps.plan_.tiling_factor = ps.c_.tiling_factor;
+  if (ps.config_.tiling_factor > 0) {
+    ps.plan_.tiling_factor = ps.config_.tiling_factor;
     ps.plan_.tiling_reason = "fixed by the run config";
     make_units(ps, ps.plan_.tiling_factor);
     return;
   }
   int64_t max_rows = 1;
-  for (const auto& pg : ps.g_.params)
+  for (const auto& pg : ps.graph_.params)
     if (pg.tileable) max_rows = std::max(max_rows, pg.rows);
   std::string reason;
   double last_need = 0;
@@ -28,7 +29,7 @@ void choose_tiling(PlanState& ps) {
     // Stop where it fits, or where splitting further no longer helps (an untileable group is largest).
     const bool stuck = t > 1 && need >= last_need;
     last_need = need;
-    if (fits || stuck || t >= std::min<int64_t>(max_rows, 4096)) {
+    if (fits || stuck || t >= std::min<int64_t>(max_rows, kMaxAutoTilingFactor)) {
       if (stuck && !fits) {
         t /= 2;
         make_units(ps, t);
@@ -51,7 +52,7 @@ void make_steps(PlanState& ps) {
     return -1;
   };
   auto add_op_steps = [&](int32_t op, TaskKind kind, int32_t mb, bool reverse_tiles) {
-    const auto& o = ps.g_.ops[static_cast<size_t>(op)];
+    const auto& o = ps.graph_.ops[static_cast<size_t>(op)];
     const int32_t tg = tiled_group(o);
     const int32_t tiles = tg >= 0 ? static_cast<int32_t>(ps.group_units_[static_cast<size_t>(tg)].size()) : 1;
     for (int32_t i = 0; i < tiles; ++i) {

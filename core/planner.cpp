@@ -25,7 +25,7 @@ namespace {
 PlanResult run_passes(PlanState& ps) {
   basics(ps);
   make_runs(ps);
-  make_units(ps, std::max<int64_t>(1, ps.c_.tiling_factor));
+  make_units(ps, std::max<int64_t>(1, ps.config_.tiling_factor));
   place(ps);
   choose_tiling(ps);
   ps.plan_.static_bytes = max_static(ps);
@@ -35,11 +35,11 @@ PlanResult run_passes(PlanState& ps) {
       throw PlanError(fmt::format("{} is short by {} per rank: the states placed there need {} of its {} budget", to_string(t),
                                   bytes_text(over), bytes_text(at(ps.plan_.static_bytes, t)), bytes_text(at(ps.plan_.budget, t))));
   }
-  if (ps.plan_.grad_clip && ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward)
+  if (ps.plan_.grad_clip && ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward)
     ps.plan_.optimizer_timing_note =
         "overlap with gradient clipping: optimizer states and gradients of ready sub-groups are read during "
         "backward, but every Adam step waits for the all-reduced global gradient norm, so the update stays exact";
-  else if (ps.c_.optimizer_timing == OptimizerTiming::OverlapBackward)
+  else if (ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward)
     ps.plan_.optimizer_timing_note = "each sub-group is updated as soon as its gradient shards are reduced and stored";
   else
     ps.plan_.optimizer_timing_note = "sub-groups are updated after backward";
@@ -53,7 +53,7 @@ PlanResult run_passes(PlanState& ps) {
   // The activation pass first keeps every segment it can (the room its estimate leaves, or all of
   // them); where the schedule's device peak is over budget, it aims lower by the excess and plans
   // again (at most 6 times).
-  ps.plan_.activation_policy = ps.c_.activation_policy;
+  ps.plan_.activation_policy = ps.config_.activation_policy;
   double act_room = std::numeric_limits<double>::infinity();
   int act_attempts = 0;
   for (int attempt = 0;; ++attempt) {
@@ -68,7 +68,7 @@ PlanResult run_passes(PlanState& ps) {
     const bool any_kept = std::any_of(ps.plan_.activations.begin(), ps.plan_.activations.end(), [](const ActivationDecision& d) {
       return d.choice.action == ActivationAction::Keep && !d.lifetime.pinned;
     });
-    if (device_short && ps.c_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 && any_kept) {
+    if (device_short && ps.config_.activation_policy == ActivationPolicy::Lifetime && act_attempts < 6 && any_kept) {
       const double excess = at(peak, Tier::Device) - at(ps.plan_.budget, Tier::Device);
       double kept = 0;
       for (const auto& d : ps.plan_.activations)
@@ -82,20 +82,20 @@ PlanResult run_passes(PlanState& ps) {
       continue;
     }
     // An automatic optimizer depth that puts the host over budget is halved (down to the pipeline's 3).
-    if (at(peak, Tier::Host) > at(ps.plan_.budget, Tier::Host) && ps.c_.optimizer_sub_groups_in_flight == 0 &&
+    if (at(peak, Tier::Host) > at(ps.plan_.budget, Tier::Host) && ps.config_.optimizer_sub_groups_in_flight == 0 &&
         ps.sg_in_flight_ > kOptimizerPipelineDepth) {
       ps.sg_depth_cap_ = std::max<int64_t>(kOptimizerPipelineDepth, ps.sg_in_flight_ / 2);
       reset_emission(ps);
       continue;
     }
-    if (!(device_short && ps.c_.tiling_factor == 0 && attempt < 3)) break;
+    if (!(device_short && ps.config_.tiling_factor == 0 && attempt < 3)) break;
     ps.plan_.tiling_factor *= 2;
     ps.plan_.tiling_reason += fmt::format("; the schedule's device peak {} is over budget: {}", bytes_text(at(peak, Tier::Device)),
                                        ps.plan_.tiling_factor);
     make_units(ps, ps.plan_.tiling_factor);
     reset_emission(ps);
   }
-  ps.b_.peak() = peak;
+  ps.builder_.peak() = peak;
   ps.plan_.peak_bytes = peak;
   if (ps.plan_.optimizer == Tier::Nvme)
     ps.plan_.optimizer_timing_note +=

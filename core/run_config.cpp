@@ -95,9 +95,9 @@ RunConfig read_yaml(ConfigReader& r) {
     r.ignore("tiling_factor");
   }
   if (auto p = r.maybe_child("prefetch")) {
-    c.nvme_prefetch_distance = p->int_in("nvme_distance", 0, kMaxDistance, 3);
-    c.h2d_prefetch_distance = p->int_in("h2d_distance", 0, kMaxDistance, 2);
-    c.allgather_prefetch_distance = p->int_in("allgather_distance", 0, kMaxDistance, 1);
+    c.nvme_prefetch_distance = p->int_in("nvme_distance", 0, kMaxDistance, kDefaultNvmePrefetchDistance);
+    c.h2d_prefetch_distance = p->int_in("h2d_distance", 0, kMaxDistance, kDefaultH2dPrefetchDistance);
+    c.allgather_prefetch_distance = p->int_in("allgather_distance", 0, kMaxDistance, kDefaultAllgatherPrefetchDistance);
     c.max_live_bytes = p->number_in("max_live_bytes", U::Bytes, 1, kMaxBytes, c.max_live_bytes);
     c.reuse_distance_bytes = p->number_in("reuse_distance_bytes", U::Bytes, 0, kMaxBytes, c.reuse_distance_bytes);
   }

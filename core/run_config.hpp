@@ -10,6 +10,12 @@
 
 namespace zinf::core {
 
+// The prefetch distances by default, in operators ahead of the compute that uses a parameter: the
+// paper's NVMe -> host 3, host -> device 2, all-gather 1. Written here only.
+inline constexpr int64_t kDefaultNvmePrefetchDistance = 3;
+inline constexpr int64_t kDefaultH2dPrefetchDistance = 2;
+inline constexpr int64_t kDefaultAllgatherPrefetchDistance = 1;
+
 enum class Tier { Device, Host, Nvme };
 const char* to_string(Tier t);
 
@@ -76,9 +82,9 @@ struct RunConfig {
   bool activation_per_tensor = true;
 
   int64_t tiling_factor = 1;                 // 0 = auto
-  int64_t nvme_prefetch_distance = 3;        // operators ahead: NVMe -> host
-  int64_t h2d_prefetch_distance = 2;         // host -> device
-  int64_t allgather_prefetch_distance = 1;   // all-gather
+  int64_t nvme_prefetch_distance = kDefaultNvmePrefetchDistance;            // operators ahead: NVMe -> host
+  int64_t h2d_prefetch_distance = kDefaultH2dPrefetchDistance;              // host -> device
+  int64_t allgather_prefetch_distance = kDefaultAllgatherPrefetchDistance;  // all-gather
   double max_live_bytes = 2e9;               // bound on prefetched parameter bytes resident on device
   double reuse_distance_bytes = 2e9;         // keep a gathered parameter if it is used again within this many bytes
 

@@ -133,7 +133,8 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, int ranks, int64_t 
     not_expressed.push_back(fmt::format("tiling factor {} (DeepSpeed tiles linears in the model code, "
                                         "deepspeed.zero.TiledLinear)",
                                         c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto"));
-  if (c.nvme_prefetch_distance != 3 || c.h2d_prefetch_distance != 2 || c.allgather_prefetch_distance != 1)
+  if (c.nvme_prefetch_distance != kDefaultNvmePrefetchDistance || c.h2d_prefetch_distance != kDefaultH2dPrefetchDistance ||
+      c.allgather_prefetch_distance != kDefaultAllgatherPrefetchDistance)
     not_expressed.push_back(fmt::format("prefetch distances {}/{}/{} (DeepSpeed bounds prefetch by bytes only)",
                                         c.nvme_prefetch_distance, c.h2d_prefetch_distance,
                                         c.allgather_prefetch_distance));

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -160,9 +161,15 @@ void apply_override(YAML::Node root, const FieldOverride& o, const std::string& 
   set_at(root, parts, 0, o, file);
 }
 
+std::string point_file(const std::string& text, const std::string& root) {
+  if (text.find('/') == std::string::npos || std::filesystem::path(text).is_absolute()) return text;
+  return (std::filesystem::path(root) / text).string();
+}
+
 PointInputs load_point_inputs(const SweepPoint& p, const std::string& root) {
-  return load_with(resolve_config(p.model, "models", root), resolve_config(p.hwprofile, "hwprofiles", root),
-                   resolve_config(p.config, "configs", root), p.overrides);
+  return load_with(resolve_config(point_file(p.model, root), "models", root),
+                   resolve_config(point_file(p.hwprofile, root), "hwprofiles", root),
+                   resolve_config(point_file(p.config, root), "configs", root), p.overrides);
 }
 
 std::vector<SweepPoint> expand(const SweepSpec& spec) {

@@ -66,7 +66,9 @@ struct FieldOverride {
 };
 
 struct SweepPoint {
-  std::string model, hwprofile, config;  // names or paths, as zinf sim's --model/--hw/--config take them
+  // Names, or paths: relative to the zinf tree when the file lies in it (as the CSV names them), else
+  // absolute. point_file turns one into what zinf sim's --model/--hw/--config take.
+  std::string model, hwprofile, config;
   int nodes = 1;
   std::vector<FieldOverride> overrides;
   std::vector<std::string> coords;  // the text of each field axis's value, in column order
@@ -97,5 +99,8 @@ struct PointInputs {
   std::vector<std::string> warnings;  // DeepSpeed keys zinf does not support
 };
 PointInputs load_point_inputs(const SweepPoint& p, const std::string& root);
+// A point's file as a command takes it: a tree-relative path joined to `root`; names and absolute
+// paths as they are.
+std::string point_file(const std::string& text, const std::string& root);
 
 }  // namespace zinf::core

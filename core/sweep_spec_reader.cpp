@@ -76,10 +76,13 @@ SweepAxis file_axis(const std::string& spec, const YAML::Node& list, SweepAxis::
         fail_at(spec, v, key, "'" + text + "' is not a positive node count");
       text = std::to_string(static_cast<int>(*n));
     } else {
-      if (text.find('/') != std::string::npos && fs::path(text).is_relative())
-        text = (dir / text).lexically_normal().string();
+      if (text.find('/') != std::string::npos) {  // relative to the spec; kept relative to the tree if in it
+        const fs::path file = fs::path(text).is_relative() ? dir / text : fs::path(text);
+        text = display_path(fs::absolute(file).lexically_normal().string(), root);
+        if (fs::path(text).is_relative() && text.find('/') == std::string::npos) text = "./" + text;
+      }
       try {
-        resolve_config(text, folder_of(kind), root);
+        resolve_config(point_file(text, root), folder_of(kind), root);
       } catch (const ConfigError& e) {
         fail_at(spec, v, key, e.what());
       }

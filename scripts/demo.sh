@@ -19,8 +19,8 @@ cmake --build build -j"$(nproc)" --target zinf
 OUT=${ZINF_DEMO_DIR:-$PWD/out/demo}
 rm -rf "$OUT" && mkdir -p "$OUT/nvme"
 ./build/zinf train "${TRAIN_ARGS[@]}" --nvme-dir "$OUT/nvme" --steps ${ZINF_DEMO_STEPS:-150} \
-  --checkpoint-dir "$OUT/checkpoints" --timeline "$OUT/timeline" --export "$OUT/gpt-demo.safetensors" \
-  --metrics "$OUT/metrics.jsonl"
+  --checkpoint-dir "$OUT/checkpoints" --timeline "$OUT/timeline.csv" --trace "$OUT/timeline.trace.json" \
+  --export "$OUT/gpt-demo.safetensors" --metrics "$OUT/metrics.jsonl"
 /usr/bin/python3 analysis/train_report.py "$OUT/metrics.jsonl" --out "$OUT/metrics.png"
 echo
 ./build/zinf sim --model gpt-100b --hw dgx2-v100 --config experiments/sim/paper-node-nvme.yaml

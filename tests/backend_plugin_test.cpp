@@ -9,6 +9,7 @@
 
 #include "engine/backend/backend_select.hpp"
 #include "engine/backend/cuda_plugin.hpp"
+#include "skip.hpp"
 #include "temp_dir.hpp"
 
 using namespace zinf::engine;
@@ -43,10 +44,7 @@ TEST_CASE("cuda plugin: no CUDA library is mapped until CUDA is asked for", "[pl
 }
 
 TEST_CASE("cuda plugin: the build's plugin has this build's interface and resolves every symbol", "[plugin]") {
-  if (!cuda_built()) {
-    WARN("SKIPPED: this zinf was built without CUDA");
-    return;
-  }
+  if (!cuda_built()) ZINF_SKIP("this zinf was built without CUDA");
   const auto paths = cuda_plugin_candidates();
   REQUIRE_FALSE(paths.empty());
   std::string why;

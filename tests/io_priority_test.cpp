@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/io/io_priority.hpp"
+#include "skip.hpp"
 
 using zinf::engine::raise_io_thread_priority;
 
@@ -30,8 +31,7 @@ TEST_CASE("an I/O thread of a SCHED_OTHER process keeps its policy", "[io][prior
   int before_policy = 0;
   current_priority(before_policy);
   if (before_policy != SCHED_OTHER) {
-    WARN("not run: this test process runs under a real-time policy");
-    return;
+    ZINF_SKIP("this test process runs under a real-time policy");
   }
   std::thread([] {
     CHECK(raise_io_thread_priority() == 0);
@@ -42,16 +42,13 @@ TEST_CASE("an I/O thread of a SCHED_OTHER process keeps its policy", "[io][prior
 }
 
 namespace {
-// Puts the process and this thread under SCHED_RR 10 and says what they were; false (with a WARN)
-// where that is not permitted (needs CAP_SYS_NICE).
+// Puts the process and this thread under SCHED_RR 10 and says what they were; false where that is
+// not permitted (needs CAP_SYS_NICE).
 bool enter_sched_rr_10(int& old_policy, sched_param& old) {
   sched_param rr{};
   rr.sched_priority = 10;
   pthread_getschedparam(pthread_self(), &old_policy, &old);
-  if (sched_setscheduler(0, SCHED_RR, &rr) != 0) {
-    WARN("not run: setting SCHED_RR is not permitted here (needs CAP_SYS_NICE)");
-    return false;
-  }
+  if (sched_setscheduler(0, SCHED_RR, &rr) != 0) return false;
   pthread_setschedparam(pthread_self(), SCHED_RR, &rr);
   return true;
 }
@@ -62,7 +59,8 @@ TEST_CASE("an I/O thread of a SCHED_RR process goes one priority above it", "[io
   // for the whole process (sched_setscheduler(0) is the main thread's) only if allowed.
   int old_policy = 0;
   sched_param old{};
-  if (!enter_sched_rr_10(old_policy, old)) return;
+  if (!enter_sched_rr_10(old_policy, old))
+    ZINF_SKIP("setting SCHED_RR is not permitted here (needs CAP_SYS_NICE)");
   int got = -1, policy = -1, seen = -1;
   std::thread([&] {  // inherits SCHED_RR 10
     got = raise_io_thread_priority();
@@ -79,7 +77,8 @@ TEST_CASE("an I/O thread of a SCHED_RR process goes one priority above it", "[io
 TEST_CASE("under SCHED_RR a trainer keeps real time for its I/O threads only", "[io][priority]") {
   int old_policy = 0;
   sched_param old{};
-  if (!enter_sched_rr_10(old_policy, old)) return;
+  if (!enter_sched_rr_10(old_policy, old))
+    ZINF_SKIP("setting SCHED_RR is not permitted here (needs CAP_SYS_NICE)");
   // A thread that exists before the call (as a BLAS pool's do) is moved too.
   std::atomic<bool> stop{false};
   std::atomic<int> earlier_policy{-1};
@@ -122,8 +121,7 @@ TEST_CASE("keeping real time for I/O only does nothing to a SCHED_OTHER process"
   int policy = 0;
   current_priority(policy);
   if (policy != SCHED_OTHER) {
-    WARN("not run: this test process runs under a real-time policy");
-    return;
+    ZINF_SKIP("this test process runs under a real-time policy");
   }
   CHECK(zinf::engine::keep_realtime_for_io_only() == 0);
   std::thread([] { CHECK(raise_io_thread_priority() == 0); }).join();

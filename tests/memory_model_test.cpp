@@ -154,7 +154,7 @@ TEST_CASE("memory-centric tiling: largest hidden size on a 32 GB V100", "[memory
   int64_t untiled = largest_hidden(in);
   // A 16K linear untiled has the same bytes per tile as a 64K linear in 16 tiles, so no model in
   // which working memory is proportional to tile size can put the untiled limit below 64K/4;
-  // the paper reports 8K (see README: fragmentation of very large allocations is not modelled).
+  // the paper reports 8K (see docs/results/paper-figures.md: fragmentation of very large allocations is not modelled).
   CHECK(untiled == 16384);
   CHECK(untiled < 65536);
 }
@@ -191,6 +191,25 @@ TEST_CASE("bandwidth efficiency reproduces the worked points of paper §4", "[me
   CHECK(opt_bw > 1.0e12);
   CHECK(opt_bw < 3.0e12);
   CHECK(efficiency(ait_optimizer_states(m), 1.5e12, peak) == Approx(0.846).epsilon(0.01));
+}
+
+TEST_CASE("plan's efficiency rows: each state at its config's tier, at that tier's bandwidth per GPU", "[memory][paper]") {
+  const MemoryModelInput in = dgx2_input("gpt-1t", "infinity-nvme");
+  const auto rows = efficiency_rows(in.model, in.hw, in.config);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].what == "params/grads");
+  CHECK(rows[0].tier == Tier::Nvme);
+  CHECK(rows[1].tier == Tier::Nvme);
+  CHECK(rows[2].what == "activation checkpoints");
+  CHECK(rows[2].tier == Tier::Host);
+  const double nvme = std::min(in.hw.node.nvme_read_bandwidth, in.hw.node.nvme_write_bandwidth) / in.hw.node.gpus;
+  CHECK(rows[0].bandwidth == Approx(nvme));
+  CHECK(rows[2].bandwidth == Approx(in.hw.node.pcie_bandwidth_all_active()));
+  CHECK(rows[0].efficiency == Approx(efficiency(ait_params_grads(in.model), nvme, in.hw.node.gpu.peak_flops)));
+  CHECK(rows[1].ait == Approx(ait_params_grads(in.model) / 4));
+  RunConfig no_checkpoints = in.config;
+  no_checkpoints.checkpoint_interval = 0;
+  CHECK(efficiency_rows(in.model, in.hw, no_checkpoints).size() == 2);
 }
 
 TEST_CASE("a block's activations per token on a tensor-parallel rank: replicated share whole, the rest split", "[memory][tp]") {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/sweep_table.hpp"
@@ -191,4 +192,20 @@ TEST_CASE("a DeepSpeed config takes its own keys as axes; a key its reader would
   const auto msg = error_of(files + "axes:\n  - {key: zero_optimization.stage3_bogus, values: [1]}\n");
   CHECK(msg.find("spec.yaml:6") != std::string::npos);
   CHECK(msg.find("not supported") != std::string::npos);
+}
+
+TEST_CASE("a sweep names the files of the zinf tree relative to it, wherever the spec is read from") {
+  const auto spec = load_sweep_spec(kRoot + "/experiments/paper/prefetch.yaml", kRoot);
+  const auto points = expand(spec);
+  REQUIRE_FALSE(points.empty());
+  CHECK(points[0].config == "experiments/paper/configs/prefetch-on-mb2.yaml");
+  CHECK(points[0].model.find(kRoot) == std::string::npos);
+  CHECK(sweep_row(points[0], {{"status", "ok"}}, sweep_columns(spec)).find(kRoot) == std::string::npos);
+  CHECK(load_point_inputs(points[0], kRoot).config.nvme_prefetch_distance >= 0);
+  CHECK(point_file(points[0].config, kRoot) == kRoot + "/experiments/paper/configs/prefetch-on-mb2.yaml");
+  CHECK(point_file("gpt-tiny", kRoot) == "gpt-tiny");
+  // Outside the tree, a path stays as given; a name stays a name.
+  CHECK(display_path("/nonexistent-dir/x.yaml", kRoot) == "/nonexistent-dir/x.yaml");
+  CHECK(display_path("zero3", kRoot) == "zero3");
+  CHECK(display_path(kRoot + "/configs/zero3.yaml", kRoot) == "configs/zero3.yaml");
 }

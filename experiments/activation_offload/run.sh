@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Activation offload against checkpoint-and-recompute (issue 21), in two parts.
+# Activation offload against checkpoint-and-recompute, in two parts.
 #
 # 1. Measured on this machine (CPU backend): a GPT trained ROUNDS times (default 5) for STEPS steps
 #    (default 2) under each of: keep every activation on the device (the reference), checkpoint every
@@ -16,7 +16,8 @@
 #    unlimited-memory GPU (everything resident, nothing recomputed). With either path (tier auto)
 #    the whole choices are compared by simulated step (tune/auto_config.hpp); its line gives each.
 #    Prints step time, throughput, fraction of the unlimited GPU's, device peak, NVMe traffic and
-#    the pass's split (items kept / offloaded / recomputed, and their bytes).
+#    the pass's split (items kept / offloaded / recomputed, and their bytes), and draws each run's
+#    fraction of the unlimited GPU's throughput into docs/results/img/activation-offload.png.
 #   bash experiments/activation_offload/run.sh NVME_DIR [ROUNDS] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,7 +58,7 @@ for r in $(seq 1 "$ROUNDS"); do
     hw=hwprofiles/local.yaml
     case $n in lifetime-*) hw="$work/local-0.9gb.yaml" ;; esac
     "$ZINF" train --model "$work/model.yaml" --hw "$hw" --config "$work/$n.yaml" --nvme-dir "$NVME" \
-      --steps "$STEPS" --timeline "$work/$n.r$r" > "$work/$n.r$r.out"
+      --steps "$STEPS" --timeline "$work/$n.r$r.csv" > "$work/$n.r$r.out"
   done
 done
 python3 - "$work" "$ROUNDS" "$STEPS" "${names[@]}" <<'PY'
@@ -122,7 +123,8 @@ for g in tensor block; do
   sim hwprofiles/h200-node.yaml "$work/lifetime-auto-$g.yaml" lifetime-auto-$g
   sim "$work/h200-gds.yaml" "$work/lifetime-auto-$g.yaml" lifetime-auto-gds-$g
 done
-python3 - "$work" <<'PY'
+mkdir -p docs/results/img
+/usr/bin/python3 - "$work" docs/results/img/activation-offload.png <<'PY'
 import csv, json, re, sys
 work = sys.argv[1]
 rows = ["unlimited", "recompute"] + [f"lifetime-{t}-{g}" for g in ("tensor", "block")
@@ -135,8 +137,10 @@ for r in rows[2:]:
 ref = json.load(open(f"{work}/unlimited.json"))
 print(f"{'run':<42}{'step s':>8}{'TFLOP/s/GPU':>12}{'of unlimited':>13}{'device peak':>13}{'NVMe GB/step/GPU':>17}  kept/offloaded/recomputed")
 auto_lines = []
+fractions = []
 for r in rows:
     j = json.load(open(f"{work}/{r}.json"))
+    fractions.append((label[r], ref["step_time"] / j["step_time"]))
     nvme = sum(float(x["bytes"]) for x in csv.DictReader(open(f"{work}/{r}.csv")) if x["lane"].startswith("nvme"))
     plan = open(f"{work}/{r}.plan").read()
     m = re.search(r"(\d+) (?:segment|tensor)\(s\) kept, (\d+) offloaded, (\d+) recomputed \(([^,]+) kept, ([^,]+) offloaded, ([^ ]+ \w+) recomputed", plan)
@@ -148,4 +152,21 @@ for r in rows:
 print("published: TERAIO 80.7 % of an unlimited-memory GPU, ZeRO-Infinity 43 % (Llama-70B, TERAIO's paper)")
 print("whole choices compared by simulated step (tier auto):")
 print("\n".join(auto_lines))
+# The results page's plot: each run's throughput as a fraction of the unlimited-memory GPU's.
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(8, 4.5))
+names = [n for n, _ in fractions][::-1]
+ax.barh(names, [100 * f for _, f in fractions][::-1], color="C0")
+for ref_pct, who in ((80.7, "TERAIO (its paper)"), (43, "ZeRO-Infinity (TERAIO's paper)")):
+    ax.axvline(ref_pct, color="gray", linestyle="--", linewidth=1)
+    ax.text(ref_pct, -0.9, who, fontsize=7, color="gray", ha="center")
+ax.set_xlabel("% of an unlimited-memory GPU's throughput (simulated, same tokens)")
+ax.set_title("70B-class GPT on one H200 node, parameters and optimizer in host memory", fontsize=10)
+ax.tick_params(axis="y", labelsize=8)
+fig.tight_layout()
+out = sys.argv[2]
+fig.savefig(out, dpi=120)
+print(f"wrote {out}")
 PY

@@ -88,7 +88,7 @@ rm -rf "$NVME_DIR" && mkdir -p "$NVME_DIR"
 STEPS=${ZINF_THROUGHPUT_STEPS:-4}
 timeout "$(limit 240)" "$BUILD/zinf" train --backend cuda -m gpt2-medium --hw h200-node -c "$ROOT/experiments/gpu/throughput.yaml" \
   --nvme-dir "$NVME_DIR" --steps "$STEPS" --adam-threads "$(( JOBS > 2 ? JOBS / 2 : 1 ))" \
-  --timeline "$OUT/throughput" 2>&1 | tee "$OUT/train.log"
+  --timeline "$OUT/throughput.csv" --trace "$OUT/throughput.trace.json" 2>&1 | tee "$OUT/train.log"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "throughput run"
 rm -rf "$NVME_DIR"
 # The last step (later steps reuse pinned buffers and NVMe files): tokens/s -> model FLOP/s.

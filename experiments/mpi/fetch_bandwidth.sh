@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5's benchmark: aggregate NVMe fetch bandwidth and step time of ZeRO-3 training over
+# Aggregate NVMe fetch bandwidth and step time of ZeRO-3 training over
 # N = 1, 2, 4 MPI ranks on this machine (params + optimizer on NVMe, bandwidth-centric: every rank
 # reads only its own shard), printed beside the NVMe store's single-process bandwidth measured in
 # the same run by `zinf io-bench`. One disk here, so the aggregate is bounded by it; the simulator
@@ -20,7 +20,7 @@ echo "store, one process (zinf io-bench, 1 MiB blocks, qd 32):"
 for N in 1 2 4; do
   rm -rf "$DIR/nvme" && mkdir -p "$DIR/nvme"
   mpirun -np "$N" "$ZINF" train --model gpt-overlap --config train-nvme --nvme-dir "$DIR/nvme" --steps "$STEPS" \
-    --timeline "$DIR/tl_np$N" > "$DIR/log_np$N" 2>&1 < /dev/null
+    --timeline "$DIR/tl_np$N.csv" > "$DIR/log_np$N" 2>&1 < /dev/null
 done
 
 /usr/bin/python3 - "$DIR" <<'PY'

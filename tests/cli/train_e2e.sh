@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of `zinf train`, `zinf sim` and `zinf validate` as a user runs them, mistakes
-# included: each case is a probe of issue 19 that once lost data, hung or ended silently, and must
+# included: each case is a probe that once lost data, hung or ended silently, and must
 # now give a clear error or the right result. Usage: train_e2e.sh ZINF_BINARY [MPIEXEC]
 # Prints "N passed, M failed"; exits non-zero on any failure. Cases needing MPI are skipped
 # without MPIEXEC. `zinf sweep` (resume of a sweep) is tested with sweep's own tests.
@@ -92,6 +92,14 @@ expect "--print-every 0 refused" 105 "print-every" "$D/log" $rc
 "$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 2 --timeline "$D/missing/t" > "$D/log" 2>&1; rc=$?
 expect "--timeline into a missing directory refused before training" 1 "missing does not exist" "$D/log" $rc
 grep -q "step " "$D/log" && fail "trained before refusing --timeline" "$D/log"
+# The Timeline as plan and sim write it: --timeline X.csv, --trace X.json; the old --timeline PREFIX
+# still writes PREFIX.csv and PREFIX.trace.json, and says it is deprecated.
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 1 --timeline "$D/tl.csv" --trace "$D/tl.json" > "$D/log" 2>&1; rc=$?
+[ "$rc" = 0 ] && head -1 "$D/tl.csv" | grep -q rank && grep -q traceEvents "$D/tl.json" && ! grep -q deprecated "$D/log" \
+  && pass "--timeline X.csv --trace X.json write the CSV and the Chrome trace" || fail "--timeline/--trace: exit $rc" "$D/log"
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 1 --timeline "$D/old" > "$D/log" 2>&1; rc=$?
+[ "$rc" = 0 ] && [ -s "$D/old.csv" ] && [ -s "$D/old.trace.json" ] && grep -q "deprecated" "$D/log" \
+  && pass "--timeline PREFIX still writes both, with a deprecation warning" || fail "--timeline PREFIX: exit $rc" "$D/log"
 echo x > "$D/a-file"
 "$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 2 --checkpoint-dir "$D/a-file/ck" > "$D/log" 2>&1; rc=$?
 expect "unusable --checkpoint-dir refused before training" 1 "a-file/ck" "$D/log" $rc
