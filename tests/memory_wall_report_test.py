@@ -7,7 +7,6 @@ import importlib.util
 import io
 import os
 import re
-import shutil
 import tempfile
 import unittest
 
@@ -156,20 +155,6 @@ class DiskRefs(unittest.TestCase):
     def test_no_recommended_line_is_an_error(self):
         with self.assertRaises(SystemExit):
             refs.io_bench_best(IO_BENCH[:IO_BENCH.index("\nput this")])
-
-    @unittest.skipUnless(shutil.which("fio"), "fio is not installed (scripts/setup.sh installs it)")
-    def test_fio_reads_and_rewrites_the_files(self):
-        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/var/tmp")) as d:
-            files = []
-            for i in range(2):
-                files.append(os.path.join(d, f"s{i}.zt"))
-                with open(files[-1], "wb") as f:
-                    f.write(os.urandom(8 << 20))
-            before = [os.path.getsize(f) for f in files]
-            read, write = refs.fio_rate(files, "read", 1 << 20, 4), refs.fio_rate(files, "write", 1 << 20, 4)
-            self.assertGreater(read, 1e6)
-            self.assertGreater(write, 1e6)
-            self.assertEqual([os.path.getsize(f) for f in files], before)  # rewritten in place, not grown
 
     def test_no_point_is_an_error(self):
         with self.assertRaises(SystemExit):
