@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 # Numbers the paper states (Rajbhandari et al., SC'21, abstract and §1/§8): 1T parameters on one
 # DGX-2 node, 32T on 32 nodes (512 GPUs), over 25 PFLOP/s on 512 V100s (about 49 TFLOP/s per GPU),
-# largest hidden size 64K with tiling vs 8K without; one-node capacities per strategy as in README.
+# largest hidden size 64K with tiling vs 8K without; one-node capacities per strategy as in docs/results/paper-figures.md.
 PAPER_SCALE = {"zero-infinity-nvme": [(1, 1e12), (32, 32e12)]}
 PAPER_ONE_NODE = {"data-parallel": 1.4e9, "zero-offload": 13e9, "zero-3": 20e9, "zero-infinity-cpu": 70e9,
                   "zero-infinity-nvme": 1e12}
@@ -45,10 +45,16 @@ def config_name(r):
     return os.path.splitext(os.path.basename(r["config"]))[0]
 
 
+# Where save writes PNGs when not beside the PDFs: the results page's images (--img).
+IMAGES = {"dir": None}
+
+
 def save(fig, d, name):
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(d, f"{name}.{ext}"), dpi=150)
+        folder = IMAGES["dir"] if ext == "png" and IMAGES["dir"] else d
+        os.makedirs(folder, exist_ok=True)
+        fig.savefig(os.path.join(folder, f"{name}.{ext}"), dpi=150)
     plt.close(fig)
     print(f"  {name}.png/.pdf")
 
@@ -220,7 +226,12 @@ def fig_backward(d):
 
 
 def main():
-    d = sys.argv[1] if len(sys.argv) > 1 else "analysis/paper"
+    args = sys.argv[1:]
+    if "--img" in args:
+        i = args.index("--img")
+        IMAGES["dir"] = args[i + 1]
+        del args[i:i + 2]
+    d = args[0] if args else "analysis/paper"
     print(f"figures in {d}:")
     for f in (fig_model_scale, fig_throughput, fig_scaling, fig_partitioning, fig_prefetch, fig_checkpoint_offload,
               fig_tiling, fig_backward):

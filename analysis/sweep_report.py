@@ -139,11 +139,17 @@ def safe(name):
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
 
 
+# Where save writes PNGs when not beside the PDFs: the results page's images (--img).
+IMAGES = {"dir": None}
+
+
 def save(fig, out, name):
     fig.tight_layout()
     paths = []
     for ext in ("png", "pdf"):
-        paths.append(os.path.join(out, f"{name}.{ext}"))
+        folder = IMAGES["dir"] if ext == "png" and IMAGES["dir"] else out
+        os.makedirs(folder, exist_ok=True)
+        paths.append(os.path.join(folder, f"{name}.{ext}"))
         fig.savefig(paths[-1], dpi=150)
     plt.close(fig)
     print(f"  {name}.png/.pdf")
@@ -252,7 +258,9 @@ def main():
     p.add_argument("csv", help="a CSV written by zinf sweep")
     p.add_argument("--metric", default="tflops_per_gpu", help=f"column to draw ({', '.join(METRICS)}, ...)")
     p.add_argument("--out", help="folder for the figures (default: the CSV's)")
+    p.add_argument("--img", help="folder for the PNGs (default: --out); docs/results/img/sweeps for the results page")
     a = p.parse_args()
+    IMAGES["dir"] = a.img
     report(a.csv, a.metric, a.out)
 
 

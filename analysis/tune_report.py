@@ -39,6 +39,7 @@ def main(argv=None):
     ap.add_argument("report", help="zinf tune --json output")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "tune"))
     ap.add_argument("--name", help="file name stem (default: the report's)")
+    ap.add_argument("--img", help="folder for the PNG (default: --out); docs/results/img/tuning for the results page")
     a = ap.parse_args(argv)
     with open(a.report) as f:
         rep = json.load(f)
@@ -79,7 +80,9 @@ def main(argv=None):
     fig.suptitle(f"zinf tune: {rep['model']} on {rep['hwprofile']} x {rep['nodes']} node(s), "
                  f"global batch {gb}: throughput against memory per tier")
     for ext in ("png", "pdf"):
-        path = os.path.join(a.out, f"{name}_pareto.{ext}")
+        folder = a.img if ext == "png" and a.img else a.out
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{name}_pareto.{ext}")
         fig.savefig(path, dpi=120)
         print(f"wrote {path}")
 

@@ -16,7 +16,8 @@ folders is one pass) and writes to <out>:
 and prints the table with the median and largest |error| and whether the suite's goals are met,
 for the medians over the passes and for each pass alone.
 
-  /usr/bin/python3 analysis/validation_report.py analysis/validation/runs analysis/validation --gantt mini-nvme
+  /usr/bin/python3 analysis/validation_report.py analysis/validation/runs analysis/validation --gantt mini-nvme \
+      [--img docs/results/img/validation]   (the PNGs there instead of beside the PDFs)
 """
 import argparse
 import csv
@@ -126,7 +127,10 @@ def main():
     p.add_argument("runs")
     p.add_argument("out")
     p.add_argument("--gantt", default="mini-nvme", help="configuration whose Timelines are drawn")
+    p.add_argument("--img", help="folder for the PNG plots (default: out); docs/results/img/validation for the results page")
     a = p.parse_args()
+    if a.img:
+        os.makedirs(a.img, exist_ok=True)
     passes = [(k, rows) for k, rows in load_passes(a.runs) if rows]
     if not passes:
         sys.exit(f"no validate.json under {a.runs} (nor under {a.runs}/pass-<k>/)")
@@ -181,7 +185,7 @@ def main():
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(a.out, f"scatter.{ext}"), dpi=150)
+        fig.savefig(os.path.join(a.img if a.img and ext == "png" else a.out, f"scatter.{ext}"), dpi=150)
     plt.close(fig)
 
     # Error per configuration: each pass a dot, the median over passes a bar, the goals as bands.
@@ -203,7 +207,7 @@ def main():
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(a.out, f"errors.{ext}"), dpi=150)
+        fig.savefig(os.path.join(a.img if a.img and ext == "png" else a.out, f"errors.{ext}"), dpi=150)
     plt.close(fig)
 
     # Gantt of one configuration, measured and predicted, from the first pass that ran it.
@@ -218,7 +222,7 @@ def main():
         gantt(axes[1], pe, f"{a.gantt}: predicted (zinf sim, rank 0)", xmax=xmax)
         fig.tight_layout()
         for ext in ("png", "pdf"):
-            fig.savefig(os.path.join(a.out, f"gantt_{a.gantt}.{ext}"), dpi=150)
+            fig.savefig(os.path.join(a.img if a.img and ext == "png" else a.out, f"gantt_{a.gantt}.{ext}"), dpi=150)
         plt.close(fig)
 
     print(f"\n{'config':<17}{'ranks':>5}{'measured':>11}{'passes':>19}{'predicted':>11}{'error':>9}{'passes':>17}")

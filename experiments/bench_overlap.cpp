@@ -1,4 +1,4 @@
-// Overlap efficiency of the offload engine (issue 8's benchmark):
+// Overlap efficiency of the offload engine:
 //   measured step time with states on NVMe
 //   ÷ max(the same step with everything resident on the device,
 //         the step's NVMe traffic alone at the store's bandwidth measured in this run).

@@ -47,5 +47,5 @@ for n in 1 4; do
   done
 done
 
-/usr/bin/python3 analysis/paper_figures.py "$OUT"
+/usr/bin/python3 analysis/paper_figures.py "$OUT" --img "$ROOT/docs/results/img/paper"
 echo "paper figures regenerated in $(( $(date +%s) - start )) s"

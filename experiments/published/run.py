@@ -3,7 +3,7 @@
 
     /usr/bin/python3 experiments/published/run.py [--zinf build/zinf] [--out analysis/published] [--only ID ...]
 
-Writes OUT/published.csv (one row per point), OUT/published.md (the table the README shows),
+Writes OUT/published.csv (one row per point), OUT/published.md (the table docs/results/published.md shows),
 OUT/scatter.{png,pdf} (predicted against measured, calibration and prediction points apart) and
 OUT/panels.{png,pdf} (one panel per published figure). A point whose configuration zinf refuses
 (the memory model says it does not fit) is a row with the reason, drawn as refused, never dropped.
@@ -109,6 +109,13 @@ def with_overrides(profile, point):
     return p
 
 
+def shown_command(cmd, folder):
+    """The command as the CSV shows it: the binary as `zinf` and the point's generated inputs by file
+    name (`model.yaml`, `config.yaml`), so that no machine's paths are written."""
+    shown = ["zinf"] + [os.path.relpath(c, folder) if c.startswith(folder + os.sep) else c for c in cmd[1:]]
+    return " ".join(shown)
+
+
 def simulate(point, zinf, folder):
     paths = write_inputs(point, folder)
     cmd = [zinf, "sim", "--model", paths["model"], "--hw", paths["hw"], "--nodes", str(point["nodes"]),
@@ -116,7 +123,7 @@ def simulate(point, zinf, folder):
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     row = {"id": point["id"], "kind": point["kind"], "figure": point["figure"], "measured_tflops": point["measured_tflops"],
            "tensor_parallel": point["tensor_parallel"], "flops": point["flops"], "source": point["source"],
-           "assumed": point.get("assumed", ""), "command": " ".join(cmd), "in_range": False,
+           "assumed": point.get("assumed", ""), "command": shown_command(cmd, folder), "in_range": False,
            "measured_range": "-".join(str(v) for v in point["measured_range"]) if "measured_range" in point else ""}
     text = run.stdout.strip()
     report = None
@@ -239,12 +246,18 @@ def plot(rows, out):
     save_figure(fig, out, "panels")
 
 
+# Where save_figure writes PNGs when not beside the PDFs: the results pages' images (--img).
+IMAGES = {"dir": None}
+
+
 def save_figure(fig, out, stem):
-    """OUT/STEM.png and .pdf, then the figure closed."""
+    """OUT/STEM.pdf and STEM.png (in --img's folder when given, else OUT), then the figure closed."""
     import matplotlib.pyplot as plt
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(out, f"{stem}.{ext}"), dpi=150)
+    fig.savefig(os.path.join(out, f"{stem}.pdf"), dpi=150)
+    png = IMAGES["dir"] or out
+    os.makedirs(png, exist_ok=True)
+    fig.savefig(os.path.join(png, f"{stem}.png"), dpi=150)
     plt.close(fig)
 
 
@@ -254,12 +267,14 @@ def suite_arguments(ap):
     ap.add_argument("--zinf", default=os.path.join(ROOT, "build", "zinf"))
     ap.add_argument("--out", default=os.path.join(ROOT, "analysis", "published"))
     ap.add_argument("--only", nargs="*", help="point ids to run (default: all)")
+    ap.add_argument("--img", help="folder for the PNG plots (default: --out); docs/results/img/published for the results page")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     suite_arguments(ap)
     a = ap.parse_args(argv)
+    IMAGES["dir"] = a.img
     with open(a.points) as f:
         points = expand(yaml.safe_load(f))
     if a.only:
@@ -289,7 +304,7 @@ def main(argv=None):
     print(text)
     if rows:
         plot(rows, a.out)
-    print(f"\nwrote {a.out}/published.csv, published.md, scatter.png/pdf, panels.png/pdf")
+    print(f"\nwrote {a.out}/published.csv, published.md, scatter.pdf, panels.pdf; scatter.png, panels.png in {a.img or a.out}")
     return 0
 
 

@@ -264,6 +264,7 @@ def main(argv=None):
     ap.add_argument("--factor", type=float, default=1.1, help="how much faster each resource is made (default 1.1)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="simulations at once")
     a = ap.parse_args(argv)
+    published.IMAGES["dir"] = a.img
     if a.factor <= 1.0:
         ap.error("--factor must be above 1")
     with open(a.points) as f:
@@ -291,7 +292,7 @@ def main(argv=None):
     print(text)
     if any(r["step_time"] is not None for r in rows):
         plot(rows, resources, a.factor, a.out)
-    print(f"\nwrote {a.out}/sensitivity.csv, sensitivity.md, sensitivity.png/pdf")
+    print(f"\nwrote {a.out}/sensitivity.csv, sensitivity.md, sensitivity.pdf; sensitivity.png in {a.img or a.out}")
     return 0
 
 

@@ -185,8 +185,9 @@ def main():
     scratch = tempfile.mkdtemp(prefix="zinf-tune-grid-", dir="/var/tmp")
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     start = time.time()
-    print(f"profile {a.hw}; load {open('/proc/loadavg').read().split()[:3]}", flush=True)
-    summary = {"hw": a.hw, "grid": a.grid, "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "models": {}}
+    print(f"profile {os.path.relpath(a.hw, ROOT) if os.path.abspath(a.hw).startswith(ROOT + os.sep) else a.hw}; load {open('/proc/loadavg').read().split()[:3]}", flush=True)
+    shown_hw = os.path.relpath(a.hw, ROOT) if os.path.abspath(a.hw).startswith(ROOT + os.sep) else a.hw
+    summary = {"hw": shown_hw, "grid": a.grid, "steps": a.steps, "warmup": a.warmup, "rounds": a.rounds, "models": {}}
     for model in a.models.split(","):
         rows = []
         for name, text in grid_configs(a.grid):
@@ -230,7 +231,9 @@ def main():
             "pick": pick["describe"], "pick_measured": pick_row["measured"], "pick_predicted": pick_row["predicted"],
             "best": best["name"], "best_measured": best["measured"], "gap": gap, "spearman": rho,
             "measured_split_half_spearman": reliability, "spearman_bootstrap_10_50_90": [lo, mid, hi],
-            "tune_seconds": tune_s, "rows": rows}
+            "tune_seconds": tune_s,
+            # the configs by file name: they lived in a scratch folder that is gone
+            "rows": [dict(r, config=os.path.basename(r["config"])) for r in rows]}
         with open(os.path.join(a.out, f"{model}.csv"), "w") as f:
             f.write("name,predicted_s,measured_s,rounds_s,steps_s\n")
             for r in rows:

@@ -10,10 +10,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${ZINF_BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 ZINF="$BUILD/zinf"
-OUT=${OUT:-$ROOT/analysis/tune}
+OUT=${OUT:-analysis/tune}  # relative to the tree: the table names the files it wrote by this path
 [ -x "$ZINF" ] || { echo "no $ZINF: build first (cmake --build $BUILD --target zinf)" >&2; exit 1; }
-mkdir -p "$OUT"
 cd "$ROOT"
+mkdir -p "$OUT"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 start=$(date +%s.%N)
 "$ZINF" tune --model gpt-1t --hw dgx2-v100 --nodes 32 --config infinity-nvme \
@@ -25,4 +25,4 @@ echo "zinf tune, gpt-1t on 512 GPUs: $(echo "$end - $start" | bc) s wall (goal: 
 # The same search as JSON, for the Pareto front.
 "$ZINF" tune --model gpt-1t --hw dgx2-v100 --nodes 32 --config infinity-nvme --yaml "" --deepspeed "" --json \
   > "$OUT/tune-1t-512.json"
-/usr/bin/python3 analysis/tune_report.py "$OUT/tune-1t-512.json" --out "$OUT" | tail -n 2
+/usr/bin/python3 analysis/tune_report.py "$OUT/tune-1t-512.json" --out "$OUT" --img "$ROOT/docs/results/img/tuning" | tail -n 2

@@ -82,4 +82,4 @@ for pass in $(seq 1 "$PASSES"); do
 done
 [ -n "${REUSE_PROFILE:-}" ] || cp "$RUNS/pass-$PASSES/profile.yaml" "hwprofiles/$PROFILE.yaml"
 echo "suite time: $(( $(date +%s) - start )) s"
-/usr/bin/python3 analysis/validation_report.py "$RUNS" "$OUT" --gantt mini-nvme
+/usr/bin/python3 analysis/validation_report.py "$RUNS" "$OUT" --gantt mini-nvme --img "$ROOT/docs/results/img/validation"
