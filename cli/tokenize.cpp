@@ -30,7 +30,9 @@ void run_tokenize(const TokenizeArgs& a) {
   fmt::print("wrote {} ({} tokens, vocabulary of {} from {})\n", a.output, tokens.size(), tok.vocab_size(), tok.source());
 }
 
-Registration reg(75, [](CLI::App& app) {
+}  // namespace
+
+void add_tokenize_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Encode text with GPT-2's BPE (vocab.json + merges.txt or tokenizer.json) "
                                              "into an llm.c .bin token file");
   auto a = std::make_shared<TokenizeArgs>();
@@ -40,7 +42,6 @@ Registration reg(75, [](CLI::App& app) {
   cmd->add_option("-o,--output", a->output, "The .bin file to write")->required();
   cmd->add_option("inputs", a->inputs, "Text files or directories of text files")->required();
   cmd->callback([a] { run_tokenize(*a); });
-});
+}
 
-}  // namespace
 }  // namespace zinf::cli
