@@ -42,6 +42,10 @@ struct TrainArgs {
   std::string data;
   std::string tokenizer;
   std::string metrics;
+  std::string val_data;
+  double val_fraction = -1;  // -1: not given (0.1 when --eval-every asks for evaluations without --val-data)
+  int64_t eval_every = 0;
+  int64_t eval_batches = 10;
   std::string nvme_dir;
   int64_t steps = 200;
   int64_t print_every = 10;
@@ -132,6 +136,16 @@ void write_timeline(const core::Timeline& t, const std::string& csv, const std::
 void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
                 engine::MetricsLog* metrics);
 
+// The held-out loss now, printed on its own line (after a progress bar on a terminal) and recorded.
+void evaluate(engine::Trainer& trainer, engine::MetricsLog* metrics, bool lead, bool after_bar) {
+  const engine::EvalStats e = trainer.evaluate();
+  if (metrics) metrics->write(engine::eval_record(e));
+  if (!lead) return;
+  fmt::print("{}held-out loss {:.4f} (perplexity {:.2f}) at step {}: {} micro-batches, {} tokens, {:.2f} s\n",
+             after_bar ? "\n" : "", e.loss, e.perplexity, e.step, e.batches, e.tokens, e.seconds);
+  std::fflush(stdout);
+}
+
 void run_train(const TrainArgs& a) {
   if (a.resume && a.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
   if (a.resume && a.overwrite_checkpoints)
@@ -149,6 +163,11 @@ void run_train(const TrainArgs& a) {
   o.lr_schedule = core::load_lr_schedule(config_path, warnings);
   o.data = a.data;
   o.tokenizer = a.tokenizer;
+  if (!a.val_data.empty() && a.val_fraction >= 0)
+    throw std::runtime_error("--val-data and --val-fraction both give a held-out split: choose one");
+  o.val_data = a.val_data;
+  o.val_fraction = a.val_fraction >= 0 ? a.val_fraction : (a.eval_every > 0 && a.val_data.empty() ? 0.1 : 0.0);
+  o.eval_batches = a.eval_batches;
   o.nvme_dir = a.nvme_dir;
   o.data_seed = a.seed;
   o.total_steps = a.steps;
@@ -214,6 +233,10 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                trainer.backend(),
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
+    if (trainer.evaluates())
+      fmt::print("held-out loss: {} micro-batches {}, through a forward-only Program of {} tasks\n", a.eval_batches,
+                 a.eval_every > 0 ? fmt::format("every {} steps and at the end", a.eval_every) : std::string("at the end"),
+                 trainer.eval_program()->tasks().size());
     if (trainer.lr_schedule().kind != core::LrScheduleKind::Constant)
       fmt::print("lr schedule: {} (peak lr {:g})\n", core::describe(trainer.lr_schedule()), o.config.lr);
     if (trainer.step_count() > 0)
@@ -247,6 +270,8 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
       std::fflush(stdout);
     }
     stopped = stop_requested();
+    if (trainer.evaluates() && a.eval_every > 0 && s.step % a.eval_every == 0 && s.step < a.steps && !stopped)
+      evaluate(trainer, metrics, lead, tty);
     if ((!a.timeline.empty() || !a.trace.empty()) && (s.step == a.steps || stopped)) {
       const std::string csv = rank_path(a.timeline, comm.rank(), comm.size());
       const std::string trace = rank_path(a.trace, comm.rank(), comm.size());
@@ -262,6 +287,8 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     }
   }
   if (lead && tty) fmt::print("\n");
+  // The held-out loss of the model as trained (not after a stop signal: the user wants it to end).
+  if (trainer.evaluates() && !stopped) evaluate(trainer, metrics, lead, false);
   if (lead) {
     const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
     fmt::print("{}\n", mem.text);
@@ -309,8 +336,21 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--tokenizer", a->tokenizer,
                   "GPT-2 BPE for text data: a tokenizer.json, or a directory with vocab.json + merges.txt (default: bytes)");
   cmd->add_option("--metrics", a->metrics,
-                  "Write one JSON line per step to FILE.jsonl (appended to with --resume); plot it with "
-                  "analysis/train_report.py");
+                  "Write one JSON line per step and per evaluation to FILE.jsonl (appended to with --resume); plot "
+                  "it with analysis/train_report.py");
+  cmd->add_option("--val-data", a->val_data,
+                  "Held-out text or .bin tokens to evaluate on (default: with --eval-every, the last --val-fraction of --data)");
+  cmd->add_option("--val-fraction", a->val_fraction,
+                  "Hold out the last fraction of --data's tokens (not trained on) and evaluate on it (0.1 when "
+                  "--eval-every is given without --val-data)")
+      ->check(CLI::Range(0.0, 0.9));
+  cmd->add_option("--eval-every", a->eval_every,
+                  "Print and record the held-out loss every N steps, and at the end (0: at the end only, given a "
+                  "held-out split)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eval-batches", a->eval_batches, "Held-out micro-batches per evaluation, over all data-parallel ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1'000'000)));
   cmd->add_option("--nvme-dir", a->nvme_dir, "Directory for states placed on NVMe (each rank uses rank<r>/ inside it)");
   cmd->add_option("--steps,-s", a->steps, "Train until this many steps are done")
       ->capture_default_str()

@@ -97,6 +97,22 @@ struct PlanResult {
 PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
                      const std::vector<int32_t>& recorded_order = {});
 
+// What a rank holds beside the parameters while a forward-only Program runs: nothing (a model
+// evaluated or sampled on its own), or the homes of a training run's gradients and optimizer states
+// (an evaluation between its steps), which then count among the static bytes as in its steps.
+enum class ForwardBeside { Nothing, TrainingStates };
+
+// Plans a forward pass alone (Program::forward_only): the same partitioning, placement, tiling and
+// prefetch decisions as make_plan for `config`, one micro-batch, the forward tasks and the parameter
+// fetches before them, and nothing for a backward. Throws PlanError as make_plan does.
+PlanResult make_forward_plan(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
+                             ForwardBeside beside);
+
+// `config` with the decisions of `trained` fixed (the tier of every state, the tiling factor), so
+// that make_forward_plan over it gives the training Program's units and shards: a backend that
+// trains with `trained` can run the forward Program on its homes.
+RunConfig forward_config(const RunConfig& config, const Plan& trained);
+
 // Checks the Program against docs/DESIGN.md's invariants (1-4; 5 is determinism, tested by comparing
 // dumps): acyclic with lanes in topological order, every shard fetched before each use and freed
 // after, each gradient shard reduced once per micro-batch and stored, each optimizer shard updated

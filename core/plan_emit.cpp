@@ -11,8 +11,6 @@
 
 namespace zinf::core::planning {
 
-namespace {
-
 // stage 0: NVMe -> host; 1: host -> device (or the owner-based alloc + copy); 2: all-gather / broadcast.
 void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) {
   const ParamUnit& u = ps.units_[static_cast<size_t>(f.unit)];
@@ -93,6 +91,8 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
   f.last_task = ps.builder_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
 }
+
+namespace {
 
 // After the unit's last backward use in micro-batch `mb`: reduce its gradient to the shard owner(s)
 // and store the shard on the gradients tier, accumulating over micro-batches.
@@ -379,8 +379,8 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   }
 }
 
-// The compute task of step `st`: its operator (or tile) in its phase, with the flops and bytes of
-// its share.
+}  // namespace
+
 Task compute_task(const PlanState& ps, const Step& st) {
   const Operator& op = ps.graph_.ops[static_cast<size_t>(st.op)];
   const auto& run = ps.runs_[static_cast<size_t>(st.run)];
@@ -404,6 +404,23 @@ Task compute_task(const PlanState& ps, const Step& st) {
   if (run.recompute) t.checkpoint = run.checkpoint;
   return t;
 }
+
+void step_fetch_events(const PlanState& ps, size_t i, std::vector<int32_t>& deps, std::vector<MemEvent>& frees) {
+  const Step& st = ps.steps_[i];
+  for (uint32_t k = 0; k < st.units_count; ++k) {
+    const int32_t f = ps.use_fetch_[st.units_begin + k];
+    if (f < 0) continue;
+    const Fetch& fe = ps.fetches_[static_cast<size_t>(f)];
+    deps.push_back(fe.last_task);
+    if (fe.release == static_cast<int32_t>(i) &&
+        std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
+            frees.end())
+      frees.push_back({Tier::Device, fe.gathered_buf, ps.working_bytes_ * double(ps.owner_based() ? ps.units_[static_cast<size_t>(fe.unit)].numel
+                                                                                           : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.data_parallel_)});
+  }
+}
+
+namespace {
 
 // Every per-step, per-run and per-unit record emit fills, sized and unset.
 void reset_emit_records(PlanState& ps) {
@@ -479,20 +496,7 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
   const Step& st = ps.steps_[i];
   StepEvents ev{{prev}, {}, {}};
   auto& [deps, allocs, frees] = ev;
-  for (uint32_t k = 0; k < st.units_count; ++k) {
-    const int32_t f = ps.use_fetch_[st.units_begin + k];
-    if (f < 0) continue;
-    const Fetch& fe = ps.fetches_[static_cast<size_t>(f)];
-    deps.push_back(fe.last_task);
-    if (fe.release == static_cast<int32_t>(i) &&
-        std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
-            frees.end())
-      frees.push_back(
-          {Tier::Device, fe.gathered_buf,
-           ps.working_bytes_ * double(ps.owner_based()
-                                          ? ps.units_[static_cast<size_t>(fe.unit)].numel
-                                          : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.data_parallel_)});
-  }
+  step_fetch_events(ps, i, deps, frees);
   run_memory_events(ps, st, deps, allocs, frees);
   if (st.kind != TaskKind::Backward) return ev;
   // A micro-batch's backward begins once its checkpoints are copied off the device, so that the
@@ -575,6 +579,7 @@ std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i) {
 }
 
 void emit(PlanState& ps) {
+  if (ps.forward_only_) return emit_forward(ps);
   const size_t S = ps.steps_.size();
   reset_emit_records(ps);
   make_sub_groups(ps);

@@ -114,6 +114,7 @@ PerTier static_bytes_for(const PlanState& ps, int rank) {
   const double optim = double(ps.config_.zero_stage >= 1 ? mine : all);
   PerTier s{};
   at(s, ps.plan_.params) += kParamBytes * params;
+  if (ps.forward_only_ && !ps.beside_training_) return s;  // a forward pass alone: the parameters are all
   at(s, ps.plan_.gradients) += (ps.plan_.gradients == Tier::Device ? kGradBytes : ps.moved_grad_bytes()) * grads;
   at(s, ps.plan_.optimizer) += kStateBytes * optim;
   // Room for one saved training checkpoint (bf16 params + fp32 master, m, v) on the NVMe array that

@@ -100,8 +100,8 @@ void place(PlanState& ps) {
 // exists among these choices (tests/planner_test.cpp checks it against an exhaustive search). A
 // combination whose states alone are too large is refused before any scheduling, so the search
 // costs little more than the greedy attempt unless many combinations nearly fit.
-PlanResult search_auto_tiers(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
-                             const std::vector<int32_t>& recorded_order, const PlanError& greedy) {
+PlanResult search_auto_tiers(const RunConfig& config, const PlanError& greedy,
+                             const std::function<PlanResult(const RunConfig&)>& plan) {
   struct Auto {
     const char* state;
     Placement RunConfig::*field;
@@ -136,7 +136,7 @@ PlanResult search_auto_tiers(const ModelGraph& graph, const HwProfile& hw, const
     for (size_t k = 0; k < autos.size(); ++k) c.*autos[k].field = {false, combo[k]};
     ++tried;
     try {
-      PlanResult r = make_plan(graph, hw, c, ranks, recorded_order);
+      PlanResult r = plan(c);
       for (auto& d : r.plan.placements)
         for (const auto& a : autos)
           if (d.state == a.state) {

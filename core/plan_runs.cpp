@@ -48,7 +48,8 @@ void make_runs(PlanState& ps) {
     const int64_t k = key(o);
     if (ps.runs_.empty() || k != prev_key) {
       ps.runs_.push_back({});
-      ps.runs_.back().recompute = ci > 0 && k >= 0 && !ps.activation_policy_on();
+      // A forward pass alone keeps nothing for a backward: no checkpoint, nothing recomputed.
+      ps.runs_.back().recompute = ci > 0 && k >= 0 && !ps.activation_policy_on() && !ps.forward_only_;
     }
     prev_key = k;
     ps.runs_.back().ops.push_back(id);

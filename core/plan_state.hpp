@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -78,6 +79,7 @@ public:
   auto& tensor_parallel() { return p_.tensor_parallel_; }
   auto& partitioning() { return p_.partitioning_; }
   auto& micro_batches() { return p_.micro_batches_; }
+  auto& forward_only() { return p_.forward_only_; }
   auto& units() { return p_.units_; }
   auto& budget() { return p_.budget_; }
   auto& ops() { return p_.ops_; }
@@ -219,6 +221,12 @@ struct PlanState {
   int32_t owner_of(const ParamUnit& u) const { return owner_based() ? u.owner : -1; }
   double unit_bytes(int32_t u) const { return kParamBytes * double(units_[static_cast<size_t>(u)].numel); }
 
+  // A forward pass alone (make_forward_plan, emitted by emit_forward): forward steps only, no
+  // checkpoint, gradient or optimizer task; the ranks hold the training run's states beside the
+  // parameters when `beside_training_` (then static bytes count them, as in its steps).
+  bool forward_only_ = false;
+  bool beside_training_ = false;
+
   // inputs
   const ModelGraph& graph_;
   const HwProfile& hw_;
@@ -316,8 +324,9 @@ void apply_activation_pass(PlanState& ps, double device_bytes);
 // placement (plan_placement.cpp)
 double device_working_estimate(const PlanState& ps);
 void place(PlanState& ps);
-PlanResult search_auto_tiers(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
-                             const std::vector<int32_t>& recorded_order, const PlanError& greedy);
+// `plan` plans `config` with its `auto` tiers fixed to one combination (make_plan or make_forward_plan).
+PlanResult search_auto_tiers(const RunConfig& config, const PlanError& greedy,
+                             const std::function<PlanResult(const RunConfig&)>& plan);
 
 // tiling (plan_tiling.cpp)
 void choose_tiling(PlanState& ps);
@@ -335,9 +344,21 @@ PerTier schedule_peak(const PlanState& ps);
 // step i, each once.
 std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i);
 void emit(PlanState& ps);
+// A fetch stage (0: NVMe -> host; 1: host -> device, or the owner-based alloc and copy; 2: the
+// all-gather or broadcast), issued after compute task `prev_compute`.
+void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute);
+// The compute task of step `st`: its operator (or tile) in its phase, with the flops and bytes of its share.
+Task compute_task(const PlanState& ps, const Step& st);
+// What step i's compute task waits for and frees of its units' fetches: the stage that makes each
+// gathered unit available, and the gathered buffers whose last use it is.
+void step_fetch_events(const PlanState& ps, size_t i, std::vector<int32_t>& deps, std::vector<MemEvent>& frees);
 void finish_program(PlanState& ps);
 void account(PlanState& ps);
 void reset_emission(PlanState& ps);
+
+// forward-only emission (plan_forward.cpp): the tasks of a forward pass alone, in one pass over the
+// steps, with each run's activations freed as its forward ends (its output as the next run's does).
+void emit_forward(PlanState& ps);
 
 // optimizer (plan_optimizer.cpp)
 void make_sub_groups(PlanState& ps);

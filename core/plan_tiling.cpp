@@ -80,6 +80,7 @@ void make_steps(PlanState& ps) {
       ps.steps_[first].first_fwd_of_run = true;
       ps.steps_.back().last_fwd_of_run = true;
     }
+    if (ps.forward_only_) continue;  // a forward pass alone: nothing runs backward
     for (size_t ri = ps.runs_.size(); ri-- > 0;) {
       const auto& run = ps.runs_[ri];
       const size_t first = ps.steps_.size();

@@ -139,8 +139,37 @@ PlanResult make_plan(const ModelGraph& graph, const HwProfile& hw, const RunConf
     const bool any_auto = config.params.automatic || config.gradients.automatic || config.optimizer.automatic ||
                           config.checkpoints.automatic;
     if (!any_auto) throw;
-    return planning::search_auto_tiers(graph, hw, config, ranks, recorded_order, greedy);
+    return planning::search_auto_tiers(config, greedy, [&](const RunConfig& c) { return make_plan(graph, hw, c, ranks, recorded_order); });
   }
+}
+
+PlanResult make_forward_plan(const ModelGraph& graph, const HwProfile& hw, const RunConfig& config, int ranks,
+                             ForwardBeside beside) {
+  // One micro-batch, nothing offloaded for a backward that never comes.
+  RunConfig c = config;
+  c.gradient_accumulation = 1;
+  c.activation_policy = ActivationPolicy::None;
+  try {
+    planning::PlanState ps(graph, hw, c, ranks, {});
+    ps.forward_only_ = true;
+    ps.beside_training_ = beside == ForwardBeside::TrainingStates;
+    return planning::run_passes(ps);
+  } catch (const PlanError& greedy) {
+    if (!(c.params.automatic || c.gradients.automatic || c.optimizer.automatic || c.checkpoints.automatic)) throw;
+    return planning::search_auto_tiers(c, greedy, [&](const RunConfig& fixed) {
+      return make_forward_plan(graph, hw, fixed, ranks, beside);
+    });
+  }
+}
+
+RunConfig forward_config(const RunConfig& config, const Plan& trained) {
+  RunConfig c = config;
+  c.params = {false, trained.params};
+  c.gradients = {false, trained.gradients};
+  c.optimizer = {false, trained.optimizer};
+  c.checkpoints = {false, trained.checkpoints};
+  c.tiling_factor = trained.tiling_factor;
+  return c;
 }
 
 }  // namespace zinf::core

@@ -169,6 +169,7 @@ void Program::write_json(std::ostream& out) const {
                      gpus_per_node_,
                      partitioning_ == Partitioning::BandwidthCentric ? "bandwidth-centric" : "owner-based",
                      micro_batches_);
+  if (forward_only_) out << "\"forward_only\":true,\n";  // absent from a training step's dump, as before
   out << "\"budget_per_rank\":" << per_tier_json(budget_) << ",\n";
   out << "\"peak_bytes_per_rank\":" << per_tier_json(peak_) << ",\n";
   out << "\"lane_slots\":{";

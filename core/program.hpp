@@ -242,6 +242,11 @@ public:
   int tensor_parallel() const { return tensor_parallel_; }
   Partitioning partitioning() const { return partitioning_; }
   int micro_batches() const { return micro_batches_; }
+  // A forward pass alone (core::make_forward_plan: a held-out loss, the next token's logits): the
+  // forward tasks and the parameter fetches they need, and nothing for a backward: no checkpoint,
+  // gradient or optimizer task, no sub-group. A run of blocks frees its activations when its forward
+  // ends, all but its output, which the next run reads and frees when its own forward ends.
+  bool forward_only() const { return forward_only_; }
 
   const std::vector<Task>& tasks() const { return tasks_; }
   const Task& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }
@@ -291,6 +296,7 @@ private:
   int tensor_parallel_ = 1;
   Partitioning partitioning_ = Partitioning::BandwidthCentric;
   int micro_batches_ = 1;
+  bool forward_only_ = false;
   std::vector<Task> tasks_;
   std::vector<int32_t> deps_;
   std::vector<MemEvent> events_;

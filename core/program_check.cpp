@@ -44,7 +44,8 @@ public:
     order_and_collectives();
     buffer_lifetimes();
     gathers();
-    gradient_reductions();
+    if (p.forward_only()) forward_alone();
+    else gradient_reductions();
     sub_group_updates();
     lane_slots();
     stated_fields();
@@ -167,6 +168,16 @@ private:
           error(fmt::format("task {} ({}): the gathered unit {} is freed before this use", t.id, p.label(t), t.unit));
       }
     }
+  }
+
+  // Invariant 3b for a forward pass alone: nothing of a backward, no gradient, no optimizer state.
+  void forward_alone() {
+    for (const auto& t : tasks) {
+      if (t.kind == TaskKind::Backward || t.kind == TaskKind::Recompute || t.phase != Phase::Forward || t.data == Data::Grad ||
+          t.data == Data::OptimizerState || t.data == Data::Checkpoint || t.data == Data::Scalar)
+        error(fmt::format("task {} ({}) belongs to a backward or an update, in a forward-only Program", t.id, p.label(t)));
+    }
+    if (!p.sub_groups().empty()) error(fmt::format("a forward-only Program has {} optimizer sub-groups", p.sub_groups().size()));
   }
 
   // Invariant 3b: each unit's gradient is reduced exactly once per micro-batch.

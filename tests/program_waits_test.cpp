@@ -50,7 +50,7 @@ Program without_deps(const Program& p, int32_t waiter, const std::set<int32_t>& 
 struct NoopBackend : engine::TaskBackend {
   std::vector<TaskWait> declared;
   void run(const Task&) override {}
-  std::vector<TaskWait> waits() const override { return declared; }
+  std::vector<TaskWait> waits(const Program&) const override { return declared; }
 };
 
 }  // namespace
@@ -125,7 +125,7 @@ TEST_CASE("the Executor refuses a backend whose waits the Program does not state
   engine::GptBackendOptions o;
   o.config = parse_run_config(kHostCheckpoints, "test-config");
   engine::GptCpuBackend backend(r.program, r.plan, model, 0, comm, o);
-  CHECK(backend.waits().size() == waits.size());
+  CHECK(backend.waits(r.program).size() == waits.size());
   CHECK_NOTHROW(engine::Executor(r.program, 0, backend));
   CHECK_THROWS_WITH(engine::Executor(wrong, 0, backend), Contains("first backward"));
 }

@@ -33,31 +33,32 @@ uint64_t device_arena_bytes(const core::Program& program, uint64_t device_free, 
 
 GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& pl, const core::ModelGraph& g, int r,
                                Collectives& c, GptBackendOptions options, const char* device_name)
-    : P(program), plan(pl), graph(g), rank(r), comm(c), opt(std::move(options)),
+    : P(&program), plan(pl), graph(g), rank(r), comm(c), opt(std::move(options)),
       owner_based(program.partitioning() == core::Partitioning::OwnerBased), space(program.shard_space(r)),
-      index(program, g), adam_options_(AdamOptions::from_run_config(opt.config)) {
+      index(program, g), built_for_(program), adam_options_(AdamOptions::from_run_config(opt.config)) {
   if (plan.zero_stage != 3)
     throw std::invalid_argument(fmt::format(
         "the {} training backend runs ZeRO stage 3 only (the run config asks for stage {}); use zero_stage: 3",
         device_name, plan.zero_stage));
-  if (comm.size() != P.data_parallel() || comm.rank() != rank)
+  if (comm.size() != P->data_parallel() || comm.rank() != rank)
     throw std::invalid_argument(fmt::format("the Program is for {} ranks, but this process is rank {} of {}",
-                                            P.data_parallel(), comm.rank(), comm.size()));
+                                            P->data_parallel(), comm.rank(), comm.size()));
   if (uses_nvme()) {
     if (opt.nvme_dir.empty())
       throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
     store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
   }
-  offloader_ = std::make_unique<ActivationOffloader>(P, graph, store.get(), static_cast<ActivationDevice&>(*this));  // calls no device method yet
-  ckpt_saved_.assign(size_t(P.micro_batches()), 0);
+  offloader_ = std::make_unique<ActivationOffloader>(program, graph, store.get(), static_cast<ActivationDevice&>(*this));  // calls no device method yet
+  ckpt_saved_.assign(size_t(P->micro_batches()), 0);
 }
 
 GptBackendBase::~GptBackendBase() = default;
 
 bool GptBackendBase::uses_nvme() const {
+  if (!trains()) return plan.params == Tier::Nvme;  // the parameters are all it keeps
   return plan.params == Tier::Nvme || plan.gradients == Tier::Nvme || plan.optimizer == Tier::Nvme ||
          plan.checkpoints == Tier::Nvme ||
-         std::any_of(P.activations().begin(), P.activations().end(),
+         std::any_of(P->activations().begin(), P->activations().end(),
                      [](const core::ActivationSegment& s) { return s.tier == Tier::Nvme; });
 }
 
@@ -69,20 +70,62 @@ void GptBackendBase::set_step_rates(const core::StepRates& rates) {
   adam_options_.beta2 = rates.beta2;
 }
 
-void GptBackendBase::begin_step(int64_t step, std::vector<Batch> batches) {
-  bind_thread();
-  if (int(batches.size()) != P.micro_batches())
+void GptBackendBase::use_program(const core::Program& program) {
+  if (P == &program) return;
+  P = &program;
+  index = GptProgramIndex(program, graph);
+}
+
+void GptBackendBase::start(std::vector<Batch>& batches) {
+  if (int(batches.size()) != P->micro_batches())
     throw std::invalid_argument(
-        fmt::format("{} micro-batches given, the Program has {}", batches.size(), P.micro_batches()));
-  step_ = step;
+        fmt::format("{} micro-batches given, the Program has {}", batches.size(), P->micro_batches()));
   sumsq_ = 0;
   nonfinite_.store(0, std::memory_order_relaxed);
   clip_scale_ = 1.0;
   global_norm_ = 0;
   losses_.assign(batches.size(), 0.0);
-  std::fill(ckpt_saved_.begin(), ckpt_saved_.end(), 0);
+  ckpt_saved_.assign(batches.size(), 0);
   ckpt_restored_.clear();
   start_step(batches);
+}
+
+void GptBackendBase::begin_step(int64_t step, std::vector<Batch> batches) {
+  bind_thread();
+  if (!trains())
+    throw std::logic_error("this backend was built for a forward-only Program: it keeps no gradients or optimizer "
+                           "states, so it runs forward passes only (begin_forward)");
+  use_program(built_for_);
+  step_ = step;
+  keep_logits_of_ = -1;
+  start(batches);
+}
+
+void GptBackendBase::begin_forward(const core::Program& forward, std::vector<Batch> batches, int64_t keep_logits_of) {
+  bind_thread();
+  if (!forward.forward_only())
+    throw std::invalid_argument("begin_forward takes a forward-only Program (core::make_forward_plan)");
+  // The forward pass reads the parameters' homes, laid out by the units of the Program they were
+  // built for: the two must agree unit by unit (core::forward_config plans it so).
+  const auto& mine = built_for_.units();
+  const auto& theirs = forward.units();
+  bool same = mine.size() == theirs.size() && forward.data_parallel() == built_for_.data_parallel() &&
+              forward.partitioning() == built_for_.partitioning() && forward.shard_space(rank) == space;
+  for (size_t u = 0; same && u < mine.size(); ++u)
+    same = mine[u].numel == theirs[u].numel && mine[u].shard_offset == theirs[u].shard_offset &&
+           mine[u].owner == theirs[u].owner && mine[u].owner_offset == theirs[u].owner_offset && mine[u].group == theirs[u].group;
+  if (!same)
+    throw std::invalid_argument("the forward-only Program's units or shards differ from those of the Program this "
+                                "backend keeps its parameters for: plan it with core::forward_config of that plan");
+  if (keep_logits_of >= 0 && graph.tensor_parallel > 1)
+    throw std::invalid_argument("keeping a token's logits needs tensor_parallel 1: each rank of a tensor-parallel "
+                                "group holds a slice of the vocabulary");
+  if (keep_logits_of >= graph.tokens)
+    throw std::invalid_argument(fmt::format("token {} of a micro-batch of {} tokens", keep_logits_of, graph.tokens));
+  use_program(forward);
+  keep_logits_of_ = keep_logits_of;
+  kept_logits_.clear();
+  start(batches);
 }
 
 void GptBackendBase::run(const Task& t) {
@@ -107,11 +150,13 @@ void GptBackendBase::run(const Task& t) {
     case Data::Scalar: return norm_task(t);
     default:
       if (t.kind == TaskKind::Alloc || t.kind == TaskKind::Free) return release(t);
-      throw std::logic_error(fmt::format("{}: no handler for this task", P.label(t)));
+      throw std::logic_error(fmt::format("{}: no handler for this task", P->label(t)));
   }
 }
 
-std::vector<core::TaskWait> GptBackendBase::waits() const { return core::checkpoint_copy_waits(P); }
+std::vector<core::TaskWait> GptBackendBase::waits(const core::Program& program) const {
+  return core::checkpoint_copy_waits(program);
+}
 
 double GptBackendBase::loss() const {
   double s = 0;
@@ -134,31 +179,31 @@ std::vector<int32_t> GptBackendBase::compute_units(const Task& t) const {
 }
 
 bool GptBackendBase::first_backward(const Task& t) const {
-  return t.kind == TaskKind::Backward && P.backward_starts()[size_t(t.micro_batch)].task == t.id;
+  return t.kind == TaskKind::Backward && P->backward_starts()[size_t(t.micro_batch)].task == t.id;
 }
 
 std::vector<int64_t> GptBackendBase::gathered_buffers(const Task& t, int32_t u) const {
   std::vector<int64_t> out;
-  for (int32_t d : P.deps(t)) {
-    const Task& dt = P.task(d);
+  for (int32_t d : P->deps(t)) {
+    const Task& dt = P->task(d);
     if (dt.unit == u && (dt.kind == TaskKind::AllGather || dt.kind == TaskKind::Broadcast)) out.push_back(dt.buffer);
   }
   return out;
 }
 
 void GptBackendBase::release(const Task& t) {
-  for (const auto& e : P.frees(t, rank)) drop_gathered(e.buffer);
+  for (const auto& e : P->frees(t, rank)) drop_gathered(e.buffer);
 }
 
 void GptBackendBase::drop_checkpoints(const Task& t, const std::function<void(int block)>& drop) {
   if (plan.checkpoints == Tier::Device) return;
   const int32_t mb = t.micro_batch;
   std::lock_guard<std::mutex> lock(mu);
-  const size_t copies = P.backward_starts()[size_t(mb)].checkpoint_copies.size();
+  const size_t copies = P->backward_starts()[size_t(mb)].checkpoint_copies.size();
   if (size_t(ckpt_saved_[size_t(mb)]) < copies)
     throw std::logic_error(fmt::format("{}: {} of the micro-batch's {} checkpoint copies are done; the Program must "
                                        "make its first backward depend on them",
-                                       P.label(t), ckpt_saved_[size_t(mb)], copies));
+                                       P->label(t), ckpt_saved_[size_t(mb)], copies));
   // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
   for (size_t c = 0; c < index.ckpt_first_block.size(); ++c)
     if (!ckpt_restored_.count({int32_t(c), mb})) drop(index.ckpt_first_block[c]);
@@ -286,7 +331,7 @@ void unit_into_group(const core::ModelGraph& graph, const core::ParamUnit& u, co
 void GptBackendBase::load_state(const GroupReader& master, const GroupReader& m, const GroupReader& v) {
   bind_thread();
   std::vector<float> group;
-  const auto& units = P.units();  // in group order, a group's tiles together
+  const auto& units = P->units();  // in group order, a group's tiles together
   size_t next_unit = 0;
   for (const auto& pg : graph.params) {
     const size_t first_unit = next_unit;
@@ -297,6 +342,7 @@ void GptBackendBase::load_state(const GroupReader& master, const GroupReader& m,
         {&master, StateTensor::Master, "master weights"}, {&m, StateTensor::AdamM, "Adam m"},
         {&v, StateTensor::AdamV, "Adam v"}};
     for (const auto& [reader, which, what] : states) {
+      if (!trains() && which != StateTensor::Master) continue;  // no moments to keep
       group.clear();
       if (*reader) {
         (*reader)(pg.id, group);
@@ -348,6 +394,9 @@ TrainingBackend::FullState GptBackendBase::gather_state() {
 
 void GptBackendBase::gather_group(int32_t group, StateTensor which, std::vector<float>& out) {
   bind_thread();
+  if (!trains())
+    throw std::logic_error("this backend was built for a forward-only Program: it keeps the bf16 parameters alone, no "
+                           "optimizer state to gather");
   if (group < 0 || size_t(group) >= graph.params.size())
     throw std::invalid_argument(fmt::format("gather_group: no parameter group {}", group));
   const int64_t numel = graph.params[size_t(group)].numel;
@@ -368,7 +417,7 @@ void GptBackendBase::gather_group(int32_t group, StateTensor which, std::vector<
       if (u.owner == rank) std::copy_n(mine.data(), u.numel, flat.data());
       comm.broadcast(flat.data(), flat.size() * sizeof(float), u.owner, u.name.c_str());
     } else {
-      flat.resize(size_t(u.shard_numel) * size_t(P.data_parallel()));
+      flat.resize(size_t(u.shard_numel) * size_t(P->data_parallel()));
       comm.all_gather(mine.data(), size_t(u.shard_numel) * sizeof(float), flat.data(), u.name.c_str());
     }
     if (u.tiles > 1) unit_into_group(graph, u, flat.data(), out);

@@ -4,7 +4,9 @@
 // bookkeeping of a step (losses, activation checkpoints saved and restored, the gradient norm and
 // the clipping scale), the reduced-gradient accumulation on the host, and the optimizer state's
 // flows in and out (load_state, gather_group, gather_state: a parameter group at a time, so host
-// memory never holds the whole model).
+// memory never holds the whole model). Built for a training step's Program, it runs forward-only
+// Programs over the same units too (begin_forward: a held-out loss between steps); built for a
+// forward-only Program, it keeps the parameters alone and runs forward passes only (sampling).
 //
 // A device derives from it and implements the device interface below (the pure virtual methods):
 // where its memory lives (the device arena and the homes of the states), how the bytes of a task
@@ -66,9 +68,11 @@ public:
 
   // ---- TrainingBackend, once for every device ------------------------------------------------
   void begin_step(int64_t step, std::vector<Batch> batches) final;
+  void begin_forward(const core::Program& forward, std::vector<Batch> batches, int64_t keep_logits_of) final;
+  const std::vector<float>& kept_logits() const final { return kept_logits_; }
   void set_step_rates(const core::StepRates& rates) final;
   void run(const core::Task& task) final;
-  std::vector<core::TaskWait> waits() const final;
+  std::vector<core::TaskWait> waits(const core::Program& program) const final;
   double loss() const final;
   double grad_norm() const final { return global_norm_; }
   std::optional<LocalGradCheck> local_grad_check() const override;
@@ -108,7 +112,7 @@ protected:
   // base's ActivationOffloader: the device implements ActivationDevice (its tensors and copies).
 
   // ---- what the handlers share ------------------------------------------------------------------
-  const core::ParamUnit& unit(int32_t u) const { return P.units()[size_t(u)]; }
+  const core::ParamUnit& unit(int32_t u) const { return P->units()[size_t(u)]; }
   // Where this rank's part of unit u lies in its shard space, and how many elements it holds.
   int64_t mine_offset(const core::ParamUnit& u) const { return owner_based ? u.owner_offset : u.shard_offset; }
   int64_t mine_count(const core::ParamUnit& u) const { return owner_based ? u.numel : u.shard_numel; }
@@ -116,10 +120,13 @@ protected:
   // Elements of a unit's whole gradient buffer: the unit (owner-based, reduced to its owner), or
   // padded to `ranks` equal shards, as the reduce-scatter takes it.
   int64_t grad_buffer_count(const core::ParamUnit& u) const {
-    return owner_based ? u.numel : u.shard_numel * int64_t(P.data_parallel());
+    return owner_based ? u.numel : u.shard_numel * int64_t(P->data_parallel());
   }
-  // Whether the plan puts any state (or an activation segment) on NVMe.
+  // Whether the plan puts any state this backend keeps (or an activation segment) on NVMe.
   bool uses_nvme() const;
+  // Whether the backend keeps gradients and optimizer states (built for a training step's Program),
+  // or the parameters alone (built for a forward-only one).
+  bool trains() const { return !built_for_.forward_only(); }
 
   // The units a compute task's operator reads, one per parameter group: the group's unit, or the
   // tile the task runs (the Program's Task::tile, of unit t.unit).
@@ -173,6 +180,27 @@ protected:
     if (op.kind == core::OpKind::Embedding)
       for (auto* v : {&a.x[0], &a.dx[0]}) release(*v);
   }
+  // In a forward-only Program, after task t: the intermediates and the input of the block whose
+  // forward t ends go (its output is the next block's input). `Acts` and `release` as above.
+  template <class Acts, class Release>
+  void drop_after_forward(const core::Task& t, Acts& a, Release release) const {
+    if (!P->forward_only()) return;
+    if (auto it = index.last_forward_of_block.find(t.id); it != index.last_forward_of_block.end()) {
+      a.drop_block(it->second);
+      release(a.x[size_t(it->second)]);
+    }
+  }
+  // In a forward-only Program, once the loss is final (after the loss's forward, or under tensor
+  // parallelism its all-reduce): everything the micro-batch still holds goes, the last block's
+  // output and the head's tensors.
+  template <class Acts, class Release>
+  void drop_head(Acts& a, Release release) const {
+    for (auto* v : {&a.x[a.x.size() - 1], &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.probs, &a.losses}) release(*v);
+  }
+  // The token of micro-batch 0 whose logits begin_forward asked to keep (-1: none), and the keeping:
+  // a device hands over the row (the whole vocabulary) from its logits before drop_head.
+  int64_t keep_logits_of() const { return keep_logits_of_; }
+  std::vector<float>& kept_logits_row() { return kept_logits_; }
   int checkpoint_first_block(int32_t c) const { return index.ckpt_first_block[size_t(c)]; }
   const std::vector<int>& checkpoint_blocks(int32_t c) const { return index.ckpt_blocks[size_t(c)]; }
   // Elements of one activation checkpoint (a block's input).
@@ -186,9 +214,9 @@ protected:
   void drop_activation_copies() { offloader_->clear(); }
 
   // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction.
-  float grad_scale() const { return 1.0f / float(P.data_parallel() * P.micro_batches()); }
+  float grad_scale() const { return 1.0f / float(P->data_parallel() * P->micro_batches()); }
   bool first_micro_batch(const core::Task& t) const { return t.micro_batch == 0; }
-  bool last_micro_batch(const core::Task& t) const { return t.micro_batch == P.micro_batches() - 1; }
+  bool last_micro_batch(const core::Task& t) const { return t.micro_batch == P->micro_batches() - 1; }
   // Adds a reduced micro-batch gradient of this rank's part of unit u into the stored bf16 shard on
   // the host (the same rounding on every tier); after the last micro-batch its squares join the
   // gradient norm, those of elements every tensor-parallel rank holds (replicated_in_mine) 1/t each.
@@ -240,7 +268,9 @@ protected:
     map.insert_or_assign(key, std::forward<V>(value));
   }
 
-  const core::Program& P;
+  // The Program the Executor runs now: the one the backend was built for, or between begin_forward
+  // and the next begin_step a forward-only one over the same units; `index` is read off it.
+  const core::Program* P;
   const core::Plan& plan;
   const core::ModelGraph& graph;
   const int rank;
@@ -248,7 +278,7 @@ protected:
   const GptBackendOptions opt;
   const bool owner_based;
   const int64_t space;  // elements of this rank's shard space
-  const GptProgramIndex index;
+  GptProgramIndex index;
   std::mutex mu;
   // The NVMe store of this rank's tiers, when the plan puts anything on NVMe (uses_nvme()): made
   // before a device's homes and destroyed after them.
@@ -256,6 +286,14 @@ protected:
 
 private:
   void norm_task(const core::Task& t);
+  // Makes `program` the one the Executor runs (the built-for one, or a forward-only one).
+  void use_program(const core::Program& program);
+  // The bookkeeping a step or a forward pass starts from, then the device's start_step.
+  void start(std::vector<Batch>& batches);
+
+  const core::Program& built_for_;
+  int64_t keep_logits_of_ = -1;
+  std::vector<float> kept_logits_;
   void check_state(const Gpt2Params& p, const char* what, bool optional) const;
 
   std::unique_ptr<ActivationOffloader> offloader_;  // the Program's Data::Activation transfers

@@ -26,6 +26,14 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
       id = std::max(id, t.id);
     }
   for (const auto& [key, id] : last) last_backward_of_block[id] = key.second;
+  if (!P.forward_only()) return;
+  last.clear();
+  for (const auto& t : P.tasks())
+    if (t.kind == core::TaskKind::Forward && graph.ops[size_t(t.op)].block >= 0) {
+      auto& id = last[{t.micro_batch, graph.ops[size_t(t.op)].block}];
+      id = std::max(id, t.id);
+    }
+  for (const auto& [key, id] : last) last_forward_of_block[id] = key.second;
 }
 
 }  // namespace zinf::engine

@@ -43,10 +43,17 @@ public:
   // Before each step: the step number (1-based, for Adam's bias correction) and this rank's
   // micro-batches, one per micro-batch of the Program.
   virtual void begin_step(int64_t step, std::vector<Batch> batches) = 0;
+  // Before a forward pass instead of a step: the Executor then runs `forward`, a forward-only Program
+  // (core::make_forward_plan) over the same units as the backend's own, on this rank's micro-batches,
+  // one per micro-batch of `forward`; until the next begin_step. After it, loss() is their mean loss,
+  // and when keep_logits_of >= 0, kept_logits() holds the logits of that token of micro-batch 0 (its
+  // index among the micro-batch's micro_batch x seq tokens), one per vocabulary entry.
+  virtual void begin_forward(const core::Program& forward, std::vector<Batch> batches, int64_t keep_logits_of = -1) = 0;
+  virtual const std::vector<float>& kept_logits() const = 0;
   // The optimizer's learning rate and betas for the steps from the next begin_step on (the run's
   // schedule, core/lr_schedule.hpp); until called, the run config's.
   virtual void set_step_rates(const core::StepRates& rates) = 0;
-  // Mean loss of this rank's micro-batches in the last step.
+  // Mean loss of this rank's micro-batches in the last step (or forward pass).
   virtual double loss() const = 0;
   // Global gradient norm before clipping, when the Program computed one (grad_clip > 0).
   virtual double grad_norm() const = 0;

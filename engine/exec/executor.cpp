@@ -21,7 +21,7 @@ Executor::Executor(const core::Program& program, int rank, TaskBackend& backend)
     : program_(program), rank_(rank), backend_(backend) {
   if (rank < 0 || rank >= program.ranks())
     throw std::invalid_argument(fmt::format("rank {} is outside the program's {} ranks", rank, program.ranks()));
-  if (const auto unstated = core::unstated_waits(program, backend.waits()); !unstated.empty())
+  if (const auto unstated = core::unstated_waits(program, backend.waits(program)); !unstated.empty())
     throw std::invalid_argument(fmt::format("the backend waits where the Program states no dependency ({} such waits); "
                                             "the first: {}",
                                             unstated.size(), unstated.front()));

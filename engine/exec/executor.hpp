@@ -25,9 +25,9 @@ public:
   virtual ~TaskBackend() = default;
   virtual void run(const core::Task& task) = 0;
   // Every wait run() makes beyond the Executor's own ordering (a task relying on another having
-  // finished). The Executor refuses a Program that does not state each as a dependency
-  // (core::unstated_waits), so that the simulator, which sees only the Program, waits too.
-  virtual std::vector<core::TaskWait> waits() const { return {}; }
+  // finished) when it runs `program`. The Executor refuses a Program that does not state each as a
+  // dependency (core::unstated_waits), so that the simulator, which sees only the Program, waits too.
+  virtual std::vector<core::TaskWait> waits(const core::Program& /*program*/) const { return {}; }
 };
 
 class ExecutionError : public std::runtime_error {

@@ -30,6 +30,20 @@ nlohmann::json step_record(const StepStats& s) {
   return r;
 }
 
+nlohmann::json eval_record(const EvalStats& e) {
+  return {{"kind", "eval"},
+          {"step", e.step},
+          {"loss", e.loss},
+          {"perplexity", e.perplexity},
+          {"batches", e.batches},
+          {"tokens", e.tokens},
+          {"seconds", e.seconds},
+          {"peak_bytes",
+           {{"device", core::at(e.peak, core::Tier::Device)},
+            {"host", core::at(e.peak, core::Tier::Host)},
+            {"nvme", core::at(e.peak, core::Tier::Nvme)}}}};
+}
+
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!file_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing: {}", path, std::strerror(errno)));

@@ -15,6 +15,9 @@ namespace zinf::engine {
 
 // A step as its metrics line holds it.
 nlohmann::json step_record(const StepStats& s);
+// An evaluation as its metrics line holds it: "kind": "eval", the step, the held-out loss and
+// perplexity, the batches and tokens it covered, its seconds and peak bytes per tier.
+nlohmann::json eval_record(const EvalStats& e);
 
 class MetricsLog {
  public:

@@ -98,6 +98,8 @@ struct Trainer::Impl {
   std::unique_ptr<Collectives> device_comm;  // CUDA: NCCL (or device copies for one rank), bootstrapped over `comm`
   std::unique_ptr<TrainingBackend> backend;  // GptCpuBackend, or the CUDA plugin's backend
   std::unique_ptr<Executor> executor;
+  std::optional<TokenCorpus> held_out;     // the held-out split, until the Evaluator takes it
+  std::unique_ptr<Evaluator> evaluator;    // with a held-out split: the forward-only Program's runs
   IoEnv& env;
   std::unique_ptr<CheckpointDir> checkpoints;  // rank 0's, locked for the run
   int64_t steps_done = 0;
@@ -150,6 +152,15 @@ struct Trainer::Impl {
     if (corpus.vocab > opt.model.vocab)
       throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
                                            corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
+    // The held-out split: its own data, or the end of this data, which training then leaves out.
+    if (!opt.val_data.empty()) {
+      held_out = TokenCorpus::load(opt.val_data, tokenizer ? &*tokenizer : nullptr);
+      if (held_out->vocab > opt.model.vocab)
+        throw std::runtime_error(fmt::format("held-out data {}: token ids go up to {}, but model {} has a vocabulary of {}",
+                                             held_out->source, held_out->vocab - 1, opt.model.name, opt.model.vocab));
+    } else if (opt.val_fraction > 0) {
+      held_out = corpus.split_tail(opt.val_fraction, opt.model.seq + 1);
+    }
     // The ranks of a tensor-parallel group train on the same micro-batches: data by data-parallel rank.
     loader = std::make_unique<BatchLoader>(corpus, opt.model.micro_batch, opt.model.seq, dp.rank(), dp.size(),
                                            opt.data_seed);
@@ -187,6 +198,14 @@ struct Trainer::Impl {
       backend->initialize(this_ranks_share(gpt2_safetensors_groups(opt.init_from, file_graph())));
     }
     executor = std::make_unique<Executor>(planned.program, dp.rank(), *backend);
+    if (held_out) {
+      // The forward-only Program over this plan's decisions, with the training states beside it.
+      core::PlanResult forward = core::make_forward_plan(graph, opt.hw, core::forward_config(opt.config, planned.plan),
+                                                         comm.size(), core::ForwardBeside::TrainingStates);
+      evaluator = std::make_unique<Evaluator>(std::move(*held_out), std::move(forward), *backend, dp.rank(), dp.size(),
+                                              opt.eval_batches, opt.model.micro_batch, opt.model.seq, opt.data_seed);
+      held_out.reset();
+    }
     if (opt.start == CheckpointStart::Resume) resume();
     // The group tensors initialization or resume read went through the heap, which keeps freed
     // memory (above); the steps stage through the StagingCache, so that memory goes back now.
@@ -395,7 +414,9 @@ struct Trainer::Impl {
                                // next step's rate follows from both, as DeepSpeed's
                                // last_batch_iteration does).
                                {"lr_schedule", {{"schedule", core::to_json(schedule)}, {"step", steps_done},
-                                                {"last_lr", last_lr}}}};
+                                                {"last_lr", last_lr}}},
+                               // Which tokens training drew from: all of `data`, or all but a held-out tail.
+                               {"held_out", held_out_record()}};
         const auto write_state = [&](const ByteSink& sink) {
           const std::string header = safetensors_header(layout, TensorDtype::F32);
           sink(header.data(), header.size());
@@ -433,9 +454,21 @@ struct Trainer::Impl {
                        saved["schedule"].dump(), steps_done + 1, core::to_json(schedule).dump()));
   }
 
+  nlohmann::json held_out_record() const {
+    if (!opt.val_data.empty()) return {{"data", opt.val_data}};
+    if (opt.val_fraction > 0) return {{"fraction", opt.val_fraction}};
+    return nlohmann::json::object();
+  }
+
   void resume() {
     const LoadedCheckpoint c = load_latest_checkpoint(env, opt.checkpoint_dir);
     const auto& meta = c.meta;
+    // Training data cut differently (a held-out tail added, dropped or resized) changes the windows the
+    // loader deals from the checkpoint's position on: said, then used.
+    if (meta.contains("held_out") && meta["held_out"] != held_out_record())
+      note(fmt::format("checkpoint {} was trained with held-out split {}; this run's is {}, so the training windows "
+                       "from here on are cut from different tokens",
+                       c.meta_path, meta["held_out"].dump(), held_out_record().dump()));
     for (auto [key, want] : {std::pair{"layers", opt.model.layers}, {"hidden", opt.model.hidden}, {"heads", opt.model.heads},
                              {"seq", opt.model.seq}, {"vocab", opt.model.vocab}}) {
       const int64_t got = meta.contains("model") && meta["model"].is_object() && meta["model"].contains(key) &&
@@ -501,6 +534,15 @@ int64_t Trainer::step_count() const { return impl_->steps_done; }
 const char* Trainer::backend() const { return to_string(impl_->kind); }
 const core::LrSchedule& Trainer::lr_schedule() const { return impl_->schedule; }
 StepStats Trainer::step() { return impl_->step(); }
+bool Trainer::evaluates() const { return impl_->evaluator != nullptr; }
+const core::Program* Trainer::eval_program() const {
+  return impl_->evaluator ? &impl_->evaluator->forward().program : nullptr;
+}
+EvalStats Trainer::evaluate() {
+  Impl& I = *impl_;
+  if (!I.evaluator) throw std::logic_error("evaluate: the run has no held-out split (val_data or val_fraction)");
+  return I.evaluator->evaluate(I.comm, I.groups.tensor ? I.groups.tensor->size() : 1, I.steps_done);
+}
 std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
 bool Trainer::any_rank(bool mine) {
   double v = mine ? 1 : 0;

@@ -25,6 +25,7 @@
 #include "core/timeline.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/io/io_env.hpp"
+#include "engine/train/evaluation.hpp"
 
 namespace zinf::engine {
 
@@ -50,6 +51,11 @@ struct TrainerOptions {
   std::string config_source = "run config";  // where `config` came from (its file), for messages
   std::string data;              // text file, directory of text, or .bin token file; empty: fortunes
   std::string tokenizer;         // GPT-2 BPE files for text data (engine/data/bpe_tokenizer.hpp); empty: bytes
+  // The held-out split that evaluate() measures: a file or directory of its own (as `data`), else the
+  // last val_fraction of `data`'s tokens, which training then leaves out; neither: no evaluation.
+  std::string val_data;
+  double val_fraction = 0;
+  int64_t eval_batches = 10;     // held-out micro-batches per evaluation, over all data-parallel ranks
   std::string nvme_dir;          // required when the plan puts a state on NVMe; rank r uses <dir>/rank<r>
   uint64_t data_seed = 1234;
   int64_t total_steps = 0;       // the run's length (--steps): what an `auto` length of the lr schedule means
@@ -109,6 +115,13 @@ public:
 
   // Throws TrainingDiverged when the step's loss, gradient norm or updated weights are not finite.
   StepStats step();
+  // Whether the run has a held-out split (TrainerOptions::val_data or val_fraction).
+  bool evaluates() const;
+  // Collective: the held-out loss of the model as it stands (engine/train/evaluation.hpp), through
+  // the forward-only Program; nothing is trained. Throws std::logic_error when evaluates() is false.
+  EvalStats evaluate();
+  // The forward-only Program evaluate() runs (null without a held-out split).
+  const core::Program* eval_program() const;
   // Collective: whether `mine` is true on any rank (e.g. a signal that reached one of them).
   bool any_rank(bool mine);
 

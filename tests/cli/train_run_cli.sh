@@ -74,5 +74,26 @@ expect "a decay that ends before its warmup is refused naming the key" 1 "decay_
 "$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/run.yaml" --nvme-dir "$D/nvme" --steps 1 --metrics "$D/no/such/dir/m.jsonl" > "$D/m.log" 2>&1; rc=$?
 expect "an unwritable --metrics path is refused before training" 1 "metrics.*cannot open" "$D/m.log" $rc
 
+# A held-out split: the tail of the data (--val-fraction, the default with --eval-every) or a file of
+# its own (--val-data); evaluated every N steps and at the end, recorded and plotted.
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/run.yaml" --nvme-dir "$D/nvme" --steps 4 --eval-every 2 \
+  --eval-batches 3 --metrics "$D/eval.jsonl" > "$D/eval.log" 2>&1; rc=$?
+expect "train with --eval-every" 0 "held-out loss [0-9.]+ \(perplexity [0-9.]+\) at step 4: 3 micro-batches" "$D/eval.log" $rc
+/usr/bin/python3 -c 'import json,sys; e=[json.loads(l) for l in open(sys.argv[1])]; e=[r for r in e if r["kind"]=="eval"]; assert [r["step"] for r in e]==[2,4] and all(r["loss"]>0 and r["batches"]==3 for r in e), e' "$D/eval.jsonl" > "$D/check.log" 2>&1; rc=$?
+expect "one eval record per evaluation: every 2 steps and at the end, not twice at the last" 0 "" "$D/check.log" $rc
+/usr/bin/python3 "$SRC/analysis/train_report.py" "$D/eval.jsonl" --out "$D/eval.png" > "$D/report.log" 2>&1; rc=$?
+expect "train_report.py plots train and held-out loss" 0 "" "$D/report.log" $rc
+head -c 20000 "$SRC/README.md" > "$D/val.txt"
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/run.yaml" --nvme-dir "$D/nvme" --steps 2 --val-data "$D/val.txt" \
+  > "$D/val.log" 2>&1; rc=$?
+expect "--val-data alone evaluates at the end" 0 "held-out loss [0-9.]+ .*at step 2" "$D/val.log" $rc
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/run.yaml" --nvme-dir "$D/nvme" --steps 2 --val-data "$D/val.txt" \
+  --val-fraction 0.1 > "$D/both.log" 2>&1; rc=$?
+expect "--val-data and --val-fraction together are refused" 1 "choose one" "$D/both.log" $rc
+printf 'tiny' > "$D/tiny.txt"
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/run.yaml" --nvme-dir "$D/nvme" --steps 2 --val-data "$D/tiny.txt" \
+  > "$D/tiny.log" 2>&1; rc=$?
+expect "held-out data shorter than one window is refused naming it" 1 "tiny.txt" "$D/tiny.log" $rc
+
 echo "train run cli: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

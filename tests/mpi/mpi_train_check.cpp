@@ -2,7 +2,8 @@
 // N ranks with 4/N micro-batches each see exactly the micro-batches one rank sees with 4, so the
 // losses must agree to floating-point tolerance (only reduction order differs). Also checks that
 // a checkpoint written by N ranks resumes bitwise on N ranks and re-shards onto one process, and
-// that every rank's device arena peaks within 10 % of the Program's device peak.
+// that every rank's device arena peaks within 10 % of the Program's device peak, and that the held-out
+// loss, each rank evaluating its share of the batches, is the single process's.
 // Usage: mpirun -np N mpi_train_check [--owner-based] [--resume]. Prints "N passed, M failed".
 #include <fmt/format.h>
 #include <unistd.h>
@@ -43,6 +44,8 @@ engine::TrainerOptions options(int ga, bool owner_based, const fs::path& dir) {
   fs::create_directories(dir / "nvme");
   o.nvme_dir = (dir / "nvme").string();
   o.checkpoint_dir = (dir / "ckpt").string();
+  o.val_fraction = 0.1;  // a held-out tail, evaluated over the ranks (each its share of the batches)
+  o.eval_batches = 4;
   return o;
 }
 
@@ -65,6 +68,7 @@ int main(int argc, char** argv) {
   const int steps = 10;
   try {
     std::vector<double> losses;
+    double held_out = 0;  // the held-out loss after the last step, over the N ranks
     {
       engine::Trainer t(options(4 / N, owner_based, dir / "mpi"), *comm);
       double arena = 0;
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
         arena = std::max(arena, double(st.device_arena_peak));
         if (resume && s == 4) t.save_checkpoint();
       }
+      held_out = t.evaluate().loss;
       // Every rank's device arena within 10 % of the Program's device peak (the worst rank's).
       const double planned = core::at(t.plan().peak_bytes, core::Tier::Device);
       std::vector<double> peaks(static_cast<size_t>(N));
@@ -114,6 +119,9 @@ int main(int argc, char** argv) {
         expect(std::fabs(l - losses[size_t(s)]) <= kTolerance * std::fabs(l),
                fmt::format("step {}: {} ranks {} vs 1 process {}", s + 1, N, losses[size_t(s)], l));
       }
+      const double local_held_out = t.evaluate().loss;
+      expect(std::fabs(local_held_out - held_out) <= kTolerance * local_held_out,
+             fmt::format("held-out loss: {} ranks {} vs 1 process {}", N, held_out, local_held_out));
       fmt::print("losses on {} ranks ({}): first {:.6f} last {:.6f}\n", N, owner_based ? "owner-based" : "bandwidth-centric",
                  losses.front(), losses.back());
       fmt::print("{} passed, {} failed\n", mpi_check::passed, mpi_check::failed);

@@ -20,6 +20,7 @@ GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o), "CPU"), model_(mdl),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads), arena_(core::at(p.budget(), Tier::Device)) {
   params_.init(plan.params, space, store.get(), arena_, "params");
+  if (!trains()) return;  // a forward pass alone reads the parameters, nothing else
   grads_.init(plan.gradients, space, store.get(), arena_, "grads");
   master_.init(plan.optimizer, space, store.get(), arena_, "master");
   m_.init(plan.optimizer, space, store.get(), arena_, "adam_m");
@@ -49,6 +50,7 @@ void GptCpuBackend::read_state(StateTensor which, int64_t off, int64_t n, float*
 
 void GptCpuBackend::write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) {
   if (!rounded) return state_home(which).write(off, n, src);
+  if (!trains()) return params_.write(off, n, rounded);
   wait_all({params_.write_async(off, n, rounded), master_.write_async(off, n, src)});
 }
 
@@ -67,7 +69,7 @@ void GptCpuBackend::fetch(const Task& t) {
       const bf16* src = params_.mem.data() + off;
       Staging<bf16> host;
       if (t.source >= 0) {  // the NVMe read's staging (Task::source), not the home on the host
-        host = take(host_param_, t.source, P.label(t) + ": the NVMe read of " + u.name);
+        host = take(host_param_, t.source, P->label(t) + ": the NVMe read of " + u.name);
         src = host.data();
       }
       if (owner_based) {  // the owner's whole unit, straight into the gathered buffer it broadcasts
@@ -82,13 +84,13 @@ void GptCpuBackend::fetch(const Task& t) {
       DeviceVector<bf16> held;
       const bf16* shard = params_.mem.data() + off;
       if (t.source >= 0) {  // the host-to-device copy's shard (Task::source), not the home on the device
-        held = take(dev_param_, t.source, P.label(t) + ": the host-to-device copy of " + u.name);
+        held = take(dev_param_, t.source, P->label(t) + ": the host-to-device copy of " + u.name);
         shard = held.data();
       }
       // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
       // widened in place: the device holds the working size the Program counts, no bf16 copy.
       // One rank's shard is the whole unit: widened straight from it, with no gather.
-      const int64_t padded = u.shard_numel * P.data_parallel();
+      const int64_t padded = u.shard_numel * P->data_parallel();
       DeviceVector<float> full(size_t(padded), device<float>());
       if (comm.size() == 1) {
         cpu::bf16_to_fp32(full.data(), shard, padded);
@@ -121,7 +123,7 @@ float* GptCpuBackend::gathered_data(const Task& t) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = gathered_.find(t.buffer);
   if (it == gathered_.end())
-    throw std::logic_error(fmt::format("{}: its gathered buffer {} is not allocated", P.label(t), t.buffer));
+    throw std::logic_error(fmt::format("{}: its gathered buffer {} is not allocated", P->label(t), t.buffer));
   return it->second.data();
 }
 
@@ -130,7 +132,7 @@ const DeviceVector<float>& GptCpuBackend::gathered_for(const Task& t, int32_t u)
   std::lock_guard<std::mutex> lock(mu);
   for (int64_t b : buffers)
     if (auto it = gathered_.find(b); it != gathered_.end()) return it->second;
-  throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
+  throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P->label(t), unit(u).name));
 }
 
 void GptCpuBackend::drop_gathered(int64_t buffer) {
@@ -153,8 +155,17 @@ void GptCpuBackend::compute(const Task& t) {
     if (tiled >= 0) model_.forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a);
     else if (t.kind == TaskKind::Recompute) model_.recompute(t.op, pbufs, a);
     else model_.forward(t.op, pbufs, a);
-    if (op.kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
+    if (op.kind == core::OpKind::Loss) {
+      if (keep_logits_of() >= 0 && t.micro_batch == 0) {
+        const float* row = a.logits.data() + keep_logits_of() * graph.spec.vocab;
+        kept_logits_row().assign(row, row + graph.spec.vocab);
+      }
+      set_loss(t.micro_batch, a.loss);
+    }
     if (t.kind == TaskKind::Forward && ends_run_forward(t)) drop_run(t.checkpoint, t.micro_batch, a);
+    const auto release = [](Activation& v) { Gpt2Activations::release(v); };
+    drop_after_forward(t, a, release);
+    if (P->forward_only() && op.kind == core::OpKind::Loss && graph.tensor_parallel <= 1) drop_head(a, release);
     return;
   }
   std::vector<GradBuf> gbufs;
@@ -167,7 +178,9 @@ void GptCpuBackend::compute(const Task& t) {
 void GptCpuBackend::tensor_parallel_all_reduce(const Task& t) {
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
   model_.tensor_parallel_all_reduce(t.op, t.phase == core::Phase::Backward, a);
-  if (graph.ops[size_t(t.op)].kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
+  if (graph.ops[size_t(t.op)].kind != core::OpKind::Loss) return;
+  set_loss(t.micro_batch, a.loss);
+  if (P->forward_only()) drop_head(a, [](Activation& v) { Gpt2Activations::release(v); });
 }
 
 DeviceVector<float>& GptCpuBackend::grad_buffer(int32_t u, int32_t mb) {
@@ -256,7 +269,7 @@ void GptCpuBackend::checkpoint(const Task& t) {
       return checkpoint_saved(t.micro_batch);
     }
     case TaskKind::NvmeWrite: {
-      Staging<float> host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
+      Staging<float> host = take(ckpt_host_, key, P->label(t) + ": the checkpoint");
       const auto id = checkpoint_tensor(t.checkpoint, t.micro_batch, host.size() * sizeof(float));
       store->write(id, 0, host.data(), host.size() * sizeof(float)).wait_or_throw();
       return;
@@ -268,7 +281,7 @@ void GptCpuBackend::checkpoint(const Task& t) {
       return stage(ckpt_host_, key, std::move(host));
     }
     case TaskKind::CopyH2D: {
-      Staging<float> host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
+      Staging<float> host = take(ckpt_host_, key, P->label(t) + ": the checkpoint");
       return checkpoint_restored(t.checkpoint, t.micro_batch, [&] {
         x.assign(size_t(n), 0.0f);
         std::copy_n(host.begin(), mine, x.begin() + at);
@@ -276,7 +289,7 @@ void GptCpuBackend::checkpoint(const Task& t) {
     }
     case TaskKind::AllGather: {  // the group's slices into the whole checkpoint (compute lane)
       if (int64_t(x.size()) != n)
-        throw std::logic_error(fmt::format("{}: the checkpoint's slice was not brought back first", P.label(t)));
+        throw std::logic_error(fmt::format("{}: the checkpoint's slice was not brought back first", P->label(t)));
       std::vector<float> slice(size_t(k), 0.0f), whole(size_t(k * model_.tensor_parallel()));
       std::copy_n(x.begin() + at, mine, slice.begin());
       model_.tensor_parallel_group().all_gather(slice.data(), slice.size() * sizeof(float), whole.data(), "checkpoint slices");
@@ -292,7 +305,7 @@ void GptCpuBackend::checkpoint(const Task& t) {
 
 void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int64_t n) {
   const auto& u = unit(t.unit);
-  DeviceVector<float> full = take(grad_full_, key, P.label(t) + ": the gradient");
+  DeviceVector<float> full = take(grad_full_, key, P->label(t) + ": the gradient");
   DeviceVector<float> shard;
   if (comm.size() == 1 && int64_t(full.size()) == n) {
     shard = std::move(full);  // one rank keeps its whole gradient: no reduction, no copy
@@ -319,7 +332,7 @@ void GptCpuBackend::gradient(const Task& t) {
     case TaskKind::ReduceScatter:
     case TaskKind::Reduce: return reduce_task(t, key, off, n);
     case TaskKind::CopyD2H: {
-      DeviceVector<float> shard = take(grad_shard_, key, P.label(t) + ": the reduced gradient");
+      DeviceVector<float> shard = take(grad_shard_, key, P->label(t) + ": the reduced gradient");
       if (plan.gradients == Tier::Host)
         return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
       return stage(grad_host_, key, Staging<float>(shard.begin(), shard.end()));  // on its way to NVMe
@@ -330,9 +343,9 @@ void GptCpuBackend::gradient(const Task& t) {
       return stage(grad_partial_, key, std::move(partial));
     }
     case TaskKind::NvmeWrite: {
-      Staging<float> shard = take(grad_host_, key, P.label(t) + ": the reduced gradient");
+      Staging<float> shard = take(grad_host_, key, P->label(t) + ": the reduced gradient");
       Staging<bf16> partial;
-      if (!first) partial = take(grad_partial_, key, P.label(t) + ": the partial gradient");
+      if (!first) partial = take(grad_partial_, key, P->label(t) + ": the partial gradient");
       Staging<bf16> out = staging<bf16>(n);
       accumulate_host(u, out.data(), partial.data(), shard.data(), n, first, last);
       grads_.write(off, n, out.data());
@@ -365,7 +378,7 @@ void GptCpuBackend::optimizer(const Task& t) {
     return;
   }
   if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeWrite) {
-    const std::string what = P.label(t) + ": optimizer states";
+    const std::string what = P->label(t) + ": optimizer states";
     Staging<float> a = take(sg_master_, sg, what), b = take(sg_m_, sg, what), c = take(sg_v_, sg, what);
     wait_all(
         {master_.write_async(off, n, a.data()), m_.write_async(off, n, b.data()), v_.write_async(off, n, c.data())});
@@ -382,14 +395,14 @@ void GptCpuBackend::optimizer(const Task& t) {
   if (t.data == Data::Param) {  // updated parameters back to their tier
     if (t.kind == TaskKind::CopyD2H && plan.params == Tier::Nvme) {  // staged for the NVMe write
       std::lock_guard<std::mutex> lock(mu);
-      if (!sg_param_.count(sg)) throw std::logic_error(fmt::format("{}: no updated parameters staged", P.label(t)));
+      if (!sg_param_.count(sg)) throw std::logic_error(fmt::format("{}: no updated parameters staged", P->label(t)));
       return;
     }
-    Staging<bf16> p = take(sg_param_, sg, P.label(t) + ": the updated parameters");
+    Staging<bf16> p = take(sg_param_, sg, P->label(t) + ": the updated parameters");
     params_.write(off, n, p.data());
     return;
   }
-  throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P.label(t)));
+  throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P->label(t)));
 }
 
 void GptCpuBackend::adam_step(const Task& t) {
@@ -410,7 +423,7 @@ void GptCpuBackend::adam_step(const Task& t) {
   }
   Staging<bf16> gstage = take_if(sg_grad_, sg);
   const bf16* g = gstage.empty() ? grads_.resident(off) : gstage.data();
-  if (!g) throw std::logic_error(fmt::format("{}: gradients are not staged", P.label(t)));
+  if (!g) throw std::logic_error(fmt::format("{}: gradients are not staged", P->label(t)));
   std::vector<bf16> scaled;
   g = clipped_host(g, n, scaled);
   const bool params_here = (plan.params == Tier::Host && plan.optimizer != Tier::Device) ||

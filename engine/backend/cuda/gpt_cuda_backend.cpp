@@ -51,11 +51,11 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads) {
   // One stream and cuBLAS handle per lane: tasks of one lane running at once would share them.
   for (core::Lane l : {core::Lane::NvmeRead, core::Lane::NvmeWrite})
-    if (P.lane_slots(l) > 1)
+    if (P->lane_slots(l) > 1)
       throw std::invalid_argument(fmt::format(
           "the CUDA training backend runs one task per lane at a time, but the run config's aio.tasks_in_flight "
           "gives the {} lane {}; use aio.tasks_in_flight: 1",
-          core::to_string(l), P.lane_slots(l)));
+          core::to_string(l), P->lane_slots(l)));
   ZINF_CUDA_CHECK(cudaSetDevice(device_));
   std::vector<CudaContext*> contexts{&main_ctx_};
   for (auto& l : lanes_) contexts.push_back(&l);
@@ -64,11 +64,12 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
     ZINF_CUBLAS_CHECK(cublasCreate(&ctx->blas));
     ZINF_CUBLAS_CHECK(cublasSetStream(ctx->blas, ctx->stream));
   }
-  if (std::any_of(P.activations().begin(), P.activations().end(), [](const core::ActivationSegment& a) { return a.gds; }))
+  if (std::any_of(P->activations().begin(), P->activations().end(), [](const core::ActivationSegment& a) { return a.gds; }))
     warn_no_cufile();
-  arena_ = std::make_unique<CudaDeviceArena>(arena_budget(P, device_));
+  arena_ = std::make_unique<CudaDeviceArena>(arena_budget(*P, device_));
   model_ = std::make_unique<GptCudaModel>(graph, *arena_);
   params_.init(*arena_, plan.params, space, store.get(), "params");
+  if (!trains()) return;  // a forward pass alone reads the parameters, nothing else
   grads_.init(*arena_, plan.gradients, space, store.get(), "grads");
   master_.init(*arena_, plan.optimizer, space, store.get(), "master");
   m_.init(*arena_, plan.optimizer, space, store.get(), "adam_m");
@@ -109,6 +110,7 @@ void GptCudaBackend::read_state(StateTensor which, int64_t off, int64_t n, float
 
 void GptCudaBackend::write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) {
   cudaStream_t s = main_ctx_.stream;
+  if (rounded && !trains()) return params_.write(off, n, rounded, s);
   if (rounded) return wait_both(params_.write_async(off, n, rounded, s), master_.write_async(off, n, src, s));
   state_home(which).write(off, n, src, s);
 }
@@ -120,7 +122,7 @@ void GptCudaBackend::write_state(int64_t off, int64_t n, StateTensor which, cons
 DeviceBlock GptCudaBackend::staged_shard(const Task& t, const core::ParamUnit& u) {
   const int64_t from = t.kind == TaskKind::Broadcast ? (plan.params == Tier::Device ? -1 : t.buffer) : t.source;
   if (from < 0) return {};
-  return take(dev_param_, from, P.label(t) + ": the host-to-device copy of " + u.name);
+  return take(dev_param_, from, P->label(t) + ": the host-to-device copy of " + u.name);
 }
 
 void GptCudaBackend::fetch(const Task& t) {
@@ -138,11 +140,11 @@ void GptCudaBackend::fetch(const Task& t) {
       PinnedLoan staged;
       const bf16* src = params_.host_ptr(off);
       if (t.source >= 0) {
-        staged = take(host_param_, t.source, P.label(t) + ": the NVMe read of " + u.name);
+        staged = take(host_param_, t.source, P->label(t) + ": the NVMe read of " + u.name);
         src = staged.as<bf16>();
       }
       if (!src)
-        throw std::logic_error(fmt::format("{}: parameters on the {} tier are not copied to the device", P.label(t),
+        throw std::logic_error(fmt::format("{}: parameters on the {} tier are not copied to the device", P->label(t),
                                            core::to_string(plan.params)));
       DeviceBlock dst = arena_->allocate(bytes, "parameter shard " + u.name);
       ZINF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, ctx.stream));
@@ -152,7 +154,7 @@ void GptCudaBackend::fetch(const Task& t) {
     case TaskKind::AllGather: {
       DeviceBlock staged = staged_shard(t, u);
       const bf16* shard = staged ? staged.as<bf16>() : params_.device(off);
-      DeviceBlock full = arena_->allocate(uint64_t(u.shard_numel) * uint64_t(P.data_parallel()) * sizeof(bf16),
+      DeviceBlock full = arena_->allocate(uint64_t(u.shard_numel) * uint64_t(P->data_parallel()) * sizeof(bf16),
                                           "gathered parameters " + u.name);
       comm.all_gather(shard, bytes, full.data(), u.name.c_str());
       return stage(gathered_, t.buffer, std::move(full));  // the buffer the Program names (Task::buffer)
@@ -181,7 +183,7 @@ const bf16* GptCudaBackend::gathered_for(const Task& t, int32_t u) {
   std::lock_guard<std::mutex> lock(mu);
   for (int64_t b : buffers)
     if (auto it = gathered_.find(b); it != gathered_.end()) return it->second.as<bf16>();
-  throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P.label(t), unit(u).name));
+  throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P->label(t), unit(u).name));
 }
 
 void GptCudaBackend::drop_gathered(int64_t buffer) {
@@ -211,8 +213,19 @@ void GptCudaBackend::compute(const Task& t) {
   }
   if (tiled >= 0) model_->forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a, ctx);
   else model_->forward(t.op, pbufs, a, ctx);
-  if (graph.ops[size_t(t.op)].kind == core::OpKind::Loss) set_loss(t.micro_batch, a.loss);
+  const bool loss = graph.ops[size_t(t.op)].kind == core::OpKind::Loss;
+  if (loss && keep_logits_of() >= 0 && t.micro_batch == 0) {
+    std::vector<float>& row = kept_logits_row();
+    row.resize(size_t(graph.spec.vocab));
+    ZINF_CUDA_CHECK(cudaMemcpyAsync(row.data(), a.logits.data() + keep_logits_of() * graph.spec.vocab,
+                                    row.size() * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+    sync(ctx);
+  }
+  if (loss) set_loss(t.micro_batch, a.loss);
   if (t.kind == TaskKind::Forward && ends_run_forward(t)) drop_run(t.checkpoint, a);
+  const auto release = [](DeviceTensor& v) { v.release(); };  // the model synchronized the stream
+  drop_after_forward(t, a, release);
+  if (loss && P->forward_only()) drop_head(a, release);
 }
 
 float* GptCudaBackend::grad_buffer(int32_t u, int32_t mb, const CudaContext& ctx) {
@@ -282,7 +295,7 @@ void GptCudaBackend::checkpoint(const Task& t) {
   const int64_t n = checkpoint_numel();
   const size_t bytes = size_t(n) * sizeof(float);
   if (t.kind == TaskKind::CopyD2H) {
-    if (x.n != n) throw std::logic_error(fmt::format("{}: the checkpoint is not on the device", P.label(t)));
+    if (x.n != n) throw std::logic_error(fmt::format("{}: the checkpoint is not on the device", P->label(t)));
     PinnedLoan host = pinned_.acquire(bytes);
     ZINF_CUDA_CHECK(cudaMemcpyAsync(host.as<float>(), x.data(), bytes, cudaMemcpyDeviceToHost, ctx.stream));
     sync(ctx);
@@ -290,7 +303,7 @@ void GptCudaBackend::checkpoint(const Task& t) {
     return checkpoint_saved(t.micro_batch);
   }
   if (t.kind == TaskKind::NvmeWrite) {
-    PinnedLoan host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
+    PinnedLoan host = take(ckpt_host_, key, P->label(t) + ": the checkpoint");
     store->write(checkpoint_tensor(t.checkpoint, t.micro_batch, bytes), 0, host.as<float>(), bytes).wait_or_throw();
     return;
   }
@@ -301,7 +314,7 @@ void GptCudaBackend::checkpoint(const Task& t) {
   }
   if (t.kind != TaskKind::CopyH2D)
     throw std::logic_error(fmt::format("no checkpoint transfer of kind {}", core::to_string(t.kind)));
-  PinnedLoan host = take(ckpt_host_, key, P.label(t) + ": the checkpoint");
+  PinnedLoan host = take(ckpt_host_, key, P->label(t) + ": the checkpoint");
   checkpoint_restored(t.checkpoint, t.micro_batch, [&] {
     if (x.n != n) {
       x.block = arena_->allocate(bytes, "activation checkpoint");
@@ -333,7 +346,7 @@ void GptCudaBackend::accumulate_device(bf16* home, const float* add, int64_t n, 
 void GptCudaBackend::reduce_task(const Task& t, const Key& key, int64_t off, int64_t n) {
   const CudaContext& ctx = lane(t);
   const auto& u = unit(t.unit);
-  DeviceBlock full = take(grad_full_, key, P.label(t) + ": the gradient");
+  DeviceBlock full = take(grad_full_, key, P->label(t) + ": the gradient");
   DeviceBlock shard = arena_->allocate(uint64_t(n) * sizeof(float), "reduced gradients of " + u.name);
   if (t.kind == TaskKind::ReduceScatter)
     comm.reduce_scatter(full.as<float>(), shard.as<float>(), size_t(n), u.name.c_str());
@@ -349,7 +362,7 @@ void GptCudaBackend::reduce_task(const Task& t, const Key& key, int64_t off, int
 }
 
 PinnedLoan GptCudaBackend::shard_to_host(const Task& t, const Key& key, int64_t n, const CudaContext& ctx) {
-  DeviceBlock shard = take(grad_shard_, key, P.label(t) + ": the reduced gradient");
+  DeviceBlock shard = take(grad_shard_, key, P->label(t) + ": the reduced gradient");
   PinnedLoan host = pinned_.acquire(size_t(n) * sizeof(float));
   ZINF_CUDA_CHECK(cudaMemcpyAsync(host.as<float>(), shard.data(), size_t(n) * sizeof(float), cudaMemcpyDeviceToHost,
                                   ctx.stream));
@@ -378,7 +391,7 @@ void GptCudaBackend::gradient(const Task& t) {
     PinnedLoan shard = take_if(grad_shard_host_, key);
     if (!shard) shard = shard_to_host(t, key, n, ctx);  // no copy task before the write
     PinnedLoan partial;
-    if (!first) partial = take(grad_partial_, key, P.label(t) + ": the partial gradient");
+    if (!first) partial = take(grad_partial_, key, P->label(t) + ": the partial gradient");
     PinnedLoan out = pinned_.acquire(size_t(n) * sizeof(bf16));
     accumulate_host(u, out.as<bf16>(), partial ? partial.as<bf16>() : nullptr, shard.as<float>(), n, first, last);
     grads_.write(off, n, out.as<bf16>(), ctx.stream);
@@ -414,7 +427,7 @@ void GptCudaBackend::optimizer(const Task& t) {
     return stage(sg_v_, sg, std::move(c));
   }
   if (state && t.kind == TaskKind::NvmeWrite) {
-    const std::string what = P.label(t) + ": optimizer states";
+    const std::string what = P->label(t) + ": optimizer states";
     PinnedLoan a = take(sg_master_, sg, what), b = take(sg_m_, sg, what), c = take(sg_v_, sg, what);
     IoHandle ha = master_.write_async(off, n, a.as<float>(), ctx.stream);
     IoHandle hb = m_.write_async(off, n, b.as<float>(), ctx.stream);
@@ -430,9 +443,9 @@ void GptCudaBackend::optimizer(const Task& t) {
     return stage(sg_grad_, sg, std::move(g));
   }
   if (t.kind == TaskKind::OptimizerStep) return plan.optimizer == Tier::Device ? adam_device(t) : adam_host(t);
-  if (t.data != Data::Param) throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P.label(t)));
+  if (t.data != Data::Param) throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P->label(t)));
   // Updated parameters back to their tier; before an NVMe write, the copy leaves them staged.
-  const std::string what = P.label(t) + ": the updated parameters";
+  const std::string what = P->label(t) + ": the updated parameters";
   if (t.kind == TaskKind::CopyD2H && plan.params == Tier::Nvme) {
     std::lock_guard<std::mutex> lock(mu);
     if (!sg_param_.count(sg)) throw std::logic_error(what + " are not staged");
