@@ -47,6 +47,17 @@ constexpr double kMinRate = 1e3;
 
 namespace {
 
+// The `nccl:` section: the release must be one core/nccl.hpp tables.
+NcclSpec read_nccl(ConfigReader& nc) {
+  NcclSpec s;
+  s.release = nc.choice("release", {"2.7.8", "2.8.3", "2.18.3"});
+  s.sm = static_cast<int>(nc.int_in("sm", 60, 200, 70));
+  s.ll128 = nc.boolean("ll128", false);
+  s.amd_cpu = nc.choice("cpu", {"intel", "amd"}, "intel") == "amd";
+  nc.reject_unread();
+  return s;
+}
+
 HwProfile read(ConfigReader& r) {
   using U = UnitKind;
   HwProfile hw;
@@ -153,6 +164,7 @@ HwProfile read(ConfigReader& r) {
     hw.fabric.topology = f->choice("topology", {"fat-tree", "full"}, "fat-tree");
     hw.fabric.latency = f->non_negative_number("latency", U::Seconds, 5e-6);
   }
+  if (auto nc = r.maybe_child("nccl")) hw.nccl = read_nccl(*nc);
   if (auto rs = r.maybe_child("reserve")) {
     hw.reserve.gpu = rs->fraction("gpu", 0.0);
     hw.reserve.host = rs->fraction("host", 0.0);

@@ -136,6 +136,15 @@ struct NodeSpec {
   double nic_bandwidth_total() const { return nics * nic_bandwidth; }
 };
 
+// The NCCL the profile's runs used (its `nccl:` section; core/nccl.hpp prices a call with it).
+struct NcclSpec {
+  std::string release;   // "2.7.8" | "2.8.3" | "2.18.3"; empty: no NCCL model (the simulator's per-hop latencies)
+  int sm = 70;           // the GPUs' compute capability x 10 (NCCL's tree caps and ring plateau differ by it)
+  bool ll128 = false;    // NCCL enables LL128 here (Volta/Ampere/Hopper with NVLink and the NIC on the GPU's switch)
+  bool amd_cpu = false;  // 2.8.3 on: an AMD host (NCCL's LL cap across nodes and its network post overhead differ)
+  bool enabled() const { return !release.empty(); }
+};
+
 struct FabricSpec {
   std::string topology = "fat-tree";  // fat-tree | full
   double latency = 0;                  // seconds, one hop end to end
@@ -174,6 +183,7 @@ struct HwProfile {
   MachineRecord measured_on;
   NodeSpec node;
   FabricSpec fabric;
+  NcclSpec nccl;
   Reserve reserve;
 
   double gpu_budget() const { return node.gpu.memory * (1.0 - reserve.gpu); }

@@ -201,6 +201,14 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   e.text("topology", hw.fabric.topology);
   e.number("latency", hw.fabric.latency);
   e.close();
+  if (hw.nccl.enabled()) {
+    e.open("nccl");
+    e.text("release", hw.nccl.release);
+    e.integer("sm", hw.nccl.sm);
+    e.boolean("ll128", hw.nccl.ll128);
+    e.text("cpu", hw.nccl.amd_cpu ? "amd" : "intel");
+    e.close();
+  }
   e.open("reserve");
   e.number("gpu", hw.reserve.gpu);
   e.number("host", hw.reserve.host);

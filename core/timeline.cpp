@@ -1,5 +1,7 @@
 #include "core/timeline.hpp"
+
 #include "core/json_text.hpp"
+#include "core/nccl.hpp"
 
 #include <fmt/format.h>
 
@@ -217,16 +219,28 @@ double collective_host_seconds(const Program& p, const Task& t, int rank, const 
   return moved / n.gpu.memory_bandwidth;
 }
 
-double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node) {
+namespace {
+
+// A collective's transfer time at nominal rates (latency apart), and its per-hop latency, as the
+// simulator's default hierarchical algorithm moves it (collective_seconds' comment).
+struct CollectiveCost {
+  double transfer = 0;
+  double latency = 0;
+};
+
+CollectiveCost collective_cost(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node) {
   const auto& n = hw.node;
   const bool rooted = kind == TaskKind::Broadcast || kind == TaskKind::Reduce;
   // One ring (or chain) of k members on `bw` per member, `lat` per step; `f` passes (all-reduce: 2).
   auto ring = [rooted](double k, double size, double bw, double lat, double f) {
-    if (k <= 1) return 0.0;
-    return rooted ? (k - 1) * lat + size / bw : f * (k - 1) * lat + f * (k - 1) / k * size / bw;
+    if (k <= 1) return CollectiveCost{};
+    return rooted ? CollectiveCost{size / bw, (k - 1) * lat} : CollectiveCost{f * (k - 1) / k * size / bw, f * (k - 1) * lat};
+  };
+  auto plus = [](CollectiveCost a, CollectiveCost b, double times_a = 1) {
+    return CollectiveCost{times_a * a.transfer + b.transfer, times_a * a.latency + b.latency};
   };
   const double all_reduce = kind == TaskKind::AllReduce ? 2 : 1;
-  if (parts <= 1) return 0;
+  if (parts <= 1) return {};
   if (per_node >= parts) return ring(parts, bytes, n.nvlink_bandwidth, n.nvlink_latency, all_reduce);
   double fabric = n.nic_bandwidth_total() / std::max(1, n.gpus);
   if (n.pcie_bandwidth > 0) fabric = std::min(fabric, n.pcie_bandwidth);
@@ -234,7 +248,7 @@ double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int 
   if (per_node < 1 || parts % per_node != 0)
     return ring(parts, bytes, std::min(n.nvlink_bandwidth, fabric), lat, all_reduce);
   const double L = per_node, N = double(parts) / L;
-  const double inside = ring(L, bytes, n.nvlink_bandwidth, n.nvlink_latency, 1);
+  const auto inside = ring(L, bytes, n.nvlink_bandwidth, n.nvlink_latency, 1);
   if (rooted) {
     // One chain per group crosses each node boundary from the group's root-side GPU: the groups'
     // senders are consecutive GPUs, gpus / nics of them to a NIC.
@@ -242,12 +256,30 @@ double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int 
     const double nics_used = std::ceil(double(senders) / per_nic);
     double chain = n.nic_bandwidth * std::min(1.0, nics_used / senders);
     if (n.pcie_bandwidth > 0) chain = std::min(chain, n.pcie_bandwidth);
-    return inside + ring(N, bytes, chain, lat, 1);
+    return plus(inside, ring(N, bytes, chain, lat, 1));
   }
   // Reduce-scatter inside then across (all-gather the reverse); an all-reduce reduce-scatters
   // inside, all-reduces its 1 / L across and all-gathers inside.
-  const double across = ring(N, bytes / L, fabric, lat, all_reduce);
-  return (kind == TaskKind::AllReduce ? 2 : 1) * inside + across;
+  return plus(inside, ring(N, bytes / L, fabric, lat, all_reduce), kind == TaskKind::AllReduce ? 2 : 1);
+}
+
+}  // namespace
+
+NcclCall collective_call(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node) {
+  NcclCall call;
+  const auto cost = collective_cost(hw, kind, bytes, parts, per_node);
+  if (parts <= 1) return call;
+  if (!hw.nccl.enabled()) {
+    call.latency = cost.latency;
+    call.seconds = cost.latency + cost.transfer;
+    return call;
+  }
+  const int nodes = per_node >= parts || per_node < 1 ? 1 : (parts + per_node - 1) / per_node;
+  return nccl_call(hw.nccl, kind, bytes, parts, nodes, hw.node.nvlink_bandwidth > 0, cost.transfer);
+}
+
+double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node) {
+  return collective_call(hw, kind, bytes, parts, per_node).seconds;
 }
 
 double nominal_duration(const Program& p, const Task& t, int rank, const HwProfile& hw) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/hwprofile.hpp"
+#include "core/nccl.hpp"
 #include "core/program.hpp"
 
 namespace zinf::core {
@@ -61,9 +62,15 @@ double nominal_duration(const Program& program, const Task& task, int rank, cons
 // rings of one local index across nodes, each GPU sending its 1 / per_node of the buffer at its
 // share of the node's NICs (nic_bandwidth_total / gpus; PCIe if slower; a broadcast's chains, one
 // sender per group, their NICs). A node thus takes about
-// the buffer once from the fabric per all-gather, not once per GPU. Per-step latencies included.
-// A group that does not fill whole nodes alike is a flat ring at the GPU's NIC share.
+// the buffer once from the fabric per all-gather, not once per GPU. A group that does not fill
+// whole nodes alike is a flat ring at the GPU's NIC share. With the profile's `nccl` section the
+// latency and the protocol are NCCL's (core/nccl.hpp: the call NCCL's tuning model picks, its
+// transfer scaled from the ring's at full bandwidth); without it, the per-step latencies of the
+// profile's NVLink and fabric.
 double collective_seconds(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node);
+// The call collective_seconds prices: NCCL's algorithm, protocol, latency and transfer scale (without
+// an `nccl` section: ring, Simple, the per-step latencies, scale 1).
+NcclCall collective_call(const HwProfile& hw, TaskKind kind, double bytes, int parts, int per_node);
 // A compute task (or a device-side optimizer step) as one kernel of `gpu`: core::kernel_seconds with
 // the kernel class its kind and operator give (forward or backward GEMM or attention, elementwise),
 // at the kernel's in_step_slowdown.

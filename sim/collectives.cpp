@@ -202,6 +202,13 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
   return std::move(b.phases);
 }
 
+void apply_nccl_call(std::vector<CollectivePhase>& phases, const core::NcclCall& call) {
+  for (size_t i = 0; i < phases.size(); ++i) {
+    phases[i].latency = i == 0 ? call.latency : 0.0;
+    for (auto& f : phases[i].flows) f.bytes *= call.transfer_scale;
+  }
+}
+
 size_t execute_phase(const Platform& platform, const CollectivePhase& p) {
   size_t started = 0;
   if (p.latency > 0) {

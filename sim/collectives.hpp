@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/nccl.hpp"
 #include "core/program.hpp"
 #include "sim/platform.hpp"
 
@@ -58,6 +59,12 @@ struct HopLatency {
 
 std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, CollectiveAlgorithm algorithm,
                                                const HopLatency& latency);
+
+// The phases of one NCCL call priced by NCCL's tuning model (core/nccl.hpp): its latency once,
+// before the first phase, in place of the per-hop latencies, and every flow's bytes scaled by the
+// call's transfer_scale (the protocol's or the tree's bandwidth against the ring/Simple the flows
+// carry), so that contention on shared links still decides how long they take.
+void apply_nccl_call(std::vector<CollectivePhase>& phases, const core::NcclCall& call);
 
 // Runs one phase on the platform's GPUs, from inside an actor: waits its latency, starts every flow
 // and waits for all of them. Returns the number of activities it started.

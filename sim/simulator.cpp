@@ -451,6 +451,11 @@ private:
     const int stride = program_.tensor_parallel();
     auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root), stride}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
+    // With the profile's NCCL: the call's latency and protocol as NCCL's tuning model prices them,
+    // over the data-parallel group (ranks / T) with G / T members in each node.
+    if (platform_.hw().nccl.enabled())
+      apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, ranks_ / stride,
+                                                    ranks_ > G ? G / stride : ranks_ / stride));
     if (fold_) phases = fold(phases, G);
     for (const auto& p : phases) {
       const double begin = sg4::Engine::get_clock();
@@ -482,6 +487,7 @@ private:
     }
     auto phases = collective_phases({t.kind, k, k, t.bytes, std::max(0, t.root)}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
+    if (platform_.hw().nccl.enabled()) apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, k, k));
     const int base = group * k;
     for (auto& p : phases) {
       for (auto& f : p.flows) {
