@@ -43,11 +43,19 @@ TEST_CASE_METHOD(Fixture, "the idealized schedule is a valid timeline of its pro
   INFO((chk.errors.empty() ? "" : chk.errors.front()));
   CHECK(chk.ok());
   REQUIRE(chk.peak_bytes.size() == 2);
-  CHECK(at(chk.peak_bytes[0], Tier::Device) == at(r.plan.peak_bytes, Tier::Device));
+  // The plan's peak is the worst of the nominal schedule and two with data or compute 100x faster
+  // (schedule_peak): the nominal timeline stays within it.
+  CHECK(at(chk.peak_bytes[0], Tier::Device) <= at(r.plan.peak_bytes, Tier::Device));
   CHECK(tl.makespan() == Approx(estimate_step_time(r.program, hw)));
   size_t real_tasks = 0;
   for (const auto& t : r.program.tasks()) real_tasks += t.kind != TaskKind::Alloc && t.kind != TaskKind::Free;
   CHECK(tl.events.size() == 2 * real_tasks);
+  // With per-hop latencies (no NCCL model) this small program's worst case is the nominal one itself.
+  hw.nccl = {};
+  const PlanResult plain = make_plan(g, hw, c, 4);
+  const TimelineCheck plain_chk = check_timeline(plain.program, schedule_ideal(plain.program, hw, {0, 3}));
+  CHECK(plain_chk.ok());
+  CHECK(at(plain_chk.peak_bytes[0], Tier::Device) == at(plain.plan.peak_bytes, Tier::Device));
 }
 
 TEST_CASE_METHOD(Fixture, "timelines are written as CSV and as Chrome trace JSON", "[timeline]") {
