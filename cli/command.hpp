@@ -20,6 +20,7 @@ void add_validate_command(CLI::App& app);
 void add_io_bench_command(CLI::App& app);
 void add_profile_hw_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
 
 // The source tree zinf was built from: the default home of models/, hwprofiles/, configs/.
 std::string source_dir();

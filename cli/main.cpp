@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   // The commands, in the order `zinf --help` lists them.
   using namespace zinf::cli;
   for (auto add : {add_plan_command, add_train_command, add_sim_command, add_tune_command, add_sweep_command,
-                   add_validate_command, add_io_bench_command, add_profile_hw_command, add_tokenize_command})
+                   add_validate_command, add_io_bench_command, add_profile_hw_command, add_tokenize_command,
+                   add_sample_command})
     add(app);
   try {
     app.parse(argc, argv);

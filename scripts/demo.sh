@@ -5,7 +5,8 @@
 # kind of run predicted at paper scale: a 100B model with its states on NVMe on one simulated DGX-2.
 # The run warms its learning rate up and decays it by a cosine (configs/demo.yaml), measures its
 # loss on a held-out tenth of the corpus every 50 steps, records every step and evaluation in
-# out/demo/metrics.jsonl and ends with its curves in out/demo/metrics.png.
+# out/demo/metrics.jsonl, continues a prompt from its last checkpoint with `zinf sample`, and ends
+# with its curves in out/demo/metrics.png.
 # `demo.sh --train-args` prints the training run's model, config and device budget (its test uses them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +24,8 @@ rm -rf "$OUT" && mkdir -p "$OUT/nvme"
   --checkpoint-dir "$OUT/checkpoints" --timeline "$OUT/timeline.csv" --trace "$OUT/timeline.trace.json" \
   --export "$OUT/gpt-demo.safetensors" --metrics "$OUT/metrics.jsonl" --eval-every 50 --eval-batches 8
 /usr/bin/python3 analysis/train_report.py "$OUT/metrics.jsonl" --out "$OUT/metrics.png"
+echo "--- a sample from the trained model (its last checkpoint, through the same tiers):"
+./build/zinf sample --checkpoint "$OUT/checkpoints" --config demo --device-memory 0.018 --nvme-dir "$OUT/nvme" \
+  --prompt "Q: Why" --tokens 60 --seed 1
 echo
 ./build/zinf sim --model gpt-100b --hw dgx2-v100 --config experiments/sim/paper-node-nvme.yaml

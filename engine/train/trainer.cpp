@@ -142,28 +142,7 @@ struct Trainer::Impl {
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("{}: {}", opt.config_source, e.what()));
     }
-    std::optional<BpeTokenizer> tokenizer;
-    if (!opt.tokenizer.empty()) tokenizer = BpeTokenizer::load(opt.tokenizer);
-    corpus = TokenCorpus::load(opt.data, tokenizer ? &*tokenizer : nullptr);
-    if (!tokenizer && corpus.vocab == 256 && opt.model.vocab > 256 && fs::path(corpus.source).extension() != ".bin")
-      note(fmt::format("data {} is read as bytes (ids 0-255) for a model with a vocabulary of {}: pass --tokenizer "
-                       "(GPT-2's vocab.json + merges.txt or tokenizer.json) to train on BPE tokens",
-                       corpus.source, opt.model.vocab));
-    if (corpus.vocab > opt.model.vocab)
-      throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
-                                           corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
-    // The held-out split: its own data, or the end of this data, which training then leaves out.
-    if (!opt.val_data.empty()) {
-      held_out = TokenCorpus::load(opt.val_data, tokenizer ? &*tokenizer : nullptr);
-      if (held_out->vocab > opt.model.vocab)
-        throw std::runtime_error(fmt::format("held-out data {}: token ids go up to {}, but model {} has a vocabulary of {}",
-                                             held_out->source, held_out->vocab - 1, opt.model.name, opt.model.vocab));
-    } else if (opt.val_fraction > 0) {
-      held_out = corpus.split_tail(opt.val_fraction, opt.model.seq + 1);
-    }
-    // The ranks of a tensor-parallel group train on the same micro-batches: data by data-parallel rank.
-    loader = std::make_unique<BatchLoader>(corpus, opt.model.micro_batch, opt.model.seq, dp.rank(), dp.size(),
-                                           opt.data_seed);
+    if (!opt.sampling) load_data();
     GptBackendOptions bo;
     if (!opt.nvme_dir.empty()) {
       std::error_code ec;
@@ -210,6 +189,66 @@ struct Trainer::Impl {
     // The group tensors initialization or resume read went through the heap, which keeps freed
     // memory (above); the steps stage through the StagingCache, so that memory goes back now.
     malloc_trim(0);
+  }
+
+  // The training data (and the held-out split), and the loader that deals it to this rank.
+  void load_data() {
+    std::optional<BpeTokenizer> tokenizer;
+    if (!opt.tokenizer.empty()) tokenizer = BpeTokenizer::load(opt.tokenizer);
+    corpus = TokenCorpus::load(opt.data, tokenizer ? &*tokenizer : nullptr);
+    if (!tokenizer && corpus.vocab == 256 && opt.model.vocab > 256 && fs::path(corpus.source).extension() != ".bin")
+      note(fmt::format("data {} is read as bytes (ids 0-255) for a model with a vocabulary of {}: pass --tokenizer "
+                       "(GPT-2's vocab.json + merges.txt or tokenizer.json) to train on BPE tokens",
+                       corpus.source, opt.model.vocab));
+    if (corpus.vocab > opt.model.vocab)
+      throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
+                                           corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
+    // The held-out split: its own data, or the end of this data, which training then leaves out.
+    if (!opt.val_data.empty()) {
+      held_out = TokenCorpus::load(opt.val_data, tokenizer ? &*tokenizer : nullptr);
+      if (held_out->vocab > opt.model.vocab)
+        throw std::runtime_error(fmt::format("held-out data {}: token ids go up to {}, but model {} has a vocabulary of {}",
+                                             held_out->source, held_out->vocab - 1, opt.model.name, opt.model.vocab));
+    } else if (opt.val_fraction > 0) {
+      held_out = corpus.split_tail(opt.val_fraction, opt.model.seq + 1);
+    }
+    // The ranks of a tensor-parallel group train on the same micro-batches: data by data-parallel rank.
+    loader = std::make_unique<BatchLoader>(corpus, opt.model.micro_batch, opt.model.seq, dp.rank(), dp.size(),
+                                           opt.data_seed);
+  }
+
+  // The forward-only Program next_token_logits runs, planned and checked on first use.
+  std::unique_ptr<core::PlanResult> sample_forward;
+  std::unique_ptr<Executor> sample_executor;
+
+  std::vector<float> next_token_logits(const std::vector<int32_t>& context) {
+    if (comm.size() > 1) throw std::logic_error("next_token_logits runs in one process, not over MPI ranks");
+    if (context.empty()) throw std::invalid_argument("sampling needs at least one token of context (a prompt)");
+    for (int32_t t : context)
+      if (t < 0 || t >= opt.model.vocab)
+        throw std::invalid_argument(fmt::format("token {} is outside model {}'s vocabulary of {}", t, opt.model.name,
+                                                opt.model.vocab));
+    if (!sample_forward) {
+      sample_forward = std::make_unique<core::PlanResult>(core::make_forward_plan(
+          graph, opt.hw, core::forward_config(opt.config, planned.plan), 1, core::ForwardBeside::TrainingStates));
+      if (const auto broken = core::validate_program(sample_forward->program); !broken.empty())
+        throw std::logic_error(invalid_program_message("the planner produced a forward-only Program that breaks its invariants",
+                                                       broken));
+      sample_executor = std::make_unique<Executor>(sample_forward->program, 0, *backend);
+    }
+    // The context's last seq tokens at the start of micro-batch 0's first row; the positions after
+    // it (zeros) cannot reach back to it through causal attention. Targets are not used.
+    const int64_t seq = opt.model.seq, n = std::min<int64_t>(seq, int64_t(context.size()));
+    Batch b;
+    b.micro_batch = opt.model.micro_batch;
+    b.seq = seq;
+    b.inputs.assign(size_t(b.micro_batch * seq), 0);
+    b.targets.assign(size_t(b.micro_batch * seq), 0);
+    std::copy(context.end() - n, context.end(), b.inputs.begin());
+    std::vector<Batch> batches{std::move(b)};
+    backend->begin_forward(sample_forward->program, std::move(batches), n - 1);
+    sample_executor->run_step();
+    return backend->kept_logits();
   }
 
   // The graph whose shapes checkpoints, imports and exports have: the whole model's.
@@ -297,6 +336,7 @@ struct Trainer::Impl {
   }
 
   StepStats step() {
+    if (!loader) throw std::logic_error("step: a Trainer made for sampling has no training data");
     std::vector<Batch> batches;
     for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
     const core::StepRates rates =
@@ -390,6 +430,7 @@ struct Trainer::Impl {
   // Rank 0 writes the state file as the groups are gathered, one group's tensor at a time, so a
   // checkpoint of a model larger than RAM is written from the tiers straight to the file.
   std::string save_checkpoint() {
+    if (!loader) throw std::logic_error("save_checkpoint: a Trainer made for sampling trains nothing to save");
     if (opt.checkpoint_dir.empty()) throw std::runtime_error("no checkpoint directory was given (--checkpoint-dir)");
     const std::string name = fmt::format("step-{:08d}", steps_done);
     GatherSequence seq = gather_sequence(true);
@@ -449,7 +490,7 @@ struct Trainer::Impl {
       throw std::runtime_error(fmt::format("checkpoint {}: field 'lr_schedule' must hold the schedule and the step {} "
                                            "it reached",
                                            meta_path, steps_done));
-    if (saved["schedule"] != core::to_json(schedule))
+    if (saved["schedule"] != core::to_json(schedule) && !opt.sampling)  // sampling takes no step
       note(fmt::format("checkpoint {} was trained with lr schedule {}; continuing at step {} with this run's {}", meta_path,
                        saved["schedule"].dump(), steps_done + 1, core::to_json(schedule).dump()));
   }
@@ -515,7 +556,7 @@ struct Trainer::Impl {
       throw std::runtime_error(fmt::format("checkpoint {}: field 'data_position' ({}) is not a multiple of {} "
                                            "data-parallel ranks",
                                            c.meta_path, slots, dp.size()));
-    loader->seek(slots / uint64_t(dp.size()));
+    if (loader) loader->seek(slots / uint64_t(dp.size()));  // sampling reads no data
   }
 };
 
@@ -537,6 +578,9 @@ StepStats Trainer::step() { return impl_->step(); }
 bool Trainer::evaluates() const { return impl_->evaluator != nullptr; }
 const core::Program* Trainer::eval_program() const {
   return impl_->evaluator ? &impl_->evaluator->forward().program : nullptr;
+}
+std::vector<float> Trainer::next_token_logits(const std::vector<int32_t>& context) {
+  return impl_->next_token_logits(context);
 }
 EvalStats Trainer::evaluate() {
   Impl& I = *impl_;

@@ -56,6 +56,9 @@ struct TrainerOptions {
   std::string val_data;
   double val_fraction = 0;
   int64_t eval_batches = 10;     // held-out micro-batches per evaluation, over all data-parallel ranks
+  // Forward passes only (next_token_logits, as `zinf sample` runs them): no training data is read,
+  // and step(), evaluate() and save_checkpoint() are refused.
+  bool sampling = false;
   std::string nvme_dir;          // required when the plan puts a state on NVMe; rank r uses <dir>/rank<r>
   uint64_t data_seed = 1234;
   int64_t total_steps = 0;       // the run's length (--steps): what an `auto` length of the lr schedule means
@@ -122,6 +125,11 @@ public:
   EvalStats evaluate();
   // The forward-only Program evaluate() runs (null without a held-out split).
   const core::Program* eval_program() const;
+  // The logits of the token that follows `context` (its last seq tokens, when longer), one per
+  // vocabulary entry: the model's forward pass through a forward-only Program over this run's tiers,
+  // as evaluate() runs it. One process only (throws std::logic_error on more ranks, or under tensor
+  // parallelism); throws std::invalid_argument on an empty context or a token outside the vocabulary.
+  std::vector<float> next_token_logits(const std::vector<int32_t>& context);
   // Collective: whether `mine` is true on any rank (e.g. a signal that reached one of them).
   bool any_rank(bool mine);
 
