@@ -5,6 +5,7 @@
 #include "core/plan_state.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -89,7 +90,13 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   t.source = f.shard_buf;
   std::vector<MemEvent> frees;
   if (f.shard_buf >= 0) frees.push_back({Tier::Device, f.shard_buf, shard});
-  f.last_task = ps.builder_.add(t, {prev_compute, f.h2d_task}, {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
+  // DeepSpeed's synchronizing fetch: the gather waits for every device copy issued before it
+  // (collectives before it already precede it on the comm lane).
+  const bool sync = ps.config_.deepspeed.fetch_syncs_device;
+  f.last_task = ps.builder_.add(t,
+                                {prev_compute, f.h2d_task, sync ? ps.builder_.last_on(Lane::H2D) : -1,
+                                 sync ? ps.builder_.last_on(Lane::D2H) : -1},
+                                {{Tier::Device, f.gathered_buf, gathered_mem}}, frees);
 }
 
 namespace {
@@ -578,6 +585,29 @@ std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i) {
   return out;
 }
 
+// What a DeepSpeed release's engine makes step i's compute wait for (DeepSpeedBehaviour): with a
+// synchronizing fetch, when the step fetches a unit, every device task issued before the step's
+// fetches (the device is idle when the module starts); without backward NVMe prefetch, the NVMe
+// reads of backward fetches issued at this step (the thread reads them before it issues the step).
+static void deepspeed_waits(const PlanState& ps, size_t i, const std::vector<int32_t>& reads_here,
+                            const std::array<int32_t, 3>& device_before, std::vector<int32_t>& deps) {
+  const auto& ds = ps.config_.deepspeed;
+  const Step& st = ps.steps_[i];
+  if (ds.fetch_syncs_device) {
+    bool fetches = false;
+    for (uint32_t k = 0; k < st.units_count; ++k) {
+      const int32_t f = ps.use_fetch_[st.units_begin + k];
+      fetches = fetches || (f >= 0 && ps.fetches_[static_cast<size_t>(f)].consumer == static_cast<int32_t>(i));
+    }
+    if (fetches) deps.insert(deps.end(), device_before.begin(), device_before.end());
+  }
+  if (!ds.backward_nvme_prefetch)
+    for (int32_t f : reads_here) {
+      const Fetch& fe = ps.fetches_[static_cast<size_t>(f)];
+      if (ps.steps_[static_cast<size_t>(fe.consumer)].kind == TaskKind::Backward) deps.push_back(fe.nc_task);
+    }
+}
+
 void emit(PlanState& ps) {
   if (ps.forward_only_) return emit_forward(ps);
   const size_t S = ps.steps_.size();
@@ -589,6 +619,8 @@ void emit(PlanState& ps) {
   int32_t prev = -1;
   for (size_t i = 0; i < S; ++i) {
     const Step& st = ps.steps_[i];
+    const std::array<int32_t, 3> device_before{ps.builder_.last_on(Lane::Comm), ps.builder_.last_on(Lane::H2D),
+                                               ps.builder_.last_on(Lane::D2H)};
     for (int32_t f : at.nc[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 0, prev);
     for (int32_t f : at.h2d[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 1, prev);
     for (int32_t f : at.ag[i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], 2, prev);
@@ -596,7 +628,8 @@ void emit(PlanState& ps) {
     for (int32_t r : at.act_load[i]) emit_activation_load(ps, static_cast<size_t>(r), st.mb, prev);
 
     const Task t = compute_task(ps, st);
-    const StepEvents ev = step_events(ps, i, prev);
+    StepEvents ev = step_events(ps, i, prev);
+    deepspeed_waits(ps, i, at.nc[i], device_before, ev.deps);
     const int32_t computed = ps.compute_task_[i] = ps.builder_.add(t, ev.deps, ev.allocs, ev.frees);
     if (auto& start = ps.builder_.backward_starts()[static_cast<size_t>(st.mb)];
         st.kind == TaskKind::Backward && start.task < 0)
@@ -626,6 +659,9 @@ void finish_program(PlanState& ps) {
   ps.builder_.op_order() = ps.order_;
   ps.builder_.budget() = ps.plan_.budget;
   ps.builder_.lane_slots() = lane_slots_for(ps.config_);
+  // The passes are ZeRO-3's (partition_parameters.py): stages 0-2 reduce through stage2.py's buckets.
+  ps.builder_.gather_device_passes() = ps.params_partitioned() ? ps.config_.deepspeed.gather_device_passes : 0;
+  ps.builder_.reduce_device_passes() = ps.params_partitioned() ? ps.config_.deepspeed.reduce_device_passes : 0;
   ps.builder_.activations() = ps.segments_;
   ps.builder_.ops().clear();
   for (const auto& o : ps.graph_.ops) {

@@ -36,7 +36,9 @@ void make_fetches(PlanState& ps) {
         ps.use_fetch_[s.units_begin + k] = last_fetch[static_cast<size_t>(u)];
         continue;
       }
-      if (prev >= 0 && used_before[i] - used_before[static_cast<size_t>(prev) + 1] < ps.config_.reuse_distance_bytes) {
+      // DeepSpeed's misaligned trace (DeepSpeedBehaviour::trace_misaligned) finds no reuse: every use fetches.
+      const double reuse = ps.config_.deepspeed.trace_misaligned ? 0.0 : ps.config_.reuse_distance_bytes;
+      if (prev >= 0 && used_before[i] - used_before[static_cast<size_t>(prev) + 1] < reuse) {
         const int32_t f = last_fetch[static_cast<size_t>(u)];
         ps.fetches_[static_cast<size_t>(f)].release = static_cast<int32_t>(i);
         ps.use_fetch_[s.units_begin + k] = f;
@@ -56,11 +58,15 @@ void make_fetches(PlanState& ps) {
 // A stage with distance d of a fetch consumed at step j is issued before step j - d (so it runs beside
 // step j - d - ... j - 1), after compute step j - d - 1 has ended. The stage that allocates the whole
 // unit on the device is held back further while the bytes that may be live at its start exceed
-// max_live_bytes.
+// max_live_bytes (with DeepSpeed's rule, prefetch_while_under_live: while the bytes live before it
+// reach max_live_bytes). A DeepSpeed release's behaviours (core/deepspeed_release.hpp) move stages:
+// a misaligned trace prefetches nothing (every distance 0); without backward NVMe prefetch, a
+// backward fetch's NVMe read and copy are issued with its all-gather.
 void schedule_prefetch(PlanState& ps) {
-  const int32_t d_nc = static_cast<int32_t>(ps.config_.nvme_prefetch_distance);
-  const int32_t d_h2d = static_cast<int32_t>(ps.config_.h2d_prefetch_distance);
-  const int32_t d_ag = static_cast<int32_t>(ps.config_.allgather_prefetch_distance);
+  const auto& ds = ps.config_.deepspeed;
+  const int32_t d_nc = ds.trace_misaligned ? 0 : static_cast<int32_t>(ps.config_.nvme_prefetch_distance);
+  const int32_t d_h2d = ds.trace_misaligned ? 0 : static_cast<int32_t>(ps.config_.h2d_prefetch_distance);
+  const int32_t d_ag = ds.trace_misaligned ? 0 : static_cast<int32_t>(ps.config_.allgather_prefetch_distance);
   using Live = std::pair<int32_t, double>;  // (release step, bytes)
   std::priority_queue<Live, std::vector<Live>, std::greater<>> live;
   double live_bytes = 0;
@@ -76,7 +82,9 @@ void schedule_prefetch(PlanState& ps) {
         live_bytes -= live.top().second;
         live.pop();
       }
-      if (t >= f.consumer || live_bytes + bytes <= ps.config_.max_live_bytes) break;
+      const bool room = ds.prefetch_while_under_live ? live_bytes < ps.config_.max_live_bytes
+                                                     : live_bytes + bytes <= ps.config_.max_live_bytes;
+      if (t >= f.consumer || room) break;
       ++t;
     }
     t_prev = t;
@@ -90,6 +98,9 @@ void schedule_prefetch(PlanState& ps) {
       f.t_h2d = std::min(t, std::max(0, f.consumer - d_h2d));
     }
     f.t_nc = std::min(f.t_h2d, std::max(0, f.consumer - d_nc));
+    if (!ds.backward_nvme_prefetch && ps.plan_.params == Tier::Nvme &&
+        ps.steps_[static_cast<size_t>(f.consumer)].kind == TaskKind::Backward)
+      f.t_nc = f.t_h2d = f.t_ag;
   }
   // Monotone per stage, so that each lane's order follows the fetch order.
   int32_t a = 0, h = 0, n = 0;

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -62,6 +63,7 @@ public:
     p_.events_.insert(p_.events_.end(), frees.begin(), frees.end());
     t.frees_count = static_cast<uint32_t>(frees.size());
     p_.tasks_.push_back(t);
+    last_[static_cast<size_t>(t.lane)] = t.id;
     return t.id;
   }
 
@@ -69,7 +71,10 @@ public:
   void reset() {
     p_ = Program{};
     next_buffer_ = 0;
+    last_.fill(-1);
   }
+  // The last task added on `lane` so far (-1: none).
+  int32_t last_on(Lane lane) const { return last_[static_cast<size_t>(lane)]; }
   // The Program's fields the planner fills in directly.
   auto& op_order() { return p_.op_order_; }
   auto& shard_space() { return p_.shard_space_; }
@@ -89,11 +94,14 @@ public:
   auto& static_bytes() { return p_.static_bytes_; }
   auto& peak() { return p_.peak_; }
   auto& lane_slots() { return p_.lane_slots_; }
+  auto& gather_device_passes() { return p_.gather_device_passes_; }
+  auto& reduce_device_passes() { return p_.reduce_device_passes_; }
   Program& program() { return p_; }
 
 private:
   Program& p_;
   int64_t next_buffer_ = 0;
+  std::array<int32_t, kLaneCount> last_{-1, -1, -1, -1, -1, -1, -1};
 };
 
 namespace planning {

@@ -176,6 +176,8 @@ void Program::write_json(std::ostream& out) const {
   for (int l = 0; l < kLaneCount; ++l)
     out << (l ? "," : "") << fmt::format("\"{}\":{}", to_string(static_cast<Lane>(l)), lane_slots_[static_cast<size_t>(l)]);
   out << "},\n";
+  out << fmt::format("\"gather_device_passes\":{},\n\"reduce_device_passes\":{},\n", gather_device_passes_,
+                     reduce_device_passes_);
   out << "\"static_bytes\":[";
   for (size_t i = 0; i < static_bytes_.size(); ++i) out << (i ? "," : "") << per_tier_json(static_bytes_[i]);
   out << "],\n\"shard_space\":[";

@@ -282,6 +282,14 @@ public:
   // above 1 only for Lane::NvmeRead and Lane::NvmeWrite (the run config's aio.tasks_in_flight).
   int lane_slots(Lane lane) const { return lane_slots_[static_cast<size_t>(lane)]; }
 
+  // Passes over its whole buffer the device makes beside the transfer, for each parameter
+  // all-gather and each gradient reduce-scatter: copies between a list of tensors and the flat
+  // buffer the collective library moves, a zero fill (a DeepSpeed release's engine,
+  // DeepSpeedBehaviour; 0 for zinf's). Executors charge them at the device's memory bandwidth
+  // (core::collective_device_seconds).
+  int gather_device_passes() const { return gather_device_passes_; }
+  int reduce_device_passes() const { return reduce_device_passes_; }
+
   // "fwd h.3.mlp.c_fc[t1/4] mb0", "allgather h.3.ln_1 (bwd) mb1", "adam sg4".
   std::string label(const Task& t) const;
 
@@ -312,6 +320,8 @@ private:
   PerTier budget_{};
   PerTier peak_{};
   std::array<int32_t, kLaneCount> lane_slots_{1, 1, 1, 1, 1, 1, 1};
+  int gather_device_passes_ = 0;
+  int reduce_device_passes_ = 0;
 };
 
 }  // namespace zinf::core

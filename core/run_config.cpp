@@ -111,6 +111,22 @@ RunConfig read_yaml(ConfigReader& r) {
       a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,
                                         c.aio_block_size));
   }
+  if (r.has("deepspeed_release")) {
+    try {
+      c.deepspeed = deepspeed_release_behaviour(r.str("deepspeed_release"));
+    } catch (const std::invalid_argument& e) {
+      r.fail("deepspeed_release", e.what());
+    }
+  }
+  if (auto b = r.maybe_child("deepspeed_behaviour")) {
+    auto& d = c.deepspeed;
+    d.fetch_syncs_device = b->boolean("fetch_syncs_device", d.fetch_syncs_device);
+    d.backward_nvme_prefetch = b->boolean("backward_nvme_prefetch", d.backward_nvme_prefetch);
+    d.gather_device_passes = static_cast<int>(b->int_in("gather_device_passes", 0, 8, d.gather_device_passes));
+    d.reduce_device_passes = static_cast<int>(b->int_in("reduce_device_passes", 0, 8, d.reduce_device_passes));
+    d.prefetch_while_under_live = b->boolean("prefetch_while_under_live", d.prefetch_while_under_live);
+    d.trace_misaligned = b->boolean("trace_misaligned", d.trace_misaligned);
+  }
   // pinned.buffer_count and pinned.buffer_size are gone: host staging is the Program's host buffers
   // (its MemEvents, counted in the plan's host peak), not a count x size of equal buffers.
   if (r.has("pinned"))

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/deepspeed_release.hpp"
+
 namespace zinf::core {
 
 // The prefetch distances by default, in operators ahead of the compute that uses a parameter: the
@@ -119,6 +121,10 @@ struct RunConfig {
   // Backpressure on backward: a backward step that starts new gradients waits until the gradient
   // stored this many stores ago is stored (bounds the gradient buffers on the device).
   int64_t gradient_stores_in_flight = 4;
+  // What the engine does around each fetch and reduction beyond the settings above: zinf's own
+  // (the defaults), or a DeepSpeed release's (`deepspeed_release:`, switches in `deepspeed_behaviour:`;
+  // core/deepspeed_release.hpp). Planned and simulated; the engine runs zinf's.
+  DeepSpeedBehaviour deepspeed;
 };
 
 // zinf's YAML run config. Unknown keys are errors.

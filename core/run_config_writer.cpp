@@ -73,6 +73,13 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
   if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
   out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);
   out += fmt::format("gradient_stores_in_flight: {}\n", c.gradient_stores_in_flight);
+  const auto& d = c.deepspeed;
+  if (!d.release.empty()) out += fmt::format("deepspeed_release: \"{}\"\n", d.release);
+  out += fmt::format(
+      "deepspeed_behaviour: {{fetch_syncs_device: {}, backward_nvme_prefetch: {}, gather_device_passes: {}, "
+      "reduce_device_passes: {}, prefetch_while_under_live: {}, trace_misaligned: {}}}\n",
+      d.fetch_syncs_device, d.backward_nvme_prefetch, d.gather_device_passes, d.reduce_device_passes,
+      d.prefetch_while_under_live, d.trace_misaligned);
   return out;
 }
 

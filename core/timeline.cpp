@@ -197,6 +197,17 @@ double group_ranks(const Program& p, const Task& t) {
 
 }  // namespace
 
+double collective_device_seconds(const Program& p, const Task& t, const HwProfile& hw) {
+  int passes = 0;
+  if (t.kind == TaskKind::AllGather && t.data == Data::Param) passes = p.gather_device_passes();
+  if (t.kind == TaskKind::ReduceScatter && t.data == Data::Grad) passes = p.reduce_device_passes();
+  const auto& g = hw.node.gpu;
+  if (passes == 0 || t.bytes <= 0 || g.memory_bandwidth <= 0) return 0;
+  // t.bytes counts the whole buffer at 2 bytes an element; the device holds it at its working size.
+  const double buffer = t.bytes / 2 * g.working_bytes;
+  return passes * buffer / (g.memory_bandwidth * g.elementwise_efficiency);
+}
+
 double collective_host_seconds(const Program& p, const Task& t, int rank, const HwProfile& hw) {
   const auto& n = hw.node;
   if (!n.device_shares_host_cores || n.gpu.memory_bandwidth <= 0 || t.bytes <= 0) return 0;
@@ -311,7 +322,7 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
       // Over all ranks under tensor parallelism T: T data-parallel groups of ranks / T at once
       // (Program::tensor_parallel), each across nodes as soon as the ranks are.
       const int parts = static_cast<int>(group_ranks(p, t));
-      const double host = collective_host_seconds(p, t, rank, hw);
+      const double host = collective_host_seconds(p, t, rank, hw) + collective_device_seconds(p, t, hw);
       if (parts <= 1) return host;
       // A group of one node, or under tensor parallelism T over all ranks, G / T members in each.
       const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;

@@ -85,6 +85,13 @@ std::string in_step_key(const Program& program, const Task& task);
 // copy (of the bf16 shard; of the working-precision gradient). 0 for a GPU profile, and for other data.
 double collective_host_seconds(const Program& program, const Task& task, int rank, const HwProfile& hw);
 
+// The device's own work beside a collective's transfer, in seconds at its memory bandwidth (x its
+// elementwise efficiency): the passes over the whole buffer (at the working precision) the
+// Program states for each parameter all-gather and gradient reduce-scatter
+// (Program::gather_device_passes, reduce_device_passes: a DeepSpeed release's list copies and
+// zero fill). 0 for other tasks and for zinf's engine.
+double collective_device_seconds(const Program& program, const Task& task, const HwProfile& hw);
+
 // The idealized list scheduler: each lane of each rank a serial resource running its tasks in
 // program order at nominal rates, a task starting when its dependencies (for collectives: on all
 // participants) have ended. Bandwidth-centric programs are symmetric, so one rank is scheduled and

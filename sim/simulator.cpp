@@ -401,6 +401,9 @@ private:
         // A CPU-backend device's widening or scaling beside the transfer (0 on a GPU profile).
         if (const double s = core::collective_host_seconds(program_, t, rank, platform_.hw()); s > 0)
           host_work(rank, platform_.gpu(rank), s);
+        // The copies the Program states beside the transfer (a DeepSpeed release's list collectives),
+        // on the collective's stream.
+        latency(core::collective_device_seconds(program_, t, platform_.hw()));
         break;
       case TaskKind::GradNorm:
         if (t.lane == Lane::CpuOptim)
