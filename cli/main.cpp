@@ -1,5 +1,6 @@
 #include <fmt/core.h>
 
+#include <cstdlib>
 #include <exception>
 
 #include "cli/command.hpp"
@@ -15,6 +16,9 @@ std::string source_dir() { return ZINF_SOURCE_DIR; }
 }  // namespace zinf::cli
 
 int main(int argc, char** argv) {
+  // Every command runs its GEMMs (training, profile-hw's rates, validate's children) on the same BLAS
+  // threads: the environment's OPENBLAS_NUM_THREADS, else 1 (engine/build_info.hpp).
+  zinf::engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"));
   CLI::App app{"zinf: ZeRO-Infinity-class training and its simulator"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "zinf 0.1.0 (" + zinf::engine::describe(zinf::engine::build_info()) +

@@ -239,6 +239,9 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                  trainer.eval_program()->tasks().size());
     if (trainer.lr_schedule().kind != core::LrScheduleKind::Constant)
       fmt::print("lr schedule: {} (peak lr {:g})\n", core::describe(trainer.lr_schedule()), o.config.lr);
+    // The GEMMs' BLAS threads, as main pinned them: what a profile of this machine must be measured with.
+    if (std::string(trainer.backend()) == "cpu")
+      fmt::print("{}\n", engine::describe(engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"))));
     if (trainer.step_count() > 0)
       fmt::print("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
                  core::format_bytes(engine::peak_rss()),

@@ -77,6 +77,7 @@ HwProfile read(ConfigReader& r) {
     hw.measured_on.memory = m->positive_number("memory", U::Bytes);
     hw.measured_on.disk = m->str("disk", "");
     hw.measured_on.blas = m->str("blas", "");
+    hw.measured_on.blas_threads = static_cast<int>(m->int_in("blas_threads", 0, 4096, 0));
     m->reject_unread();
   }
   auto n = r.child("node");
@@ -210,6 +211,9 @@ std::vector<std::string> machine_differences(const MachineRecord& profiled, cons
   if (!profiled.blas.empty() && !here.blas.empty() && profiled.blas != here.blas)
     out.push_back("OpenBLAS kernels: '" + profiled.blas + "' profiled, '" + here.blas +
                   "' here (OPENBLAS_CORETYPE chooses them, and GEMM rates follow)");
+  if (profiled.blas_threads > 0 && here.blas_threads > 0 && profiled.blas_threads != here.blas_threads)
+    out.push_back("OpenBLAS threads: " + std::to_string(profiled.blas_threads) + " profiled, " +
+                  std::to_string(here.blas_threads) + " here (OPENBLAS_NUM_THREADS sets them; zinf pins 1 when unset)");
   return out;
 }
 

@@ -169,12 +169,13 @@ struct MachineRecord {
   std::string disk;                    // the block device and file system under the NVMe directory
   std::string blas;                    // OpenBLAS's kernel set the rates were taken with (OPENBLAS_CORETYPE
                                        // can force one; GEMM rates follow it); empty when not recorded
+  int blas_threads = 0;                // OpenBLAS threads per process the rates were taken with; 0: not recorded
   bool empty() const { return cpu.empty(); }
 };
 
 // How `here` differs from the machine a profile was measured on, one line per difference that
 // changes what the profile predicts (CPU model, features, cores, memory beyond 5 %, disk, OpenBLAS
-// kernels where both record them); empty when they match.
+// kernels and threads where both record them); empty when they match.
 std::vector<std::string> machine_differences(const MachineRecord& profiled, const MachineRecord& here);
 
 struct HwProfile {

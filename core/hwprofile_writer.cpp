@@ -129,6 +129,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
     e.number("memory", m.memory);
     if (!m.disk.empty()) e.text("disk", m.disk);
     if (!m.blas.empty()) e.text("blas", m.blas);
+    if (m.blas_threads > 0) e.integer("blas_threads", m.blas_threads);
     e.close();
   }
   const NodeSpec& n = hw.node;

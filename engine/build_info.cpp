@@ -2,7 +2,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <string>
 
 #include "engine/io/crc32c.hpp"
 #include "engine/optim/cpu_adam.hpp"
@@ -49,6 +52,26 @@ std::string blas_kernel_warning(const CpuPaths& p, const char* coretype_env) {
   return "OpenBLAS runs its " + p.blas_core + " kernels because OPENBLAS_CORETYPE=" + coretype_env +
          " forces them, and this CPU has AVX-512, whose kernels run GEMMs up to about twice as fast: unset "
          "OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE, which goes with it) to use them";
+}
+
+BlasThreads pin_blas_threads(const char* blas_threads_env) {
+  BlasThreads b;
+  char* end = nullptr;
+  const long asked = blas_threads_env ? std::strtol(blas_threads_env, &end, 10) : 0;
+  if (blas_threads_env && end != blas_threads_env && *end == '\0' && asked > 0) {
+    b.threads = static_cast<int>(std::min<long>(asked, 4096));
+  } else {
+    b.threads = 1;
+    b.pinned = true;
+  }
+  openblas_set_num_threads(b.threads);
+  return b;
+}
+
+std::string describe(const BlasThreads& b) {
+  return "OpenBLAS: " + std::to_string(b.threads) + (b.threads == 1 ? " thread" : " threads") +
+         (b.pinned ? " per process (pinned by zinf; set OPENBLAS_NUM_THREADS to choose, and profile with the same)"
+                   : " per process (OPENBLAS_NUM_THREADS)");
 }
 
 }  // namespace zinf::engine

@@ -27,4 +27,17 @@ std::string describe(const CpuPaths& p);
 // (`p.adam` is not avx512), or an AVX-512 kernel set (SkylakeX, Cooperlake, SapphireRapids).
 std::string blas_kernel_warning(const CpuPaths& p, const char* coretype_env);
 
+// The threads OpenBLAS runs each GEMM on in this process. zinf pins them: OPENBLAS_NUM_THREADS when the
+// environment sets it to a positive count, else 1 (OpenBLAS's own default is every core, whose
+// spinning workers contend with the engine's lane threads and with the other ranks on the same
+// cores, so that a step's time depends on the machine's load more than on its rates). A profile
+// records the count it was measured with (core::MachineRecord::blas_threads), so a run and the profile
+// predicting it use the same. `blas_threads_env` is OPENBLAS_NUM_THREADS's value (null when unset).
+struct BlasThreads {
+  int threads = 1;
+  bool pinned = false;  // zinf chose the count (the environment did not set one)
+};
+BlasThreads pin_blas_threads(const char* blas_threads_env);
+std::string describe(const BlasThreads& b);
+
 }  // namespace zinf::engine

@@ -183,6 +183,7 @@ core::MachineRecord this_machine(const std::string& disk_dir) {
   m.memory = mem_total();
   if (!disk_dir.empty()) m.disk = disk_of(disk_dir);
   m.blas = openblas_get_corename();
+  m.blas_threads = openblas_get_num_threads();
   return m;
 }
 

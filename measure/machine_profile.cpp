@@ -394,8 +394,8 @@ Alone measure_alone(const ProfileOptions& a) {
   struct statvfs sv {};
   if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) m.nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
   if (const char* blas = std::getenv("OPENBLAS_NUM_THREADS")) m.blas_threads = blas;
-  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}\n", m.cores,
-             core::format_bytes(m.host_memory), m.blas_threads.value_or("(unset)"));
+  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}; {} thread(s) per process\n", m.cores,
+             core::format_bytes(m.host_memory), m.blas_threads.value_or("(unset)"), engine::this_machine("").blas_threads);
   std::fflush(stdout);
   measure_compute(a, m);
   measure_io(a, m);

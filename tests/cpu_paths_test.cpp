@@ -1,6 +1,7 @@
 // The engine's CPU-dependent choices: the paths reported by `zinf --version` are the ones the
 // dispatchers take. tests/emulated_cpu.sh runs this and the other CPU-dependent tests (crc32c_test,
-// cpu_adam_test, cpu_kernels_test) again on emulated CPUs without AVX-512 and without AVX2.
+// cpu_adam_test, cpu_kernels_test) again on emulated CPUs without AVX-512 and without AVX2. The
+// BLAS threads zinf pins for every command.
 #include <catch2/catch.hpp>
 #include <cblas.h>
 
@@ -34,4 +35,22 @@ TEST_CASE("a warning when OPENBLAS_CORETYPE holds an AVX-512 CPU to narrower ker
   CHECK(blas_kernel_warning({"avx512", "sse4.2", "Cooperlake"}, "COOPERLAKE").empty());
   CHECK(blas_kernel_warning({"avx512", "sse4.2", "SkylakeX"}, "skylakex").empty());
   CHECK_FALSE(blas_kernel_warning({"avx512", "sse4.2", "Zen"}, "Zen").empty());
+}
+
+TEST_CASE("zinf pins OpenBLAS to one thread unless OPENBLAS_NUM_THREADS names a count") {
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "0", "-3", "two", "2x"}) {
+    INFO((unset ? unset : "(null)"));
+    const BlasThreads b = pin_blas_threads(unset);
+    CHECK(b.threads == 1);
+    CHECK(b.pinned);
+    CHECK(openblas_get_num_threads() == 1);
+    CHECK_THAT(describe(b), Catch::Contains("1 thread per process (pinned by zinf"));
+  }
+  // A count the environment names is taken as it is (OpenBLAS may run fewer where it has fewer cores).
+  const BlasThreads three = pin_blas_threads("3");
+  CHECK(three.threads == 3);
+  CHECK_FALSE(three.pinned);
+  CHECK(openblas_get_num_threads() >= 1);
+  CHECK_THAT(describe(three), Catch::Contains("3 threads per process (OPENBLAS_NUM_THREADS)"));
+  pin_blas_threads(nullptr);
 }

@@ -147,6 +147,8 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(hw.node.nic_bandwidth > 0);
   // It records the machine it measured, and says so when asked; a profile from another machine is named.
   CHECK(hw.measured_on.cpu == zinf::engine::this_machine(dir.string()).cpu);
+  // This process stands in for a zinf command: OpenBLAS's threads pinned as main() pins them.
+  zinf::engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"));
   CHECK(machine_differences(hw.measured_on, zinf::engine::this_machine(dir.string())).empty());
   const std::string zinf = std::string(ZINF_BINARY_DIR) + "/zinf";
   const std::string check_log = (dir / "check.txt").string();
@@ -213,6 +215,16 @@ TEST_CASE("machine records: parsed from measured_on, each difference named, bad 
   REQUIRE(d.size() == 1);
   CHECK_THAT(d[0], Catch::Contains("'Haswell' profiled") && Catch::Contains("'Cooperlake' here") &&
                        Catch::Contains("OPENBLAS_CORETYPE"));
+  // OpenBLAS's threads per process, likewise: a profile taken on 1 thread predicts runs on 1.
+  const auto with_threads = parse_hwprofile(base + "  blas_threads: 1\n" + node, "t.yaml");
+  CHECK(with_threads.measured_on.blas_threads == 1);
+  here = with_threads.measured_on;
+  CHECK(machine_differences(with_threads.measured_on, here).empty());
+  here.blas_threads = 2;
+  d = machine_differences(with_threads.measured_on, here);
+  REQUIRE(d.size() == 1);
+  CHECK_THAT(d[0], Catch::Contains("OpenBLAS threads: 1 profiled, 2 here") && Catch::Contains("OPENBLAS_NUM_THREADS"));
+  CHECK(machine_differences(hw.measured_on, here).empty());  // not recorded in the profile: not compared
   std::string bad = base + node;
   bad.replace(bad.find("cores: 2\n  memory"), 8, "cores: 0");
   CHECK_THROWS_WITH(parse_hwprofile(bad, "t.yaml"), Catch::Contains("t.yaml") && Catch::Contains("measured_on.cores"));
@@ -231,6 +243,7 @@ TEST_CASE("this machine's record: its CPU, the recorded features only, cores, me
   CHECK(m.memory > 1e8);
   CHECK_THAT(m.disk, Catch::Contains("("));
   CHECK(m.blas == zinf::engine::cpu_paths().blas_core);  // what `zinf --version` names
+  CHECK(m.blas_threads >= 1);                               // OpenBLAS threads of this process
   // A directory that does not exist yet is looked up through its parent.
   CHECK(zinf::engine::this_machine("/tmp/no-such-dir-of-zinf/below").disk == zinf::engine::this_machine("/tmp").disk);
 }
