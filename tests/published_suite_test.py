@@ -1,9 +1,13 @@
 #!/usr/bin/python3
 """experiments/published/run.py's counting and bookkeeping: the two FLOP formulas on hand-computed
-cases, defaults and missing fields, error summaries that keep refused points apart."""
+cases, defaults and missing fields, each point's DeepSpeed release, error summaries that keep refused
+points apart."""
 import importlib.util
 import os
+import tempfile
 import unittest
+
+import yaml
 
 ROOT = os.environ.get("ZINF_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 spec = importlib.util.spec_from_file_location("published", os.path.join(ROOT, "experiments", "published", "run.py"))
@@ -39,6 +43,22 @@ class Counting(unittest.TestCase):
             self.point(kind="fitted")
         with self.assertRaisesRegex(ValueError, "flops must be"):
             published.flops_per_sample(self.point(flops="other"))
+
+    def test_deepspeed_release_of_a_point(self):
+        # A point names the DeepSpeed release and config it ran with; the release becomes the run config's.
+        with self.assertRaisesRegex(ValueError, "deepspeed needs 'config'"):
+            self.point(deepspeed={"release": "0.3.15"})
+        p = self.point(deepspeed={"release": "0.3.15", "config": "examples abc123, ds.json"},
+                       config={"zero_stage": 3, "deepspeed_behaviour": {"trace_misaligned": False}})
+        with tempfile.TemporaryDirectory() as folder:
+            paths = published.write_inputs(p, folder)
+            with open(paths["config"]) as f:
+                config = yaml.safe_load(f)
+        self.assertEqual(config["deepspeed_release"], "0.3.15")
+        self.assertEqual(config["deepspeed_behaviour"], {"trace_misaligned": False})
+        with tempfile.TemporaryDirectory() as folder:
+            with open(published.write_inputs(self.point(), folder)["config"]) as f:
+                self.assertNotIn("deepspeed_release", yaml.safe_load(f))
 
     def test_summary_keeps_refused_apart(self):
         rows = [{"kind": "prediction", "status": "ok", "error": 0.1}, {"kind": "prediction", "status": "ok", "error": -0.3},

@@ -131,9 +131,9 @@ TEST_CASE("a sweep point's results equal zinf sim's on files with the swept valu
   const std::string src = ZINF_SOURCE_DIR;
   write(dir / "config.yaml", read(src + "/configs/infinity-nvme.yaml") + "\nmicro_batch: 2\n");
   std::string hw = read(src + "/hwprofiles/dgx2-v100.yaml");
-  const auto at = hw.find("read_bandwidth: 25 GB/s");
+  const auto at = hw.find("read_bandwidth: 28 GB/s");
   REQUIRE(at != std::string::npos);
-  hw.replace(at, std::string("read_bandwidth: 25 GB/s").size(), "read_bandwidth: 12.5 GB/s");
+  hw.replace(at, std::string("read_bandwidth: 28 GB/s").size(), "read_bandwidth: 14 GB/s");
   write(dir / "hw.yaml", hw);
   std::string model = read(src + "/models/gpt-mini.yaml");
   model.replace(model.find("layers: 4"), 9, "layers: 3");

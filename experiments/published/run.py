@@ -52,6 +52,10 @@ def expand(spec):
                 raise ValueError(f"point {raw.get('id', '?')}: missing '{key}'")
         if p["kind"] not in ("calibration", "prediction"):
             raise ValueError(f"point {p['id']}: kind must be calibration or prediction")
+        if "deepspeed" in p:
+            for key in ("release", "config"):
+                if key not in p["deepspeed"]:
+                    raise ValueError(f"point {p['id']}: deepspeed needs '{key}' (the release and the config, with its commit)")
         points.append(p)
     return points
 
@@ -78,6 +82,9 @@ def write_inputs(point, folder):
         yaml.safe_dump(model, f)
     config = dict(point["config"])
     config.setdefault("description", f"published point {point['id']}")
+    # The DeepSpeed release the run used: its engine's behaviours (zinf's deepspeed_release key).
+    if "deepspeed" in point:
+        config.setdefault("deepspeed_release", str(point["deepspeed"]["release"]))
     if tp > 1:
         config["tensor_parallel"] = tp
     with open(paths["config"], "w") as f:
