@@ -13,7 +13,8 @@ again, layout copies, the work of issuing kernels. Two factors carry that cost, 
   other  every other kernel of the step: attention core, layernorm, GELU, residual, embedding, loss
 
 The optimizer's key is left alone. The two factors are the least-squares fit, in relative step-time error,
-to the profile's calibration points (kind: calibration, the profile's `hw`): resident training, where the
+held at 1 or above (a slowdown, never a speedup: below 1 the kernel curve itself would be wrong), to the
+profile's calibration points (kind: calibration, the profile's `hw`): resident training, where the
 device alone bounds the step. Every point with offload stays a prediction. The fit is linear in the two
 factors up to the overlap of compute with communication, so it is solved by a few rounds of: simulate with
 the current factors, read each point's GEMM and non-GEMM compute time from the Timeline, solve.
@@ -113,6 +114,29 @@ def solve2(rows):
     return (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
 
 
+def solve_bounded(rows):
+    """solve2 with both factors held at 1 or above: a slowdown in a step is never a speedup (below 1 the
+    kernel curve itself is too low, which the framework factors must not make up for). A factor the free fit
+    puts below 1 is fixed at 1 and the other fitted alone."""
+    g, o = solve2(rows)
+    if g >= 1 and o >= 1:
+        return g, o
+
+    def alone(fixed_gemm):
+        # least squares in the one free factor, the other at 1
+        num = den = 0.0
+        for r, G, N, T in rows:
+            x = (N if fixed_gemm else G) / T
+            y = 1.0 - (r + (G if fixed_gemm else N)) / T
+            num += x * y
+            den += x * x
+        return max(1.0, num / den) if den > 0 else 1.0
+
+    if g < 1 and o < 1:
+        return 1.0, 1.0
+    return (1.0, alone(True)) if g < 1 else (alone(False), 1.0)
+
+
 def fit(points, profile, zinf, tmp, rounds=8):
     g, o = 1.0, 1.0
     for _ in range(rounds):
@@ -123,7 +147,7 @@ def fit(points, profile, zinf, tmp, rounds=8):
             G1, N1 = G / g, N / o  # the kernels' time at factor 1
             rows.append((step - g * G1 - o * N1, G1, N1, target_step(p)))
             results.append((p, step))
-        ng, no = solve2(rows)
+        ng, no = solve_bounded(rows)
         done = abs(ng - g) < 1e-4 * g and abs(no - o) < 1e-4 * o
         g, o = ng, no
         if done:
