@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
 #include "core/hwprofile.hpp"
 #include "core/run_config.hpp"
@@ -42,15 +43,18 @@ struct SampleArgs {
 // The model a checkpoint directory trained: `model.name` in its latest step's meta.json.
 std::string checkpoint_model(const std::string& dir) {
   namespace fs = std::filesystem;
-  const fs::path latest = fs::path(dir) / "latest";
-  std::ifstream in(latest);
-  std::string step;
-  if (!(in >> step)) throw std::runtime_error(fmt::format("--checkpoint {}: no readable 'latest' file in it", dir));
+  // Read within bounds (a FIFO or a huge file is refused, naming it); the Trainer verifies the step
+  // whole against its checksums when it loads it.
+  std::string step = core::read_bounded_file((fs::path(dir) / "latest").string(), 4096, "checkpoint's latest file");
+  while (!step.empty() && (step.back() == '\n' || step.back() == ' ')) step.pop_back();
+  if (step.empty() || step.find('/') != std::string::npos)
+    throw std::runtime_error(fmt::format("--checkpoint {}: no readable 'latest' file in it", dir));
   const fs::path meta_path = fs::path(dir) / step / "meta.json";
-  std::ifstream meta_in(meta_path);
-  if (!meta_in) throw std::runtime_error(fmt::format("--checkpoint {}: cannot read {}", dir, meta_path.string()));
-  const auto meta = nlohmann::json::parse(meta_in, nullptr, false);
-  if (meta.is_discarded() || !meta.contains("model") || !meta["model"].contains("name") || !meta["model"]["name"].is_string())
+  const auto meta = nlohmann::json::parse(core::read_bounded_file(meta_path.string(), core::kMaxConfigBytes,
+                                                                  "checkpoint's meta.json"),
+                                          nullptr, false);
+  if (meta.is_discarded() || !meta.is_object() || !meta.contains("model") || !meta["model"].is_object() ||
+      !meta["model"].contains("name") || !meta["model"]["name"].is_string())
     throw std::runtime_error(fmt::format("{}: no model name (model.name); give --model", meta_path.string()));
   return meta["model"]["name"].get<std::string>();
 }

@@ -1,20 +1,27 @@
 // `zinf train`: real training of a GPT through the planned Program, with a progress line per step.
-// SIGINT and SIGTERM finish the step in progress on every rank, save a checkpoint when a checkpoint
-// directory was given, and exit 130 / 143; a second signal stops at once. With several ranks, any
-// rank's error ends the whole job (MPI_Abort) naming that rank, instead of leaving the others to
-// wait out the collective timeout. Not thread-safe; one run per process.
+// SIGINT, SIGTERM, SIGHUP (a closed terminal or ssh connection), SIGQUIT and SIGUSR1 finish the step
+// in progress on every rank, save a checkpoint when a checkpoint directory was given, and exit 128 +
+// the signal's number; a second signal stops at once. SIGPIPE is ignored: when the reader of the
+// output goes away (`zinf train | head`), training goes on and the progress lines stop. With several
+// ranks, any rank's error ends the whole job (MPI_Abort) naming that rank, instead of leaving the
+// others to wait out the collective timeout. Not thread-safe; one run per process.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
@@ -22,10 +29,14 @@
 #include "core/errors.hpp"
 #include "core/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
+#include "core/self_exe.hpp"
 #include "core/units.hpp"
 #include "engine/build_info.hpp"
+#include "engine/comm/agreement.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/backend/backend_select.hpp"
+#include "engine/io/crc32c.hpp"
+#include "engine/io/safe_files.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/train/metrics_log.hpp"
@@ -53,6 +64,8 @@ struct TrainArgs {
   int64_t checkpoint_every = 0;
   bool resume = false;
   bool overwrite_checkpoints = false;
+  bool accept_unverified = false;
+  bool allow_changes = false;
   std::string init_from, export_path, timeline, trace;
   uint64_t seed = 1234;
   unsigned adam_threads = 1;
@@ -62,9 +75,10 @@ struct TrainArgs {
   int comm_timeout_s = 120;
 };
 
-// The first SIGINT or SIGTERM asks the loop to stop after the step in progress; the handler only
-// records it (and says so with write(2), which is async-signal-safe). A second one ends the process
-// with the default action.
+// The signals that ask the loop to stop after the step in progress. The handler only records the
+// first (and says so with write(2), which is async-signal-safe); a second ends the process with
+// the default action.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1};
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 extern "C" void on_stop_signal(int sig) {
@@ -83,11 +97,65 @@ void install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : kStopSignals) sigaction(sig, &sa, nullptr);
+  // A closed pipe on stdout must not end the run: writes fail with EPIPE instead (print_line).
+  std::signal(SIGPIPE, SIG_IGN);
 }
 
-const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+  }
+}
+
+// Standard output may go away mid-run (`zinf train | head -2`, a closed terminal): the first
+// failed write says so once on stderr and later lines are dropped; training is not affected.
+bool g_stdout_lost = false;
+
+template <typename... Args>
+void print_line(fmt::format_string<Args...> format, Args&&... args) {
+  if (g_stdout_lost) return;
+  const std::string text = fmt::format(format, std::forward<Args>(args)...);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    g_stdout_lost = true;
+    fmt::print(stderr, "zinf: standard output is closed ({}); training goes on without progress lines\n",
+               std::strerror(errno));
+  }
+}
+
+// What the run writes must not land in a directory it holds locked: the checkpoint directory, or a
+// rank's rank<r>/ in the NVMe directory (the NVMe directory itself is only their parent).
+// `--export CK/latest` would replace the file a resume reads.
+std::string locked_dir_holding(const std::string& path, const TrainArgs& a) {
+  namespace fs = std::filesystem;
+  if (!a.checkpoint_dir.empty() && engine::path_inside(path, a.checkpoint_dir))
+    return "--checkpoint-dir " + a.checkpoint_dir;
+  if (a.nvme_dir.empty() || !engine::path_inside(path, a.nvme_dir)) return "";
+  std::error_code ec;
+  const fs::path rel = fs::weakly_canonical(fs::absolute(path, ec), ec)
+                           .lexically_relative(fs::weakly_canonical(fs::absolute(a.nvme_dir, ec), ec));
+  const std::string first = rel.empty() ? "" : rel.begin()->string();
+  const bool rank_dir = first.size() > 4 && first.starts_with("rank") &&
+                        std::all_of(first.begin() + 4, first.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return rank_dir ? "--nvme-dir " + a.nvme_dir + " (its " + first + "/)" : "";
+}
+
+void check_outside_locked(const TrainArgs& a) {
+  const std::pair<const char*, std::string> outputs[] = {
+      {"--export", a.export_path}, {"--timeline", a.timeline}, {"--trace", a.trace}, {"--metrics", a.metrics}};
+  for (const auto& [option, path] : outputs) {
+    if (path.empty()) continue;
+    if (const std::string dir = locked_dir_holding(path, a); !dir.empty())
+      throw std::runtime_error(fmt::format("{} {}: it lies inside {}, which zinf holds locked for the run's own files; "
+                                           "write it elsewhere",
+                                           option, path, dir));
+  }
+}
 
 // The convention of plan, sim and train: --timeline X.csv writes the Timeline as CSV, --trace X.json
 // as a Chrome trace. The old `--timeline PREFIX` (no .csv: both, as PREFIX.csv and PREFIX.trace.json)
@@ -141,9 +209,46 @@ void evaluate(engine::Trainer& trainer, engine::MetricsLog* metrics, bool lead, 
   const engine::EvalStats e = trainer.evaluate();
   if (metrics) metrics->write(engine::eval_record(e));
   if (!lead) return;
-  fmt::print("{}held-out loss {:.4f} (perplexity {:.2f}) at step {}: {} micro-batches, {} tokens, {:.2f} s\n",
+  print_line("{}held-out loss {:.4f} (perplexity {:.2f}) at step {}: {} micro-batches, {} tokens, {:.2f} s\n",
              after_bar ? "\n" : "", e.loss, e.perplexity, e.step, e.batches, e.tokens, e.seconds);
-  std::fflush(stdout);
+}
+
+// This zinf, for the ranks to compare: its version and a checksum of the executable's bytes (two
+// builds of one version differ; the same build copied to each node does not).
+std::string zinf_identity() {
+  std::error_code ec;
+  const auto exe = core::self_exe(ec);
+  std::ifstream in(exe, std::ios::binary);
+  if (ec || !in) return "zinf 0.1.0 (executable unreadable)";
+  std::vector<char> buf(1 << 20);
+  uint32_t crc = 0;
+  uint64_t bytes = 0;
+  while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0) {
+    crc = engine::crc32c(buf.data(), size_t(in.gcount()), crc);
+    bytes += uint64_t(in.gcount());
+  }
+  return fmt::format("zinf 0.1.0, executable of {} bytes, CRC32C {:08x}", bytes, crc);
+}
+
+// The command line's share of what every rank must agree on (the Trainer adds the rest).
+std::map<std::string, std::string> command_line_fields(const TrainArgs& a) {
+  return {{"zinf", zinf_identity()},
+          {"--steps", std::to_string(a.steps)},
+          {"--checkpoint-every", std::to_string(a.checkpoint_every)},
+          {"--export", a.export_path},
+          {"--timeline", a.timeline},
+          {"--trace", a.trace},
+          {"--metrics", a.metrics},
+          {"--tokenizer", a.tokenizer},
+          {"--val-data", a.val_data},
+          {"--val-fraction", fmt::format("{}", a.val_fraction)},
+          {"--eval-every", std::to_string(a.eval_every)},
+          {"--eval-batches", std::to_string(a.eval_batches)},
+          {"--device-memory", fmt::format("{}", a.device_memory_gib)},
+          {"--host-memory", fmt::format("{}", a.host_memory_gib)},
+          {"--comm-timeout", std::to_string(a.comm_timeout_s)},
+          {"--accept-unverified", a.accept_unverified ? "yes" : "no"},
+          {"--allow-changes", a.allow_changes ? "yes" : "no"}};
 }
 
 void run_train(const TrainArgs& a) {
@@ -152,6 +257,7 @@ void run_train(const TrainArgs& a) {
     throw std::runtime_error("--resume and --overwrite-checkpoints contradict each other: choose one");
   check_output_directory("--timeline", a.timeline);
   check_output_directory("--trace", a.trace);
+  check_outside_locked(a);
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());
@@ -176,6 +282,9 @@ void run_train(const TrainArgs& a) {
   o.start = a.resume                  ? engine::CheckpointStart::Resume
             : a.overwrite_checkpoints ? engine::CheckpointStart::Overwrite
                                       : engine::CheckpointStart::Fresh;
+  o.must_agree = command_line_fields(a);
+  o.accept_unverified = a.accept_unverified;
+  o.allow_changes = a.allow_changes;
   o.adam_threads = a.adam_threads;
   o.backend = a.backend;
   engine::size_for_this_machine(o, a.device_memory_gib, a.host_memory_gib);
@@ -206,6 +315,10 @@ void run_train(const TrainArgs& a) {
     throw;
   } catch (const engine::TrainingDiverged&) {
     throw;  // every rank saw the same all-reduced figures and stops the same way: exit 4 on each
+  } catch (const engine::RanksDisagree&) {
+    // Every rank found the same differences and stops; rank 0 says which.
+    if (comm->rank() == 0) throw;
+    throw ExitCode{1, ""};
   } catch (const std::exception& e) {
     // One rank's error is the job's: end every rank now, naming this one, rather than leave the
     // others waiting for it until the collective timeout.
@@ -225,7 +338,7 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
         t > 1 ? fmt::format("{} ranks (tensor parallel {} x data parallel {}; {} params per rank)", comm.size(), t,
                             comm.size() / t, core::format_count(double(plan.total_params)))
               : fmt::format("{} rank(s)", comm.size());
-    fmt::print("zinf train: {} ({} params) on {}, {}, {} backend | params {}, gradients {}, optimizer {}, "
+    print_line("zinf train: {} ({} params) on {}, {}, {} backend | params {}, gradients {}, optimizer {}, "
                "checkpoints {}, tiling {}, {} tasks per step\n",
                o.model.name,
                core::format_count(double(t > 1 ? core::gpt_param_counts(o.model).total(o.model.layers) : plan.total_params)),
@@ -234,16 +347,16 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                core::to_string(plan.params), core::to_string(plan.gradients), core::to_string(plan.optimizer),
                core::to_string(plan.checkpoints), plan.tiling_factor, trainer.program().tasks().size());
     if (trainer.evaluates())
-      fmt::print("held-out loss: {} micro-batches {}, through a forward-only Program of {} tasks\n", a.eval_batches,
+      print_line("held-out loss: {} micro-batches {}, through a forward-only Program of {} tasks\n", a.eval_batches,
                  a.eval_every > 0 ? fmt::format("every {} steps and at the end", a.eval_every) : std::string("at the end"),
                  trainer.eval_program()->tasks().size());
     if (trainer.lr_schedule().kind != core::LrScheduleKind::Constant)
-      fmt::print("lr schedule: {} (peak lr {:g})\n", core::describe(trainer.lr_schedule()), o.config.lr);
+      print_line("lr schedule: {} (peak lr {:g})\n", core::describe(trainer.lr_schedule()), o.config.lr);
     // The GEMMs' BLAS threads, as main pinned them: what a profile of this machine must be measured with.
     if (std::string(trainer.backend()) == "cpu")
-      fmt::print("{}\n", engine::describe(engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"))));
+      print_line("{}\n", engine::describe(engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"))));
     if (trainer.step_count() > 0)
-      fmt::print("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
+      print_line("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
                  core::format_bytes(engine::peak_rss()),
                  core::format_bytes(engine::planned_ram(plan.peak_bytes, std::string(trainer.backend()) == "cpu")));
   }
@@ -268,9 +381,8 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                                      core::format_bytes(core::at(s.peak, core::Tier::Device)), arena,
                                      core::format_bytes(core::at(s.peak, core::Tier::Host)),
                                      core::format_bytes(core::at(s.peak, core::Tier::Nvme)), s.lr);
-      if (tty) fmt::print("\r{}", line);
-      else if (s.step % a.print_every == 0 || s.step == 1 || s.step == a.steps) fmt::print("{}\n", line);
-      std::fflush(stdout);
+      if (tty) print_line("\r{}", line);
+      else if (s.step % a.print_every == 0 || s.step == 1 || s.step == a.steps) print_line("{}\n", line);
     }
     stopped = stop_requested();
     if (trainer.evaluates() && a.eval_every > 0 && s.step % a.eval_every == 0 && s.step < a.steps && !stopped)
@@ -280,30 +392,32 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
       const std::string trace = rank_path(a.trace, comm.rank(), comm.size());
       write_timeline(s.timeline, csv, trace);
       if (lead)
-        fmt::print("{}timeline of step {}: {}\n", tty ? "\n" : "", s.step,
+        print_line("{}timeline of step {}: {}\n", tty ? "\n" : "", s.step,
                    csv.empty() ? trace : trace.empty() ? csv : csv + ", " + trace);
     }
     if (a.checkpoint_every > 0 && s.step % a.checkpoint_every == 0 && !stopped) {
-      auto dir = trainer.save_checkpoint();
+      // Mid-run, `latest` moves once the next step confirms this state (engine/train/trainer.hpp).
+      auto dir = trainer.save_checkpoint(s.step == a.steps);
       last_saved = s.step;
-      if (lead && !tty) fmt::print("checkpoint: {}\n", dir);
+      if (lead && !tty) print_line("checkpoint: {}\n", dir);
     }
   }
-  if (lead && tty) fmt::print("\n");
+  if (lead && tty) print_line("\n");
   // The held-out loss of the model as trained (not after a stop signal: the user wants it to end).
   if (trainer.evaluates() && !stopped) evaluate(trainer, metrics, lead, false);
   if (lead) {
     const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
-    fmt::print("{}\n", mem.text);
+    print_line("{}\n", mem.text);
     // Device tensors and host staging share one cache of mapped blocks, reused by size class and
     // held within the plan's host (+ device) bytes: it unmaps free blocks rather than map beyond.
     const auto cache = engine::StagingCache::instance().stats();
-    fmt::print("buffers: {} mapped (limit {}: the plan), at most {} in use at once; {} unmapped to stay within it, "
+    print_line("buffers: {} mapped (limit {}: the plan), at most {} in use at once; {} unmapped to stay within it, "
                "{} new mappings, {} blocks cut from larger free ones\n",
                core::format_bytes(double(cache.mapped_bytes)), core::format_bytes(double(cache.budget_bytes)),
                core::format_bytes(double(cache.peak_in_use_bytes)), core::format_bytes(double(cache.unmapped_for_limit)),
                cache.maps, cache.cut_to_size);
   }
+  if (last_saved == trainer.step_count()) trainer.publish_pending();  // no next step will confirm it
   if (!a.checkpoint_dir.empty() && last_saved != trainer.step_count()) {
     // After the reset the high-water mark is the RSS the save starts from (freed memory stays in
     // the heap for the next step), so both are shown: what the save added is their difference.
@@ -311,9 +425,9 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     const double before = engine::peak_rss_since_reset();
     auto dir = trainer.save_checkpoint();
     if (lead && measured)
-      fmt::print("checkpoint: {} (peak RSS while saving {}, {} when it began)\n", dir,
+      print_line("checkpoint: {} (peak RSS while saving {}, {} when it began)\n", dir,
                  core::format_bytes(engine::peak_rss_since_reset()), core::format_bytes(before));
-    else if (lead) fmt::print("checkpoint: {}\n", dir);
+    else if (lead) print_line("checkpoint: {}\n", dir);
   }
   if (stopped) {
     const int sig = g_stop_signal != 0 ? int(g_stop_signal) : SIGTERM;  // another rank's signal
@@ -323,9 +437,18 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   }
   if (!a.export_path.empty()) {
     trainer.export_safetensors(a.export_path);
-    if (lead) fmt::print("exported {} (Hugging Face GPT-2 names, F32)\n", a.export_path);
+    if (lead) print_line("exported {} (Hugging Face GPT-2 names, F32)\n", a.export_path);
   }
 }
+
+// CLI11's Range lets NaN through (every comparison with it is false): memory sizes must be finite.
+const CLI::Validator kFinite(
+    [](std::string& text) {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      return end != text.c_str() && !std::isfinite(v) ? "must be a finite number of GiB, not " + text : std::string();
+    },
+    "", "finite");
 
 }  // namespace
 
@@ -368,6 +491,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--resume", a->resume, "Continue from <checkpoint-dir>/latest");
   cmd->add_flag("--overwrite-checkpoints", a->overwrite_checkpoints,
                 "Start a fresh run in a checkpoint directory that holds an earlier run's checkpoints");
+  cmd->add_flag("--accept-unverified", a->accept_unverified,
+                "Resume from a checkpoint that has no checksums (written by an older zinf)");
+  cmd->add_flag("--allow-changes", a->allow_changes,
+                "Resume with another data seed, data, micro-batch or run config than the checkpoint recorded");
   cmd->add_option("--init-from", a->init_from, "Start from a safetensors file with Hugging Face GPT-2 names");
   cmd->add_option("--export", a->export_path, "Write the trained weights as safetensors (Hugging Face GPT-2 names)");
   cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline as CSV to this path (X.csv)");
@@ -382,9 +509,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--device-memory", a->device_memory_gib,
                   "GiB of device memory the plan may use (0: the profile's node.gpu.memory): the CPU backend's arena "
                   "in host memory, or cuda's on the GPU; the arena is the Program's device budget")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--host-memory", a->host_memory_gib,
                   "GiB of host memory the plan may use (0: the profile's, at most this machine's RAM on a CPU profile)")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--comm-timeout", a->comm_timeout_s, "Seconds a rank waits for its peers before it ends the job")
       ->capture_default_str()

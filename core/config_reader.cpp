@@ -1,5 +1,7 @@
 #include "core/config_reader.hpp"
 
+#include "core/bounded_input.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -42,22 +44,11 @@ std::string ConfigReader::shown(const std::string& value) {
 }
 
 ConfigReader ConfigReader::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, "", "cannot open file for reading");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ConfigError(path, "", "read error");
-  return from_string(ss.str(), path);
+  return from_string(read_bounded_file(path, kMaxConfigBytes, "file"), path);
 }
 
 ConfigReader ConfigReader::from_string(const std::string& text, const std::string& name) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(name, "", fmt::format("not valid YAML/JSON (line {}, column {}): {}", e.mark.line + 1,
-                                            e.mark.column + 1, e.msg));
-  }
+  const YAML::Node root = load_bounded_yaml(text, name);
   if (!root.IsMap()) throw ConfigError(name, "", "expected a mapping of keys at the top level");
   reject_duplicate_keys(root, name, "");
   return ConfigReader(root, name, "");

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bounded_input.hpp"
 #include "core/run_config.hpp"
 
 namespace zinf::core {
@@ -150,11 +151,7 @@ LrSchedule parse_lr_schedule(const std::string& text, const std::string& name, s
 }
 
 LrSchedule load_lr_schedule(const std::string& path, std::vector<std::string>& warnings) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, "", "cannot open file for reading");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_lr_schedule(text.str(), path, warnings);
+  return parse_lr_schedule(read_bounded_file(path, kMaxConfigBytes, "run config"), path, warnings);
 }
 
 }  // namespace zinf::core

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bounded_input.hpp"
 #include "core/config_reader.hpp"
 
 namespace zinf::core {
@@ -61,6 +62,7 @@ Placement parse_placement(const std::string& word) {
 RunConfig read_yaml(ConfigReader& r) {
   using U = UnitKind;
   RunConfig c;
+  c.swap_checksums = true;  // a config file's swap files are checksummed unless aio.checksums: false
   r.ignore("description");
   c.zero_stage = static_cast<int>(r.int_in("zero_stage", 0, 3, 3));
   c.partitioning = r.choice("partitioning", {"bandwidth-centric", "owner-based"}, "bandwidth-centric") == "owner-based"
@@ -106,7 +108,7 @@ RunConfig read_yaml(ConfigReader& r) {
     c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
     c.aio_rings = a->int_in("rings", 1, kMaxRings, c.aio_rings);
     c.aio_tasks_in_flight = a->int_in("tasks_in_flight", 1, kMaxTasksInFlight, c.aio_tasks_in_flight);
-    c.swap_checksums = a->boolean("checksums", false);
+    c.swap_checksums = a->boolean("checksums", c.swap_checksums);
     if (c.aio_block_size % kIoAlignmentBytes != 0)
       a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,
                                         c.aio_block_size));
@@ -177,6 +179,7 @@ RunConfig read_yaml(ConfigReader& r) {
 RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
   using U = UnitKind;
   RunConfig c;
+  c.swap_checksums = true;  // as for zinf's own configs: DeepSpeed's aio section has no such key
   c.params = {false, Tier::Device};
   c.optimizer = {false, Tier::Device};
   c.checkpoint_interval = 0;
@@ -272,13 +275,7 @@ RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
   return c;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, "", "cannot open file for reading");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string slurp(const std::string& path) { return read_bounded_file(path, kMaxConfigBytes, "run config"); }
 
 }  // namespace
 
@@ -298,7 +295,7 @@ RunConfig parse_deepspeed_config(const std::string& json_text, const std::string
   RunConfig c = read_deepspeed(r, warnings);
   // betas is a two-element list: read it directly.
   try {
-    YAML::Node root = YAML::Load(json_text);
+    YAML::Node root = load_bounded_yaml(json_text, name);
     auto b = root["optimizer"]["params"]["betas"];
     if (b && !b.IsNull() && !(b.IsSequence() && b.size() == 2))
       throw ConfigError(name, "optimizer.params.betas", "must be a list of two numbers");

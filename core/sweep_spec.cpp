@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/units.hpp"
@@ -44,13 +45,7 @@ std::string SweepPoint::key() const {
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, "", "cannot open file for reading");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string slurp(const std::string& path) { return read_bounded_file(path, kMaxConfigBytes, "file"); }
 
 std::vector<std::string> split_key(const std::string& key) {
   std::vector<std::string> parts;
@@ -116,11 +111,7 @@ LoadedFile overridden_text(const std::string& path, SweepTarget t, const std::ve
   for (const auto& o : all) {
     if (o.target != t) continue;
     if (!f.overridden) {
-      try {
-        root = YAML::Load(f.text);
-      } catch (const YAML::Exception& e) {
-        throw ConfigError(path, "", fmt::format("not valid YAML/JSON (line {}): {}", e.mark.line + 1, e.msg));
-      }
+      root = load_bounded_yaml(f.text, path);
       if (!root.IsMap()) throw ConfigError(path, "", "expected a mapping of keys at the top level");
       f.overridden = true;
     }

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <set>
 
+#include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
@@ -193,12 +194,7 @@ void check_field_values(const SweepSpec& s, const std::string& root) {
 }  // namespace
 
 SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path, const std::string& root) {
-  YAML::Node doc;
-  try {
-    doc = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}:{}", path, e.mark.line + 1), "", "not valid YAML: " + e.msg);
-  }
+  const YAML::Node doc = load_bounded_yaml(yaml_text, path);
   if (!doc.IsMap()) throw ConfigError(path, "", "a sweep spec is a mapping with models, hwprofiles, nodes, configs, axes");
   SweepSpec s;
   s.path = path;
@@ -261,11 +257,7 @@ SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path
 }
 
 SweepSpec load_sweep_spec(const std::string& path, const std::string& root) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, "", "cannot open the sweep spec for reading");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_sweep_spec(ss.str(), path, root);
+  return parse_sweep_spec(read_bounded_file(path, kMaxConfigBytes, "sweep spec"), path, root);
 }
 
 }  // namespace zinf::core

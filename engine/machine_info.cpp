@@ -1,5 +1,7 @@
 #include "engine/machine_info.hpp"
 
+#include "core/errors.hpp"
+
 #include <cblas.h>
 
 #include <sched.h>
@@ -117,7 +119,7 @@ void check_plan_fits_ram(const core::PerTier& peak, bool device_in_host_memory, 
   const double per_rank = host + (device_in_host_memory ? device : 0.0) + kProcessOverhead;
   const double needed = per_rank * std::max(1, ranks_on_node);
   if (needed <= available) return;
-  throw std::runtime_error(
+  throw core::PlanError(
       "this run needs " + core::format_bytes(needed) + " of RAM and the machine has " + core::format_bytes(available) +
       " available (MemAvailable): " + std::to_string(std::max(1, ranks_on_node)) + " rank(s) x (" +
       (device_in_host_memory ? "device arena " + core::format_bytes(device) + " + " : std::string()) + "host tier " +

@@ -19,8 +19,9 @@ double available_memory();
 
 // What a run's plan needs of this machine's RAM, checked before anything is allocated: each of the
 // `ranks_on_node` processes holds its host tier and, when the device is an arena in host memory
-// (the CPU backend), its device arena, plus kProcessOverhead. Throws std::runtime_error with the
-// figures and what to change when that exceeds `available` (bytes); `available` <= 0 skips it.
+// (the CPU backend), its device arena, plus kProcessOverhead. Throws core::PlanError (the run does
+// not fit: `zinf train` exits 3) with the figures and what to change when that exceeds `available`
+// (bytes); `available` <= 0 skips it.
 inline constexpr double kProcessOverhead = 512.0 * (1 << 20);  // libraries, corpus, BLAS buffers: gpt-tiny peaks at 285 MB
 void check_plan_fits_ram(const core::PerTier& per_rank_peak, bool device_in_host_memory, int ranks_on_node, double available);
 

@@ -1,10 +1,12 @@
 // CheckpointDir: a checkpoint is never replaced before its successor is durable, `latest` never
 // names a missing or partial one, every fsync's failure is reported by path, step directories that
-// `latest` does not name are kept, flipped bytes are found by the checksum, and one run at a time
-// holds the directory.
+// `latest` does not name are kept, every file of a step is covered by its checksums (flipped,
+// edited, padded, planted or missing files are found), one run at a time holds the directory, and
+// a directory replaced mid-run or under an ancestor others can write is refused.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -86,7 +88,7 @@ TEST_CASE("a streamed state is checksummed as written; a writer that fails midwa
   auto c = engine::load_latest_checkpoint(env, root);
   CHECK(c.verified);
   CHECK(slurp(c.state_path) == "state in pieces");
-  CHECK(c.meta["checksums"]["state.safetensors"]["bytes"] == 15);
+  CHECK(nlohmann::json::parse(slurp(c.dir + "/checksums.json"))["files"]["state.safetensors"]["bytes"] == 15);
 
   CHECK_THROWS_WITH(dir.save("step-00000002", [](const engine::ByteSink& sink) {
     sink("half a sta", 10);
@@ -121,7 +123,7 @@ TEST_CASE("a failed fsync is an error naming the file, and latest stays on the l
   const std::string root = tmp.path.string();
   engine::CheckpointDir dir(env, root);
   dir.save("step-00000001", "one", meta(1));
-  for (const char* what : {"state.safetensors", "meta.json", "latest"}) {
+  for (const char* what : {"state.safetensors", "meta.json", "checksums.json", "latest"}) {
     env.fail_fsync_of = what;
     CHECK_THROWS_WITH(dir.save("step-00000002", "two", meta(2)), Contains("fsync") && Contains(what));
     env.fail_fsync_of.clear();
@@ -196,4 +198,115 @@ TEST_CASE("a checkpoint directory that cannot be created is refused at once, nam
   }
   const std::string bad = (tmp.path / "file" / "ckpt").string();
   CHECK_THROWS_WITH(engine::CheckpointDir(engine::default_io_env(), bad), Contains(bad));
+}
+
+namespace {
+
+// A saved checkpoint of two files and its directory, for the tests that damage it.
+struct Saved {
+  TempDir tmp;
+  std::string root = tmp.path.string(), step = root + "/step-00000002";
+  Saved() {
+    engine::CheckpointDir dir(engine::default_io_env(), root);
+    const auto state = [](const engine::ByteSink& sink) { sink("the state", 9); };
+    dir.save("step-00000002", state, engine::CheckpointDir::Files{{"meta.json", meta(2).dump(2)}, {"schedule.json", "{}"}});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every file of a step is covered: an edited, padded, planted or missing file is refused, naming it",
+          "[checkpoint]") {
+  auto& env = engine::default_io_env();
+  {
+    Saved s;
+    CHECK(engine::load_latest_checkpoint(env, s.root).verified);
+    std::ofstream(s.step + "/meta.json") << meta(7).dump(2);  // the step edited by hand
+    CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root), Contains("meta.json") && Contains("damaged"));
+  }
+  {
+    Saved s;
+    std::ofstream(s.step + "/schedule.json", std::ios::app) << std::string(64, '\0');
+    CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root), Contains("schedule.json") && Contains("damaged"));
+  }
+  {
+    Saved s;
+    std::ofstream(s.step + "/planted.bin") << "x";
+    CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root), Contains("planted.bin") && Contains("not covered"));
+  }
+  {
+    Saved s;
+    fs::remove(s.step + "/schedule.json");
+    CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root), Contains("schedule.json") && Contains("missing"));
+  }
+}
+
+TEST_CASE("a checkpoint without checksums is refused unless accepted unverified", "[checkpoint]") {
+  auto& env = engine::default_io_env();
+  Saved s;
+  fs::remove(s.step + "/checksums.json");
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root),
+                    Contains("no checksums.json") && Contains("--accept-unverified"));
+  const auto c = engine::load_latest_checkpoint(env, s.root, true);
+  CHECK_FALSE(c.verified);
+  CHECK(c.meta["step"] == 2);
+}
+
+TEST_CASE("meta.json is read within bounds: NUL bytes, a huge file or a FIFO are refused, naming it", "[checkpoint]") {
+  auto& env = engine::default_io_env();
+  CHECK_THROWS_WITH(engine::parse_checkpoint_meta(meta(1).dump() + std::string(10, '\0'), "m.json"),
+                    Contains("m.json") && Contains("NUL"));
+  CHECK_THROWS_WITH(engine::parse_checkpoint_meta("[1]", "m.json"), Contains("zinf-checkpoint-1"));
+  Saved s;
+  fs::remove(s.step + "/checksums.json");
+  fs::resize_file(s.step + "/meta.json", 100ull << 30);  // sparse: no disk used
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root, true), Contains("meta.json") && Contains("larger than"));
+  fs::remove(s.step + "/meta.json");
+  REQUIRE(::mkfifo((s.step + "/meta.json").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root, true), Contains("meta.json") && Contains("regular"));
+  fs::remove(s.root + "/latest");
+  REQUIRE(::mkfifo((s.root + "/latest").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, s.root), Contains("latest") && Contains("regular"));
+}
+
+TEST_CASE("latest can wait for publish; a step set aside is out of reach", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000001", "one", meta(1));
+  dir.save("step-00000002", "two", meta(2), engine::CheckpointDir::Latest::Keep);
+  CHECK(engine::latest_checkpoint_name(env, root) == "step-00000001");
+  dir.publish("step-00000002");
+  CHECK(engine::latest_checkpoint_name(env, root) == "step-00000002");
+  dir.save("step-00000003", "three", meta(3), engine::CheckpointDir::Latest::Keep);
+  CHECK(dir.set_aside("step-00000003", "diverged") == root + "/step-00000003.diverged-1");
+  CHECK_FALSE(fs::exists(root + "/step-00000003"));
+  CHECK(engine::latest_checkpoint_name(env, root) == "step-00000002");
+}
+
+TEST_CASE("a checkpoint directory replaced by a link mid-run gets nothing written through the link", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = (tmp.path / "ck").string(), target = (tmp.path / "target").string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000001", "one", meta(1));
+  fs::rename(root, tmp.path / "ck.moved");
+  fs::create_directory(target);
+  fs::create_directory_symlink(target, root);
+  CHECK_THROWS_WITH(dir.save("step-00000002", "two", meta(2)), Contains(root) && Contains("symbolic link"));
+  CHECK(fs::is_empty(target));
+}
+
+TEST_CASE("a checkpoint directory under an ancestor every user may write is refused unless it is sticky",
+          "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  fs::create_directory(tmp.path / "open");
+  fs::permissions(tmp.path / "open", fs::perms::all);
+  CHECK_THROWS_WITH(engine::CheckpointDir(env, (tmp.path / "open" / "ck").string()),
+                    Contains((tmp.path / "open").string()) && Contains("writable by every user") && Contains("not sticky"));
+  CHECK_FALSE(fs::exists(tmp.path / "open" / "ck"));  // refused before anything is created there
+  fs::permissions(tmp.path / "open", fs::perms::all | fs::perms::sticky_bit);
+  CHECK_NOTHROW(engine::CheckpointDir(env, (tmp.path / "open" / "ck").string()));
 }

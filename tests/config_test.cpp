@@ -235,9 +235,11 @@ TEST_CASE("a profile's rates must be large enough to simulate", "[config][ranges
   CHECK_THROWS_WITH(parse_hwprofile(text, "hw.yaml"), Contains("peak_flops"));
 }
 
-TEST_CASE("aio.checksums turns on the swap files' checksums; off by default", "[config]") {
-  CHECK_FALSE(parse_run_config("zero_stage: 3\n", "r.yaml").swap_checksums);
-  CHECK(parse_run_config("aio: {checksums: true}\n", "r.yaml").swap_checksums);
+TEST_CASE("the swap files' checksums are on by default; aio.checksums: false turns them off", "[config]") {
+  CHECK(parse_run_config("zero_stage: 3\n", "r.yaml").swap_checksums);
+  CHECK(parse_run_config("aio: {block_size: 1 MiB}\n", "r.yaml").swap_checksums);
+  CHECK_FALSE(parse_run_config("aio: {checksums: false}\n", "r.yaml").swap_checksums);
+  CHECK(parse_run_config(run_config_to_yaml(parse_run_config("zero_stage: 3\n", "r.yaml"), "d"), "w.yaml").swap_checksums);
 }
 
 TEST_CASE("activation_checkpoint.per_block is 1 or 2, round-trips, and DeepSpeed JSON says it cannot carry 2", "[config]") {

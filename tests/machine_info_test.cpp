@@ -1,6 +1,7 @@
 // Sizing a run to this machine: the RAM check that refuses a plan before anything is allocated, and
 // `zinf train` applying --device-memory and --host-memory to the CPU backend's plan.
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/errors.hpp"
 #include "engine/machine_info.hpp"
 #include "test_paths.hpp"
 
@@ -43,6 +45,8 @@ TEST_CASE("the RAM check counts every local rank's host tier, and the device are
   CHECK_THROWS_WITH(engine::check_plan_fits_ram(peak, true, 2, 6e9),
                     Catch::Contains("needs 11.") && Catch::Contains("6.00 GB available (MemAvailable)") &&
                         Catch::Contains("2 rank(s)") && Catch::Contains("--device-memory"));
+  // A plan that does not fit (exit 3), not a plain error.
+  CHECK_THROWS_AS(engine::check_plan_fits_ram(peak, true, 2, 6e9), core::PlanError);
   CHECK_NOTHROW(engine::check_plan_fits_ram(peak, true, 64, 0));  // unknown: not checked
   CHECK(engine::available_memory() > 0);
 }
@@ -60,7 +64,7 @@ TEST_CASE("zinf train refuses up front a plan larger than this machine's RAM, an
   std::string out = s.run("train --model " + model.string() + " --config " + config.string() + " --hw cpu-dev --device-memory 100000" +
                               " --host-memory 100000 --steps 1 --nvme-dir " + (s.dir / "nvme").string(),
                           rc);
-  CHECK(rc != 0);
+  CHECK(WEXITSTATUS(rc) == 3);  // plan refused, as the README's exit codes say
   CHECK_THAT(out, Catch::Contains("available (MemAvailable)") && Catch::Contains("device arena"));
   // Without --device-memory the profile's 2 GiB budget refuses the same plan in the planner.
   out = s.run("train --model " + model.string() + " --config " + config.string() + " --hw cpu-dev --steps 1 --nvme-dir " +

@@ -11,6 +11,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/bounded_input.hpp"
+#include "core/errors.hpp"
+
 namespace zinf::engine {
 
 namespace {
@@ -93,19 +96,22 @@ std::string token_to_bytes(const std::string& written, const std::string& file) 
   return out;
 }
 
+// GPT-2's vocab.json is 1 MB, merges.txt 0.5 MB, tokenizer.json 1.4 MB: a tokenizer file may hold
+// at most 64 MiB, and must be a regular file (a FIFO or /dev/zero is refused without blocking).
+constexpr uint64_t kMaxTokenizerBytes = 64ull << 20;
+
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot open for reading", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", path));
-  return s.str();
+  try {
+    return core::read_bounded_file(path, kMaxTokenizerBytes, "tokenizer file");
+  } catch (const core::ConfigError& e) {
+    throw std::runtime_error(e.what());
+  }
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number out of range (1e999)
     throw std::runtime_error(fmt::format("{}: not valid JSON ({})", source, e.what()));
   }
 }

@@ -23,10 +23,21 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
   throw std::runtime_error("data: " + path + ": " + why);
 }
 
-std::string read_file(const fs::path& p) {
+// The corpus is held in memory (as 16-bit tokens): its files together may hold at most this much.
+constexpr uint64_t kMaxDataBytes = 8ull << 30;
+
+std::string read_file(const fs::path& p, uint64_t& budget) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(p, ec);
+  if (ec) fail(p.string(), "cannot read its size: " + ec.message());
+  if (size > budget)
+    fail(p.string(), "the data files together hold more than 8 GiB, the most zinf loads (the corpus is held in memory)");
+  budget -= size;
   std::ifstream f(p, std::ios::binary);
   if (!f) fail(p.string(), std::string("cannot open: ") + std::strerror(errno));
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string s(size_t(size), '\0');
+  f.read(s.data(), std::streamsize(size));
+  if (uint64_t(f.gcount()) != size) fail(p.string(), "the file shrank while it was read");
   if (f.bad()) fail(p.string(), "read error");
   return s;
 }
@@ -45,7 +56,8 @@ TokenCorpus TokenCorpus::from_text(const std::string& text, std::string source) 
 }
 
 TokenCorpus TokenCorpus::load_bin(const std::string& path) {
-  const std::string bytes = read_file(path);
+  uint64_t budget = kMaxDataBytes;
+  const std::string bytes = read_file(path, budget);
   TokenCorpus c;
   c.source = path;
   size_t offset = 0, count = 0;
@@ -139,7 +151,8 @@ TokenCorpus TokenCorpus::load(const std::string& path_in, BpeTokenizer* tokenize
     std::sort(files.begin(), files.end());
     if (files.empty()) fail(path, "directory holds no text files");
     std::vector<std::string> documents;
-    for (const auto& f : files) documents.push_back(read_file(f));
+    uint64_t budget = kMaxDataBytes;
+    for (const auto& f : files) documents.push_back(read_file(f, budget));
     if (tokenizer) return encode_documents(documents, path, *tokenizer);
     std::string text;
     for (const auto& d : documents) text += d;
@@ -148,8 +161,9 @@ TokenCorpus TokenCorpus::load(const std::string& path_in, BpeTokenizer* tokenize
   // A FIFO, socket or device would block or never end: only regular files are read.
   if (!fs::is_regular_file(status)) fail(path, "not a regular file or a directory (a FIFO or device cannot be read as data)");
   if (fs::path(path).extension() == ".bin") return load_bin(path);
-  if (tokenizer) return encode_documents({read_file(path)}, path, *tokenizer);
-  return from_text(read_file(path), path);
+  uint64_t budget = kMaxDataBytes;
+  if (tokenizer) return encode_documents({read_file(path, budget)}, path, *tokenizer);
+  return from_text(read_file(path, budget), path);
 }
 
 BatchLoader::BatchLoader(const TokenCorpus& corpus, int64_t micro_batch, int64_t seq, int rank, int ranks,

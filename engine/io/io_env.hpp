@@ -34,8 +34,9 @@ struct FileInfo {
   enum class Kind : uint8_t { Directory, Regular, Symlink, Other };
   Kind kind = Kind::Other;
   uid_t owner = 0;
-  mode_t mode = 0;  // permission bits
+  mode_t mode = 0;  // permission bits, with the sticky bit (S_ISVTX)
   int64_t size = 0;
+  uint64_t device = 0, inode = 0;  // which file it is: a directory replaced by another has other ones
 };
 
 struct IoCompletion {

@@ -97,6 +97,8 @@ FileInfo info(const struct stat& st) {
                                  : FileInfo::Kind::Other;
   f.owner = st.st_uid;
   f.mode = st.st_mode & 07777;
+  f.device = uint64_t(st.st_dev);
+  f.inode = uint64_t(st.st_ino);
   f.size = st.st_size;
   return f;
 }

@@ -1,11 +1,15 @@
 #include "engine/io/safe_files.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 #include <vector>
+
+namespace fs = std::filesystem;
 
 namespace zinf::engine {
 namespace {
@@ -39,7 +43,41 @@ FileError::FileError(const std::string& who, const std::string& op, const std::s
                      const std::string& detail)
     : std::runtime_error(message(who, op, path, error, detail)), path_(path), error_(error) {}
 
+void check_ancestors(IoEnv& env, const std::string& dir, const std::string& who) {
+  std::error_code ec;
+  const fs::path given = fs::absolute(dir, ec).lexically_normal();
+  if (ec) throw FileError(who, "resolve", dir, ec.value());
+  std::vector<fs::path> chains{given};
+  if (fs::path real = fs::weakly_canonical(given, ec); !ec && real != given) chains.push_back(real);
+  for (const fs::path& chain : chains) {
+    for (fs::path a = chain.parent_path(); !a.empty(); a = a.parent_path()) {
+      FileInfo st;
+      // A link along the given path is judged by what it resolves to (the second chain).
+      if (env.lstat(a.string(), st) == 0 && st.kind == FileInfo::Kind::Directory && (st.mode & S_IWOTH)) {
+        const bool sticky_and_owned = (st.mode & S_ISVTX) && (st.owner == 0 || st.owner == env.user());
+        if (!sticky_and_owned)
+          throw FileError(who, "use directory", dir, EPERM,
+                          "its ancestor " + a.string() + " is writable by every user" +
+                              ((st.mode & S_ISVTX) ? " and owned by another user (uid " + std::to_string(st.owner) + ")"
+                                                   : " and not sticky") +
+                              ", so another user could replace what lies in it; chmod o-w " + a.string());
+      }
+      if (a == a.parent_path()) break;
+    }
+  }
+}
+
+bool path_inside(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  if (ec) return false;
+  const fs::path rel = p.lexically_relative(d);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 void ensure_own_directory(IoEnv& env, const std::string& dir, const std::string& who) {
+  check_ancestors(env, dir, who);
   FileInfo st;
   int r = env.lstat(dir, st);
   if (r == -ENOENT) {
@@ -103,14 +141,22 @@ void write_file_durable(IoEnv& env, const std::string& path, const std::string& 
   fsync_directory(env, parent_of(path), who);
 }
 
-std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who) {
-  Fd f{env, open_own_file(env, path, O_RDONLY, 0, who)};
+std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who, uint64_t limit) {
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise block before open_own_file can refuse it.
+  Fd f{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, who)};
   FileInfo st;
   int r = env.fstat(f.fd, st);
   if (r < 0) throw FileError(who, "stat", path, -r);
-  std::string text(size_t(st.size), '\0');
+  const auto too_large = [&] {
+    return FileError(who, "read", path, EFBIG,
+                     "larger than " + std::to_string(limit) + " bytes, the most zinf reads from such a file");
+  };
+  if (uint64_t(st.size) > limit) throw too_large();
+  // One byte more than the size: a file that grew since fstat is caught, not read without end.
+  std::string text(size_t(st.size) + 1, '\0');
   int64_t n = env.pread(f.fd, text.data(), text.size(), 0);
   if (n < 0) throw FileError(who, "read", path, int(-n));
+  if (uint64_t(n) > limit) throw too_large();
   text.resize(size_t(n));
   return text;
 }

@@ -27,8 +27,19 @@ private:
 };
 
 // Creates `dir` (last component, mode 0700) if missing, then checks it is a directory (not a
-// link) of this user that not every user can write; throws FileError naming `who` and the path otherwise.
+// link) of this user that not every user can write, below ancestors that pass check_ancestors;
+// throws FileError naming `who` and the path otherwise.
 void ensure_own_directory(IoEnv& env, const std::string& dir, const std::string& who);
+
+// Refuses (FileError naming the ancestor) a directory that another user could replace: every
+// ancestor of `dir`, along its path as given and as links resolve it, must not be writable by
+// every user unless it is sticky and owned by root or this user (as /tmp is), where only the owner
+// of an entry may rename or remove it.
+void check_ancestors(IoEnv& env, const std::string& dir, const std::string& who);
+
+// Whether `path` is `dir` or lies inside it, both made absolute with links resolved as far as
+// they exist (so a path through a link into `dir` counts as inside).
+bool path_inside(const std::string& path, const std::string& dir);
 
 // Opens `path` without following a symbolic link and checks the result is a regular file of this
 // user; returns the descriptor or throws FileError.
@@ -41,8 +52,11 @@ void fsync_directory(IoEnv& env, const std::string& dir, const std::string& who)
 // Replaces `path` with `text` durably: a temporary file written and fsynced, renamed over `path`,
 // and the directory fsynced.
 void write_file_durable(IoEnv& env, const std::string& path, const std::string& text, const std::string& who);
-// Reads a small file of this user (no symbolic links); throws FileError.
-std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who);
+// Reads a small file of this user (no symbolic links, a regular file: a FIFO is refused without
+// blocking) of at most `limit` bytes; throws FileError naming the path.
+inline constexpr uint64_t kMaxSmallFileBytes = 4ull << 20;
+std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who,
+                          uint64_t limit = kMaxSmallFileBytes);
 
 // An exclusive lock on a directory (flock on <dir>/.lock, which names the holder) for as long as
 // the object lives; a second holder, in this or another process, gets a FileError that names the

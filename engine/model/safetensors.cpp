@@ -11,6 +11,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_input.hpp"
+#include "core/errors.hpp"
 #include "engine/bf16.hpp"
 
 namespace zinf::engine {
@@ -42,6 +44,12 @@ int64_t dtype_bytes(const std::string& dtype) {
 const char* to_string(TensorDtype d) { return d == TensorDtype::F32 ? "F32" : "BF16"; }
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  // A FIFO or device would block or never end: only a regular file is opened.
+  try {
+    core::require_regular_file(path_, "safetensors file");
+  } catch (const core::ConfigError& e) {
+    throw SafetensorsError(std::string("safetensors: ") + e.what());
+  }
   std::ifstream f(path_, std::ios::binary);
   if (!f) fail(path_, std::string("cannot open: ") + std::strerror(errno));
   f.seekg(0, std::ios::end);

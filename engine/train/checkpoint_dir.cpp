@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <map>
 
 #include "engine/io/crc32c.hpp"
 
@@ -15,6 +16,7 @@ namespace zinf::engine {
 namespace {
 
 const char* kWho = "checkpoint";
+constexpr uint64_t kLatestBytes = 4096;
 
 bool is_step_name(const std::string& name) {
   if (name.size() != 13 || name.compare(0, 5, "step-") != 0) return false;
@@ -32,7 +34,7 @@ struct Fd {
 
 // CRC32C and size of a file, read in pieces.
 std::pair<uint32_t, uint64_t> file_crc(IoEnv& env, const std::string& path) {
-  Fd f{env, open_own_file(env, path, O_RDONLY, 0, kWho)};
+  Fd f{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, kWho)};
   std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
   uint64_t off = 0;
@@ -57,12 +59,109 @@ void remove_tree(const std::string& path) {
   if (ec) throw FileError(kWho, "remove", path, ec.value());
 }
 
+// The names in a directory, links and all (nothing followed).
+std::vector<std::string> entries(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) names.push_back(it->path().filename().string());
+  if (ec) throw FileError(kWho, "list", dir, ec.value());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A new file in a step directory being written: created, written whole, fsynced.
+void write_new_file(IoEnv& env, const std::string& path, const std::string& bytes) {
+  Fd f{env, open_own_file(env, path, O_WRONLY | O_CREAT | O_EXCL, 0600, kWho)};
+  int64_t w = env.pwrite(f.fd, bytes.data(), bytes.size(), 0);
+  if (w < 0) throw FileError(kWho, "write", path, int(-w));
+  if (uint64_t(w) != bytes.size()) throw FileError(kWho, "write", path, EIO, "the write was short");
+  fsync_checked(env, f.fd, path, kWho);
+  int r = env.close(std::exchange(f.fd, -1));
+  if (r < 0) throw FileError(kWho, "close", path, -r);
+}
+
+// Verifies step directory `dir` whole against its checksums.json: every entry is a regular file
+// it lists, and every listed file has the recorded size and CRC32C. False when there is no
+// checksums.json (nothing to verify against).
+bool verify_step(IoEnv& env, const std::string& dir) {
+  const std::string list_path = dir + "/" + kChecksumsFile;
+  if (!exists(env, list_path)) return false;
+  const auto listed = parse_checksums(read_own_file(env, list_path, kWho), list_path);
+  std::map<std::string, std::pair<uint64_t, uint32_t>> want(listed.begin(), listed.end());
+  for (const std::string& name : entries(dir)) {
+    if (name == kChecksumsFile) continue;
+    if (!want.count(name))
+      throw std::runtime_error(fmt::format("checkpoint {}/{}: the file is not covered by {} (every file of a step "
+                                           "must be): it was added after the checkpoint was written",
+                                           dir, name, list_path));
+  }
+  for (const auto& [name, size_crc] : listed) {
+    const std::string path = dir + "/" + name;
+    FileInfo st;
+    if (env.lstat(path, st) != 0)
+      throw std::runtime_error(fmt::format("checkpoint {}: the file is missing, but {} lists it", path, list_path));
+    // A size that differs refuses the file before it is read: a 100 GB file is not checksummed.
+    if (st.kind == FileInfo::Kind::Regular && uint64_t(st.size) != size_crc.first)
+      throw std::runtime_error(fmt::format("checkpoint {}: the file is damaged: {} bytes, but {} recorded {} bytes", path,
+                                           st.size, list_path, size_crc.first));
+    auto [crc, bytes] = file_crc(env, path);
+    if (bytes != size_crc.first || crc != size_crc.second)
+      throw std::runtime_error(fmt::format(
+          "checkpoint {}: the file is damaged: {} bytes with CRC32C {:08x}, but {} recorded {} bytes with {:08x}", path,
+          bytes, crc, list_path, size_crc.first, size_crc.second));
+  }
+  return true;
+}
+
 }  // namespace
+
+nlohmann::json parse_checkpoint_meta(const std::string& text, const std::string& path) {
+  if (text.find('\0') != std::string::npos)
+    throw std::runtime_error(fmt::format("checkpoint {}: the file holds a NUL byte at offset {}: it is damaged", path,
+                                         text.find('\0')));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format("checkpoint {}: not valid JSON: {}", path, e.what()));
+  }
+  if (!meta.is_object() || !meta.contains("format") || !meta["format"].is_string() ||
+      meta["format"].get<std::string>() != "zinf-checkpoint-1")
+    throw std::runtime_error(fmt::format("checkpoint {}: field 'format' is not zinf-checkpoint-1", path));
+  return meta;
+}
+
+std::vector<std::pair<std::string, std::pair<uint64_t, uint32_t>>> parse_checksums(const std::string& text,
+                                                                                    const std::string& path) {
+  const auto bad = [&](const std::string& why) {
+    return std::runtime_error(fmt::format("checkpoint {}: {}", path, why));
+  };
+  if (text.find('\0') != std::string::npos) throw bad("the file holds a NUL byte: it is damaged");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("format") || j["format"] != "zinf-checksums-1" || !j.contains("files") ||
+      !j["files"].is_object())
+    throw bad("not a zinf-checksums-1 list of files");
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint32_t>>> out;
+  for (const auto& [name, v] : j["files"].items()) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name == kChecksumsFile)
+      throw bad(fmt::format("'{}' is not the name of a file in the step directory", name.substr(0, 64)));
+    if (!v.is_object() || !v.contains("bytes") || !v["bytes"].is_number_unsigned() || !v.contains("crc32c") ||
+        !v["crc32c"].is_number_unsigned() || v["crc32c"].get<uint64_t>() > 0xffffffffull)
+      throw bad(fmt::format("the entry of '{}' needs bytes and crc32c", name.substr(0, 64)));
+    out.push_back({name, {v["bytes"].get<uint64_t>(), uint32_t(v["crc32c"].get<uint64_t>())}});
+  }
+  return out;
+}
 
 std::string latest_checkpoint_name(IoEnv& env, const std::string& root) {
   const std::string path = root + "/latest";
   if (!exists(env, path)) return "";
-  std::string name = read_own_file(env, path, kWho);
+  std::string name = read_own_file(env, path, kWho, kLatestBytes);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (!is_step_name(name))
     throw FileError(kWho, "read", path, EINVAL,
@@ -70,7 +169,7 @@ std::string latest_checkpoint_name(IoEnv& env, const std::string& root) {
   return name;
 }
 
-LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root) {
+LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root, bool accept_unverified) {
   const std::string name = latest_checkpoint_name(env, root);
   if (name.empty()) throw FileError(kWho, "resume from", root + "/latest", ENOENT, "no checkpoint has been saved there");
   LoadedCheckpoint c;
@@ -81,24 +180,27 @@ LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root) {
   if (st.kind != FileInfo::Kind::Directory) throw FileError(kWho, "open", c.dir, ENOTDIR, "a link or a file, not a directory");
   c.meta_path = c.dir + "/meta.json";
   c.state_path = c.dir + "/state.safetensors";
-  try {
-    c.meta = nlohmann::json::parse(read_own_file(env, c.meta_path, kWho));
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(fmt::format("checkpoint {}: not valid JSON: {}", c.meta_path, e.what()));
-  }
-  if (!c.meta.is_object() || c.meta.value("format", "") != "zinf-checkpoint-1")
-    throw std::runtime_error(fmt::format("checkpoint {}: field 'format' is not zinf-checkpoint-1", c.meta_path));
-  if (c.meta.contains("checksums")) {
-    const auto& want = c.meta["checksums"]["state.safetensors"];
-    if (!want.is_object() || !want["crc32c"].is_number_unsigned() || !want["bytes"].is_number_unsigned())
-      throw std::runtime_error(fmt::format("checkpoint {}: field 'checksums.state.safetensors' needs crc32c and bytes",
-                                           c.meta_path));
-    auto [crc, bytes] = file_crc(env, c.state_path);
-    if (bytes != want["bytes"].get<uint64_t>() || crc != want["crc32c"].get<uint32_t>())
+  c.verified = verify_step(env, c.dir);
+  c.meta = parse_checkpoint_meta(read_own_file(env, c.meta_path, kWho), c.meta_path);
+  if (!c.verified) {
+    // An older zinf recorded the state file's checksum in meta.json only: check what it covers.
+    if (c.meta.contains("checksums") && c.meta["checksums"].is_object()) {
+      const auto& want = c.meta["checksums"]["state.safetensors"];
+      if (!want.is_object() || !want["crc32c"].is_number_unsigned() || !want["bytes"].is_number_unsigned())
+        throw std::runtime_error(
+            fmt::format("checkpoint {}: field 'checksums.state.safetensors' needs crc32c and bytes", c.meta_path));
+      auto [crc, bytes] = file_crc(env, c.state_path);
+      if (bytes != want["bytes"].get<uint64_t>() || crc != want["crc32c"].get<uint32_t>())
+        throw std::runtime_error(fmt::format(
+            "checkpoint {}: the file is damaged: {} bytes with CRC32C {:08x}, but {} recorded {} bytes with {:08x}",
+            c.state_path, bytes, crc, c.meta_path, want["bytes"].get<uint64_t>(), want["crc32c"].get<uint32_t>()));
+    }
+    if (!accept_unverified)
       throw std::runtime_error(fmt::format(
-          "checkpoint {}: the file is damaged: {} bytes with CRC32C {:08x}, but {} recorded {} bytes with {:08x}",
-          c.state_path, bytes, crc, c.meta_path, want["bytes"].get<uint64_t>(), want["crc32c"].get<uint32_t>()));
-    c.verified = true;
+          "checkpoint {}: there is no {}, so its files (meta.json's step, data position and seeds among them) are "
+          "not covered by a checksum: an older zinf wrote it, or the file was deleted. Pass --accept-unverified to "
+          "resume from it anyway",
+          c.dir, kChecksumsFile));
   }
   return c;
 }
@@ -107,6 +209,23 @@ CheckpointDir::CheckpointDir(IoEnv& env, std::string root) : env_(env), root_(st
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
   ensure_own_directory(env_, root_, kWho);
   lock_ = std::make_unique<DirLock>(env_, root_, kWho);
+  FileInfo st;
+  const int r = env_.lstat(root_, st);
+  if (r < 0) throw FileError(kWho, "stat directory", root_, -r);
+  device_ = st.device;
+  inode_ = st.inode;
+}
+
+void CheckpointDir::check_still_locked() const {
+  FileInfo st;
+  const int r = env_.lstat(root_, st);
+  if (r < 0)
+    throw FileError(kWho, "use directory", root_, -r, "it was removed or replaced while this run held it; nothing saved");
+  if (st.kind != FileInfo::Kind::Directory || st.device != device_ || st.inode != inode_)
+    throw FileError(kWho, "use directory", root_, EXDEV,
+                    std::string("it was replaced while this run held it (now ") +
+                        (st.kind == FileInfo::Kind::Symlink ? "a symbolic link" : "another directory or file") +
+                        "); nothing was written through it");
 }
 
 bool CheckpointDir::holds_checkpoints() const {
@@ -117,22 +236,45 @@ bool CheckpointDir::holds_checkpoints() const {
   return false;
 }
 
-std::vector<std::string> CheckpointDir::save(const std::string& name, const std::string& state_bytes, nlohmann::json meta) {
-  return save(name, [&state_bytes](const ByteSink& sink) { sink(state_bytes.data(), state_bytes.size()); }, std::move(meta));
+std::vector<std::string> CheckpointDir::save(const std::string& name, const std::string& state_bytes,
+                                             const nlohmann::json& meta, Latest latest) {
+  return save(name, [&state_bytes](const ByteSink& sink) { sink(state_bytes.data(), state_bytes.size()); }, meta, latest);
 }
 
-std::vector<std::string> CheckpointDir::save(const std::string& name, const StateWriter& write_state, nlohmann::json meta) {
+std::vector<std::string> CheckpointDir::save(const std::string& name, const StateWriter& write_state,
+                                             const nlohmann::json& meta, Latest latest) {
+  return save(name, write_state, Files{{"meta.json", meta.dump(2)}}, latest);
+}
+
+std::vector<std::string> CheckpointDir::save(const std::string& name, const StateWriter& write_state, const Files& files,
+                                             Latest latest) {
   if (!is_step_name(name)) throw std::invalid_argument("checkpoint: bad checkpoint name '" + name + "'");
+  for (const auto& [file, bytes] : files)
+    if (file.empty() || file.find('/') != std::string::npos || file == kChecksumsFile || file == "state.safetensors" ||
+        file[0] == '.')
+      throw std::invalid_argument("checkpoint: bad file name '" + file + "' for a step directory");
+  check_still_locked();
+  try {
+    return save_checked(name, write_state, files, latest);
+  } catch (const FileError&) {
+    check_still_locked();  // a directory replaced mid-save is said as such, not as the file it broke
+    throw;
+  }
+}
+
+std::vector<std::string> CheckpointDir::save_checked(const std::string& name, const StateWriter& write_state,
+                                                     const Files& files, Latest latest) {
   std::vector<std::string> notes;
   const std::string tmp = root_ + "/" + name + ".tmp", final_dir = root_ + "/" + name;
   remove_tree(tmp);  // what a crash mid-save left
   int r = env_.make_dir(tmp, 0700);
   if (r < 0) throw FileError(kWho, "create directory", tmp, -r);
   ensure_own_directory(env_, tmp, kWho);
-  uint32_t crc = 0;
-  uint64_t bytes = 0;
+  nlohmann::json sums = nlohmann::json::object();
   {
     const std::string path = tmp + "/state.safetensors";
+    uint32_t crc = 0;
+    uint64_t bytes = 0;
     Fd f{env_, open_own_file(env_, path, O_WRONLY | O_CREAT | O_EXCL, 0600, kWho)};
     write_state([&](const char* data, size_t n) {
       size_t done = 0;
@@ -148,18 +290,30 @@ std::vector<std::string> CheckpointDir::save(const std::string& name, const Stat
     fsync_checked(env_, f.fd, path, kWho);
     r = env_.close(std::exchange(f.fd, -1));
     if (r < 0) throw FileError(kWho, "close", path, -r);
+    sums["state.safetensors"] = {{"bytes", bytes}, {"crc32c", crc}};
   }
-  meta["checksums"] = {{"state.safetensors", {{"crc32c", crc}, {"bytes", bytes}}}};
-  write_file_durable(env_, tmp + "/meta.json", meta.dump(2), kWho);  // fsyncs tmp as well
+  for (const auto& [file, bytes] : files) {
+    write_new_file(env_, tmp + "/" + file, bytes);
+    sums[file] = {{"bytes", uint64_t(bytes.size())}, {"crc32c", crc32c(bytes.data(), bytes.size())}};
+  }
+  // The list is made from the directory as it stands: a file that got there any other way is
+  // covered too (read back for its checksum), so the checksums never leave a file of the step out.
+  for (const std::string& file : entries(tmp)) {
+    if (sums.contains(file)) continue;
+    auto [crc, bytes] = file_crc(env_, tmp + "/" + file);
+    sums[file] = {{"bytes", bytes}, {"crc32c", crc}};
+  }
+  write_new_file(env_, tmp + "/" + kChecksumsFile, nlohmann::json{{"format", "zinf-checksums-1"}, {"files", sums}}.dump(2));
+  fsync_directory(env_, tmp, kWho);
 
-  const std::string latest = latest_checkpoint_name(env_, root_);
+  const std::string named = latest_checkpoint_name(env_, root_);
   if (exists(env_, final_dir)) {
     // Swap, so that at every instant <name> is a whole checkpoint: the old one until the swap,
     // the new one after it.
     r = env_.exchange(tmp, final_dir);
     if (r < 0) throw FileError(kWho, "swap " + tmp + " with", final_dir, -r);
     fsync_directory(env_, root_, kWho);
-    if (latest == name) {
+    if (named == name) {
       remove_tree(tmp);  // `latest` now names the new one, whole and durable
     } else {
       std::string aside;
@@ -173,8 +327,31 @@ std::vector<std::string> CheckpointDir::save(const std::string& name, const Stat
     if (r < 0) throw FileError(kWho, "rename " + tmp + " to", final_dir, -r);
   }
   fsync_directory(env_, root_, kWho);
-  write_file_durable(env_, root_ + "/latest", name + "\n", kWho);
+  check_still_locked();  // `latest` is written through the path: not into a link's target
+  if (latest == Latest::Move) write_file_durable(env_, root_ + "/latest", name + "\n", kWho);
   return notes;
+}
+
+void CheckpointDir::publish(const std::string& name) {
+  if (!is_step_name(name)) throw std::invalid_argument("checkpoint: bad checkpoint name '" + name + "'");
+  check_still_locked();
+  FileInfo st;
+  const int r = env_.lstat(root_ + "/" + name, st);
+  if (r < 0 || st.kind != FileInfo::Kind::Directory)
+    throw FileError(kWho, "point latest at", root_ + "/" + name, r < 0 ? -r : ENOTDIR);
+  write_file_durable(env_, root_ + "/latest", name + "\n", kWho);
+}
+
+std::string CheckpointDir::set_aside(const std::string& name, const std::string& why) {
+  if (!is_step_name(name)) throw std::invalid_argument("checkpoint: bad checkpoint name '" + name + "'");
+  check_still_locked();
+  const std::string from = root_ + "/" + name;
+  std::string aside;
+  for (int k = 1; aside.empty() || exists(env_, aside); ++k) aside = fmt::format("{}.{}-{}", from, why, k);
+  const int r = env_.rename(from, aside);
+  if (r < 0) throw FileError(kWho, "rename " + from + " to", aside, -r);
+  fsync_directory(env_, root_, kWho);
+  return aside;
 }
 
 }  // namespace zinf::engine

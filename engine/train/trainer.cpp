@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
+#include "engine/comm/agreement.hpp"
 #include "engine/data/bpe_tokenizer.hpp"
 #include "engine/data/token_data.hpp"
 #include "engine/backend/backend_select.hpp"
@@ -22,9 +24,12 @@
 #include "engine/machine_info.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/io/io_priority.hpp"
+#include "engine/io/crc32c.hpp"
 #include "engine/io/safe_files.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/checkpoint_dir.hpp"
+#include "engine/train/divergence.hpp"
+#include "engine/train/run_identity.hpp"
 #include "models/gpt.hpp"
 
 namespace fs = std::filesystem;
@@ -77,7 +82,11 @@ ParallelGroups split_parallel_groups(const TrainerOptions& o, Collectives& world
 
 struct Trainer::Impl {
   TrainerOptions opt;
+  // The config and model as given, before the tuner resolves `auto` for this rank count and machine
+  // and the config's micro-batch overrides the model's: what a checkpoint records and ranks compare.
+  const RunFields given_config;
   Collectives& comm;  // the job's world
+  const bool inputs_agreed;  // every rank was started with the same inputs (checked first of all)
   ParallelGroups groups;
   Collectives& dp;  // the data-parallel group this rank's ZeRO partitions span (the world for tensor_parallel 1)
   BackendKind kind;  // resolved once, first: the graph's working precision and the RAM check depend on it
@@ -105,13 +114,16 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
   core::LrSchedule schedule;  // opt.lr_schedule with its `auto` lengths decided
   double last_lr = 0;         // the rate of the last step run
+  DivergenceRule rule;
+  DataIdentity data;
+  std::string pending;  // a checkpoint saved but not yet `latest`: the next step's figures confirm it
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), comm(c), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
+      : opt(std::move(o)), given_config(config_fields(opt.config)), comm(c), inputs_agreed(agree_on_inputs()), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
         kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())),
         staging_budget(staging_budget_bytes(planned.program, planned.plan, kind != BackendKind::Cuda, dp.rank())),
         model(graph, KernelImpl::Fast, TensorParallelRank{groups.tensor ? groups.tensor->rank() : 0, groups.tensor.get()}),
-        env(opt.env ? *opt.env : default_io_env()) {
+        env(opt.env ? *opt.env : default_io_env()), rule(opt.model.vocab) {
     // Under chrt, real time for the NVMe threads only: compute at real time starves the kernel's
     // own block I/O workers (engine/io/io_priority.hpp).
     const auto& pl = planned.plan;
@@ -142,7 +154,11 @@ struct Trainer::Impl {
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("{}: {}", opt.config_source, e.what()));
     }
-    if (!opt.sampling) load_data();
+    if (!opt.sampling) {
+      load_data();
+      data = data_identity(corpus);
+    }
+    agree_on_plan_and_data();
     GptBackendOptions bo;
     if (!opt.nvme_dir.empty()) {
       std::error_code ec;
@@ -251,6 +267,44 @@ struct Trainer::Impl {
     return backend->kept_logits();
   }
 
+  // Before anything else, every rank compares what it was given: model, config, seeds, where it
+  // starts from, and the command line's own fields (steps, zinf's version).
+  bool agree_on_inputs() {
+    RunFields fields = given_config;
+    for (auto& [k, v] : model_fields(opt.model)) fields[k] = v;
+    fields["model.name"] = opt.model.name;
+    fields["data seed"] = std::to_string(opt.data_seed);
+    fields["init seed"] = std::to_string(opt.init_seed);
+    fields["init from"] = opt.init_from;
+    fields["checkpoint directory"] = opt.checkpoint_dir;
+    fields["start"] = opt.start == CheckpointStart::Resume      ? "resume"
+                      : opt.start == CheckpointStart::Overwrite ? "overwrite"
+                                                                : "fresh";
+    fields["backend"] = opt.backend;
+    fields["hwprofile"] = opt.hw.name;
+    for (const auto& [k, v] : opt.must_agree) fields[k] = v;
+    require_agreement(comm, fields, "before planning");
+    return true;
+  }
+
+  // After planning and loading the data: the same Program (machines with other memory plan other
+  // ones) and the same data.
+  void agree_on_plan_and_data() {
+    std::ostringstream program;
+    planned.program.write_json(program);
+    const std::string json = program.str();
+    require_agreement(comm,
+                      {{"plan (the Program, CRC32C of its JSON)", fmt::format("{:08x}", crc32c(json.data(), json.size()))},
+                       {"plan placements", fmt::format("params {}, gradients {}, optimizer {}, checkpoints {}",
+                                                       core::to_string(planned.plan.params),
+                                                       core::to_string(planned.plan.gradients),
+                                                       core::to_string(planned.plan.optimizer),
+                                                       core::to_string(planned.plan.checkpoints))},
+                       {"data", fmt::format("{} tokens (CRC32C of the head {:08x})", data.tokens, data.head_crc32c)},
+                       {"lr schedule", core::to_json(schedule).dump()}},
+                      "after planning");
+  }
+
   // The graph whose shapes checkpoints, imports and exports have: the whole model's.
   const core::ModelGraph& file_graph() const { return whole_graph ? *whole_graph : graph; }
 
@@ -278,6 +332,17 @@ struct Trainer::Impl {
       if (opt.start == CheckpointStart::Resume) throw std::runtime_error("--resume needs --checkpoint-dir");
       return;
     }
+    // One directory for two purposes would have the store's files and the checkpoints (and two
+    // locks of one run) in one place: refused by name, not as "in use by" this very process. The
+    // store's directories are the ranks' rank<r>/; a checkpoint directory beside them is fine.
+    bool twice = !opt.nvme_dir.empty() && path_inside(opt.nvme_dir, opt.checkpoint_dir);
+    for (int r = 0; r < comm.size() && !opt.nvme_dir.empty() && !twice; ++r)
+      twice = path_inside(opt.checkpoint_dir, (fs::path(opt.nvme_dir) / fmt::format("rank{}", r)).string());
+    if (twice)
+      throw std::runtime_error(fmt::format("--checkpoint-dir {} and --nvme-dir {} name one directory twice (the "
+                                           "checkpoints would share a rank's NVMe directory rank<r>/, or hold the NVMe "
+                                           "directory): give the checkpoints a directory of their own",
+                                           opt.checkpoint_dir, opt.nvme_dir));
     std::string error;
     if (comm.rank() == 0) {
       try {
@@ -365,15 +430,61 @@ struct Trainer::Impl {
     const double slowest = r[1] / comm.size();
     s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * dp.size() / std::max(slowest, 1e-9);
     s.grad_norm = check ? std::sqrt(r[2]) : backend->grad_norm();
-    if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm) || r[3] > 0)
-      throw TrainingDiverged(fmt::format(
-          "step {}: loss {}, gradient norm {}, {} master weights not finite after the update: the run diverged "
-          "(lr {} too high?) or its data or state is damaged. Stopped without saving this step{}",
-          s.step, s.loss, s.grad_norm, int64_t(r[3]), s.lr,
-          opt.checkpoint_dir.empty() ? "" : "; the last checkpoint in " + opt.checkpoint_dir + " is the last good state"));
+    // Every rank judges the same all-reduced figures, so all stop or go on together.
+    if (const std::string broken = rule.check(s.loss, s.grad_norm, int64_t(r[3])); !broken.empty()) diverged(s.step, broken, s.lr);
+    // This step's loss was computed from the state a pending checkpoint holds: it passed, so that
+    // checkpoint is sound and becomes `latest`.
+    publish_pending();
     s.peak = executor->peak_bytes();
     s.device_arena_peak = backend->device_peak_bytes();
     return s;
+  }
+
+  // Stops the run at step `step`: a checkpoint waiting for this step's confirmation holds the
+  // state that produced the bad figures and is set aside; `latest` stays on the last confirmed one.
+  [[noreturn]] void diverged(int64_t step, const std::string& broken, double lr) {
+    std::string kept = opt.checkpoint_dir.empty() ? "no --checkpoint-dir: nothing saved"
+                                                  : "rank 0 says which checkpoint was kept";
+    if (!opt.checkpoint_dir.empty()) {
+      std::string error;
+      if (comm.rank() == 0) {
+        try {
+          std::string aside;
+          if (!pending.empty()) aside = checkpoints->set_aside(pending, "diverged");
+          const std::string latest = latest_checkpoint_name(env, checkpoints->root());
+          kept = latest.empty() ? "no checkpoint was kept (none was confirmed by a step after it)"
+                                : fmt::format("the last checkpoint kept is {}/{}, which a step after it confirmed",
+                                              opt.checkpoint_dir, latest);
+          if (!aside.empty())
+            kept += fmt::format("; {} holds the state this step started from and was set aside as {}", pending, aside);
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      pending.clear();
+      if (!error.empty()) kept += "; setting the unconfirmed checkpoint aside failed: " + error;
+    }
+    throw TrainingDiverged(fmt::format(
+        "step {}: {}. The run diverged (lr {} too high?) or its data or state is damaged. Stopped without saving this "
+        "step; {}",
+        step, broken, lr, kept));
+  }
+
+  void publish_pending() {
+    if (pending.empty()) return;
+    const std::string name = std::exchange(pending, std::string());
+    std::string error;
+    if (comm.rank() == 0) {
+      try {
+        checkpoints->publish(name);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    double failed = error.empty() ? 0 : 1;
+    comm.all_reduce(&failed, 1, "checkpoint published");
+    if (!error.empty()) throw std::runtime_error(error);
+    if (failed > 0) throw std::runtime_error("rank 0 could not point latest at checkpoint " + name);
   }
 
   using StateTensor = TrainingBackend::StateTensor;
@@ -429,10 +540,11 @@ struct Trainer::Impl {
 
   // Rank 0 writes the state file as the groups are gathered, one group's tensor at a time, so a
   // checkpoint of a model larger than RAM is written from the tiers straight to the file.
-  std::string save_checkpoint() {
+  std::string save_checkpoint(bool final) {
     if (!loader) throw std::logic_error("save_checkpoint: a Trainer made for sampling trains nothing to save");
     if (opt.checkpoint_dir.empty()) throw std::runtime_error("no checkpoint directory was given (--checkpoint-dir)");
     const std::string name = fmt::format("step-{:08d}", steps_done);
+    publish_pending();  // an older one, never confirmed (two saves without a step between them)
     GatherSequence seq = gather_sequence(true);
     std::string error;
     if (comm.rank() == 0) {
@@ -449,6 +561,9 @@ struct Trainer::Impl {
                                // micro-batch slots consumed by all ranks together: resumable on any rank count
                                {"data_position", loader->position() * uint64_t(dp.size())},
                                {"data_seed", opt.data_seed},
+                               {"data", data.to_json()},
+                               {"config", fields_to_json(given_config)},
+                               {"divergence", rule.to_json()},
                                {"ranks", comm.size()},
                                {"tensor_parallel", groups.tensor ? groups.tensor->size() : 1},
                                // The schedule's state: its parameters and the step it reached (the
@@ -467,7 +582,9 @@ struct Trainer::Impl {
             write_tensor_data(sink, tensor.data(), int64_t(tensor.size()), TensorDtype::F32);
           }
         };
-        for (const auto& n : checkpoints->save(name, write_state, std::move(meta))) note(n);
+        for (const auto& n : checkpoints->save(name, write_state, meta,
+                                               final ? CheckpointDir::Latest::Move : CheckpointDir::Latest::Keep))
+          note(n);
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -477,6 +594,7 @@ struct Trainer::Impl {
     comm.all_reduce(&failed, 1, "checkpoint saved");
     if (!error.empty()) throw std::runtime_error(error);
     if (failed > 0) throw std::runtime_error("rank 0 could not save checkpoint " + name);
+    if (!final) pending = name;
     return (fs::path(opt.checkpoint_dir) / name).string();
   }
 
@@ -501,8 +619,38 @@ struct Trainer::Impl {
     return nlohmann::json::object();
   }
 
+  // What the checkpoint recorded against this run: the data seed, the data, the micro-batch and the
+  // run config (as given). Each difference is refused, or noted when changes are allowed.
+  void compare_with_recorded(const LoadedCheckpoint& c) {
+    const auto& meta = c.meta;
+    std::vector<std::string> changes;
+    if (meta.contains("data_seed") && meta["data_seed"].is_number_unsigned() &&
+        meta["data_seed"].get<uint64_t>() != opt.data_seed)
+      changes.push_back(fmt::format("data seed (--seed): {} -> {}", meta["data_seed"].get<uint64_t>(), opt.data_seed));
+    if (meta.contains("data")) {
+      const DataIdentity before = DataIdentity::from_json(meta["data"], c.meta_path);
+      if (!before.same_as(data)) changes.push_back(fmt::format("data (--data): {} -> {}", before.describe(), data.describe()));
+    }
+    const auto& m = meta.contains("model") ? meta["model"] : nlohmann::json();
+    if (m.is_object() && m.contains("micro_batch") && m["micro_batch"].is_number_integer() &&
+        m["micro_batch"].get<int64_t>() != opt.model.micro_batch)
+      changes.push_back(fmt::format("micro_batch: {} -> {}", m["micro_batch"].get<int64_t>(), opt.model.micro_batch));
+    if (meta.contains("config"))
+      for (auto& d : field_differences(fields_from_json(meta["config"], c.meta_path, "config"), given_config))
+        changes.push_back(std::move(d));
+    if (changes.empty()) return;
+    std::string list;
+    for (const auto& ch : changes) list += "\n  " + ch;
+    if (!opt.allow_changes)
+      throw std::runtime_error(fmt::format("checkpoint {}: this run differs from the one that saved it in {} way{}:{}\n"
+                                           "Resume with the same settings, or pass --allow-changes to resume with these",
+                                           c.dir, changes.size(), changes.size() == 1 ? "" : "s", list));
+    note(fmt::format("resuming {} with {} change{} (--allow-changes):{}", c.dir, changes.size(),
+                     changes.size() == 1 ? "" : "s", list));
+  }
+
   void resume() {
-    const LoadedCheckpoint c = load_latest_checkpoint(env, opt.checkpoint_dir);
+    const LoadedCheckpoint c = load_latest_checkpoint(env, opt.checkpoint_dir, opt.accept_unverified);
     const auto& meta = c.meta;
     // Training data cut differently (a held-out tail added, dropped or resized) changes the windows the
     // loader deals from the checkpoint's position on: said, then used.
@@ -523,7 +671,14 @@ struct Trainer::Impl {
     for (const char* key : {"step", "data_position"})
       if (!meta.contains(key) || !meta[key].is_number_unsigned())
         throw std::runtime_error(fmt::format("checkpoint {}: field '{}' must be a non-negative integer", c.meta_path, key));
-    if (!c.verified) note(fmt::format("checkpoint {} records no checksum (an older zinf wrote it): loaded unverified", c.dir));
+    if (!c.verified)
+      note(fmt::format("checkpoint {} has no checksums: loaded unverified (--accept-unverified); its step, data position "
+                       "and state are taken as they are",
+                       c.dir));
+    if (meta["step"].get<uint64_t>() > 99'999'999)
+      throw std::runtime_error(fmt::format("checkpoint {}: field 'step' is above 99999999", c.meta_path));
+    if (!opt.sampling) compare_with_recorded(c);  // sampling continues no training: nothing to compare
+    if (meta.contains("divergence")) rule.from_json(meta["divergence"], c.meta_path);
     // Group by group from the file into the tiers, each tensor checked before it is used.
     SafetensorsReader reader(c.state_path);
     const auto from_file = [&](const std::string& suffix, bool non_negative) -> TrainingBackend::GroupReader {
@@ -587,7 +742,8 @@ EvalStats Trainer::evaluate() {
   if (!I.evaluator) throw std::logic_error("evaluate: the run has no held-out split (val_data or val_fraction)");
   return I.evaluator->evaluate(I.comm, I.groups.tensor ? I.groups.tensor->size() : 1, I.steps_done);
 }
-std::string Trainer::save_checkpoint() { return impl_->save_checkpoint(); }
+std::string Trainer::save_checkpoint(bool final) { return impl_->save_checkpoint(final); }
+void Trainer::publish_pending() { impl_->publish_pending(); }
 bool Trainer::any_rank(bool mine) {
   double v = mine ? 1 : 0;
   impl_->comm.all_reduce(&v, 1, "stop request");

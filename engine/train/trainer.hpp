@@ -4,15 +4,21 @@
 // CheckpointDir (engine/train/checkpoint_dir.hpp: never replaced before the new one is durable,
 // checksummed, the directory locked for the run) and resumes from them exactly, on the same or a
 // different number of ranks. A fresh run refuses a checkpoint directory that already holds a run's
-// checkpoints unless told to resume or to overwrite. Every step checks the loss, the global
-// gradient norm and the updated master weights: NaN or infinity stops the run with
-// TrainingDiverged before such a state can reach a checkpoint, so the last checkpoint written is
-// the last good one (zinf trains in bf16: there is no fp16 loss scale whose overflow a skipped
-// step would absorb, so a skipped step would only hide the fault). One Trainer per process; not
-// thread-safe.
+// checkpoints unless told to resume or to overwrite. Every step holds the loss, the global
+// gradient norm and the updated master weights to the divergence rule (engine/train/divergence.hpp:
+// not finite, or orders of magnitude above their recent medians): a step that breaks it stops the
+// run with TrainingDiverged. A state's soundness shows only in the loss of the step after it, so a
+// checkpoint saved during the run becomes `latest` only once the next step has passed the rule; one
+// that a diverging step condemns is set aside (<step>.diverged-K), and `latest` keeps naming the
+// last state a step confirmed, which the first step of a resume recomputes exactly. (zinf trains
+// in bf16: there is no fp16 loss scale whose overflow a skipped step would absorb, so a skipped
+// step would only hide the fault.) A resume verifies the checkpoint whole and compares what it
+// recorded (data seed, data, micro-batch, run config) with this run, refusing each difference
+// unless told to allow changes. One Trainer per process; not thread-safe.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -66,6 +72,11 @@ struct TrainerOptions {
   std::string init_from;         // safetensors with Hugging Face GPT-2 names; empty: GPT-2 init
   std::string checkpoint_dir;    // where save_checkpoint writes and resume reads; locked while the Trainer lives
   CheckpointStart start = CheckpointStart::Fresh;
+  bool accept_unverified = false;  // resume from a checkpoint without checksums (--accept-unverified)
+  bool allow_changes = false;      // resume with another seed, data, micro-batch or config (--allow-changes)
+  // What every rank must share besides the model, config, seeds, plan and data the Trainer itself
+  // compares (engine/comm/agreement.hpp): the command line's own (steps, zinf's version, ...).
+  std::map<std::string, std::string> must_agree;
   unsigned adam_threads = 1;
   std::string backend = "cpu";   // cpu, cuda or auto (engine/backend/backend_select.hpp)
   IoEnv* env = nullptr;          // the checkpoint files' door to the OS; null: default_io_env()
@@ -103,9 +114,11 @@ uint64_t staging_budget_bytes(const core::Program& program, const core::Plan& pl
 
 class Trainer {
 public:
-  // Plans and sets up, and resumes when options.start is Resume; throws core::PlanError (with the
-  // plan's figures) if it does not fit, and std::runtime_error naming the file or directory at
-  // fault for bad data or checkpoints, a locked directory, or an unwritable checkpoint directory.
+  // Compares what must be equal across the ranks before planning and again after planning and
+  // loading the data (RanksDisagree); plans and sets up, and resumes when options.start is Resume.
+  // Throws core::PlanError (with the plan's figures) if it does not fit, and std::runtime_error
+  // naming the file or directory at fault for bad data or checkpoints, a locked directory, or an
+  // unwritable checkpoint directory.
   Trainer(TrainerOptions options, Collectives& comm);
   ~Trainer();
 
@@ -133,13 +146,17 @@ public:
   // Collective: whether `mine` is true on any rank (e.g. a signal that reached one of them).
   bool any_rank(bool mine);
 
-  // Collective: every rank calls them. The checkpoint holds the full optimizer state (so it loads
-  // on any number of ranks), the step count, the data position and the lr schedule's state (the
-  // schedule and the step it reached, in meta.json). Both stream: each parameter
+  // Collective: every rank calls them. A checkpoint that is not `final` (one saved every N steps)
+  // becomes `latest` once the next step passes the divergence rule; a final one (the end of a run,
+  // a stop) at once. publish_pending() makes a waiting checkpoint `latest` without a next step.
+  // The checkpoint holds the full optimizer state (so it loads on any number of ranks), the step
+  // count, the data position and the lr schedule's state (the schedule and the step it reached, in
+  // meta.json). Both stream: each parameter
   // group's tensors are gathered from the ranks' tiers and written by rank 0 before the next group
   // is read, and a resume loads the file a group at a time into the tiers, so host memory holds
   // about one group's master, m and v (the CUDA backend still gathers and loads its whole state).
-  std::string save_checkpoint();              // returns the directory written
+  std::string save_checkpoint(bool final = true);  // returns the directory written
+  void publish_pending();
   void export_safetensors(const std::string& path);  // rank 0 writes the master weights
 
   struct Impl;

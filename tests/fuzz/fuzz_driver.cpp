@@ -1,15 +1,27 @@
 // The bounded fuzz run CTest makes of a target: every seed (files and directories named on the
 // command line, plus the target's built-in ones), then --runs inputs made by deterministic
 // mutations of them (byte flips, insertions, deletions, duplications, splices, and tokens that
-// broke readers before: huge, negative and non-finite numbers, brackets, repeated keys).
-//   fuzz_<reader> [--runs N] [--seed S] SEED_FILE_OR_DIR...
+// broke readers before: huge, negative and non-finite numbers, brackets, repeated keys, YAML
+// anchors and aliases), for at most --seconds in all. An input fails the run when the reader
+// crashes, throws anything but the errors a user is meant to see, takes longer than
+// kSecondsPerInput (a hang: the process ends naming the input), or asks for a single allocation
+// larger than kLargestAllocation (an unbounded allocation: operator new refuses it here, and the
+// bad_alloc is reported).
+//   fuzz_<reader> [--runs N] [--seconds S] [--seed S] SEED_FILE_OR_DIR...
 #include <yaml-cpp/exceptions.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <new>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
@@ -22,6 +34,33 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr unsigned kSecondsPerInput = 20;  // generous for sanitizer builds; inputs are at most 1 MiB
+constexpr std::size_t kLargestAllocation = std::size_t(512) << 20;
+
+std::size_t g_current_input = 0;
+
+extern "C" void on_hang(int) {
+  char msg[96];
+  const int n = std::snprintf(msg, sizeof msg, "input %zu: no result within %u s: the reader hangs\n", g_current_input,
+                              kSecondsPerInput);
+  [[maybe_unused]] auto w = ::write(STDERR_FILENO, msg, size_t(n > 0 ? n : 0));
+  ::_exit(1);
+}
+
+}  // namespace
+
+// Every allocation of the fuzz run passes here: one beyond the bound is refused, so a reader that
+// sizes a buffer from its input shows as a bad_alloc failure instead of exhausting the machine.
+void* operator new(std::size_t n) {
+  if (n > kLargestAllocation) throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -30,7 +69,9 @@ std::string slurp(const fs::path& p) {
 const std::vector<std::string> kTokens = {
     "0", "-1", "1e999", "nan", "NaN", "inf", "-inf", ".inf", "1e300 T", "9e18", "9223372036854775808", "-0", "1.5",
     "0x10", "{", "}", "[", "]", ":", ",", "- ", "\"", "'", "\n", "\n  x: 1\n", "null", "~", "true", "&a", "*a",
-    "!!binary", "4096", "1 GiB", "1e-300 FLOP/s", "[2, -1]", "[NaN, 0.95]", "99999999999", "\xff\xfe", "%"};
+    "!!binary", "4096", "1 GiB", "1e-300 FLOP/s", "[2, -1]", "[NaN, 0.95]", "99999999999", "\xff\xfe", "%",
+    "&b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]", "[*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]", "<<: *a",
+    std::string(40, '['), std::string(1, '\0')};
 
 // One mutation of `s`, chosen by `rng`.
 std::string mutate(std::string s, const std::vector<std::string>& pool, std::mt19937_64& rng) {
@@ -108,11 +149,13 @@ bool run(const std::string& input, size_t index) {
 
 int main(int argc, char** argv) {
   long runs = 1000;
+  double seconds = 60;
   unsigned long long seed = 19;
   std::vector<std::string> pool = zinf::fuzz::builtin_seeds();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc) runs = std::stol(argv[++i]);
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::stod(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
     else if (fs::is_directory(a)) {
       std::vector<fs::path> files;
@@ -128,10 +171,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no seeds\n");
     return 2;
   }
+  std::signal(SIGALRM, on_hang);
+  const auto guarded = [](const std::string& input, size_t i) {
+    g_current_input = i;
+    ::alarm(kSecondsPerInput);
+    const bool ok = run(input, i);
+    ::alarm(0);
+    return ok;
+  };
+  const auto start = std::chrono::steady_clock::now();
   size_t failures = 0, index = 0;
-  for (const auto& s : pool) failures += !run(s, index++);
+  for (const auto& s : pool) failures += !guarded(s, index++);
   std::mt19937_64 rng(seed);
-  for (long r = 0; r < runs; ++r) failures += !run(mutate(pool[rng() % pool.size()], pool, rng), index++);
-  std::printf("%zu inputs (%zu seeds, %ld mutated), %zu failures\n", index, pool.size(), runs, failures);
+  long mutated = 0;
+  for (; mutated < runs; ++mutated) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) break;
+    failures += !guarded(mutate(pool[rng() % pool.size()], pool, rng), index++);
+  }
+  std::printf("%zu inputs (%zu seeds, %ld mutated), %zu failures, %.1f s\n", index, pool.size(), mutated, failures,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return failures == 0 ? 0 : 1;
 }

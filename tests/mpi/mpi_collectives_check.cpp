@@ -1,16 +1,21 @@
 // Checks engine::Collectives under mpirun: every collective against the values it must produce on
 // every rank; with --die-rank R, rank R kills itself before an all-gather and the survivors must
-// end with an error instead of hanging. Also splits the job into groups (as tensor parallelism
+// end with an error instead of hanging; with --late-rank R, rank R arrives late at an all-reduce and
+// every rank must name the right culprit. Also checks that ranks with differing fields are refused
+// (engine/comm/agreement.hpp). Also splits the job into groups (as tensor parallelism
 // does) and runs collectives on two groups from two threads at once. Prints "N passed, M failed"; exits non-zero on failure.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/comm/agreement.hpp"
 #include "engine/comm/collectives.hpp"
 
 using zinf::engine::Collectives;
@@ -105,14 +110,72 @@ void run_split_checks(Collectives& c) {
   expect(b.front() == float(hm) && b.back() == float(hm), fmt::format("halves' mean {} (want {}) while another thread used the parity group", b[0], hm), r);
 }
 
+// Ranks that must agree: equal fields pass; a field one rank has otherwise (or lacks) stops every
+// rank with the field, the ranks and their values named.
+void run_agreement_checks(Collectives& c) {
+  const int r = c.rank(), n = c.size();
+  std::map<std::string, std::string> fields = {{"config.optimizer.lr", "0.001"}, {"--steps", "50"}};
+  bool threw = false;
+  try {
+    zinf::engine::require_agreement(c, fields, "before planning");
+  } catch (const zinf::engine::RanksDisagree&) {
+    threw = true;
+  }
+  expect(!threw, "equal fields agree", r);
+  if (n < 2) return;
+  if (r == n - 1) fields["config.optimizer.lr"] = "1000000";
+  if (r == 0) fields.erase("--steps");
+  std::string message;
+  try {
+    zinf::engine::require_agreement(c, fields, "before planning");
+  } catch (const zinf::engine::RanksDisagree& e) {
+    message = e.what();
+  }
+  std::string others = n == 2 ? "rank 0" : "ranks 0";
+  for (int q = 1; q < n - 1; ++q) others += fmt::format("{}{}", q == n - 2 ? " and " : ", ", q);
+  others += n == 2 ? " has 0.001" : " have 0.001";
+  expect(message.find("config.optimizer.lr: " + others) != std::string::npos &&
+             message.find(fmt::format("rank {} has 1000000", n - 1)) != std::string::npos &&
+             message.find("--steps: rank 0 has (none)") != std::string::npos && message.find("2 fields") != std::string::npos,
+         "a differing and a missing field are named with each rank's value: " + message, r);
+}
+
+// --late-rank R: rank R reaches an all-reduce 2 timeouts after the others. They must name it as
+// the rank that did not arrive; it must say that it came late, and blame no one.
+int late_rank_check(Collectives& c, int late) {
+  const int r = c.rank();
+  std::string message;
+  c.barrier("start");
+  if (r == late) std::this_thread::sleep_for(std::chrono::seconds(6));
+  double v = 1;
+  try {
+    c.all_reduce(&v, 1, "step loss");
+  } catch (const zinf::engine::CommError& e) {
+    message = e.what();
+  }
+  fmt::print("rank {}: {}\n", r, message);
+  const bool ok = r == late ? message.find("came late") != std::string::npos &&
+                                  message.find("did not arrive") == std::string::npos
+                            : message.find(fmt::format("rank {} did not arrive", late)) != std::string::npos;
+  fmt::print("late-rank check: rank {} {}\n", r, ok ? "passed" : "FAILED");
+  std::fflush(stdout);
+  // Nobody finalizes MPI with a collective left unfinished: each rank leaves at once, after the
+  // late one has had time to give up too.
+  if (r != late) std::this_thread::sleep_for(std::chrono::seconds(6));
+  std::_Exit(ok ? 0 : 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int die_rank = -1;
-  for (int i = 1; i + 1 < argc; ++i)
+  int die_rank = -1, late_rank = -1;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--die-rank") die_rank = std::stoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--late-rank") late_rank = std::stoi(argv[i + 1]);
+  }
   try {
-    auto c = zinf::engine::make_collectives(std::chrono::seconds(die_rank >= 0 ? 5 : 60));
+    auto c = zinf::engine::make_collectives(std::chrono::seconds(die_rank >= 0 ? 5 : late_rank >= 0 ? 3 : 60));
+    if (late_rank >= 0) return late_rank_check(*c, late_rank);
     if (die_rank >= 0) {
       c->barrier("start");
       if (c->rank() == die_rank) std::raise(SIGKILL);
@@ -127,6 +190,7 @@ int main(int argc, char** argv) {
     }
     run_checks(*c);
     run_split_checks(*c);
+    run_agreement_checks(*c);
     if (c->rank() == 0) fmt::print("{} passed, {} failed\n", passed, failed);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -131,6 +131,7 @@ int main() {
           auto o = options(c, 1, 4, dir / "reshard");
           o.checkpoint_dir = (dir / "ckpt").string();
           o.start = engine::CheckpointStart::Resume;
+          o.allow_changes = true;  // tensor_parallel 1, and the micro-batches of the whole job
           engine::Trainer r(o, local);
           for (int s = 3; s < kSteps; ++s) {
             const double l = r.step().loss;

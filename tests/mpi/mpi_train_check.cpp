@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
         auto o = options(4, owner_based, dir / "reshard");
         o.checkpoint_dir = (dir / "mpi" / "ckpt").string();
         o.start = engine::CheckpointStart::Resume;
+        o.allow_changes = true;  // the same global batch as micro-batches of 4 on one rank
         engine::Trainer r(o, local);
         for (int s = 5; s < steps; ++s) {
           const double l = r.step().loss;
