@@ -19,6 +19,7 @@
 #include "cli/command.hpp"
 #include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
+#include "core/errors.hpp"
 #include "core/hwprofile.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
@@ -41,18 +42,27 @@ struct SampleArgs {
 };
 
 // The model a checkpoint directory trained: `model.name` in its latest step's meta.json.
+// A file of the checkpoint, read within bounds; a refusal is a plain error naming it (exit 1), as
+// the Trainer's own refusals of a checkpoint are.
+std::string read_checkpoint_file(const std::string& path, uint64_t limit, const std::string& what) {
+  try {
+    return core::read_bounded_file(path, limit, what);
+  } catch (const core::ConfigError& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
 std::string checkpoint_model(const std::string& dir) {
   namespace fs = std::filesystem;
   // Read within bounds (a FIFO or a huge file is refused, naming it); the Trainer verifies the step
   // whole against its checksums when it loads it.
-  std::string step = core::read_bounded_file((fs::path(dir) / "latest").string(), 4096, "checkpoint's latest file");
+  std::string step = read_checkpoint_file((fs::path(dir) / "latest").string(), 4096, "checkpoint's latest file");
   while (!step.empty() && (step.back() == '\n' || step.back() == ' ')) step.pop_back();
   if (step.empty() || step.find('/') != std::string::npos)
     throw std::runtime_error(fmt::format("--checkpoint {}: no readable 'latest' file in it", dir));
   const fs::path meta_path = fs::path(dir) / step / "meta.json";
-  const auto meta = nlohmann::json::parse(core::read_bounded_file(meta_path.string(), core::kMaxConfigBytes,
-                                                                  "checkpoint's meta.json"),
-                                          nullptr, false);
+  const auto meta = nlohmann::json::parse(
+      read_checkpoint_file(meta_path.string(), core::kMaxConfigBytes, "checkpoint's meta.json"), nullptr, false);
   if (meta.is_discarded() || !meta.is_object() || !meta.contains("model") || !meta["model"].is_object() ||
       !meta["model"].contains("name") || !meta["model"]["name"].is_string())
     throw std::runtime_error(fmt::format("{}: no model name (model.name); give --model", meta_path.string()));
