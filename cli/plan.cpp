@@ -2,6 +2,8 @@
 // of the same shape fits under each of the paper's strategies.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/errors.hpp"
+#include "core/fit.hpp"
 #include "core/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
@@ -45,11 +48,8 @@ std::ofstream open_output(const std::string& path) {
   return out;
 }
 
-// Plans the Program for every GPU of the cluster and writes what was asked for. Returns a line for
-// the report.
-std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutputs& outs) {
-  const int ranks = nodes * in.hw.node.gpus;
-  auto [graph, r] = models::plan_gpt(in.model, in.hw, in.config, ranks);
+// Writes what was asked for of the planned Program. Returns a line for the report.
+std::string write_program_outputs(const Inputs& in, const PlanResult& r, const ProgramOutputs& outs) {
   std::string line = fmt::format("program: {} tasks per rank, {} units, {} optimizer sub-groups, tiling {}",
                                  r.program.tasks().size(), r.program.units().size(), r.program.sub_groups().size(),
                                  r.plan.tiling_factor);
@@ -67,71 +67,81 @@ std::string write_program_outputs(const Inputs& in, int nodes, const ProgramOutp
   return line;
 }
 
+// The one planning of the run: its Program's accounting and the verdict (core/fit.hpp), what
+// `auto` the planner itself resolved, and the activation pass's choices.
+struct Planned {
+  Fit fit;
+  std::optional<PlanResult> result;  // absent when the planner refused
+  const Plan* plan() const { return result ? &result->plan : nullptr; }
+};
+
+Planned plan_once(const Inputs& in, int nodes) {
+  Planned out;
+  try {
+    out.result = models::plan_gpt(in.model, in.hw, in.config, nodes * in.hw.node.gpus).planned;
+    out.fit = judge_fit(out.result->plan.accounting, in.config);
+  } catch (const PlanError& e) {
+    out.fit = fit_of(e);
+  }
+  return out;
+}
+
 // `auto` that the tuner's search left to the planner (nothing it covers fit): the report uses what
 // the planner chose, so that it describes the Program `--program` writes and `sim` and `train` run.
-// Returns a line saying what was chosen, or why the planner refused (then the memory model's own
+// Returns a line saying what was chosen, or that the planner refused (then the memory model's own
 // smallest fitting tiling factor is reported, and everything `auto` counted on the device).
-std::string planner_auto_line(const Inputs& in, int nodes, MemoryModelInput& mm) {
+std::string planner_auto_line(const Inputs& in, const Planned& p, MemoryModelInput& mm) {
   const auto& c = in.config;
   const bool any_auto = c.tiling_factor == 0 || c.params.automatic || c.gradients.automatic ||
                         c.optimizer.automatic || c.checkpoints.automatic;
   if (!any_auto) return "";
-  try {
-    const PlanResult r = models::plan_gpt(in.model, in.hw, c, nodes * in.hw.node.gpus).planned;
-    mm.config.tiling_factor = r.plan.tiling_factor;
-    mm.config.params = {false, r.plan.params};
-    mm.config.gradients = {false, r.plan.gradients};
-    mm.config.optimizer = {false, r.plan.optimizer};
-    mm.config.checkpoints = {false, r.plan.checkpoints};
+  if (const Plan* planned = p.plan()) {
+    const Plan& pl = *planned;
+    mm.config.tiling_factor = pl.tiling_factor;
+    mm.config.params = {false, pl.params};
+    mm.config.gradients = {false, pl.gradients};
+    mm.config.optimizer = {false, pl.optimizer};
+    mm.config.checkpoints = {false, pl.checkpoints};
     std::string line = "auto, as the planner chose:";
-    if (c.tiling_factor == 0) line += fmt::format(" tiling {} ({})", r.plan.tiling_factor, r.plan.tiling_reason);
-    for (const auto& p : r.plan.placements)
-      if (p.automatic) line += fmt::format("; {} on {} ({})", p.state, to_string(p.tier), p.reason);
+    if (c.tiling_factor == 0) line += fmt::format(" tiling {} ({})", pl.tiling_factor, pl.tiling_reason);
+    for (const auto& d : pl.placements)
+      if (d.automatic) line += fmt::format("; {} on {} ({})", d.state, to_string(d.tier), d.reason);
     return line;
-  } catch (const PlanError& e) {
-    if (c.tiling_factor == 0) {
-      int64_t t = auto_tiling_factor(mm);
-      mm.config.tiling_factor = t > 0 ? t : 1;
-    }
-    return fmt::format("auto: the planner refused this configuration ({}); the memory model's smallest fitting tiling "
-                       "factor is shown and auto tiers are counted on the device",
-                       e.what());
   }
+  if (c.tiling_factor == 0) {
+    int64_t t = auto_tiling_factor(mm);
+    mm.config.tiling_factor = t > 0 ? t : 1;
+  }
+  return "auto: the planner refused this configuration; the closed form counts the memory model's smallest fitting "
+         "tiling factor and auto tiers on the device";
 }
 
-// With an activation_offload policy, what the planner's activation pass chose per segment: the
-// memory table above counts activations as activation_checkpoint alone would (the closed-form
-// memory model does not know the pass).
-std::vector<std::string> activation_lines(const Inputs& in, int nodes) {
-  if (in.config.activation_policy == ActivationPolicy::None) return {};
+// With an activation_offload policy, what the planner's activation pass chose per segment.
+std::vector<std::string> activation_lines(const Inputs& in, const Planned& p) {
+  if (in.config.activation_policy == ActivationPolicy::None || !p.plan()) return {};
+  const Plan& pl = *p.plan();
   std::vector<std::string> out;
-  try {
-    const PlanResult r = models::plan_gpt(in.model, in.hw, in.config, nodes * in.hw.node.gpus).planned;
-    int counts[3] = {0, 0, 0};
-    double bytes[3] = {0, 0, 0};
-    bool per_tensor = false;
-    for (const auto& d : r.plan.activations) {
-      ++counts[static_cast<int>(d.choice.action)];
-      bytes[static_cast<int>(d.choice.action)] += d.lifetime.bytes;
-      per_tensor = per_tensor || d.lifetime.tensor >= 0;
-    }
-    out.push_back(fmt::format("activation offload ({}): {} {} kept, {} offloaded, {} recomputed ({} kept, {} offloaded, {} "
-                              "recomputed per micro-batch); device peak {} of {}; {} offloaded and {} written to NVMe per step ({})",
-                              to_string(in.config.activation_policy), counts[0], per_tensor ? "tensor(s)" : "segment(s)",
-                              counts[1], counts[2], format_bytes(bytes[0]), format_bytes(bytes[1]), format_bytes(bytes[2]),
-                              format_bytes(at(r.plan.peak_bytes, Tier::Device)), format_bytes(at(r.plan.budget, Tier::Device)),
-                              format_bytes(r.plan.activation_bytes_offloaded), format_bytes(r.plan.nvme_bytes_written),
-                              r.plan.activation_note.empty() ? "everything it kept fit at once" : r.plan.activation_note));
-    for (const auto& d : r.plan.activations)
-      out.push_back(d.lifetime.tensor >= 0
-                        ? fmt::format("  block {} {} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.name,
-                                      format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason)
-                        : fmt::format("  blocks {}-{} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.last_block,
-                                      format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason));
-  } catch (const PlanError& e) {
-    out.push_back(fmt::format("activation offload ({}): the planner refused this configuration ({})",
-                              to_string(in.config.activation_policy), e.what()));
+  int counts[3] = {0, 0, 0};
+  double bytes[3] = {0, 0, 0};
+  bool per_tensor = false;
+  for (const auto& d : pl.activations) {
+    ++counts[static_cast<int>(d.choice.action)];
+    bytes[static_cast<int>(d.choice.action)] += d.lifetime.bytes;
+    per_tensor = per_tensor || d.lifetime.tensor >= 0;
   }
+  out.push_back(fmt::format("activation offload ({}): {} {} kept, {} offloaded, {} recomputed ({} kept, {} offloaded, {} "
+                            "recomputed per micro-batch); device peak {} of {}; {} offloaded and {} written to NVMe per step ({})",
+                            to_string(in.config.activation_policy), counts[0], per_tensor ? "tensor(s)" : "segment(s)",
+                            counts[1], counts[2], format_bytes(bytes[0]), format_bytes(bytes[1]), format_bytes(bytes[2]),
+                            format_bytes(at(pl.peak_bytes, Tier::Device)), format_bytes(at(pl.budget, Tier::Device)),
+                            format_bytes(pl.activation_bytes_offloaded), format_bytes(pl.nvme_bytes_written),
+                            pl.activation_note.empty() ? "everything it kept fit at once" : pl.activation_note));
+  for (const auto& d : pl.activations)
+    out.push_back(d.lifetime.tensor >= 0
+                      ? fmt::format("  block {} {} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.name,
+                                    format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason)
+                      : fmt::format("  blocks {}-{} ({}, idle {:.3g} s): {}", d.lifetime.first_block, d.lifetime.last_block,
+                                    format_bytes(d.lifetime.bytes), d.lifetime.idle_seconds, d.choice.reason));
   return out;
 }
 
@@ -152,7 +162,39 @@ struct PlanFigures {
   int64_t hidden_untiled = 0, hidden_tiled = 0, probe_tiling = 1;
   std::string auto_line, program_line;
   std::vector<std::string> act_lines;
+  Fit fit;  // the one verdict (core/fit.hpp), from the Program
 };
+
+// The Program's accounting as JSON: per tier its peak, budget and items, in the units a user reads
+// (device per GPU, host and NVMe per node).
+nlohmann::json accounting_json(const Accounting& a) {
+  nlohmann::json j = nlohmann::json::object();
+  for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme}) {
+    const TierAccount& ta = a.at(t);
+    nlohmann::json tj = {{"per", t == Tier::Device ? "gpu" : "node"},
+                         {"peak", a.shown(t, ta.peak)},
+                         {"budget", a.shown(t, ta.budget)},
+                         {"rank", ta.rank},
+                         {"items", nlohmann::json::array()}};
+    for (const auto& i : ta.items)
+      tj["items"].push_back({{"what", i.what}, {"category", to_string(i.category)}, {"bytes", a.shown(t, i.bytes)}});
+    j[to_string(t)] = tj;
+  }
+  return j;
+}
+
+nlohmann::json fit_json(const Fit& f) {
+  nlohmann::json j = {{"verdict", to_string(f.verdict)}, {"fits", f.fits()}, {"message", f.message()}};
+  if (f.verdict == Verdict::Short) {
+    j["tier"] = to_string(f.tier);
+    j["shortfall_per_rank"] = f.shortfall;
+    j["shortfall"] = f.accounting.shown(f.tier, f.shortfall);
+    j["largest_item"] = {{"what", f.largest.what}, {"bytes_per_rank", f.largest.bytes}};
+    j["knob"] = f.knob;
+  }
+  if (f.verdict == Verdict::Refused) j["reason"] = f.reason;
+  return j;
+}
 
 void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
   const MemoryReport& rep = f.rep;
@@ -181,11 +223,24 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                  {"max_live_bytes", c.max_live_bytes},
                  {"lr_schedule", core::to_json(lr_schedule_of(in.config_path))}};
   j["largest_hidden"] = {{"untiled", f.hidden_untiled}, {"tiled", f.hidden_tiled}, {"tiling_factor", f.probe_tiling}};
-  for (const auto& r : rep.rows) j["rows"].push_back({{"what", r.what}, {"bytes", tier_json(r.bytes)}});
-  j["total"] = tier_json(rep.total);
-  j["budget"] = tier_json(rep.budget);
-  j["fits"] = rep.fits;
-  if (rep.short_tier) j["short"] = {{"tier", to_string(*rep.short_tier)}, {"bytes", rep.shortfall}};
+  // The headline: the Program's memory and the one verdict; the paper's closed form beside it.
+  j["fits"] = f.fit.fits();
+  j["fit"] = fit_json(f.fit);
+  j["memory"] = accounting_json(f.fit.accounting);
+  nlohmann::json cf;
+  for (const auto& r : rep.rows)
+    cf["rows"].push_back({{"what", r.what}, {"category", to_string(r.category)}, {"bytes", tier_json(r.bytes)}});
+  cf["total"] = tier_json(rep.total);
+  cf["budget"] = tier_json(rep.budget);
+  cf["fits"] = rep.fits;
+  if (rep.short_tier) cf["short"] = {{"tier", to_string(*rep.short_tier)}, {"bytes", rep.shortfall}};
+  j["closed_form"] = cf;
+  if (f.fit.verdict != Verdict::Refused)
+    for (const auto& v : compare_views(f.fit.accounting, rep))
+      j["difference"].push_back({{"category", to_string(v.category)},
+                                 {"program", tier_json(v.program)},
+                                 {"closed_form", tier_json(v.closed_form)},
+                                 {"program_less_closed_form", tier_json(v.difference)}});
   for (const auto& s : f.strategies)
     j["strategies"].push_back({{"strategy", to_string(s.s)},
                                {"largest_layers", s.largest.layers},
@@ -198,6 +253,79 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
   if (!f.auto_line.empty()) j["auto"] = f.auto_line;
   for (const auto& l : f.act_lines) j["activation_offload"].push_back(l);
   std::cout << j.dump(2) << "\n";
+}
+
+void print_row(const std::string& what, const TierBytes& t, bool blank_zero = false) {
+  auto cell = [&](double b) { return blank_zero && std::abs(b) < 0.5 ? std::string() : format_bytes(b); };
+  fmt::print("{:<40}{:>16}{:>16}{:>16}\n", what, cell(t.device), cell(t.host), cell(t.nvme));
+}
+
+// The headline: what the Program holds on each tier at that tier's worst moment of the idealized
+// schedule, heading by heading with the items under each, its budget, and the one verdict.
+void print_program_memory(const Fit& fit) {
+  if (fit.verdict == Verdict::Refused) {
+    fmt::print("fits: NO - {}\n\n", fit.message());
+    return;
+  }
+  const Accounting& a = fit.accounting;
+  auto shown = [&](auto per_rank) {
+    return TierBytes{a.shown(Tier::Device, per_rank(Tier::Device)), a.shown(Tier::Host, per_rank(Tier::Host)),
+                     a.shown(Tier::Nvme, per_rank(Tier::Nvme))};
+  };
+  fmt::print("{:<40}{:>16}{:>16}{:>16}\n", "the Program's memory at its peak", "device / GPU", "host / node", "NVMe / node");
+  for (int c = 0; c < kMemCategoryCount; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    const TierBytes total = shown([&](Tier t) { return a.at(t).category_bytes(cat); });
+    if (total.device + total.host + total.nvme < 0.5) continue;
+    print_row(to_string(cat), total);
+    std::vector<std::string> names;
+    for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme})
+      for (const auto& i : a.at(t).items)
+        if (i.category == cat && std::find(names.begin(), names.end(), i.what) == names.end()) names.push_back(i.what);
+    if (names.size() < 2 && names.size() == 1 && names[0] == to_string(cat)) continue;
+    for (const auto& n : names)
+      print_row("  " + n, shown([&](Tier t) {
+                  double b = 0;
+                  for (const auto& i : a.at(t).items)
+                    if (i.what == n) b += i.bytes;
+                  return b;
+                }),
+                true);
+  }
+  print_row("peak", shown([&](Tier t) { return a.at(t).peak; }));
+  print_row("budget (after reserve)", shown([&](Tier t) { return a.at(t).budget; }));
+  fmt::print("(each tier at its own worst moment of the idealized schedule, on rank {} / {} / {})\n", a.at(Tier::Device).rank,
+             a.at(Tier::Host).rank, a.at(Tier::Nvme).rank);
+  if (fit.fits()) fmt::print("fits: yes\n\n");
+  else fmt::print("fits: NO - {}\n\n", fit.message());
+}
+
+// The paper's closed-form model (§3), labelled as such, and how the Program differs from it.
+void print_closed_form(const PlanFigures& f) {
+  const MemoryReport& rep = f.rep;
+  fmt::print("{:<40}{:>16}{:>16}{:>16}\n", "the paper's closed form (§3), for comparison", "device / GPU", "host / node",
+             "NVMe / node");
+  for (const auto& r : rep.rows) print_row(r.what, r.bytes);
+  print_row("total", rep.total);
+  fmt::print("closed form: {}\n", rep.fits ? "fits"
+                                            : fmt::format("{} short by {} ({})", to_string(*rep.short_tier),
+                                                          format_bytes(rep.shortfall),
+                                                          *rep.short_tier == Tier::Device ? "per GPU" : "per node"));
+  if (f.fit.verdict == Verdict::Refused) {
+    fmt::print("\n");
+    return;
+  }
+  fmt::print("{:<40}{:>16}{:>16}{:>16}\n", "Program less closed form, by heading", "device / GPU", "host / node", "NVMe / node");
+  for (const auto& c : compare_views(f.fit.accounting, rep)) {
+    const TierBytes& d = c.difference;
+    if (std::abs(d.device) < 0.5 && std::abs(d.host) < 0.5 && std::abs(d.nvme) < 0.5) continue;
+    auto signed_bytes = [](double b) {
+      return std::abs(b) < 0.5 ? std::string() : (b < 0 ? "-" : "+") + format_bytes(std::abs(b));
+    };
+    fmt::print("{:<40}{:>16}{:>16}{:>16}\n", to_string(c.category), signed_bytes(d.device), signed_bytes(d.host),
+               signed_bytes(d.nvme));
+  }
+  fmt::print("\n");
 }
 
 // The header and the memory table: what is planned, per tier, and whether it fits.
@@ -222,18 +350,8 @@ void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, cons
                "data-parallel ranks that hold the same share{}\n\n",
                in.config.tensor_parallel, rep.ranks / in.config.tensor_parallel,
                in.config.checkpoints_partitioned ? "; activation checkpoints are partitioned across the group" : "");
-  fmt::print("{:<34}{:>16}{:>16}{:>16}\n", "memory", "device / GPU", "host / node", "NVMe / node");
-  auto line = [](const std::string& what, const TierBytes& t) {
-    fmt::print("{:<34}{:>16}{:>16}{:>16}\n", what, format_bytes(t.device), format_bytes(t.host), format_bytes(t.nvme));
-  };
-  for (const auto& r : rep.rows) line(r.what, r.bytes);
-  line("total", rep.total);
-  line("budget (after reserve)", rep.budget);
-  if (rep.fits)
-    fmt::print("fits: yes\n\n");
-  else
-    fmt::print("fits: NO - {} is short by {} ({})\n\n", to_string(*rep.short_tier), format_bytes(rep.shortfall),
-               *rep.short_tier == Tier::Device ? "per GPU" : "per node");
+  print_program_memory(f.fit);
+  print_closed_form(f);
 }
 
 // The largest models per strategy, the largest hidden size, the efficiency estimate and the rest.
@@ -265,12 +383,18 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   in.config = resolved.config;
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
   PlanFigures f;
-  f.auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, opts.nodes, mm);
+  const Planned planned = plan_once(in, opts.nodes);
+  f.fit = planned.fit;
+  f.auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, planned, mm);
   f.config = mm.config;
   f.rep = memory_requirement(mm);
   f.eff = efficiency_rows(in.model, in.hw, mm.config);
-  f.act_lines = activation_lines(in, opts.nodes);
-  if (!outs.program.empty() || !outs.trace.empty()) f.program_line = write_program_outputs(in, opts.nodes, outs);
+  f.act_lines = activation_lines(in, planned);
+  if (!outs.program.empty() || !outs.trace.empty()) {
+    // A refused plan has no Program to write: the refusal, as every command reports it.
+    if (!planned.result) throw_fit(planned.fit);
+    f.program_line = write_program_outputs(in, *planned.result, outs);
+  }
   for (Strategy s : all_strategies()) {
     MemoryModelInput si = mm;
     si.config = strategy_config(s, mm.config);

@@ -322,12 +322,25 @@ std::vector<ActivationChoice> choose_activation_actions(const std::vector<Activa
   if (in.policy == ActivationPolicy::OffloadAll) {
     for (size_t i : order) {
       if (lifetimes[i].pinned) continue;
-      const auto opts = options_for(lifetimes, i, in, st);
-      const Option* best = nullptr;
-      for (const auto& o : opts)
-        if (o.choice.action == ActivationAction::Offload && (!best || o.choice.predicted_cost < best->choice.predicted_cost)) best = &o;
+      auto opts = options_for(lifetimes, i, in, st);
+      auto best_offload = [&]() -> const Option* {
+        const Option* best = nullptr;
+        for (const auto& o : opts)
+          if (o.choice.action == ActivationAction::Offload && (!best || o.choice.predicted_cost < best->choice.predicted_cost)) best = &o;
+        return best;
+      };
+      const Option* best = best_offload();
+      if (!best) {
+        // The policy offloads everything: where the estimate of free room says no, it offloads
+        // anyway, and the Program's peak on that tier is what decides whether the run fits
+        // (core/fit.hpp), with the bytes it really holds.
+        ActivationPassInput roomy = in;
+        roomy.host_bytes_free = roomy.nvme_bytes_free = std::numeric_limits<double>::infinity();
+        opts = options_for(lifetimes, i, roomy, st);
+        best = best_offload();
+      }
       if (!best)
-        throw PlanError(fmt::format("activation_offload: no room to offload blocks {}-{} ({}) to {}",
+        throw PlanError(fmt::format("activation_offload: no path to offload blocks {}-{} ({}) to {}",
                                     lifetimes[i].first_block, lifetimes[i].last_block, format_bytes(lifetimes[i].bytes),
                                     to_string(in.tier)));
       out[i] = best->choice;

@@ -1,6 +1,7 @@
 // Errors a user can act on. A ConfigError names the file, the key and what is allowed;
-// a PlanError names the tier that is short and by how much. Both are plain exceptions.
+// a PlanError names the tier that is short and by how much, or why the plan is refused.
 #pragma once
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -26,9 +27,18 @@ private:
   std::string file_, key_;
 };
 
+struct Fit;  // core/fit.hpp
+
+// A plan that is refused: short on a tier (the planner's verdict, core::Fit, comes with it) or an
+// invalid combination. core::fit_of turns either into the one verdict every command reports.
 class PlanError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+  PlanError(const std::string& message, std::shared_ptr<const Fit> fit) : std::runtime_error(message), fit_(std::move(fit)) {}
+  const Fit* fit() const { return fit_.get(); }
+
+private:
+  std::shared_ptr<const Fit> fit_;
 };
 
 }  // namespace zinf::core

@@ -120,7 +120,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double params_share = c.zero_stage >= 3 ? P_rank / dp : P_rank;
   const double grads_share = c.zero_stage >= 2 ? P_rank / dp : P_rank;
   const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
-  MemoryRow states{"model states", {}};
+  MemoryRow states{"model states", {}, MemCategory::States};
   add(states.bytes, tier_of(c.params), 2.0 * params_share, G);
   // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32.
   const bool fp32_grads = c.optimizer_host_path == HostPath::DeepSpeed03 && tier_of(c.optimizer) != Tier::Device &&
@@ -134,7 +134,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   // parallelism every rank of a group holds the same checkpoint unless they are partitioned.
   const double ci = c.checkpoint_interval > 0 ? double(c.checkpoint_interval) : nl;
   if (c.checkpoint_interval > 0) {
-    MemoryRow ckpt{"activation checkpoints", {}};
+    MemoryRow ckpt{"activation checkpoints", {}, MemCategory::Checkpoints};
     const double split = c.checkpoints_partitioned ? double(t) : 1.0;
     add(ckpt.bytes, tier_of(c.checkpoints), wb * bsz * seq * hd * nl / ci / split * double(c.checkpoints_per_block), G);
     r.rows.push_back(ckpt);
@@ -144,14 +144,14 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   // of the largest operator (param + grad, bf16) split into tiles. When parameters are partitioned
   // (ZeRO-3) the prefetched parameters within the live-bytes bound are resident too. Under tensor
   // parallelism a rank holds its share of the activations (block_activation_bytes_per_token).
-  MemoryRow awm{"activation working memory", {}};
+  MemoryRow awm{"activation working memory", {}, MemCategory::ActivationsKept};
   if (wb == 2.0) {
     awm.bytes.device = bsz * seq * ci * block_activation_bytes_per_token(m, t);
   } else {  // ci blocks' activations and one block's gradients as the fp32 kernels keep them (tensor parallel 1)
     awm.bytes.device = wb * bsz * seq * (ci * block_forward_elements(m) + block_backward_elements(m));
   }
   r.rows.push_back(awm);
-  MemoryRow mswm{"model-state working memory", {}};
+  MemoryRow mswm{"model-state working memory", {}, MemCategory::WorkingMemory};
   const double largest_tile = double(counts.largest_linear) / double(tiles);
   mswm.bytes.device = 2.0 * wb * largest_tile;
   if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, 2.0 * P_rank);
@@ -162,14 +162,14 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
                    tier_of(c.gradients) != Tier::Device ||
                    (c.checkpoint_interval > 0 && tier_of(c.checkpoints) != Tier::Device);
   if (offloaded) {
-    MemoryRow pinned{"pinned buffers", {}};
+    MemoryRow pinned{"pinned buffers", {}, MemCategory::Staging};
     pinned.bytes.host = kPinnedStagingBytes * G;
     r.rows.push_back(pinned);
   }
   // Room for one saved training checkpoint (bf16 params + fp32 master, m, v: 14 bytes/param) on the
   // same NVMe array, when model states live there: a run that cannot save is not a run.
   if (c.reserve_nvme_for_checkpoint && (tier_of(c.params) == Tier::Nvme || tier_of(c.optimizer) == Tier::Nvme)) {
-    MemoryRow save{"saved checkpoint (room on NVMe)", {}};
+    MemoryRow save{"saved checkpoint (room on NVMe)", {}, MemCategory::States};
     save.bytes.nvme = 14.0 * P / N * G;
     r.rows.push_back(save);
   }
@@ -187,6 +187,23 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
     }
   }
   return r;
+}
+
+std::vector<CategoryComparison> compare_views(const Accounting& program, const MemoryReport& closed_form) {
+  std::vector<CategoryComparison> out;
+  for (int i = 0; i < kMemCategoryCount; ++i) {
+    CategoryComparison c;
+    c.category = static_cast<MemCategory>(i);
+    c.program = {program.shown(Tier::Device, program.at(Tier::Device).category_bytes(c.category)),
+                 program.shown(Tier::Host, program.at(Tier::Host).category_bytes(c.category)),
+                 program.shown(Tier::Nvme, program.at(Tier::Nvme).category_bytes(c.category))};
+    for (const auto& row : closed_form.rows)
+      if (row.category == c.category) c.closed_form += row.bytes;
+    c.difference = {c.program.device - c.closed_form.device, c.program.host - c.closed_form.host,
+                    c.program.nvme - c.closed_form.nvme};
+    out.push_back(c);
+  }
+  return out;
 }
 
 LargestModel largest_model(const MemoryModelInput& in) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fit.hpp"
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"
@@ -54,9 +55,14 @@ struct TierBytes {
   }
 };
 
+// A row of the closed form, under the heading of the Program's accounting it corresponds to
+// (core/fit.hpp): model states and the saved checkpoint's room are states, activation working
+// memory is activations kept, model-state working memory is working memory, pinned buffers are
+// staging, checkpoints are checkpoints.
 struct MemoryRow {
   std::string what;
   TierBytes bytes;
+  MemCategory category = MemCategory::States;
 };
 
 struct MemoryReport {
@@ -81,6 +87,15 @@ struct MemoryModelInput {
 
 // Bytes per tier for `in.config`'s placement.
 MemoryReport memory_requirement(const MemoryModelInput& in);
+
+// The two views side by side, per heading of the Program's accounting (indexed by MemCategory),
+// in the closed form's units (device per GPU, host and NVMe per node): what the Program holds at
+// each tier's peak, what the closed form counts, and the difference, Program less closed form.
+struct CategoryComparison {
+  MemCategory category = MemCategory::States;
+  TierBytes program, closed_form, difference;
+};
+std::vector<CategoryComparison> compare_views(const Accounting& program, const MemoryReport& closed_form);
 
 // The largest number of layers at this width that fits (0 if not even one layer fits), and the
 // parameter count it gives.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/activation_pass.hpp"
+#include "core/fit.hpp"
 #include "core/graph.hpp"
 #include "core/hwprofile.hpp"
 #include "core/program.hpp"
@@ -72,6 +73,10 @@ struct Plan {
   PerTier static_bytes{};             // per rank (max over ranks)
   PerTier peak_bytes{};               // per rank
   PerTier budget{};                   // per rank
+  // What makes each tier's peak (core/fit.hpp): the static items of the peak's rank and the live
+  // buffers by what they hold, at the idealized schedule's worst moment. judge_fit(accounting, config)
+  // is the verdict every command reports.
+  Accounting accounting;
 
   // Data moved per rank per step, by what and from/to which tier (for the §4 accounting).
   double param_bytes_fetched = 0;     // read from the params tier (or gathered, on the device)

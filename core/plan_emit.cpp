@@ -344,7 +344,7 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   const auto& run = ps.runs_[ri];
   if (st.first_fwd_of_run || st.first_recompute) {
     ps.act_buf_[ri] = ps.builder_.buffer();
-    allocs.push_back({Tier::Device, ps.act_buf_[ri], run.moving_bytes()});
+    allocs.push_back({Tier::Device, ps.act_buf_[ri], run.moving_bytes(), MemUse::ActivationKept});
     if (run.action == ActivationAction::Offload && ps.act_saves_.size() >= kActivationSavesInFlight)
       deps.push_back(ps.act_saves_[ps.act_saves_.size() - kActivationSavesInFlight]);
   }
@@ -352,11 +352,11 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   // their own operators, which leave after the forward and come back before the backward.
   if (st.first_fwd_of_run && run.staying_bytes() > 0) {
     ps.act_keep_buf_[ri] = ps.builder_.buffer();
-    allocs.push_back({Tier::Device, ps.act_keep_buf_[ri], run.staying_bytes()});
+    allocs.push_back({Tier::Device, ps.act_keep_buf_[ri], run.staying_bytes(), MemUse::ActivationKept});
   }
   if ((st.first_fwd_of_run || st.first_partial_recompute) && run.partial_bytes > 0) {
     ps.act_part_buf_[ri] = ps.builder_.buffer();
-    allocs.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
+    allocs.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes, MemUse::ActivationKept});
   }
   if (st.starts_bwd_of_run && run.action == ActivationAction::Offload) deps.push_back(ps.act_load_task_[ri]);
   if (st.first_recompute) deps.push_back(ps.ckpt_load_task_[ri]);
@@ -368,13 +368,13 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
   if (st.last_fwd_of_run && next_is_ckpt) {
     if (ps.ckpt_saves_.size() >= kCheckpointSavesInFlight) deps.push_back(ps.ckpt_saves_[ps.ckpt_saves_.size() - kCheckpointSavesInFlight]);
     ps.ckpt_dev_buf_[ri + 1] = ps.builder_.buffer();
-    allocs.push_back({Tier::Device, ps.ckpt_dev_buf_[ri + 1], ps.ckpt_bytes_});
+    allocs.push_back({Tier::Device, ps.ckpt_dev_buf_[ri + 1], ps.ckpt_bytes_, MemUse::Checkpoint});
   }
   if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
   if (st.last_fwd_of_run && run.partial_bytes > 0) frees.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
   if (run.grad_bytes > 0 && st.kind == TaskKind::Backward && ps.act_grad_buf_[ri] < 0) {
     ps.act_grad_buf_[ri] = ps.builder_.buffer();
-    allocs.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
+    allocs.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes, MemUse::ActivationGrad});
   }
   if (st.last_bwd_of_run) {
     if (ps.act_grad_buf_[ri] >= 0) frees.push_back({Tier::Device, ps.act_grad_buf_[ri], run.grad_bytes});
@@ -521,10 +521,9 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
       if (ps.grad_stores_.size() >= in_flight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - in_flight]);
       ps.grad_buf_[static_cast<size_t>(u)] = ps.builder_.buffer();
       const auto& un = ps.units_[static_cast<size_t>(u)];
-      const double gb = ps.owner_based() || !ps.grads_partitioned()
-                            ? ps.working_bytes_ * double(un.numel)
-                            : ps.working_bytes_ * double(un.shard_numel) * ps.data_parallel_;
-      allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb});
+      const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.working_bytes_ * double(un.numel)
+                                                              : ps.working_bytes_ * double(un.shard_numel) * ps.data_parallel_;
+      allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb, MemUse::GradWorking});
     }
   }
   return ev;

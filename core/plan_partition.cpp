@@ -104,24 +104,60 @@ void make_units(PlanState& ps, int64_t tiles) {
   }
 }
 
-// Bytes one rank keeps for the whole step, per tier.
-PerTier static_bytes_for(const PlanState& ps, int rank) {
+// What one rank keeps for the whole step, item by item, with the tier of each.
+std::vector<std::pair<Tier, MemoryItem>> static_items_for(const PlanState& ps, int rank) {
   int64_t all = 0;
   for (const auto& u : ps.units_) all += u.numel;
   const int64_t mine = ps.owner_based() ? ps.owned_elems_[static_cast<size_t>(rank)] : ps.shard_space_;
   const double params = double(ps.params_partitioned() ? mine : all);
   const double grads = double(ps.grads_partitioned() ? mine : all);
   const double optim = double(ps.config_.zero_stage >= 1 ? mine : all);
-  PerTier s{};
-  at(s, ps.plan_.params) += kParamBytes * params;
-  if (ps.forward_only_ && !ps.beside_training_) return s;  // a forward pass alone: the parameters are all
-  at(s, ps.plan_.gradients) += (ps.plan_.gradients == Tier::Device ? kGradBytes : ps.moved_grad_bytes()) * grads;
-  at(s, ps.plan_.optimizer) += kStateBytes * optim;
+  std::vector<std::pair<Tier, MemoryItem>> items;
+  items.push_back({ps.plan_.params, state_item(ItemKind::ParamHome, kParamBytes * params)});
+  if (ps.forward_only_ && !ps.beside_training_) return items;  // a forward pass alone: the parameters are all
+  items.push_back({ps.plan_.gradients, state_item(ItemKind::GradHome, (ps.plan_.gradients == Tier::Device ? kGradBytes
+                                                                                                      : ps.moved_grad_bytes()) * grads)});
+  items.push_back({ps.plan_.optimizer, state_item(ItemKind::OptimizerHome, kStateBytes * optim)});
   // Room for one saved training checkpoint (bf16 params + fp32 master, m, v) on the NVMe array that
   // holds the model states: a run that cannot save is not a run (as the memory model counts it).
   if (ps.config_.reserve_nvme_for_checkpoint && (ps.plan_.params == Tier::Nvme || ps.plan_.optimizer == Tier::Nvme))
-    at(s, Tier::Nvme) += 14.0 * optim;
+    items.push_back({Tier::Nvme, state_item(ItemKind::SavedCheckpointRoom, 14.0 * optim)});
+  return items;
+}
+
+// Bytes one rank keeps for the whole step, per tier.
+PerTier static_bytes_for(const PlanState& ps, int rank) {
+  PerTier s{};
+  for (const auto& [tier, item] : static_items_for(ps, rank)) at(s, tier) += item.bytes;
   return s;
+}
+
+Accounting accounting_for(const PlanState& ps, const PeakComposition& peaks) {
+  Accounting acc;
+  acc.ranks_per_node = std::max(1, std::min(ps.plan_.gpus_per_node, ps.ranks_));
+  for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme}) {
+    TierAccount& a = acc.at(t);
+    const TierPeak& p = peaks[static_cast<size_t>(t)];
+    a.peak = p.bytes;
+    a.budget = at(ps.plan_.budget, t);
+    a.rank = p.rank;
+    for (const auto& [tier, item] : static_items_for(ps, p.rank))
+      if (tier == t && item.bytes > 0) a.items.push_back(item);
+    for (int u = 0; u < kMemUseCount; ++u)
+      if (p.live[static_cast<size_t>(u)] > 0.5) a.items.push_back(live_item(static_cast<MemUse>(u), p.live[static_cast<size_t>(u)]));
+  }
+  return acc;
+}
+
+PeakComposition static_peaks(const PlanState& ps) {
+  PeakComposition out{};
+  const int ranks = ps.owner_based() ? ps.ranks_ : 1;
+  for (int r = 0; r < ranks; ++r) {
+    const PerTier s = static_bytes_for(ps, r);
+    for (size_t i = 0; i < 3; ++i)
+      if (r == 0 || s[i] > out[i].bytes) out[i] = {s[i], {}, r};
+  }
+  return out;
 }
 
 PerTier max_static(const PlanState& ps) {

@@ -143,7 +143,7 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
 
 // Static + live bytes per tier at the worst moment of the idealized schedule, over the ranks that
 // differ (one for bandwidth-centric programs, every rank for owner-based ones).
-PerTier schedule_peak(const PlanState& ps) {
+PeakComposition schedule_peak(const PlanState& ps) {
   std::vector<int> ranks{0};
   if (ps.owner_based())
     for (int r = 1; r < ps.ranks_; ++r) ranks.push_back(r);
@@ -173,10 +173,12 @@ PerTier schedule_peak(const PlanState& ps) {
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   }
-  PerTier peak = ps.prog_.static_bytes(0);
+  PeakComposition peak{};
+  for (size_t i = 0; i < 3; ++i) peak[i].bytes = ps.prog_.static_bytes(0)[i];
   for (const HwProfile* hw : scenarios) {
-    for (const auto& p : ideal_peak_bytes(ps.prog_, *hw, ranks))
-      for (size_t i = 0; i < 3; ++i) peak[i] = std::max(peak[i], p[i]);
+    for (const auto& p : ideal_peak_composition(ps.prog_, *hw, ranks))
+      for (size_t i = 0; i < 3; ++i)
+        if (p[i].bytes > peak[i].bytes) peak[i] = p[i];
   }
   return peak;
 }

@@ -31,10 +31,28 @@
 
 #include "core/activation_pass.hpp"
 #include "core/errors.hpp"
+#include "core/fit.hpp"
 #include "core/plan.hpp"
+#include "core/timeline.hpp"
 #include "core/units.hpp"
 
 namespace zinf::core {
+
+// What a buffer a task allocates holds, where the emission does not say: a transfer's data and
+// tier. A compute task's allocations (activations, checkpoints, gradients) are always stated.
+inline MemUse stated_use(const Task& t, Tier tier) {
+  if (t.phase == Phase::Optimizer) return MemUse::OptimizerInFlight;
+  switch (t.data) {
+    case Data::Param: return tier == Tier::Device ? MemUse::ParamGathered : MemUse::ParamStaging;
+    case Data::Grad: return tier == Tier::Device ? MemUse::GradWorking : MemUse::GradStaging;
+    case Data::OptimizerState: return MemUse::OptimizerInFlight;
+    case Data::Checkpoint: return MemUse::Checkpoint;
+    case Data::Activation: return tier == Tier::Device ? MemUse::ActivationKept : MemUse::ActivationOffloaded;
+    case Data::None:
+    case Data::Scalar: break;
+  }
+  return MemUse::Unstated;
+}
 
 // Appends tasks to a Program (a friend of it): ids in the order they are added, so every
 // dependency a task names is an earlier task; buffers are numbered as they are asked for.
@@ -57,7 +75,10 @@ public:
       if (d >= 0) p_.deps_.push_back(d);
     t.deps_count = static_cast<uint32_t>(p_.deps_.size()) - t.deps_begin;
     t.allocs_begin = static_cast<uint32_t>(p_.events_.size());
-    p_.events_.insert(p_.events_.end(), allocs.begin(), allocs.end());
+    for (MemEvent e : allocs) {
+      if (e.use == MemUse::Unstated) e.use = stated_use(t, e.tier);
+      p_.events_.push_back(e);
+    }
     t.allocs_count = static_cast<uint32_t>(allocs.size());
     t.frees_begin = static_cast<uint32_t>(p_.events_.size());
     p_.events_.insert(p_.events_.end(), frees.begin(), frees.end());
@@ -322,8 +343,13 @@ inline Task make_task(TaskKind kind, Lane lane, Data data, Phase phase) {
 // partition (plan_partition.cpp)
 void basics(PlanState& ps);
 void make_units(PlanState& ps, int64_t tiles);
+std::vector<std::pair<Tier, MemoryItem>> static_items_for(const PlanState& ps, int rank);
 PerTier static_bytes_for(const PlanState& ps, int rank);
 PerTier max_static(const PlanState& ps);
+// Each tier's static bytes on the rank that keeps the most there (no live buffers).
+PeakComposition static_peaks(const PlanState& ps);
+// The Program's accounting of `peaks` (static items of each peak's rank, live bytes by use).
+Accounting accounting_for(const PlanState& ps, const PeakComposition& peaks);
 
 // runs (plan_runs.cpp)
 void make_runs(PlanState& ps);
@@ -345,7 +371,7 @@ void make_fetches(PlanState& ps);
 void schedule_prefetch(PlanState& ps);
 void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& ckpt_load_at,
                         std::vector<std::vector<int32_t>>& act_load_at);
-PerTier schedule_peak(const PlanState& ps);
+PeakComposition schedule_peak(const PlanState& ps);
 
 // emission (plan_emit.cpp)
 // The units whose gradient step i reduces: those whose last backward use in its micro-batch is

@@ -29,12 +29,10 @@ PlanResult run_passes(PlanState& ps) {
   place(ps);
   choose_tiling(ps);
   ps.plan_.static_bytes = max_static(ps);
-  for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme}) {
-    const double over = at(ps.plan_.static_bytes, t) - at(ps.plan_.budget, t);
-    if (over > 0)
-      throw PlanError(fmt::format("{} is short by {} per rank: the states placed there need {} of its {} budget", to_string(t),
-                                  bytes_text(over), bytes_text(at(ps.plan_.static_bytes, t)), bytes_text(at(ps.plan_.budget, t))));
-  }
+  // The states alone over a budget: refused before anything is scheduled.
+  Accounting states = accounting_for(ps, static_peaks(ps));
+  states.scheduled = false;
+  if (const Fit f = judge_fit(states, ps.config_); !f.fits()) throw_fit(f);
   if (ps.plan_.grad_clip && ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward)
     ps.plan_.optimizer_timing_note =
         "overlap with gradient clipping: optimizer states and gradients of ready sub-groups are read during "
@@ -49,6 +47,7 @@ PlanResult run_passes(PlanState& ps) {
   // checkpoint saves, the optimizer pipeline depth), so executors at other rates stay close; they
   // check their own Timelines against the same budget. An `auto` tiling factor whose estimate was
   // too hopeful is doubled until the schedule fits.
+  PeakComposition peaks{};
   PerTier peak{};
   // The activation pass first keeps every segment it can (the room its estimate leaves, or all of
   // them); where the schedule's device peak is over budget, it aims lower by the excess and plans
@@ -63,7 +62,8 @@ PlanResult run_passes(PlanState& ps) {
     schedule_prefetch(ps);
     emit(ps);
     finish_program(ps);
-    peak = schedule_peak(ps);
+    peaks = schedule_peak(ps);
+    peak = {peaks[0].bytes, peaks[1].bytes, peaks[2].bytes};
     const bool device_short = at(peak, Tier::Device) > at(ps.plan_.budget, Tier::Device);
     const bool any_kept = std::any_of(ps.plan_.activations.begin(), ps.plan_.activations.end(), [](const ActivationDecision& d) {
       return d.choice.action == ActivationAction::Keep && !d.lifetime.pinned;
@@ -103,13 +103,8 @@ PlanResult run_passes(PlanState& ps) {
                     bytes_text(double(ps.sg_in_flight_) * sub_group_host_bytes(ps, ps.sg_largest_)),
                     ps.sg_depth_cap_ > 0 ? ", halved: the host peak was over budget deeper" : "",
                     ps.sg_phases_ ? ", their NVMe reads and writes in waves" : "");
-  for (Tier t : {Tier::Device, Tier::Host, Tier::Nvme}) {
-    const double over = at(peak, t) - at(ps.plan_.budget, t);
-    if (over > 0)
-      throw PlanError(fmt::format("{} is short by {} per rank at the step's peak ({} needed, {} budget); lower "
-                                  "max_live_bytes or the micro-batch, raise the tiling factor, or offload more",
-                                  to_string(t), bytes_text(over), bytes_text(at(peak, t)), bytes_text(at(ps.plan_.budget, t))));
-  }
+  ps.plan_.accounting = accounting_for(ps, peaks);
+  if (const Fit f = judge_fit(ps.plan_.accounting, ps.config_); !f.fits()) throw_fit(f);
   account(ps);
   return {std::move(ps.plan_), std::move(ps.prog_)};
 }

@@ -66,6 +66,22 @@ const char* to_string(Data d) {
   return "?";
 }
 
+const char* to_string(MemUse u) {
+  switch (u) {
+    case MemUse::Unstated: return "unstated";
+    case MemUse::ParamGathered: return "gathered parameters";
+    case MemUse::GradWorking: return "gradients before their reduction";
+    case MemUse::ActivationGrad: return "activation gradients";
+    case MemUse::ParamStaging: return "parameter staging";
+    case MemUse::GradStaging: return "gradient staging";
+    case MemUse::OptimizerInFlight: return "optimizer sub-groups in flight";
+    case MemUse::ActivationKept: return "activations kept";
+    case MemUse::ActivationOffloaded: return "activations offloaded";
+    case MemUse::Checkpoint: return "activation checkpoints";
+  }
+  return "?";
+}
+
 bool is_collective(TaskKind k) {
   return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce ||
          k == TaskKind::Broadcast || k == TaskKind::Reduce;

@@ -167,10 +167,28 @@ struct BackwardStart {
 // passes over host memory (optimizer.host_path: deepspeed-0.3), at the host's memory bandwidth.
 inline constexpr double kAdamHostBytesPerParam = 28.0;
 
+// What an allocated buffer holds, as the planner states it: the accounting of each tier's peak
+// (core/fit.hpp) sums live bytes by it. Executors ignore it; it is not part of the JSON dump.
+enum class MemUse : uint8_t {
+  Unstated,             // a Program built by hand (tests)
+  ParamGathered,        // device: a parameter shard copied up, or the gathered unit
+  GradWorking,          // device: a gradient before its reduction, or the reduced shard on its way down
+  ActivationGrad,       // device: a run's activation gradients during its backward
+  ParamStaging,         // host: a parameter shard read from NVMe on its way to the device
+  GradStaging,          // host: a gradient shard on its way to NVMe, or the partial sum read back
+  OptimizerInFlight,    // a sub-group in the optimizer's pipeline: its states, gradients, parameters
+  ActivationKept,       // device: a run's activations from its forward to its backward (or brought back)
+  ActivationOffloaded,  // host or NVMe: offloaded activations
+  Checkpoint,           // an activation checkpoint, on any tier
+};
+inline constexpr int kMemUseCount = 10;
+const char* to_string(MemUse u);
+
 struct MemEvent {
   Tier tier = Tier::Device;
   int64_t buffer = 0;  // unique within one rank's step; alloc and free of a buffer name the same id
   double bytes = 0;
+  MemUse use = MemUse::Unstated;  // allocations: what the buffer holds
 };
 
 struct Task {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <ostream>
+#include <unordered_map>
 
 namespace zinf::core {
 
@@ -76,28 +77,69 @@ void Timeline::write_chrome_trace(std::ostream& out) const {
 namespace {
 
 // Static + live bytes per tier of `rank` at the worst moment, allocations at a task's start and
-// frees at its end (frees first at equal times).
-PerTier peak_of(const Program& p, int rank, const std::vector<double>& start, const std::vector<double>& end) {
+// frees at its end (frees first at equal times), with the live bytes by what the buffers hold at
+// that moment.
+PeakComposition composition_of(const Program& p, int rank, const std::vector<double>& start, const std::vector<double>& end) {
   struct Point {
     double time;
     int order;  // 0 free, 1 alloc
     Tier tier;
+    MemUse use;
     double bytes;
   };
   std::vector<Point> pts;
+  // A free names its buffer; its allocation says what it holds. The planner numbers buffers from
+  // 0, so a table does; a Program built by hand may not, and gets a map.
+  int64_t max_buffer = -1;
+  size_t n_allocs = 0;
+  for (const auto& t : p.tasks())
+    for (const auto& a : p.allocs(t, rank)) {
+      max_buffer = std::max(max_buffer, a.buffer);
+      ++n_allocs;
+    }
+  const bool dense = max_buffer < int64_t(4 * n_allocs + 1024) && max_buffer >= -1;
+  std::vector<MemUse> table(dense ? static_cast<size_t>(max_buffer + 1) : 0, MemUse::Unstated);
+  std::unordered_map<int64_t, MemUse> sparse;
+  for (const auto& t : p.tasks())
+    for (const auto& a : p.allocs(t, rank)) {
+      if (dense && a.buffer >= 0) table[static_cast<size_t>(a.buffer)] = a.use;
+      else sparse[a.buffer] = a.use;
+    }
+  auto use_of = [&](int64_t buffer) {
+    if (dense && buffer >= 0 && buffer <= max_buffer) return table[static_cast<size_t>(buffer)];
+    const auto it = sparse.find(buffer);
+    return it == sparse.end() ? MemUse::Unstated : it->second;
+  };
   for (const auto& t : p.tasks()) {
     const size_t i = static_cast<size_t>(t.id);
-    for (const auto& a : p.allocs(t, rank)) pts.push_back({start[i], 1, a.tier, a.bytes});
-    for (const auto& f : p.frees(t, rank)) pts.push_back({end[i], 0, f.tier, -f.bytes});
+    for (const auto& a : p.allocs(t, rank)) pts.push_back({start[i], 1, a.tier, a.use, a.bytes});
+    for (const auto& f : p.frees(t, rank)) pts.push_back({end[i], 0, f.tier, use_of(f.buffer), -f.bytes});
   }
   std::stable_sort(pts.begin(), pts.end(),
                    [](const Point& a, const Point& b) { return a.time != b.time ? a.time < b.time : a.order < b.order; });
-  PerTier live = p.static_bytes(rank), peak = live;
-  for (const auto& pt : pts) {
-    at(live, pt.tier) += pt.bytes;
-    at(peak, pt.tier) = std::max(at(peak, pt.tier), at(live, pt.tier));
+  const PerTier& st = p.static_bytes(rank);
+  PeakComposition out;
+  std::array<std::array<double, kMemUseCount>, 3> live{};
+  PerTier total = st;
+  for (int t = 0; t < 3; ++t) {
+    out[static_cast<size_t>(t)].bytes = st[static_cast<size_t>(t)];
+    out[static_cast<size_t>(t)].rank = rank;
   }
-  return peak;
+  for (const auto& pt : pts) {
+    const auto ti = static_cast<size_t>(pt.tier);
+    at(total, pt.tier) += pt.bytes;
+    live[ti][static_cast<size_t>(pt.use)] += pt.bytes;
+    if (at(total, pt.tier) > out[ti].bytes) {
+      out[ti].bytes = at(total, pt.tier);
+      out[ti].live = live[ti];
+    }
+  }
+  return out;
+}
+
+PerTier peak_of(const Program& p, int rank, const std::vector<double>& start, const std::vector<double>& end) {
+  const PeakComposition c = composition_of(p, rank, start, end);
+  return {c[0].bytes, c[1].bytes, c[2].bytes};
 }
 
 }  // namespace
@@ -449,10 +491,10 @@ Timeline schedule_ideal(const Program& p, const HwProfile& hw, const std::vector
   return tl;
 }
 
-std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
+std::vector<PeakComposition> ideal_peak_composition(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
   const std::vector<int> sim = scheduled_ranks(p);
   const Schedule sch = list_schedule(p, hw, sim);
-  std::vector<PerTier> out;
+  std::vector<PeakComposition> out;
   std::vector<double> start(p.tasks().size()), end(p.tasks().size());
   for (int rank : ranks) {
     const size_t row = sim.size() == 1 ? 0 : static_cast<size_t>(rank);
@@ -460,8 +502,14 @@ std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, con
       start[i] = sch.s(i, row);
       end[i] = sch.e(i, row);
     }
-    out.push_back(peak_of(p, rank, start, end));
+    out.push_back(composition_of(p, rank, start, end));
   }
+  return out;
+}
+
+std::vector<PerTier> ideal_peak_bytes(const Program& p, const HwProfile& hw, const std::vector<int>& ranks) {
+  std::vector<PerTier> out;
+  for (const auto& c : ideal_peak_composition(p, hw, ranks)) out.push_back({c[0].bytes, c[1].bytes, c[2].bytes});
   return out;
 }
 

@@ -102,6 +102,18 @@ Timeline schedule_ideal(const Program& program, const HwProfile& hw, const std::
 // schedule (what check_timeline reports for it, without building the Timeline).
 std::vector<PerTier> ideal_peak_bytes(const Program& program, const HwProfile& hw, const std::vector<int>& ranks = {0});
 
+// One tier's worst moment on one rank: static + live bytes, and the live bytes by what their
+// buffers hold (MemUse) at that moment (they sum to `bytes` less the rank's static bytes).
+struct TierPeak {
+  double bytes = 0;
+  std::array<double, kMemUseCount> live{};
+  int rank = 0;
+};
+using PeakComposition = std::array<TierPeak, 3>;  // indexed by Tier
+// ideal_peak_bytes with each tier's peak taken apart.
+std::vector<PeakComposition> ideal_peak_composition(const Program& program, const HwProfile& hw,
+                                                    const std::vector<int>& ranks = {0});
+
 // Makespan of `schedule_ideal`: the step time the simulator's tests compare against.
 double estimate_step_time(const Program& program, const HwProfile& hw);
 

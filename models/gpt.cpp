@@ -169,7 +169,12 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
 core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& config) {
   core::ModelSpec s = spec;
   if (config.micro_batch) s.micro_batch = *config.micro_batch;
-  return build_gpt(s, config.tensor_parallel);
+  // A degree the model's shape does not take is the run's refusal, reported as every plan's is.
+  try {
+    return build_gpt(s, config.tensor_parallel);
+  } catch (const std::invalid_argument& e) {
+    throw core::PlanError(e.what());
+  }
 }
 
 GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const core::RunConfig& config, int ranks,

@@ -19,7 +19,8 @@ core::ModelGraph build_gpt(const core::ModelSpec& spec, int64_t tensor_parallel 
 
 // The graph `config` trains: `spec` with the config's micro-batch when it sets one, as the config's
 // tensor-parallel share. Everything that plans a run (the Trainer, zinf plan, sim, validate and
-// tune) builds its graph this way, so all of them plan the same Program.
+// tune) builds its graph this way, so all of them plan the same Program. A tensor-parallel degree
+// the model's shape does not take is a core::PlanError here (a refusal, as any plan's).
 core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& config);
 
 // The one way from a model spec and a run config to a plan: the graph `config` trains

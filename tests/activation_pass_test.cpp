@@ -222,8 +222,10 @@ TEST_CASE("the activation pass recomputes when the path is too slow, and uses GD
   CHECK(c.tier == Tier::Nvme);
   in.nvme_bytes_free = 50;  // no room on the tier: recompute instead
   CHECK(choose_activation_actions(ls, in)[0].action == ActivationAction::Recompute);
+  // offload_all offloads anyway: the Program's peak on the tier decides whether the run fits
+  // (core/fit.hpp), not the pass's estimate of the room.
   in.policy = ActivationPolicy::OffloadAll;
-  CHECK_THROWS_WITH(choose_activation_actions(ls, in), Contains("no room to offload blocks 0-0"));
+  CHECK(choose_activation_actions(ls, in)[0].action == ActivationAction::Offload);
 }
 
 TEST_CASE("a device too small to keep every block's activations: the lifetime pass fits it with ordinary tasks") {
