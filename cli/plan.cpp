@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -75,10 +76,11 @@ struct Planned {
   const Plan* plan() const { return result ? &result->plan : nullptr; }
 };
 
-Planned plan_once(const Inputs& in, int nodes) {
+Planned plan_once(const Inputs& in, int nodes, const std::shared_ptr<const models::GptPlan>& made_by_auto) {
   Planned out;
   try {
-    out.result = models::plan_gpt(in.model, in.hw, in.config, nodes * in.hw.node.gpus).planned;
+    // `auto` planned this run while deciding it: that plan is the run's.
+    out.result = made_by_auto ? made_by_auto->planned : models::plan_gpt(in.model, in.hw, in.config, nodes * in.hw.node.gpus).planned;
     out.fit = judge_fit(out.result->plan.accounting, in.config);
   } catch (const PlanError& e) {
     out.fit = fit_of(e);
@@ -86,7 +88,7 @@ Planned plan_once(const Inputs& in, int nodes) {
   return out;
 }
 
-// `auto` that the tuner's search left to the planner (nothing it covers fit): the report uses what
+// `auto` that the closed form left to the planner (none of its first choices fit): the report uses what
 // the planner chose, so that it describes the Program `--program` writes and `sim` and `train` run.
 // Returns a line saying what was chosen, or that the planner refused (then the memory model's own
 // smallest fitting tiling factor is reported, and everything `auto` counted on the device).
@@ -163,6 +165,7 @@ struct PlanFigures {
   std::string auto_line, program_line;
   std::vector<std::string> act_lines;
   Fit fit;  // the one verdict (core/fit.hpp), from the Program
+  double auto_seconds = 0, plan_seconds = 0;  // wall time resolving `auto`, and planning in all
 };
 
 // The Program's accounting as JSON: per tier its peak, budget and items, in the units a user reads
@@ -251,6 +254,7 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                                {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
   if (!f.program_line.empty()) j["program"] = f.program_line;
   if (!f.auto_line.empty()) j["auto"] = f.auto_line;
+  j["wall_seconds"] = {{"auto", f.auto_seconds}, {"plan", f.plan_seconds}};
   for (const auto& l : f.act_lines) j["activation_offload"].push_back(l);
   std::cout << j.dump(2) << "\n";
 }
@@ -379,12 +383,16 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   Inputs in = load_inputs(opts);
   const RunConfig asked = in.config;
   // `auto` decided as every other command decides it (tune/auto_config.hpp).
+  const auto t0 = std::chrono::steady_clock::now();
   const sim::AutoResolution resolved = sim::resolve_auto(in.model, in.hw, opts.nodes, in.config);
   in.config = resolved.config;
+  const auto t_auto = std::chrono::steady_clock::now();
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};
   PlanFigures f;
-  const Planned planned = plan_once(in, opts.nodes);
+  const Planned planned = plan_once(in, opts.nodes, resolved.planned);
   f.fit = planned.fit;
+  f.auto_seconds = std::chrono::duration<double>(t_auto - t0).count();
+  f.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   f.auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, planned, mm);
   f.config = mm.config;
   f.rep = memory_requirement(mm);

@@ -72,7 +72,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
     j["collective"] = o.collective;
     j["ideal_step_time"] = res.ideal_step_time;
     j["program_tasks"] = res.program_tasks;
-    j["wall_seconds"] = {{"plan", res.plan_seconds}, {"simulate", res.simulate_seconds}};
+    j["wall_seconds"] = {{"plan", res.plan_seconds}, {"auto", res.auto_seconds}, {"simulate", res.simulate_seconds}};
     if (!res.auto_summary.empty()) j["auto"] = res.auto_summary;
     std::cout << j.dump(2) << "\n";
     return;

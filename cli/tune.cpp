@@ -12,6 +12,7 @@
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
 #include "core/units.hpp"
+#include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
 
 namespace zinf::cli {
@@ -117,6 +118,13 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   req.time_limit = o.time_limit;
   req.plan_budget = o.plan_budget;
   req.finalists = o.finalists;
+  // What plan, sim and train run for the base config (its `auto` resolved as they resolve it), and
+  // the whole activation choices it leaves open: simulated beside the finalists, so that the pick
+  // is never slower than what plan chose.
+  const sim::AutoResolution as_planned = sim::resolve_auto(in.model, in.hw, in_opts.nodes, in.config);
+  req.incumbents.push_back({"the base config, as zinf plan resolves it", as_planned.config});
+  const auto alternatives = sim::activation_alternatives(as_planned.config, in.hw);
+  for (size_t i = 1; i < alternatives.size(); ++i) req.incumbents.push_back(alternatives[i]);
 
   TuneProgressBar bar;
   const sim::TuneReport rep = sim::tune(req, sim::isolated_evaluators(in.model, in.hw, o.jobs),
@@ -191,6 +199,7 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
     }
     const auto [lane, busy] = bottleneck(e);
     std::string line = fmt::format("  #{}: busiest lane {} ({:.0f}% of the step)", i + 1, lane, 100 * busy);
+    if (e.found_by.rfind("closed form", 0) != 0 && e.found_by.rfind("local search", 0) != 0) line += fmt::format(" [{}]", e.found_by);
     if (i + 1 < rep.finalists.size() && rep.finalists[i + 1].simulated && rep.finalists[i + 1].simulated->ok) {
       const auto& n = rep.finalists[i + 1];
       const auto [nlane, nbusy] = bottleneck(n);

@@ -386,6 +386,10 @@ TEST_CASE("the device arena holds what the Program counts: its peak is within 10
       "activation_checkpoint: {interval: 2, tier: nvme}\ngradient_accumulation: 2\n",
       "zero_stage: 3\npartitioning: owner-based\noffload: {params: nvme, optimizer: nvme}\n"
       "activation_checkpoint: {interval: 1, tier: host}\nprefetch: {max_live_bytes: 1 MB, reuse_distance_bytes: 0}\n",
+      "zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\nactivation_checkpoint: {interval: 0}\n"
+      "activation_offload: {policy: offload_all, tier: host, granularity: block}\n",
+      "zero_stage: 3\noffload: {optimizer: nvme}\nactivation_checkpoint: {interval: 0}\n"
+      "activation_offload: {policy: offload_all, tier: nvme}\n",
   };
   int i = 0;
   for (const char* config : configs) {

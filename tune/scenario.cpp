@@ -12,10 +12,12 @@ ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   const AutoResolution resolved = resolve_auto(asked.model, asked.hw, asked.nodes, asked.config);
+  const auto t_auto = clock::now();
   const Scenario s{asked.model, asked.hw, resolved.config, asked.nodes};
   const int ranks = s.nodes * s.hw.node.gpus;
 
-  auto [graph, planned] = models::plan_gpt(s.model, s.hw, s.config, ranks);
+  // The plan `auto` made while deciding is this run's; else plan it.
+  auto [graph, planned] = resolved.planned ? *resolved.planned : models::plan_gpt(s.model, s.hw, s.config, ranks);
   auto t1 = clock::now();
 
   ScenarioResult out;
@@ -31,6 +33,7 @@ ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options) {
   out.report = simulate(planned.program, s.hw, opts);
   auto t3 = clock::now();
   out.plan_seconds = std::chrono::duration<double>(t1 - t0).count();
+  out.auto_seconds = std::chrono::duration<double>(t_auto - t0).count();
   out.simulate_seconds = std::chrono::duration<double>(t3 - t2).count();
   return out;
 }

@@ -1,8 +1,8 @@
 // One simulated training step from its inputs: model spec, hwprofile, run config and node count go
 // through the planner (core::make_plan) to a Program, which the simulator runs. Used by `zinf sim`,
 // `zinf sweep` and the benchmarks, so that all three simulate exactly what the planner produced.
-// `auto` knobs in the config are first decided by tune/auto_config.hpp (forked children), as
-// `zinf plan` and `zinf train` decide them.
+// `auto` knobs in the config are first decided by tune/auto_config.hpp, as `zinf plan` and
+// `zinf train` decide them.
 // Creates this process's SimGrid engine (see simulator.hpp): once per process.
 #pragma once
 #include <string>
@@ -26,7 +26,8 @@ struct ScenarioResult {
   core::Plan plan;
   int64_t program_tasks = 0;
   double ideal_step_time = 0;    // core::estimate_step_time of the same Program
-  double plan_seconds = 0;       // wall time of planning
+  double plan_seconds = 0;       // wall time of planning, `auto` resolved
+  double auto_seconds = 0;       // ... of which resolving `auto` (its plan is the run's)
   double simulate_seconds = 0;   // wall time of the simulation
   std::string auto_summary;      // what `auto` chose ("" when nothing was auto)
   SimReport report;

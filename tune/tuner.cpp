@@ -329,7 +329,52 @@ int64_t resolve_global_batch(const TuneRequest& req) {
   return dp * req.base.micro_batch.value_or(req.model.micro_batch) * req.base.gradient_accumulation;
 }
 
+double objective_of(const TuneRequest& req, const TuneCandidate& c, double step, int64_t global_batch) {
+  return req.objective == TuneObjective::Cost ? gpu_seconds_per_sample(step, c.nodes, req.hw, global_batch) : step;
+}
+
+// Every candidate with its memory-model fit and closed-form estimate (`entries`, in enumeration
+// order, beside `all`), and the order the search plans them in: those the memory model admits by
+// estimated objective, then the others, closest to fitting first (the memory model is a closed
+// form; the planner may still accept what it calls short).
+struct Ranked {
+  std::vector<Enumerated> all;
+  std::vector<TuneEntry> entries;
+  std::vector<size_t> order;
+};
+
+Ranked rank(const TuneRequest& req, const TuneSpace& space, int64_t global_batch) {
+  Ranked r;
+  r.all = enumerate(req, space, global_batch);
+  r.entries.reserve(r.all.size());
+  for (const auto& e : r.all) {
+    TuneEntry t;
+    t.candidate = e.candidate;
+    t.memory_fits = e.fits;
+    t.estimate = estimate_lanes(req.model, req.hw, e.candidate.nodes, e.candidate.config);
+    t.score = objective_of(req, t.candidate, t.estimate.step_time, global_batch);
+    t.found_by = "closed form";
+    r.entries.push_back(std::move(t));
+  }
+  r.order.resize(r.entries.size());
+  std::iota(r.order.begin(), r.order.end(), 0);
+  std::stable_sort(r.order.begin(), r.order.end(), [&](size_t a, size_t b) {
+    if (r.entries[a].memory_fits != r.entries[b].memory_fits) return r.entries[a].memory_fits;
+    if (r.entries[a].memory_fits) return r.entries[a].score < r.entries[b].score;
+    return r.all[a].short_ratio < r.all[b].short_ratio;
+  });
+  return r;
+}
+
 }  // namespace
+
+std::vector<TuneEntry> ranked_candidates(const TuneRequest& req) {
+  Ranked r = rank(req, default_tune_space(req), resolve_global_batch(req));
+  std::vector<TuneEntry> out;
+  out.reserve(r.order.size());
+  for (size_t i : r.order) out.push_back(std::move(r.entries[i]));
+  return out;
+}
 
 std::vector<TuneCandidate> enumerate_candidates(const TuneRequest& req, const TuneSpace& space) {
   std::vector<TuneCandidate> out;
@@ -368,9 +413,7 @@ public:
 
 private:
   static bool by_score(const TuneEntry& a, const TuneEntry& b) { return a.score < b.score; }
-  double score_of(const TuneCandidate& c, double step) const {
-    return req_.objective == TuneObjective::Cost ? gpu_seconds_per_sample(step, c.nodes, req_.hw, rep_.global_batch) : step;
-  }
+  double score_of(const TuneCandidate& c, double step) const { return objective_of(req_, c, step, rep_.global_batch); }
   bool over_time(double fraction) const { return req_.time_limit > 0 && since(t0_) > fraction * req_.time_limit; }
 
   void say_not_searched() {
@@ -387,32 +430,16 @@ private:
 
   // 1. Enumerate, check the memory model, estimate every lane in closed form.
   void estimate_all() {
-    all_ = enumerate(req_, space_, rep_.global_batch);
+    Ranked r = rank(req_, space_, rep_.global_batch);
+    all_ = std::move(r.all);
+    entries_ = std::move(r.entries);
+    order_ = std::move(r.order);
     if (all_.empty())
       throw std::invalid_argument(fmt::format(
           "global batch {} cannot be split into micro-batches of {} on {} rank(s) with at most {} accumulation steps",
           rep_.global_batch, fmt::join(space_.micro_batches, "/"), req_.nodes * req_.hw.node.gpus, kMaxAccumulation));
     rep_.enumerated = all_.size();
-    entries_.reserve(all_.size());
-    for (const auto& e : all_) {
-      TuneEntry t;
-      t.candidate = e.candidate;
-      t.memory_fits = e.fits;
-      t.estimate = estimate_lanes(req_.model, req_.hw, e.candidate.nodes, e.candidate.config);
-      t.score = score_of(t.candidate, t.estimate.step_time);
-      t.found_by = "closed form";
-      rep_.memory_fit += e.fits ? 1 : 0;
-      entries_.push_back(std::move(t));
-    }
-    // Fitting candidates by estimated objective; then the others, closest to fitting first (the
-    // memory model is a closed form; the planner may still accept what it calls short).
-    order_.resize(entries_.size());
-    std::iota(order_.begin(), order_.end(), 0);
-    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
-      if (entries_[a].memory_fits != entries_[b].memory_fits) return entries_[a].memory_fits;
-      if (entries_[a].memory_fits) return entries_[a].score < entries_[b].score;
-      return all_[a].short_ratio < all_[b].short_ratio;
-    });
+    for (const auto& e : all_) rep_.memory_fit += e.fits ? 1 : 0;
     rep_.seconds_enumerate = since(t0_);
   }
 
@@ -440,9 +467,7 @@ private:
         e.planned = outcomes[k];
         if (!outcomes[k].ok) {
           ++rep_.plans_refused;
-          if (first_refusal.empty())
-            first_refusal = fmt::format("{}: {}", e.candidate.describe(),
-                                        e.memory_fits ? outcomes[k].message : all_[batch[k]].short_text);
+          if (first_refusal.empty()) first_refusal = fmt::format("{}: {}", e.candidate.describe(), outcomes[k].message);
           continue;
         }
         e.candidate.config.tiling_factor = outcomes[k].tiling_factor;
@@ -453,8 +478,10 @@ private:
     }
     if (planned_.empty()) {
       std::string closest = first_refusal;
-      if (closest.empty() && !order_.empty())
-        closest = entries_[order_[0]].candidate.describe() + ": " + all_[order_[0]].short_text;
+      if (closest.empty() && !order_.empty()) {  // nothing was planned in time: the planner's verdict on the closest
+        const TuneCandidate& c = entries_[order_[0]].candidate;
+        closest = c.describe() + ": " + eval_.schedule({c}).front().message;
+      }
       throw core::PlanError(fmt::format("no configuration of {} on {} x {} node(s) fits: {} searched, {} planned; the closest, {}",
                                         req_.model.name, req_.hw.name, req_.nodes, rep_.enumerated, rep_.plans, closest));
     }
@@ -562,6 +589,7 @@ private:
       if (progress_) progress_("simulate", simulated, finalists.size());
     }
     finalists.resize(simulated);
+    simulate_incumbents(finalists);
     std::stable_sort(finalists.begin(), finalists.end(), [](const TuneEntry& a, const TuneEntry& b) {
       const bool ao = a.simulated && a.simulated->ok, bo = b.simulated && b.simulated->ok;
       if (ao != bo) return ao;
@@ -574,6 +602,35 @@ private:
     rep_.finalists = std::move(finalists);
     rep_.planned = std::move(planned_);
     rep_.seconds_simulate = since(t2);
+  }
+
+  // The request's incumbents that are not finalists already: planned, then simulated beside them.
+  void simulate_incumbents(std::vector<TuneEntry>& finalists) {
+    auto key = [](const RunConfig& c, int nodes) {
+      return fmt::format("{} | {} {} {} {}", TuneCandidate{c, nodes}.describe(), int(c.activation_policy),
+                         c.activation_tier.automatic, int(c.activation_tier.tier), c.activation_per_tensor);
+    };
+    for (const auto& [name, config] : req_.incumbents) {
+      const TuneCandidate c{config, req_.nodes};
+      if (std::any_of(finalists.begin(), finalists.end(),
+                      [&](const TuneEntry& f) { return key(f.candidate.config, f.candidate.nodes) == key(config, req_.nodes); }))
+        continue;
+      TuneEntry e;
+      e.candidate = c;
+      e.found_by = name;
+      e.estimate = estimate_lanes(req_.model, req_.hw, c.nodes, c.config);
+      e.planned = eval_.schedule({c}).front();
+      ++rep_.plans;
+      if (!e.planned->ok) {
+        ++rep_.plans_refused;
+        continue;
+      }
+      e.simulated = eval_.simulate({c}).front();
+      ++rep_.simulations;
+      if (!e.simulated->ok) continue;
+      e.score = score_of(c, e.simulated->step_time);
+      finalists.push_back(std::move(e));
+    }
   }
 
   void set_samples_per_s(TuneEntry& e) const {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/hwprofile.hpp"
@@ -69,6 +70,10 @@ struct TuneRequest {
   int local_search_top = 2;  // planned candidates whose schedule knobs are searched
   int finalists = 4;         // simulated
   TuneSpace space;           // empty lists: defaults
+  // Configurations simulated beside the finalists whatever their estimate, each with what it is:
+  // what `zinf plan`, `sim` and `train` run for the base config (tune/auto_config.hpp), so that the
+  // pick is never slower than it, and the whole activation choices the base config leaves open.
+  std::vector<std::pair<std::string, core::RunConfig>> incumbents;
 };
 
 // One point of the search space.
@@ -146,6 +151,10 @@ TuneSpace default_tune_space(const TuneRequest& req);
 // Every structural candidate of the space (no local-search variants), in search order before
 // ranking, with the smallest fitting tiling and largest fitting live-bytes bound already chosen.
 std::vector<TuneCandidate> enumerate_candidates(const TuneRequest& req, const TuneSpace& space);
+// The same candidates of default_tune_space(req), each with its memory-model fit and closed-form
+// estimate, in the order the search plans them: those the memory model admits by estimated
+// objective, then the others, closest to fitting first. Closed forms only: microseconds each.
+std::vector<TuneEntry> ranked_candidates(const TuneRequest& req);
 
 // Progress of a stage: "plan" or "simulate", done of total.
 using TuneProgress = std::function<void(const std::string& stage, size_t done, size_t total)>;

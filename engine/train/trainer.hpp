@@ -83,7 +83,7 @@ struct TrainerOptions {
   std::function<void(const std::string&)> note;  // messages for the user (rank 0); null: stderr
   // Decides the config's `auto` knobs before planning, given the model, the hwprofile as this
   // backend plans with it and the rank count; null: the planner's own `auto`. `zinf train` passes
-  // the tuner's search (tune/auto_config.hpp), so that it trains what `zinf plan` and `sim` plan.
+  // tune/auto_config.hpp's closed form, so that it trains what `zinf plan` and `sim` plan.
   std::function<core::RunConfig(const core::ModelSpec&, const core::HwProfile&, int ranks, const core::RunConfig&)>
       resolve_auto;
 };

@@ -1,69 +1,58 @@
 #!/usr/bin/env bash
-# `auto` in a run config is the tuner's search (tune/auto_config.hpp), decided once for every
-# command: zinf plan, sim and train agree on it, it picks the fastest fitting placement that the
-# simulator finds among every fixed one, and its cache answers a second time without searching.
+# `auto` in a run config (tune/auto_config.hpp) is decided once, in closed form and by the planner,
+# for every command: zinf plan, sim and train agree on it and say how it was chosen; zinf tune
+# simulates that choice beside its finalists, so its pick is never slower.
 #   bash tests/cli/auto_cli.sh ZINF
 set -u
 ZINF=$1
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 . "$(dirname "$0")/harness.sh"
-export ZINF_CACHE_DIR="$D/cache"
 
 # gpt-100b on one DGX-2: neither parameters nor optimizer states fit on the devices, so the tiers matter.
 printf 'zero_stage: 3\noffload: {params: auto, optimizer: auto}\nactivation_checkpoint: {interval: 1, tier: host}\n' > "$D/auto.yaml"
 "$ZINF" sim --model gpt-100b --hw dgx2-v100 --config "$D/auto.yaml" --json > "$D/sim.json" 2> "$D/sim.err"; rc=$?
 expect "zinf sim resolves auto" 0 "" "$D/sim.err" $rc
-best=""; best_t=""
-for p in device host nvme; do
-  for o in device host nvme; do
-    printf 'zero_stage: 3\noffload: {params: %s, optimizer: %s}\nactivation_checkpoint: {interval: 1, tier: host}\n' "$p" "$o" > "$D/f.yaml"
-    if "$ZINF" sim --model gpt-100b --hw dgx2-v100 --config "$D/f.yaml" --json > "$D/f.json" 2> /dev/null; then
-      t=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step_time"])' "$D/f.json")
-      echo "params $p, optimizer $o: $t s" >> "$D/fixed.log"
-      if [ -z "$best_t" ] || /usr/bin/python3 -c "import sys; sys.exit(0 if $t < $best_t else 1)"; then best_t=$t; best="params $p, gradients $p, optimizer $o"; fi
-    else
-      echo "params $p, optimizer $o: refused" >> "$D/fixed.log"
-    fi
-  done
-done
-auto_t=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step_time"])' "$D/sim.json" 2> /dev/null)
-if grep -q "auto, by the tuner's search: $best —" "$D/sim.json" && [ "$auto_t" = "$best_t" ]; then
-  pass "auto picks the fastest of the nine fixed placements the simulator accepts ($best, $best_t s)"
-else
-  echo "auto: $(grep '"auto"' "$D/sim.json") step $auto_t" >> "$D/fixed.log"
-  fail "auto's pick is not the fastest fixed placement ($best, $best_t s)" "$D/fixed.log"
-fi
+choice=$(/usr/bin/python3 -c '
+import json, re, sys
+a = json.load(open(sys.argv[1]))["auto"]
+m = re.match(r"auto, by the closed form: (.*) — ", a)
+print(m.group(1) if m else "")' "$D/sim.json" 2> /dev/null)
+if [ -n "$choice" ]; then pass "zinf sim says what auto chose ($choice)"; else fail "zinf sim's auto line" "$D/sim.json"; fi
 
-# zinf plan decides the same, from the cache (same model, profile, nodes, config and build).
+# zinf plan decides the same, and prints it as the config it plans.
 "$ZINF" plan --model gpt-100b --hw dgx2-v100 --config "$D/auto.yaml" --json > "$D/plan.json" 2> "$D/plan.err"; rc=$?
-if [ $rc = 0 ] && /usr/bin/python3 - "$D/plan.json" "$best" <<'PY'
+if [ $rc = 0 ] && /usr/bin/python3 - "$D/plan.json" "$choice" <<'PY'
 import json, sys
-j, best = json.load(open(sys.argv[1])), sys.argv[2]
+j, choice = json.load(open(sys.argv[1])), sys.argv[2]
 c = j["config"]
-assert f"params {c['params']}, gradients {c['gradients']}, optimizer {c['optimizer']}" == best, c
-assert j["auto"].startswith(f"auto, by the tuner's search: {best} —") and j["auto"].endswith("(cached)"), j["auto"]
+assert f"params {c['params']}, gradients {c['gradients']}, optimizer {c['optimizer']}" == choice, (c, choice)
+assert j["auto"].startswith(f"auto, by the closed form: {choice} — "), j["auto"]
+assert j["fits"], j["fit"]
 PY
-then pass "zinf plan plans what zinf sim simulated, from the cache"
+then pass "zinf plan plans what zinf sim simulated"
 else fail "zinf plan's auto differs from zinf sim's (exit $rc)" "$D/plan.json"; fi
 
-# A damaged cache entry is not taken for an answer: the search runs again.
-for f in "$D"/cache/auto-*.txt; do printf 'zinf auto cache\n9 9 9 9 0\n' > "$f"; done
-"$ZINF" plan --model gpt-100b --hw dgx2-v100 --config "$D/auto.yaml" > "$D/plan2.log" 2>&1; rc=$?
-if [ $rc = 0 ] && grep -q "auto, by the tuner's search: $best —" "$D/plan2.log" && ! grep -q "(cached)" "$D/plan2.log"; then
-  pass "a damaged cache entry is searched again"
-else fail "a damaged cache entry (exit $rc)" "$D/plan2.log"; fi
-ZINF_CACHE_DIR=off "$ZINF" plan --model gpt-100b --hw dgx2-v100 --config "$D/auto.yaml" > "$D/plan3.log" 2>&1; rc=$?
-if [ $rc = 0 ] && grep -q "auto, by the tuner's search: $best —" "$D/plan3.log" && ! grep -q "(cached)" "$D/plan3.log"; then
-  pass "ZINF_CACHE_DIR=off searches every time"
-else fail "ZINF_CACHE_DIR=off (exit $rc)" "$D/plan3.log"; fi
+# zinf tune simulates plan's choice beside its finalists: its pick is never slower.
+"$ZINF" tune --model gpt-100b --hw dgx2-v100 --config "$D/auto.yaml" --json --yaml "" --deepspeed "" --finalists 1 \
+  --plan-budget 4 > "$D/tune.json" 2> "$D/tune.err"; rc=$?
+if [ $rc = 0 ] && /usr/bin/python3 - "$D/tune.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+f = j["finalists"]
+mine = [e for e in f if e["found_by"] == "the base config, as zinf plan resolves it"]
+assert f and f[0]["score"] <= min([e["score"] for e in f]) + 1e-12, f
+assert all(f[0]["score"] <= e["score"] for e in mine), (f[0], mine)
+PY
+then pass "zinf tune's pick is never slower than what zinf plan resolves"
+else fail "zinf tune beside plan's choice (exit $rc)" "$D/tune.err"; fi
 
 # zinf train decides auto the same way before it plans, and trains what it chose.
 printf 'zero_stage: 3\noffload: {params: auto, optimizer: auto}\nactivation_checkpoint: {interval: 1, tier: auto}\ntiling_factor: auto\n' > "$D/train-auto.yaml"
 mkdir -p "$D/nvme"
 "$ZINF" train --model gpt-tiny --config "$D/train-auto.yaml" --steps 2 --nvme-dir "$D/nvme" --device-memory 0.004 > "$D/train.log" 2>&1; rc=$?
-expect "zinf train resolves auto with the tuner's search and trains" 0 "zinf train: auto, by the tuner's search: params .*, optimizer .*, checkpoints .*, tiling [0-9]+ —" "$D/train.log" $rc
-choice=$(sed -n "s/.*auto, by the tuner's search: \(.*\) — .*/\1/p" "$D/train.log" | head -1)
+expect "zinf train resolves auto in closed form and trains" 0 "zinf train: auto, by the closed form: params .*, optimizer .*, checkpoints .*, tiling [0-9]+ —" "$D/train.log" $rc
+choice=$(sed -n "s/.*auto, by the closed form: \(.*\) — .*/\1/p" "$D/train.log" | head -1)
 if [ -n "$choice" ] && grep -qF "cpu backend | $choice," "$D/train.log"; then pass "zinf train plans what auto chose ($choice)"
 else fail "zinf train's plan is not auto's choice '$choice'" "$D/train.log"; fi
 

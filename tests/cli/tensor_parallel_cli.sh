@@ -35,7 +35,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 c, h = j["config"], j["largest_hidden"]
 assert c["tensor_parallel"] == 2 and c["data_parallel_ranks"] == 8 and c["checkpoints_partitioned"], c
-assert c["tiling_factor"] >= 1 and "auto" in j and "tuner's search" in j["auto"], j.get("auto")  # auto resolved by the search
+assert c["tiling_factor"] >= 1 and "auto" in j and "closed form" in j["auto"], j.get("auto")  # auto resolved in closed form
 assert h["tiling_factor"] == 4 and h["tiled"] >= h["untiled"] > 0, h
 PY
 then pass "zinf plan --json: the config as planned (tensor parallel, auto tiling resolved) and the largest hidden sizes"

@@ -57,7 +57,7 @@ expect "a global batch the ranks cannot split" 1 "global batch 17 cannot be spli
   --program "$D/p.json" > "$D/auto.log" 2>&1; rc=$?
 reported=$(sed -n 's/.*tiling auto -> \([0-9]*\).*/\1/p' "$D/auto.log")
 written=$(sed -n 's/^program: .* tiling \([0-9]*\);.*/\1/p' "$D/auto.log")
-if [ $rc = 0 ] && [ -n "$reported" ] && [ "$reported" = "$written" ] && grep -q "auto, by the tuner.s search" "$D/auto.log"; then
+if [ $rc = 0 ] && [ -n "$reported" ] && [ "$reported" = "$written" ] && grep -q "auto, by the closed form" "$D/auto.log"; then
   pass "plan reports the auto tiling of the Program it writes ($reported)"
 else fail "plan reports tiling '$reported', its Program has '$written' (exit $rc)" "$D/auto.log"; fi
 
