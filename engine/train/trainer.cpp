@@ -654,7 +654,7 @@ struct Trainer::Impl {
     const auto& meta = c.meta;
     // Training data cut differently (a held-out tail added, dropped or resized) changes the windows the
     // loader deals from the checkpoint's position on: said, then used.
-    if (meta.contains("held_out") && meta["held_out"] != held_out_record())
+    if (meta.contains("held_out") && meta["held_out"] != held_out_record() && !opt.sampling)  // sampling trains on nothing
       note(fmt::format("checkpoint {} was trained with held-out split {}; this run's is {}, so the training windows "
                        "from here on are cut from different tokens",
                        c.meta_path, meta["held_out"].dump(), held_out_record().dump()));

@@ -12,7 +12,7 @@ mkdir -p "$D/nvme"
 for _ in $(seq 1 400); do printf 'the zinf engine trains. '; done > "$D/phrase.txt"
 printf 'zero_stage: 3\noffload: {params: none, optimizer: none}\noptimizer: {lr: 3.0e-3}\n' > "$D/fast.yaml"
 
-"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/fast.yaml" --data "$D/phrase.txt" --steps 150 \
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/fast.yaml" --data "$D/phrase.txt" --val-fraction 0.1 --steps 150 \
   --checkpoint-dir "$D/ck" --checkpoint-every 150 --export "$D/tiny.safetensors" > "$D/train.log" 2>&1; rc=$?
 expect "train gpt-tiny on a repeated phrase" 0 "" "$D/train.log" $rc
 
@@ -21,6 +21,8 @@ expect "train gpt-tiny on a repeated phrase" 0 "" "$D/train.log" $rc
 expect "greedy sampling from exported weights continues the phrase" 0 "^the zinf engine trains\. the zinf engine trains\." "$D/greedy.txt" $rc
 "$ZINF" sample --checkpoint "$D/ck" --prompt "the zinf en" --tokens 40 --temperature 0 > "$D/ck.txt" 2> "$D/ck.err"; rc=$?
 expect "sampling from the checkpoint (its model read from it)" 0 "" "$D/ck.err" $rc
+[ ! -s "$D/ck.err" ] && pass "sampling from a checkpoint says nothing about training it will not do" \
+  || fail "sampling from the checkpoint wrote to stderr" "$D/ck.err"
 cmp -s "$D/greedy.txt" "$D/ck.txt" && pass "greedy text from the checkpoint equals the exported weights'" \
   || fail "greedy text differs between checkpoint and weights" "$D/ck.txt"
 "$ZINF" sample --weights "$D/tiny.safetensors" --model gpt-tiny --config train-nvme --nvme-dir "$D/nvme" \
