@@ -153,8 +153,13 @@ int late_rank_check(Collectives& c, int late) {
   } catch (const zinf::engine::CommError& e) {
     message = e.what();
   }
+  // The late rank may also find its collective complete: its peers gave up on their calls but the
+  // calls stay posted (MPI cannot cancel a collective), and whether this rank's part completes
+  // against them depends on the transport's progress. Then it blames no one either; said apart.
+  if (r == late && message.empty()) message = "(the collective completed against the peers' posted calls)";
   fmt::print("rank {}: {}\n", r, message);
-  const bool ok = r == late ? message.find("came late") != std::string::npos &&
+  const bool ok = r == late ? (message.find("came late") != std::string::npos ||
+                               message.find("completed against the peers' posted calls") != std::string::npos) &&
                                   message.find("did not arrive") == std::string::npos
                             : message.find(fmt::format("rank {} did not arrive", late)) != std::string::npos;
   fmt::print("late-rank check: rank {} {}\n", r, ok ? "passed" : "FAILED");
