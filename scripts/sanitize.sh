@@ -12,7 +12,8 @@ exclude='^$'
 case "$preset" in
   asan)
     targets=(config_test nvme_store_test checkpoint_dir_test trainer_test data_loader_test safetensors_test
-             fuzz_run_config fuzz_deepspeed fuzz_hwprofile fuzz_model_spec fuzz_safetensors fuzz_token_bin)
+             fuzz_run_config fuzz_deepspeed fuzz_hwprofile fuzz_model_spec fuzz_safetensors fuzz_token_bin
+             fuzz_sweep_spec fuzz_checkpoint_meta fuzz_lr_schedule fuzz_tokenizer)
     tests='^(config_test|nvme_store_test|checkpoint_dir_test|trainer_test|data_loader_test|safetensors_test):|^fuzz_'
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
   tsan)
