@@ -40,17 +40,11 @@ cmp -s "$D/seed-a.txt" "$D/seed-b.txt" && pass "a seed repeats its draws" || fai
 # BPE: a tokenizer whose 256 byte tokens are numbered backwards (no merges), so ids are not bytes;
 # a model trained through it samples the phrase back only when sampling decodes through it too.
 mkdir -p "$D/bpe"
-/usr/bin/python3 - "$D/bpe" <<'PY'
+/usr/bin/python3 - "$D/bpe" "$(dirname "$0")/.." <<'PY'
 import json, sys
-# GPT-2's byte-to-symbol table: printable Latin-1 bytes stand for themselves, the rest map past 255.
-keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-symbol, extra = {}, 0
-for b in range(256):
-    if b in keep:
-        symbol[b] = chr(b)
-    else:
-        symbol[b] = chr(256 + extra)
-        extra += 1
+sys.path.insert(0, sys.argv[2])
+from bpe_gpt2_test import bytes_to_unicode  # GPT-2's byte-to-symbol table, as the tokenizer test builds it
+symbol = bytes_to_unicode()
 json.dump({symbol[b]: 255 - b for b in range(256)}, open(sys.argv[1] + "/vocab.json", "w"))
 open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n")
 PY
