@@ -3,9 +3,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "cli/command.hpp"
 #include "core/config_paths.hpp"
+#include "core/errors.hpp"
 #include "models/gpt.hpp"
 
 namespace zinf::cli {
@@ -18,14 +21,38 @@ void add_input_options(CLI::App& cmd, InputOptions& o) {
       ->capture_default_str();
 }
 
-Inputs load_inputs(const InputOptions& o) {
+core::DeepSpeedContext deepspeed_context(const core::ModelSpec& model, const core::HwProfile& hw, int nodes) {
+  core::DeepSpeedContext ctx;
+  ctx.ranks = nodes * hw.node.gpus;
+  ctx.ranks_text = fmt::format("{} node{} x {} GPUs of {}", nodes, nodes == 1 ? "" : "s", hw.node.gpus, hw.name);
+  ctx.model_micro_batch = model.micro_batch;
+  ctx.hidden = model.hidden;
+  ctx.hw_precision = core::native_precision(hw.node.gpu);
+  ctx.hw_name = hw.name;
+  return ctx;
+}
+
+Inputs load_inputs(const InputOptions& o, bool for_tune) {
   const std::string root = core::zinf_root(source_dir());
   Inputs in;
   in.model = models::find_model(o.model, source_dir());
-  in.hw = core::load_hwprofile(core::resolve_config(o.hw, "hwprofiles", root));
+  const core::HwProfile hw = core::load_hwprofile(core::resolve_config(o.hw, "hwprofiles", root));
   std::string path = core::resolve_config(o.config, "configs", root);
+  std::ifstream f(path);
+  if (!f) throw core::ConfigError(path, "", "cannot open file for reading");
+  std::stringstream text;
+  text << f.rdbuf();
   std::vector<std::string> warnings;
-  in.config = core::load_any_run_config(path, warnings);
+  if (core::is_deepspeed_json(text.str())) {
+    core::DeepSpeedContext ctx = deepspeed_context(in.model, hw, o.nodes);
+    ctx.for_tune = for_tune;
+    in.deepspeed = core::read_deepspeed_config(text.str(), path, ctx);
+    in.config = in.deepspeed->config;
+    for (const auto& m : in.deepspeed->messages) warnings.push_back(path + ": " + m);
+  } else {
+    in.config = core::parse_run_config(text.str(), path);
+  }
+  in.hw = core::for_precision(hw, in.config.precision, &warnings);
   for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
   in.config_path = path;
   in.config_name = core::display_path(path, root);  // results name it without this machine's paths

@@ -223,8 +223,24 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                  {"tensor_parallel", c.tensor_parallel},
                  {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
                  {"gradient_accumulation", c.gradient_accumulation},
+                 {"micro_batch", c.micro_batch.value_or(in.model.micro_batch)},
+                 {"precision", to_string(c.precision.value_or(native_precision(in.hw.node.gpu)))},
+                 {"optimizer_type", c.optimizer_type},
+                 {"optimizer_states", c.optimizer_states},
+                 {"weight_decay_decoupled", decoupled_weight_decay(c.optimizer_type)},
                  {"max_live_bytes", c.max_live_bytes},
                  {"lr_schedule", core::to_json(lr_schedule_of(in.config_path))}};
+  // A DeepSpeed config: what became of each of its keys, as DeepSpeed reads it.
+  if (in.deepspeed) {
+    nlohmann::json keys = nlohmann::json::array();
+    for (const auto& n : in.deepspeed->notes)
+      keys.push_back({{"key", n.key}, {"fate", to_string(n.fate)}, {"value", n.value}, {"reason", n.reason}});
+    j["config"]["deepspeed"] = {{"version", kDeepSpeedVersion},
+                                {"world_size", in.deepspeed->world_size},
+                                {"train_batch_size", in.deepspeed->train_batch_size},
+                                {"messages", in.deepspeed->messages},
+                                {"keys", keys}};
+  }
   j["largest_hidden"] = {{"untiled", f.hidden_untiled}, {"tiled", f.hidden_tiled}, {"tiling_factor", f.probe_tiling}};
   // The headline: the Program's memory and the one verdict; the paper's closed form beside it.
   j["fits"] = f.fit.fits();

@@ -262,11 +262,8 @@ void run_train(const TrainArgs& a) {
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());
   o.hw = core::load_hwprofile(core::resolve_config(a.hw, "hwprofiles", root));
-  std::vector<std::string> warnings;
   const std::string config_path = core::resolve_config(a.config, "configs", root);
-  o.config = core::load_any_run_config(config_path, warnings);
   o.config_source = config_path;
-  o.lr_schedule = core::load_lr_schedule(config_path, warnings);
   o.data = a.data;
   o.tokenizer = a.tokenizer;
   if (!a.val_data.empty() && a.val_fraction >= 0)
@@ -291,6 +288,15 @@ void run_train(const TrainArgs& a) {
 
   install_stop_handlers();
   auto comm = engine::make_collectives(std::chrono::seconds(a.comm_timeout_s));
+  // A DeepSpeed config's batch triple is checked against the world size mpirun gave.
+  std::vector<std::string> warnings;
+  {
+    core::DeepSpeedContext ctx = deepspeed_context(o.model, o.hw, 1);
+    ctx.ranks = comm->size();
+    ctx.ranks_text = fmt::format("{} rank{} of zinf train", comm->size(), comm->size() == 1 ? "" : "s");
+    o.config = core::load_any_run_config(config_path, warnings, ctx);
+  }
+  o.lr_schedule = core::load_lr_schedule(config_path, warnings);
   o.resolve_auto = [lead = comm->rank() == 0](const core::ModelSpec& m, const core::HwProfile& hw, int ranks,
                                               const core::RunConfig& c) {
     const auto r = resolve_auto_for_ranks(m, hw, ranks, c);

@@ -8,9 +8,12 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/command.hpp"
 #include "cli/inputs.hpp"
+#include "core/deepspeed_config.hpp"
+#include "core/hjson.hpp"
 #include "core/units.hpp"
 #include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
@@ -30,6 +33,7 @@ struct TuneCliOptions {
   bool json = false;
   std::string yaml_out = "tuned.yaml";
   std::string deepspeed_out = "tuned.deepspeed.json";
+  std::string nvme_dir;  // nvme_path of the DeepSpeed config
 };
 
 // A progress bar on stderr when it is a terminal, one line per stage.
@@ -106,8 +110,91 @@ void write_text(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error(fmt::format("error writing '{}'", path));
 }
 
+// The DeepSpeed config tune writes: the best finalist DeepSpeed expresses exactly (its file reads
+// back to the same RunConfig), or else what DeepSpeed makes of the best one, simulated itself, so
+// that the file read back simulates as the figure printed for it.
+struct DeepSpeedOutput {
+  std::string json;
+  std::vector<std::string> not_expressed;  // of the best finalist, when it is not the one written
+  int finalist = -1;                       // index of the finalist written, -1: the projection
+  double samples_per_s = 0, step_time = 0;
+};
+
+DeepSpeedOutput deepspeed_output(const Inputs& in, const TuneCliOptions& o, const sim::TuneReport& rep,
+                                 const sim::TuneEvaluators& eval) {
+  nlohmann::ordered_json base;
+  if (in.deepspeed) {
+    std::ifstream f(in.config_path);
+    std::stringstream text;
+    text << f.rdbuf();
+    base = parse_hjson(text.str(), in.config_path);
+  }
+  const Precision precision = in.config.precision.value_or(native_precision(in.hw.node.gpu));
+  auto write = [&](const sim::TuneCandidate& cand, std::vector<std::string>& missing, RunConfig& read_back) {
+    DeepSpeedTarget t;
+    t.ranks = cand.nodes * in.hw.node.gpus;
+    t.model_micro_batch = in.model.micro_batch;
+    t.model_hidden = in.model.hidden;
+    t.precision = precision;
+    t.nvme_path = o.nvme_dir;
+    t.base = in.deepspeed ? &base : nullptr;
+    const std::string json = run_config_to_deepspeed_json(cand.config, t, missing);
+    read_back = read_deepspeed_config(json, o.deepspeed_out, deepspeed_context(in.model, in.hw, cand.nodes)).config;
+    return json;
+  };
+  DeepSpeedOutput out;
+  for (size_t i = 0; i < rep.finalists.size(); ++i) {
+    const auto& e = rep.finalists[i];
+    if (!e.simulated || !e.simulated->ok) continue;
+    std::vector<std::string> missing;
+    RunConfig back;
+    const std::string json = write(e.candidate, missing, back);
+    const auto diff = deepspeed_round_trip(e.candidate.config, back, precision);
+    if (i == 0) out.not_expressed = missing.empty() ? diff : missing;
+    if (!diff.empty()) continue;
+    out.json = json;
+    out.finalist = static_cast<int>(i);
+    out.samples_per_s = e.samples_per_s;
+    out.step_time = e.simulated->step_time;
+    return out;
+  }
+  // No finalist is expressible: DeepSpeed's reading of the best, simulated.
+  const auto& best = rep.finalists.front();
+  std::vector<std::string> missing;
+  RunConfig back;
+  write(best.candidate, missing, back);
+  sim::TuneCandidate projected{back, best.candidate.nodes};
+  out.json = write(projected, missing, back);
+  const auto sims = eval.simulate({projected});
+  if (sims.empty() || !sims.front().ok)
+    throw std::runtime_error("the DeepSpeed config of the best finalist could not be simulated: " +
+                             (sims.empty() ? std::string("no result") : sims.front().message));
+  out.step_time = sims.front().step_time;
+  out.samples_per_s = double(rep.global_batch) / out.step_time;
+  return out;
+}
+
+// What tune wrote, and for the DeepSpeed config which finalist it is and what it could not say.
+void print_written(const TuneCliOptions& o, const DeepSpeedOutput& ds) {
+  if (!o.yaml_out.empty()) fmt::print("\nwrote {} (zinf run config)\n", o.yaml_out);
+  if (!o.deepspeed_out.empty()) {
+    if (ds.finalist >= 0)
+      fmt::print("wrote {} (DeepSpeed {} config of #{}: predicted {:.4g} samples/s, step {})\n", o.deepspeed_out,
+                 kDeepSpeedVersion, ds.finalist + 1, ds.samples_per_s, format_seconds(ds.step_time));
+    else
+      fmt::print("wrote {} (DeepSpeed {} config of what DeepSpeed can express of #1, simulated: predicted {:.4g} "
+                 "samples/s, step {})\n",
+                 o.deepspeed_out, kDeepSpeedVersion, ds.samples_per_s, format_seconds(ds.step_time));
+    if (ds.finalist != 0 && !ds.not_expressed.empty()) {
+      fmt::print("  #1 is not expressible in DeepSpeed: ");
+      for (size_t i = 0; i < ds.not_expressed.size(); ++i) fmt::print("{}{}", i ? "; " : "", ds.not_expressed[i]);
+      fmt::print("\n");
+    }
+  }
+}
+
 void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
-  Inputs in = load_inputs(in_opts);
+  Inputs in = load_inputs(in_opts, /*for_tune=*/true);
   sim::TuneRequest req;
   req.model = in.model;
   req.hw = in.hw;
@@ -127,7 +214,8 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   for (size_t i = 1; i < alternatives.size(); ++i) req.incumbents.push_back(alternatives[i]);
 
   TuneProgressBar bar;
-  const sim::TuneReport rep = sim::tune(req, sim::isolated_evaluators(in.model, in.hw, o.jobs),
+  const sim::TuneEvaluators eval = sim::isolated_evaluators(in.model, in.hw, o.jobs);
+  const sim::TuneReport rep = sim::tune(req, eval,
                                         [&](const std::string& stage, size_t done, size_t total) {
                                           bar.update(stage, done, total);
                                         });
@@ -142,12 +230,12 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
                   "{:.1f} TFLOP/s per GPU",
                   in.model.name, in.hw.name, best.candidate.nodes, rep.global_batch, o.objective, best.samples_per_s,
                   best.simulated->tflops_per_gpu);
-  std::vector<std::string> not_expressed;
-  const int best_ranks = best.candidate.nodes * in.hw.node.gpus;
   if (!o.yaml_out.empty()) write_text(o.yaml_out, run_config_to_yaml(best.candidate.config, description));
-  if (!o.deepspeed_out.empty())
-    write_text(o.deepspeed_out,
-               run_config_to_deepspeed_json(best.candidate.config, best_ranks, in.model.micro_batch, not_expressed));
+  DeepSpeedOutput ds;
+  if (!o.deepspeed_out.empty()) {
+    ds = deepspeed_output(in, o, rep, eval);
+    write_text(o.deepspeed_out, ds.json);
+  }
 
   if (o.json) {
     std::cout << sim::tune_report_json(req, rep) << "\n";
@@ -211,15 +299,7 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
     fmt::print("{}\n", line);
   }
   if (best.candidate.nodes != in_opts.nodes) fmt::print("\nthe best runs on {} node(s) (objective cost)\n", best.candidate.nodes);
-  if (!o.yaml_out.empty()) fmt::print("\nwrote {} (zinf run config)\n", o.yaml_out);
-  if (!o.deepspeed_out.empty()) {
-    fmt::print("wrote {} (DeepSpeed config", o.deepspeed_out);
-    if (!not_expressed.empty()) {
-      fmt::print("; not expressible there: ");
-      for (size_t i = 0; i < not_expressed.size(); ++i) fmt::print("{}{}", i ? "; " : "", not_expressed[i]);
-    }
-    fmt::print(")\n");
-  }
+  print_written(o, ds);
 }
 
 }  // namespace
@@ -248,8 +328,10 @@ void add_tune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the report as JSON (every planned candidate, for analysis/tune_report.py)");
   cmd->add_option("--yaml", o->yaml_out, "Write the best as a zinf run config here ('' to skip)")->capture_default_str();
-  cmd->add_option("--deepspeed", o->deepspeed_out, "Write the best as a DeepSpeed JSON config here ('' to skip)")
+  cmd->add_option("--deepspeed", o->deepspeed_out,
+                  "Write the best finalist DeepSpeed can express as a DeepSpeed config here ('' to skip)")
       ->capture_default_str();
+  cmd->add_option("--nvme-dir", o->nvme_dir, "nvme_path for states the DeepSpeed config offloads to NVMe");
   cmd->callback([in, o] { run_tune(*in, *o); });
 }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -233,6 +234,21 @@ std::vector<std::pair<double, double>> ConfigReader::curve(const std::string& ke
     pts.emplace_back(*x, *y);
   }
   return pts;
+}
+
+std::vector<std::string> ConfigReader::list(const std::string& key, const std::vector<std::string>& allowed) {
+  YAML::Node n = value(key);
+  const std::string expected = fmt::format("a list of distinct words from: {}", fmt::join(allowed, ", "));
+  if (!n.IsSequence() || n.size() == 0) fail(key, "must be " + expected);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const std::string w = n[i].IsScalar() ? n[i].Scalar() : std::string();
+    if (std::find(allowed.begin(), allowed.end(), w) == allowed.end() ||
+        std::find(out.begin(), out.end(), w) != out.end())
+      fail(key, fmt::format("entry {} ('{}') is not allowed; the key must be {}", i, shown(w), expected));
+    out.push_back(w);
+  }
+  return out;
 }
 
 std::vector<std::string> ConfigReader::unread_keys() const {

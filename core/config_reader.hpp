@@ -48,6 +48,8 @@ public:
   double non_negative_number(const std::string& key, UnitKind kind, double fallback);
   double fraction(const std::string& key, double fallback);  // in [0, 1]
   std::vector<std::pair<double, double>> curve(const std::string& key);  // [[x, y], ...] with x increasing
+  // A non-empty list of distinct words, each one of `allowed`.
+  std::vector<std::string> list(const std::string& key, const std::vector<std::string>& allowed);
   // Marks a key as read without interpreting it (documentation-only fields).
   void ignore(const std::string& key);
 

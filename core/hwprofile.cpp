@@ -1,10 +1,13 @@
 #include "core/hwprofile.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
 
 #include "core/config_reader.hpp"
+#include "core/errors.hpp"
 #include "core/graph.hpp"
 #include "core/units.hpp"
 
@@ -58,6 +61,17 @@ NcclSpec read_nccl(ConfigReader& nc) {
   return s;
 }
 
+// The formats the GPU computes in at which rate: half_precisions, peak_flops_fp32.
+void read_precisions(ConfigReader& g, GpuSpec& gpu) {
+  if (g.has("half_precisions")) {
+    gpu.bf16_native = gpu.fp16_native = false;
+    for (const auto& w : g.list("half_precisions", {"bf16", "fp16"})) (w == "bf16" ? gpu.bf16_native : gpu.fp16_native) = true;
+  } else {
+    g.ignore("half_precisions");
+  }
+  gpu.peak_flops_fp32 = g.number_in("peak_flops_fp32", UnitKind::FlopsPerSecond, kMinRate, 1e21, 0.0);
+}
+
 HwProfile read(ConfigReader& r) {
   using U = UnitKind;
   HwProfile hw;
@@ -99,6 +113,7 @@ HwProfile read(ConfigReader& r) {
   hw.node.gpu.vector_flops = g.non_negative_number("vector_flops", U::FlopsPerSecond, 0.0);
   efficiency_curve("gemm_forward_efficiency", hw.node.gpu.gemm_forward_efficiency);
   hw.node.gpu.working_bytes = g.choice("working_precision", {"bf16", "fp32"}, "bf16") == "fp32" ? 4 : 2;
+  read_precisions(g, hw.node.gpu);
   efficiency_curve("attention_forward_efficiency", hw.node.gpu.attention_forward_efficiency);
   efficiency_curve("attention_backward_efficiency", hw.node.gpu.attention_backward_efficiency);
   if (auto s = g.maybe_child("in_step_slowdown")) {
@@ -176,6 +191,35 @@ HwProfile read(ConfigReader& r) {
 }
 
 }  // namespace
+
+Precision native_precision(const GpuSpec& g) {
+  if (g.working_bytes == 4) return Precision::Bf16;  // the CPU backend stores bf16 and computes in fp32
+  return g.bf16_native || !g.fp16_native ? Precision::Bf16 : Precision::Fp16;
+}
+
+HwProfile for_precision(const HwProfile& hw, std::optional<Precision> wanted, std::vector<std::string>* notes) {
+  HwProfile out = hw;
+  GpuSpec& g = out.node.gpu;
+  if (!wanted || g.working_bytes == 4) return out;
+  const Precision p = *wanted;  // the CPU backend: peak_flops is its fp32 rate already
+  const bool native = p == Precision::Bf16 ? g.bf16_native : p == Precision::Fp16 ? g.fp16_native : false;
+  if (native) return out;
+  if (g.peak_flops_fp32 <= 0)
+    throw ConfigError(hw.name, "node.gpu.peak_flops_fp32",
+                      fmt::format("a {} run on {} computes at the GPU's fp32 rate, and the profile does not give it",
+                                  to_string(p), g.name));
+  if (notes)
+    notes->push_back(p == Precision::Fp32
+                         ? fmt::format("{}: fp32 GEMMs at {} (node.gpu.peak_flops_fp32), not the {} tensor-core rate",
+                                       g.name, format_flops(g.peak_flops_fp32), format_flops(g.peak_flops))
+                         : fmt::format("{} has no {} units: PyTorch emulates {} at the fp32 rate, {} (DeepSpeed accepts "
+                                       "it), not {}",
+                                       g.name, to_string(p), to_string(p), format_flops(g.peak_flops_fp32),
+                                       format_flops(g.peak_flops)));
+  if (g.vector_flops <= 0) g.vector_flops = g.peak_flops;  // elementwise kernels keep their rate
+  g.peak_flops = g.peak_flops_fp32;
+  return out;
+}
 
 HwProfile load_hwprofile(const std::string& path) {
   auto r = ConfigReader::from_file(path);

@@ -5,9 +5,12 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/precision.hpp"
 
 namespace zinf::core {
 
@@ -50,7 +53,25 @@ struct GpuSpec {
   // (`fp32`): the CPU backend, whose kernels keep fp32 working copies and every intermediate of a
   // block; the planner then counts the tensors those kernels keep (core/kernel_activations.hpp).
   int working_bytes = 2;
+  // The 16-bit formats peak_flops is the rate of (`half_precisions`, default both). A format not
+  // listed runs emulated, at the fp32 rate: bf16 on a V100 (PyTorch upcasts it).
+  bool bf16_native = true;
+  bool fp16_native = true;
+  // Dense fp32 GEMM FLOP/s, without tensor cores (`peak_flops_fp32`); 0: not given, and an fp32
+  // run cannot be costed. A profile whose working precision is fp32 (the CPU backend) has it in
+  // peak_flops.
+  double peak_flops_fp32 = 0;
 };
+
+// The 16-bit format the GPU runs natively (bf16 where it has both), or bf16 for the CPU backend.
+Precision native_precision(const GpuSpec& g);
+
+// `hw` as a run in `p` sees it: peak_flops at the rate of that format (fp32: peak_flops_fp32; a
+// 16-bit format the GPU does not run natively: the fp32 rate too). Appends to `notes` what changed.
+// Throws ConfigError naming node.gpu.peak_flops_fp32 when a rate it needs is not in the profile.
+struct HwProfile;
+// Unset: the GPU's native format, `hw` unchanged.
+HwProfile for_precision(const HwProfile& hw, std::optional<Precision> p, std::vector<std::string>* notes = nullptr);
 
 // 3 / (1/m + 1/n + 1/k): the side of the square GEMM with the arithmetic intensity of an m x n x k
 // one (2mnk FLOPs over mk + kn + mn elements). Packing the operands and writing the result cost in

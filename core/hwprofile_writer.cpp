@@ -142,6 +142,9 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
     e.number("memory", g.memory);
     if (g.working_bytes == 4) e.text("working_precision", "fp32");  // bf16, the default, is left out
     e.number("peak_flops", g.peak_flops);
+    if (!(g.bf16_native && g.fp16_native))  // both, the default, is left out
+      e.texts("half_precisions", g.bf16_native ? std::vector<std::string>{"bf16"} : std::vector<std::string>{"fp16"});
+    if (g.peak_flops_fp32 > 0) e.number("peak_flops_fp32", g.peak_flops_fp32);
     e.number("memory_bandwidth", g.memory_bandwidth);
     e.number("kernel_launch", g.kernel_launch);
     e.curve("gemm_efficiency", g.gemm_efficiency);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/bounded_input.hpp"
+#include "core/hjson.hpp"
 #include "core/run_config.hpp"
 
 namespace zinf::core {
@@ -139,12 +140,14 @@ LrSchedule read_lr_schedule(ConfigReader& r) {
 }
 
 LrSchedule parse_lr_schedule(const std::string& text, const std::string& name, std::vector<std::string>& warnings) {
-  ConfigReader r = ConfigReader::from_string(text, name);
   if (is_deepspeed_json(text)) {
+    // DeepSpeed loads its configs as Hjson; JSON text of the same tree reads as YAML.
+    ConfigReader r = ConfigReader::from_string(parse_hjson(text, name).dump(), name);
     if (!r.has("scheduler")) return {};
     ConfigReader s = r.child("scheduler");
     return read_deepspeed_scheduler(s, warnings);
   }
+  ConfigReader r = ConfigReader::from_string(text, name);
   if (!r.has("lr_schedule")) return {};
   ConfigReader s = r.child("lr_schedule");
   return read_lr_schedule(s);

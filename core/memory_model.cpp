@@ -107,26 +107,28 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double bsz = double(c.micro_batch.value_or(m.micro_batch));
   const double seq = double(m.seq), hd = double(m.hidden), nl = double(m.layers);
   const int64_t tiles = std::max<int64_t>(1, c.tiling_factor);
-  // The device's working precision (HwProfile): bf16 gives the paper's formulas; fp32 counts the
-  // tensors the CPU backend's kernels keep, as the planner does.
-  const double wb = double(in.hw.node.gpu.working_bytes);
+  // The device's working precision: the run's (fp32 activations for an fp32 run), or the CPU
+  // backend's fp32, whose profile counts the tensors its kernels keep, as the planner does.
+  const bool kernel_tensors = in.hw.node.gpu.working_bytes == 4;
+  const double wb = std::max(double(in.hw.node.gpu.working_bytes), param_bytes(c));
 
   MemoryReport r;
   r.params = static_cast<int64_t>(P);
   r.ranks = N;
   r.tiling_factor = tiles;
 
-  // Model states, 16 bytes/param: bf16 params (2) and grads (2), fp32 master, m and v (12).
+  // Model states in the run's precision, 16 bytes/param for bf16 and Adam: params (2) and grads
+  // (2), fp32 master, m and v (12).
   const double params_share = c.zero_stage >= 3 ? P_rank / dp : P_rank;
   const double grads_share = c.zero_stage >= 2 ? P_rank / dp : P_rank;
   const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
   MemoryRow states{"model states", {}, MemCategory::States};
-  add(states.bytes, tier_of(c.params), 2.0 * params_share, G);
+  add(states.bytes, tier_of(c.params), param_bytes(c) * params_share, G);
   // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32.
   const bool fp32_grads = c.optimizer_host_path == HostPath::DeepSpeed03 && tier_of(c.optimizer) != Tier::Device &&
                           tier_of(c.gradients) != Tier::Device;
-  add(states.bytes, tier_of(c.gradients), (fp32_grads ? 4.0 : 2.0) * grads_share, G);
-  add(states.bytes, tier_of(c.optimizer), 12.0 * optim_share, G);
+  add(states.bytes, tier_of(c.gradients), (fp32_grads ? 4.0 : grad_bytes(c)) * grads_share, G);
+  add(states.bytes, tier_of(c.optimizer), optimizer_state_bytes(c) * optim_share, G);
   r.rows.push_back(states);
 
   // Activation checkpoints: 2·bsz·seq·hd·nl/ci per GPU; without checkpointing every block's
@@ -145,8 +147,8 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   // (ZeRO-3) the prefetched parameters within the live-bytes bound are resident too. Under tensor
   // parallelism a rank holds its share of the activations (block_activation_bytes_per_token).
   MemoryRow awm{"activation working memory", {}, MemCategory::ActivationsKept};
-  if (wb == 2.0) {
-    awm.bytes.device = bsz * seq * ci * block_activation_bytes_per_token(m, t);
+  if (!kernel_tensors) {
+    awm.bytes.device = wb / 2.0 * bsz * seq * ci * block_activation_bytes_per_token(m, t);
   } else {  // ci blocks' activations and one block's gradients as the fp32 kernels keep them (tensor parallel 1)
     awm.bytes.device = wb * bsz * seq * (ci * block_forward_elements(m) + block_backward_elements(m));
   }
@@ -154,7 +156,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   MemoryRow mswm{"model-state working memory", {}, MemCategory::WorkingMemory};
   const double largest_tile = double(counts.largest_linear) / double(tiles);
   mswm.bytes.device = 2.0 * wb * largest_tile;
-  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, 2.0 * P_rank);
+  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, param_bytes(c) * P_rank);
   r.rows.push_back(mswm);
 
   // Pinned staging buffers of the offload engine, per rank, when anything lives off the device.
@@ -170,7 +172,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   // same NVMe array, when model states live there: a run that cannot save is not a run.
   if (c.reserve_nvme_for_checkpoint && (tier_of(c.params) == Tier::Nvme || tier_of(c.optimizer) == Tier::Nvme)) {
     MemoryRow save{"saved checkpoint (room on NVMe)", {}, MemCategory::States};
-    save.bytes.nvme = 14.0 * P / N * G;
+    save.bytes.nvme = (param_bytes(c) + optimizer_state_bytes(c)) * P / N * G;
     r.rows.push_back(save);
   }
 

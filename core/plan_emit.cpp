@@ -18,9 +18,9 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   const Step& consumer = ps.steps_[static_cast<size_t>(f.consumer)];
   const Phase phase = consumer.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward;
   const int32_t owner = ps.owner_of(u);
-  const double shard = kParamBytes * double(ps.shard_elems(u));
-  const double whole = kParamBytes * double(u.numel);
-  const double gathered = ps.owner_based() ? whole : kParamBytes * double(u.shard_numel) * ps.data_parallel_;
+  const double shard = ps.param_bytes_ * double(ps.shard_elems(u));
+  const double whole = ps.param_bytes_ * double(u.numel);
+  const double gathered = ps.owner_based() ? whole : ps.param_bytes_ * double(u.shard_numel) * ps.data_parallel_;
   // What the gathered copy holds on the device, in the working precision.
   const double gathered_mem =
       ps.working_bytes_ * double(ps.owner_based() ? u.numel : u.shard_numel * ps.data_parallel_);
@@ -106,18 +106,17 @@ namespace {
 void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t compute_task) {
   const ParamUnit& u = ps.units_[static_cast<size_t>(unit)];
   const int32_t owner = ps.owner_of(u);
-  const double whole = kGradBytes * double(u.numel);
+  const double whole = ps.grad_bytes_ * double(u.numel);
   // The whole gradient as this rank holds it before the reduction (padded for a reduce-scatter).
-  const double padded =
-      ps.owner_based() || !ps.grads_partitioned() ? whole : kGradBytes * double(u.shard_numel) * ps.data_parallel_;
-  const double shard = ps.grads_partitioned() ? kGradBytes * double(ps.shard_elems(u)) : whole;
+  const double padded = ps.owner_based() || !ps.grads_partitioned() ? whole : ps.grad_bytes_ * double(u.shard_numel) * ps.data_parallel_;
+  const double shard = ps.grads_partitioned() ? ps.grad_bytes_ * double(ps.shard_elems(u)) : whole;
   // The same before accumulation, as the device (and the host staging on its way to NVMe) holds
   // them: in the working precision. The accumulated shard on its tier is bf16.
-  const double to_mem = ps.working_bytes_ / kGradBytes;
+  const double to_mem = ps.working_bytes_ / ps.grad_bytes_;
   const double whole_mem = whole * to_mem, padded_mem = padded * to_mem, shard_mem = shard * to_mem;
   // The shard as it leaves the device for a host optimizer (fp32 on DeepSpeed's host path), and as
   // the host staging on its way to NVMe holds it.
-  const double moved = shard * ps.moved_grad_bytes() / kGradBytes;
+  const double moved = shard * ps.moved_grad_bytes() / ps.grad_bytes_;
   const double staged = std::max(shard_mem, moved);
   const int64_t full_buf = ps.grad_buf_[static_cast<size_t>(unit)];
   const int32_t prev_store = ps.grad_store_[static_cast<size_t>(unit)];

@@ -60,8 +60,8 @@ public:
     if (ps.plan_.optimizer == Tier::Nvme) {
       s.state_buf = ps.builder_.buffer();
       s.in_states = ps.builder_.add(
-          base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host, kStateBytes * n),
-          window_and(window, overlap ? -1 : ps.backward_done_), {{Tier::Host, s.state_buf, kStateBytes * n}}, {});
+          base(TaskKind::NvmeRead, Lane::NvmeRead, Data::OptimizerState, Tier::Nvme, Tier::Host, ps.state_bytes_ * n),
+          window_and(window, overlap ? -1 : ps.backward_done_), {{Tier::Host, s.state_buf, ps.state_bytes_ * n}}, {});
     } else {
       s.in_states = -1;
     }
@@ -144,8 +144,8 @@ public:
     }
     if (ps.plan_.optimizer == Tier::Nvme)
       s.outs.push_back(ps.builder_.add(
-          base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::OptimizerState, Tier::Host, Tier::Nvme, kStateBytes * n),
-          gate, {}, {{Tier::Host, s.state_buf, kStateBytes * n}}));
+          base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::OptimizerState, Tier::Host, Tier::Nvme, ps.state_bytes_ * n),
+          gate, {}, {{Tier::Host, s.state_buf, ps.state_bytes_ * n}}));
     const Tier where = ps.optim_compute_tier();
     int32_t param_done = s.adam;
     if (ps.plan_.params != where) {
@@ -176,7 +176,7 @@ public:
     if (!ps.params_partitioned() && ps.ranks_ > 1 && ps.config_.zero_stage >= 1) {
       // Stages 1-2: every rank needs the updated parameters of every shard.
       Task t = base(ps.owner_based() ? TaskKind::Broadcast : TaskKind::AllGather, Lane::Comm, Data::Param, Tier::Device,
-                    Tier::Device, kParamBytes * n * (ps.owner_based() ? 1 : ps.data_parallel_));
+                    Tier::Device, ps.param_bytes_ * n * (ps.owner_based() ? 1 : ps.data_parallel_));
       t.owner = -1;
       t.participants = ps.ranks_;
       t.root = g.owner;
@@ -254,7 +254,7 @@ void predict_ready_order(PlanState& ps) {
 double sub_group_host_bytes(const PlanState& ps, int64_t count) {
   const double n = double(count);
   const Tier where = ps.optim_compute_tier();
-  double bytes = ps.plan_.optimizer == Tier::Nvme ? kStateBytes * n : 0.0;
+  double bytes = ps.plan_.optimizer == Tier::Nvme ? ps.state_bytes_ * n : 0.0;
   if (where == Tier::Host && ps.plan_.gradients != Tier::Host) bytes += ps.moved_grad_bytes() * n;
   if (where == Tier::Host && ps.plan_.params != Tier::Host) bytes += ps.updated_param_bytes() * n;
   return bytes;
@@ -271,22 +271,52 @@ int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_
   return std::max<int64_t>(kOptimizerPipelineDepth, std::min(fit, sub_groups));
 }
 
+// The offsets where a rank's sub-groups start, in a shard space of `space` elements: every S
+// elements, or (whole units, as DeepSpeed) at the start of a unit once the group before has reached
+// S. `unit_starts` are the (aligned) offsets of the rank's units in order.
+std::vector<int64_t> sub_group_starts(const PlanState& ps, int64_t space, int64_t S, const std::vector<int64_t>& unit_starts) {
+  std::vector<int64_t> starts;
+  if (!ps.config_.sub_groups_whole_units) {
+    for (int64_t off = 0; off < space; off += S) starts.push_back(off);
+  } else {
+    for (int64_t off : unit_starts)
+      if (off < space && (starts.empty() || off - starts.back() >= S)) starts.push_back(off);
+    if (!starts.empty()) starts.front() = 0;
+  }
+  // A bound on what the pipeline holds: each sub-group is several tasks and buffers per step.
+  constexpr int64_t kMaxSubGroups = 200'000;
+  if (int64_t(starts.size()) > kMaxSubGroups)
+    throw PlanError(fmt::format("sub_group_size {} cuts a rank's {} optimizer elements into {} sub-groups, above zinf's "
+                                "bound of {}: raise sub_group_size (optimizer.sub_group_size; zero_optimization."
+                                "sub_group_size in a DeepSpeed config) to at least {}",
+                                ps.config_.sub_group_size, space, starts.size(), kMaxSubGroups,
+                                (space + kMaxSubGroups - 1) / kMaxSubGroups));
+  return starts;
+}
+
+void add_sub_groups(std::vector<SubGroup>& sgs, const std::vector<int64_t>& starts, int64_t space, int32_t owner) {
+  for (size_t i = 0; i < starts.size(); ++i) {
+    SubGroup g;
+    g.id = static_cast<int32_t>(sgs.size());
+    g.offset = starts[i];
+    g.count = (i + 1 < starts.size() ? starts[i + 1] : space) - starts[i];
+    g.owner = owner;
+    sgs.push_back(g);
+  }
+}
+
 void make_sub_groups(PlanState& ps) {
   // A rank's shard space is its shards (bandwidth-centric) or the units it owns (owner-based), in
-  // unit order; sub-groups are consecutive ranges of at most sub_group_size elements (aligned).
+  // unit order; sub-groups are consecutive ranges of it (sub_group_starts).
   const int64_t S = shard_aligned(std::max<int64_t>(1, ps.config_.sub_group_size));
   std::vector<SubGroup> sgs;
   ps.unit_sgs_.assign(ps.units_.size(), {});
   if (!ps.owner_based()) {
     const int64_t space = ps.shard_space_;
     ps.builder_.shard_space() = {space};
-    for (int64_t off = 0; off < space; off += S) {
-      SubGroup g;
-      g.id = static_cast<int32_t>(sgs.size());
-      g.offset = off;
-      g.count = std::min(S, space - off);
-      sgs.push_back(g);
-    }
+    std::vector<int64_t> unit_starts;
+    for (const auto& u : ps.units_) unit_starts.push_back(u.shard_offset);
+    add_sub_groups(sgs, sub_group_starts(ps, space, S, unit_starts), space, -1);
     // Units overlapping each sub-group, by walking both in order.
     size_t k = 0;
     for (const auto& u : ps.units_) {
@@ -302,14 +332,9 @@ void make_sub_groups(PlanState& ps) {
     for (int32_t r = 0; r < ps.ranks_; ++r) {
       const int64_t space = ps.owned_elems_[static_cast<size_t>(r)];
       const size_t first = sgs.size();
-      for (int64_t off = 0; off < space; off += S) {
-        SubGroup g;
-        g.id = static_cast<int32_t>(sgs.size());
-        g.offset = off;
-        g.count = std::min(S, space - off);
-        g.owner = r;
-        sgs.push_back(g);
-      }
+      std::vector<int64_t> unit_starts;
+      for (int32_t uid : owned[static_cast<size_t>(r)]) unit_starts.push_back(ps.units_[static_cast<size_t>(uid)].owner_offset);
+      add_sub_groups(sgs, sub_group_starts(ps, space, S, unit_starts), space, r);
       size_t k = first;
       for (int32_t uid : owned[static_cast<size_t>(r)]) {
         const auto& u = ps.units_[static_cast<size_t>(uid)];

@@ -113,15 +113,16 @@ std::vector<std::pair<Tier, MemoryItem>> static_items_for(const PlanState& ps, i
   const double grads = double(ps.grads_partitioned() ? mine : all);
   const double optim = double(ps.config_.zero_stage >= 1 ? mine : all);
   std::vector<std::pair<Tier, MemoryItem>> items;
-  items.push_back({ps.plan_.params, state_item(ItemKind::ParamHome, kParamBytes * params)});
+  items.push_back({ps.plan_.params, state_item(ItemKind::ParamHome, ps.param_bytes_ * params)});
   if (ps.forward_only_ && !ps.beside_training_) return items;  // a forward pass alone: the parameters are all
-  items.push_back({ps.plan_.gradients, state_item(ItemKind::GradHome, (ps.plan_.gradients == Tier::Device ? kGradBytes
+  items.push_back({ps.plan_.gradients, state_item(ItemKind::GradHome, (ps.plan_.gradients == Tier::Device ? ps.grad_bytes_
                                                                                                       : ps.moved_grad_bytes()) * grads)});
-  items.push_back({ps.plan_.optimizer, state_item(ItemKind::OptimizerHome, kStateBytes * optim)});
-  // Room for one saved training checkpoint (bf16 params + fp32 master, m, v) on the NVMe array that
-  // holds the model states: a run that cannot save is not a run (as the memory model counts it).
+  items.push_back({ps.plan_.optimizer, state_item(ItemKind::OptimizerHome, ps.state_bytes_ * optim)});
+  // Room for one saved training checkpoint (the parameters and the optimizer's fp32 states; bf16
+  // with Adam: 14 bytes) on the NVMe array that holds the model states: a run that cannot save is
+  // not a run (as the memory model counts it).
   if (ps.config_.reserve_nvme_for_checkpoint && (ps.plan_.params == Tier::Nvme || ps.plan_.optimizer == Tier::Nvme))
-    items.push_back({Tier::Nvme, state_item(ItemKind::SavedCheckpointRoom, 14.0 * optim)});
+    items.push_back({Tier::Nvme, state_item(ItemKind::SavedCheckpointRoom, (ps.param_bytes_ + ps.state_bytes_) * optim)});
   return items;
 }
 

@@ -71,7 +71,8 @@ void make_runs(PlanState& ps) {
     std::sort(blocks.begin(), blocks.end());
     blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
     r.act_bytes = per_block * double(blocks.size()) + outside;
-    if (ps.working_bytes_ != 2.0) {  // the tensors the fp32 kernels keep, in place of the paper's formula
+    r.act_bytes *= ps.working_bytes_ / 2.0;  // the paper's formula counts 2-byte activations
+    if (ps.kernel_tensors_) {  // the tensors the fp32 kernels keep, in place of the paper's formula
       const RunActivations k = run_activation_elements(ps.graph_, r.ops, r.recompute);
       r.act_bytes = ps.working_bytes_ * k.forward;
       r.grad_bytes = ps.working_bytes_ * k.backward;
@@ -80,7 +81,7 @@ void make_runs(PlanState& ps) {
   // A block split in two (checkpoints_per_block 2) keeps its attention output as well as its input.
   const double block_input = ps.working_bytes_ * tokens * double(s.hidden);
   ps.ckpt_bytes_ = block_input * double(ps.config_.checkpoints_per_block);
-  if (ps.working_bytes_ != 2.0)  // the output of a run before a checkpointed one is that checkpoint, counted apart
+  if (ps.kernel_tensors_)  // the output of a run before a checkpointed one is that checkpoint, counted apart
     for (size_t i = 0; i + 1 < ps.runs_.size(); ++i)
       if (ps.runs_[i + 1].recompute) ps.runs_[i].act_bytes -= block_input;
   for (const auto& r : ps.runs_) ps.act_peak_ = std::max(ps.act_peak_, r.act_bytes + r.grad_bytes);
@@ -114,7 +115,7 @@ void apply_activation_pass(PlanState& ps, double device_bytes) {
     if (i == 0 || lifetimes[i].run != lifetimes[i - 1].run) forward += lifetimes[i].run_forward_seconds;
   // Parameters fetched in forward already use the same paths.
   double shard_bytes = 0;
-  for (const auto& u : ps.units_) shard_bytes += kParamBytes * double(ps.shard_elems(u));
+  for (const auto& u : ps.units_) shard_bytes += ps.param_bytes_ * double(ps.shard_elems(u));
   in.pcie_free_seconds = forward - (ps.plan_.params != Tier::Device ? shard_bytes * in.host_seconds_per_byte : 0);
   in.nvme_free_seconds = forward - (ps.plan_.params == Tier::Nvme ? shard_bytes * nvme_spb : 0);
   const PerTier st = max_static(ps);

@@ -127,9 +127,8 @@ private:
 
 namespace planning {
 
-inline constexpr double kParamBytes = 2.0;   // bf16 parameter
-inline constexpr double kGradBytes = 2.0;    // bf16 gradient
-inline constexpr double kStateBytes = 12.0;  // fp32 master weight, Adam m and v
+// The bytes per parameter of each state are the run's (RunConfig::precision, optimizer_states:
+// PlanState::param_bytes_, grad_bytes_, state_bytes_); a bf16 run with Adam has 2, 2 and 12.
 inline constexpr double kAdamFlopsPerParam = 12.0;
 inline constexpr int kOptimizerPipelineDepth = 3;  // sub-groups in flight: NVMe read, CPU Adam, NVMe write
 // An NVMe optimizer's automatic depth: sub-groups whose buffers fit this share of the host budget
@@ -213,7 +212,9 @@ struct PlanState {
   PlanState(const ModelGraph& g, const HwProfile& hw, const RunConfig& c, int ranks, const std::vector<int32_t>& order)
       : graph_(g), hw_(hw), config_(c), ranks_(ranks), tensor_parallel_(std::max<int64_t>(1, g.tensor_parallel)),
         data_parallel_(std::max(1, ranks / static_cast<int>(tensor_parallel_))), recorded_(order),
-        working_bytes_(double(hw.node.gpu.working_bytes)) {}
+        kernel_tensors_(hw.node.gpu.working_bytes == 4),
+        working_bytes_(std::max(double(hw.node.gpu.working_bytes), param_bytes(c))), param_bytes_(param_bytes(c)),
+        grad_bytes_(grad_bytes(c)), state_bytes_(optimizer_state_bytes(c)) {}
   PlanState(const PlanState&) = delete;
   PlanState& operator=(const PlanState&) = delete;
 
@@ -228,17 +229,17 @@ struct PlanState {
   }
   // Bytes per element of a gradient once it leaves the device for a host optimizer: bf16, or fp32
   // on DeepSpeed's path (converted on the device, copied, accumulated and swapped in fp32).
-  double moved_grad_bytes() const { return deepspeed_host_path() ? 4.0 : kGradBytes; }
+  double moved_grad_bytes() const { return deepspeed_host_path() ? 4.0 : grad_bytes_; }
   // Bytes per element of an updated parameter as a host optimizer hands it back: bf16, or on
   // DeepSpeed's path with stages 0-2 the fp32 master itself (its device kernel reads it over PCIe).
-  double updated_param_bytes() const { return deepspeed_host_path() && !params_partitioned() ? 4.0 : kParamBytes; }
+  double updated_param_bytes() const { return deepspeed_host_path() && !params_partitioned() ? 4.0 : param_bytes_; }
   // Host memory traffic per element of one sub-group's update: kAdamHostBytesPerParam on the fused
   // path; on DeepSpeed's, the unscale pass (fp32 gradient read and written, 8), Adam on the fp32
   // gradient (4 + 24) and either the fp32 -> fp16 copy (4 + 2, stage 3) or the fp32 master written
   // to the pinned buffer (4, stages 0-2).
   double optimizer_host_bytes() const {
-    if (!deepspeed_host_path()) return kAdamHostBytesPerParam;
-    return 8.0 + 4.0 + 2.0 * kStateBytes + (params_partitioned() ? 6.0 : 4.0);
+    if (!deepspeed_host_path()) return grad_bytes_ + 2.0 * state_bytes_ + param_bytes_;  // kAdamHostBytesPerParam for bf16 Adam
+    return 8.0 + 4.0 + 2.0 * state_bytes_ + (params_partitioned() ? 6.0 : 4.0);
   }
   bool owner_based() const { return plan_.partitioning == Partitioning::OwnerBased; }
   // Bytes of one checkpoint kept in its tier by one rank: a 1/tensor_parallel_ slice when the
@@ -248,7 +249,7 @@ struct PlanState {
   // Elements of `u` that one rank keeps of a partitioned state (owner-based: the owner, all of it).
   int64_t shard_elems(const ParamUnit& u) const { return owner_based() ? u.numel : u.shard_numel; }
   int32_t owner_of(const ParamUnit& u) const { return owner_based() ? u.owner : -1; }
-  double unit_bytes(int32_t u) const { return kParamBytes * double(units_[static_cast<size_t>(u)].numel); }
+  double unit_bytes(int32_t u) const { return param_bytes_ * double(units_[static_cast<size_t>(u)].numel); }
 
   // A forward pass alone (make_forward_plan, emitted by emit_forward): forward steps only, no
   // checkpoint, gradient or optimizer task; the ranks hold the training run's states beside the
@@ -264,9 +265,16 @@ struct PlanState {
   int64_t tensor_parallel_;  // ranks that split each layer (the graph is one rank's share)
   int data_parallel_;        // ranks_ / tensor_parallel_: the ranks a ZeRO partition is split over
   std::vector<int32_t> recorded_;
+  // The CPU backend's profile (working precision fp32): activations are the tensors its kernels keep
+  // (core/kernel_activations.hpp), not the paper's formula.
+  bool kernel_tensors_;
   // Bytes per element of the device's working tensors (activations, gathered parameters, gradients
-  // before their reduction): HwProfile's working precision. Transfers keep their own sizes.
+  // before their reduction): the HwProfile's working precision, or the run's when wider (fp32).
+  // Transfers keep their own sizes.
   double working_bytes_;
+  // Bytes per element of a parameter and a gradient in the run's precision, and of the optimizer's
+  // fp32 states (master weights where there are, and the optimizer's own tensors).
+  double param_bytes_, grad_bytes_, state_bytes_;
 
   // outputs: the decisions with their reasons (every pass), and the Program (emission)
   Plan plan_;

@@ -9,6 +9,7 @@
 
 #include "core/bounded_input.hpp"
 #include "core/config_reader.hpp"
+#include "core/deepspeed_config.hpp"
 
 namespace zinf::core {
 
@@ -62,7 +63,6 @@ Placement parse_placement(const std::string& word) {
 RunConfig read_yaml(ConfigReader& r) {
   using U = UnitKind;
   RunConfig c;
-  c.swap_checksums = true;  // a config file's swap files are checksummed unless aio.checksums: false
   r.ignore("description");
   c.zero_stage = static_cast<int>(r.int_in("zero_stage", 0, 3, 3));
   c.partitioning = r.choice("partitioning", {"bandwidth-centric", "owner-based"}, "bandwidth-centric") == "owner-based"
@@ -136,7 +136,10 @@ RunConfig read_yaml(ConfigReader& r) {
                      "Program (their sizes and count are the plan's host peak); delete the pinned block");
   r.ignore("pinned");
   if (auto o = r.maybe_child("optimizer")) {
-    c.optimizer_type = o->choice("type", {"adam", "adamw"}, "adamw");
+    c.optimizer_type = o->choice("type", {"adam", "adamw", "lamb", "lion", "adagrad", "sgd"}, "adamw");
+    c.optimizer_states = o->int_in("states", 0, 4, c.optimizer_type == "adagrad" || c.optimizer_type == "lion" ? 1
+                                                   : c.optimizer_type == "sgd"                                ? 0
+                                                                                                              : 2);
     c.lr = o->positive_number("lr", U::Count, c.lr);
     c.beta1 = o->fraction_below_one("beta1", c.beta1);
     c.beta2 = o->fraction_below_one("beta2", c.beta2);
@@ -144,6 +147,7 @@ RunConfig read_yaml(ConfigReader& r) {
     c.weight_decay = o->number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
     c.grad_clip = o->non_negative_number("grad_clip", U::Count, c.grad_clip);
     c.sub_group_size = o->positive_int("sub_group_size", c.sub_group_size);
+    c.sub_groups_whole_units = o->choice("sub_group_boundaries", {"elements", "units"}, "elements") == "units";
     c.optimizer_timing = o->choice("timing", {"after-backward", "overlap-backward"}, "after-backward") ==
                                  "overlap-backward"
                              ? OptimizerTiming::OverlapBackward
@@ -161,6 +165,8 @@ RunConfig read_yaml(ConfigReader& r) {
                                 : HostPath::Fused;
   }
   r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (core/lr_schedule_reader.hpp)
+  if (const std::string p = r.choice("precision", {"auto", "bf16", "fp16", "fp32"}, "auto"); p != "auto")
+    c.precision = parse_precision(p);
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
@@ -172,106 +178,6 @@ RunConfig read_yaml(ConfigReader& r) {
   if (r.has("tensor_model_parallel_size")) c.tensor_parallel = r.int_in("tensor_model_parallel_size", 1, kMaxTensorParallel);
   else c.tensor_parallel = r.int_in("tensor_parallel", 1, kMaxTensorParallel, 1);
   r.reject_unread();
-  return c;
-}
-
-// DeepSpeed JSON: supported keys are read; the rest become warnings with their dotted path.
-RunConfig read_deepspeed(ConfigReader& r, std::vector<std::string>& warnings) {
-  using U = UnitKind;
-  RunConfig c;
-  c.swap_checksums = true;  // as for zinf's own configs: DeepSpeed's aio section has no such key
-  c.params = {false, Tier::Device};
-  c.optimizer = {false, Tier::Device};
-  c.checkpoint_interval = 0;
-  if (r.has("train_micro_batch_size_per_gpu")) c.micro_batch = r.int_in("train_micro_batch_size_per_gpu", 1, kMaxMicroBatch);
-  c.gradient_accumulation = r.int_in("gradient_accumulation_steps", 1, kMaxAccumulation, 1);
-  r.ignore("train_batch_size");  // derived: micro batch × accumulation × ranks
-  c.grad_clip = r.non_negative_number("gradient_clipping", U::Count, 0.0);
-  if (auto b = r.maybe_child("bf16")) b->boolean("enabled", true);
-  if (auto f = r.maybe_child("fp16")) {
-    if (f->boolean("enabled", false))
-      warnings.push_back(r.file() + ": fp16.enabled: zinf trains in bf16; fp16 loss scaling is not used");
-  }
-  if (auto o = r.maybe_child("optimizer")) {
-    std::string t = o->str("type", "AdamW");
-    if (t == "Adam" || t == "adam") c.optimizer_type = "adam";
-    else if (t == "AdamW" || t == "adamw") c.optimizer_type = "adamw";
-    else o->fail("type", fmt::format("'{}' is not supported; expected Adam or AdamW", t));
-    if (auto p = o->maybe_child("params")) {
-      c.lr = p->positive_number("lr", U::Count, c.lr);
-      p->ignore("betas");  // a two-element list, read after this pass
-      c.eps = p->number_in("eps", U::Count, kMinEps, 1.0, c.eps);
-      c.weight_decay = p->number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
-    }
-  }
-  r.ignore("scheduler");  // changes no cost: read by read_deepspeed_scheduler (core/lr_schedule_reader.hpp)
-  if (auto z = r.maybe_child("zero_optimization")) {
-    c.zero_stage = static_cast<int>(z->int_in("stage", 0, 3, 0));
-    auto offload = [&](const char* key, Placement& out) {
-      if (auto o = z->maybe_child(key)) {
-        out = parse_placement(o->choice("device", {"none", "cpu", "nvme"}, "none"));
-        o->ignore("nvme_path");  // the NVMe directory is given on the command line (--nvme-dir)
-        o->boolean("pin_memory", true);
-        // DeepSpeed's swap buffers: zinf stages through the Program's host buffers instead.
-        for (const char* k : {"buffer_count", "buffer_size"}) {
-          if (o->has(k))
-            warnings.push_back(fmt::format("{}: zero_optimization.{}.{}: zinf's host staging buffers follow the plan, "
-                                           "this key has no effect", r.file(), key, k));
-          o->ignore(k);
-        }
-      }
-    };
-    offload("offload_param", c.params);
-    offload("offload_optimizer", c.optimizer);
-    c.gradients = c.params;
-    if (z->has("stage3_max_live_parameters"))
-      c.max_live_bytes = 2.0 * double(z->int_in("stage3_max_live_parameters", 1, kMaxParams));
-    else z->ignore("stage3_max_live_parameters");
-    if (z->has("stage3_max_reuse_distance"))
-      c.reuse_distance_bytes = 2.0 * double(z->int_in("stage3_max_reuse_distance", 0, kMaxParams, 0));
-    else z->ignore("stage3_max_reuse_distance");
-    if (z->has("stage3_prefetch_bucket_size")) {
-      // DeepSpeed prefetches up to this many parameters ahead; zinf counts operators ahead and
-      // bounds the bytes in flight with max_live_bytes, so the bucket caps that bound.
-      double bucket_bytes = 2.0 * double(z->int_in("stage3_prefetch_bucket_size", 1, kMaxParams));
-      c.max_live_bytes = std::max(c.max_live_bytes, bucket_bytes);
-    } else {
-      z->ignore("stage3_prefetch_bucket_size");
-    }
-    c.sub_group_size = z->positive_int("sub_group_size", c.sub_group_size);
-    z->boolean("overlap_comm", true);
-    z->boolean("contiguous_gradients", true);
-  }
-  if (auto a = r.maybe_child("aio")) {
-    c.aio_block_size = a->int_in("block_size", 1, int64_t(kMaxBlock), c.aio_block_size);
-    if (c.aio_block_size % kIoAlignmentBytes != 0)
-      a->fail("block_size", fmt::format("must be a multiple of {} bytes for O_DIRECT, got {}", kIoAlignmentBytes,
-                                        c.aio_block_size));
-    c.aio_queue_depth = a->int_in("queue_depth", 1, kMaxQueueDepth, c.aio_queue_depth);
-    a->positive_int("thread_count", 1);
-    a->boolean("single_submit", false);
-    a->boolean("overlap_events", true);
-  }
-  if (auto t = r.maybe_child("tensor_parallel")) {  // DeepSpeed's AutoTP training block
-    if (t->has("autotp_size") && t->has("tp_size")) t->fail("tp_size", "say autotp_size or tp_size, not both");
-    c.tensor_parallel = t->has("tp_size") ? t->int_in("tp_size", 1, kMaxTensorParallel)
-                                          : t->int_in("autotp_size", 1, kMaxTensorParallel, 1);
-  }
-  if (auto a = r.maybe_child("activation_checkpointing")) {
-    // DeepSpeed checkpoints every transformer block it wraps; number_checkpoints does not change that.
-    c.checkpoint_interval = 1;
-    a->ignore("number_checkpoints");
-    if (a->boolean("cpu_checkpointing", false)) {
-      c.checkpoints = {false, Tier::Host};
-      c.checkpoint_copies_synchronous = true;  // DeepSpeed copies them on the compute stream
-    }
-    c.checkpoints_partitioned = a->boolean("partition_activations", false);
-    a->boolean("contiguous_memory_optimization", false);
-    a->boolean("synchronize_checkpoint_boundary", false);
-    a->boolean("profile", false);
-  }
-  for (const auto& k : r.unread_keys())
-    warnings.push_back(fmt::format("{}: key '{}' is not supported by zinf and has no effect", r.file(), k));
   return c;
 }
 
@@ -290,45 +196,55 @@ RunConfig parse_run_config(const std::string& yaml_text, const std::string& name
 }
 
 RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
+                                 std::vector<std::string>& warnings, const DeepSpeedContext& ctx) {
+  DeepSpeedReading r = read_deepspeed_config(json_text, name, ctx);
+  for (auto& m : r.messages) warnings.push_back(name + ": " + m);
+  return r.config;
+}
+
+RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
                                  std::vector<std::string>& warnings) {
-  auto r = ConfigReader::from_string(json_text, name);
-  RunConfig c = read_deepspeed(r, warnings);
-  // betas is a two-element list: read it directly.
-  try {
-    YAML::Node root = load_bounded_yaml(json_text, name);
-    auto b = root["optimizer"]["params"]["betas"];
-    if (b && !b.IsNull() && !(b.IsSequence() && b.size() == 2))
-      throw ConfigError(name, "optimizer.params.betas", "must be a list of two numbers");
-    if (b && b.IsSequence() && b.size() == 2) {
-      c.beta1 = b[0].as<double>();
-      c.beta2 = b[1].as<double>();
-    }
-  } catch (const YAML::Exception&) {
-    throw ConfigError(name, "optimizer.params.betas", "must be a list of two numbers");
-  }
-  for (double b : {c.beta1, c.beta2})
-    if (!(b >= 0 && b < 1))  // also false for NaN
-      throw ConfigError(name, "optimizer.params.betas",
-                        fmt::format("each beta must be at least 0 and below 1, got [{}, {}]", c.beta1, c.beta2));
-  return c;
+  return parse_deepspeed_config(json_text, name, warnings, DeepSpeedContext{});
 }
 
-RunConfig load_deepspeed_config(const std::string& path, std::vector<std::string>& warnings) {
-  return parse_deepspeed_config(slurp(path), path, warnings);
-}
-
-RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings) {
+RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings, const DeepSpeedContext& ctx) {
   std::string text = slurp(path);
-  if (is_deepspeed_json(text)) return parse_deepspeed_config(text, path, warnings);
+  if (is_deepspeed_json(text)) return parse_deepspeed_config(text, path, warnings, ctx);
   return parse_run_config(text, path);
 }
 
-bool is_deepspeed_json(const std::string& text) {
-  auto first = text.find_first_not_of(" \t\r\n");
-  return first != std::string::npos && text[first] == '{' &&
-         (text.find("\"zero_optimization\"") != std::string::npos ||
-          text.find("\"train_batch_size\"") != std::string::npos ||
-          text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos);
+RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings) {
+  return load_any_run_config(path, warnings, DeepSpeedContext{});
 }
+
+bool is_deepspeed_json(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+      ++i;
+    } else if (c == '#' || (c == '/' && i + 1 < text.size() && text[i + 1] == '/')) {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      const size_t end = text.find("*/", i + 2);
+      if (end == std::string::npos) return false;
+      i = end + 2;
+    } else {
+      return c == '{';
+    }
+  }
+  return false;
+}
+
+double param_bytes(const RunConfig& c) { return element_bytes(c.precision.value_or(Precision::Bf16)); }
+double grad_bytes(const RunConfig& c) { return element_bytes(c.precision.value_or(Precision::Bf16)); }
+double optimizer_state_bytes(const RunConfig& c) {
+  // Without ZeRO an fp32 run's optimizer updates the parameters themselves; every other run keeps
+  // fp32 master weights (DeepSpeed's ZeRO optimizers clone them even in fp32).
+  const bool master = !(c.precision == Precision::Fp32 && c.zero_stage == 0);
+  return (master ? 4.0 : 0.0) + 4.0 * double(c.optimizer_states);
+}
+
+bool decoupled_weight_decay(const std::string& t) { return t == "adamw" || t == "lamb" || t == "lion" || t == "adafactor"; }
 
 }  // namespace zinf::core

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/deepspeed_release.hpp"
+#include "core/precision.hpp"
 
 namespace zinf::core {
 
@@ -17,6 +18,8 @@ namespace zinf::core {
 inline constexpr int64_t kDefaultNvmePrefetchDistance = 3;
 inline constexpr int64_t kDefaultH2dPrefetchDistance = 2;
 inline constexpr int64_t kDefaultAllgatherPrefetchDistance = 1;
+
+struct DeepSpeedContext;
 
 enum class Tier { Device, Host, Nvme };
 const char* to_string(Tier t);
@@ -96,12 +99,24 @@ struct RunConfig {
   // NVMe tasks each NVMe lane runs at once (aio.tasks_in_flight): while one task converts or waits
   // for its last block, the others keep the disk's queue full. Program::lane_slots of the NVMe lanes.
   int64_t aio_tasks_in_flight = 1;
-  bool swap_checksums = false;               // CRC32C per 4 KiB page of the NVMe swap files (aio.checksums)
+  bool swap_checksums = true;                // CRC32C per 4 KiB page of the NVMe swap files (aio.checksums)
 
+  // The number format of parameters, gradients and activations (fp32 master weights and optimizer
+  // states beside 16-bit ones, or all fp32). The hardware's rate and the bytes of every state follow
+  // it. Unset: the GPU's own 16-bit format (fp16 on a V100, bf16 on later GPUs).
+  std::optional<Precision> precision;
+
+  // adam (L2 weight decay), adamw (decoupled); from DeepSpeed configs also lamb, lion, adagrad,
+  // sgd and torch.optim's others, planned by their state tensors (zinf train runs adam and adamw).
   std::string optimizer_type = "adamw";
+  int64_t optimizer_states = 2;              // fp32 tensors the optimizer keeps per parameter (Adam: m, v)
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
   double grad_clip = 0.0;                    // 0 = no clipping
   int64_t sub_group_size = 1'000'000'000;    // parameters per optimizer sub-group
+  // Where sub-groups end: after sub_group_size elements of the shard space (false), or after the
+  // whole parameter unit that reaches sub_group_size (true), as DeepSpeed's stage 3 groups whole
+  // parameters, so that there are never more sub-groups than units (optimizer.sub_group_boundaries).
+  bool sub_groups_whole_units = false;
   OptimizerTiming optimizer_timing = OptimizerTiming::AfterBackward;
   // Optimizer sub-groups whose states are in host memory at once when the optimizer states are on
   // NVMe (optimizer.sub_groups_in_flight; 0 = auto: a quarter of the host budget the states placed
@@ -127,19 +142,32 @@ struct RunConfig {
   DeepSpeedBehaviour deepspeed;
 };
 
+// Bytes per parameter of each model state as `c` trains: the parameter and its gradient in the
+// training precision; the optimizer's fp32 states and, unless the parameters are themselves the fp32
+// copy the optimizer updates (fp32 without ZeRO), fp32 master weights.
+double param_bytes(const RunConfig& c);
+double grad_bytes(const RunConfig& c);
+double optimizer_state_bytes(const RunConfig& c);
+// Whether the optimizer's weight decay is decoupled from the gradient (AdamW, LAMB, Lion).
+bool decoupled_weight_decay(const std::string& optimizer_type);
+
 // zinf's YAML run config. Unknown keys are errors.
 RunConfig load_run_config(const std::string& path);
 RunConfig parse_run_config(const std::string& yaml_text, const std::string& name);
 
-// A DeepSpeed JSON config. Supported keys are mapped; others are listed in `warnings`.
+// A DeepSpeed JSON (Hjson) config, read as DeepSpeed reads it (core/deepspeed_config.hpp) for the
+// run `ctx` describes (a default context: one GPU, micro-batch 1); the reader's lines for the user
+// are appended to `warnings`.
+RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
+                                 std::vector<std::string>& warnings, const DeepSpeedContext& ctx);
 RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
                                  std::vector<std::string>& warnings);
-RunConfig load_deepspeed_config(const std::string& path, std::vector<std::string>& warnings);
 
-// Picks the reader by content: a file whose first non-blank character is '{' and that has a
-// "zero_optimization" or "train_batch_size" key is read as DeepSpeed JSON.
+// Picks the reader by content (is_deepspeed_json), DeepSpeed configs read for the run `ctx` describes.
+RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings, const DeepSpeedContext& ctx);
 RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings);
-// That test alone, on a file's text.
+// Whether a file's text is a DeepSpeed config: its first character other than blanks and comments
+// is '{' (zinf's YAML run configs are block mappings).
 bool is_deepspeed_json(const std::string& text);
 
 // `config` as zinf's YAML, every key written out (no `auto`: an automatic placement is written as
@@ -147,11 +175,5 @@ bool is_deepspeed_json(const std::string& text);
 // the file's description and a comment above it.
 std::string run_config_to_yaml(const RunConfig& config, const std::string& description);
 
-// `config` as a DeepSpeed JSON config for `ranks` data-parallel ranks (train_batch_size is
-// micro-batch x accumulation x ranks). What DeepSpeed cannot say (checkpoints on NVMe or every
-// ci > 1 blocks or two per block, gradients on another tier than parameters, tiling, prefetch distances, owner-based
-// partitioning, optimizer steps overlapping backward) is left out and named in `not_expressed`.
-std::string run_config_to_deepspeed_json(const RunConfig& config, int ranks, int64_t model_micro_batch,
-                                         std::vector<std::string>& not_expressed);
 
 }  // namespace zinf::core

@@ -8,7 +8,9 @@
 
 #include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
+#include "core/deepspeed_config.hpp"
 #include "core/errors.hpp"
+#include "core/hjson.hpp"
 #include "core/units.hpp"
 
 namespace zinf::core {
@@ -127,8 +129,68 @@ LoadedFile overridden_text(const std::string& path, SweepTarget t, const std::ve
   return f;
 }
 
+// A YAML override value as JSON: a quoted scalar stays a string, others read as JSON reads them.
+nlohmann::ordered_json yaml_to_json(const YAML::Node& n) {
+  if (n.IsSequence()) {
+    auto a = nlohmann::ordered_json::array();
+    for (const auto& e : n) a.push_back(yaml_to_json(e));
+    return a;
+  }
+  if (n.IsMap()) {
+    auto o = nlohmann::ordered_json::object();
+    for (const auto& kv : n) o[kv.first.Scalar()] = yaml_to_json(kv.second);
+    return o;
+  }
+  if (!n.IsDefined() || n.IsNull()) return nullptr;
+  const std::string t = n.Scalar();
+  if (n.Tag() == "!") return t;
+  if (t == "true" || t == "false") return t == "true";
+  try {
+    return nlohmann::ordered_json::parse(t);
+  } catch (const nlohmann::json::exception&) {
+    return t;
+  }
+}
+
+// A DeepSpeed config (Hjson) with the point's overrides for it applied on its keys, as JSON text.
+LoadedFile deepspeed_overridden_text(const std::string& path, const std::vector<FieldOverride>& all) {
+  LoadedFile f{path, path, slurp(path), false};
+  std::vector<std::string> origins;
+  nlohmann::ordered_json root;
+  for (const auto& o : all) {
+    if (o.target != SweepTarget::Config) continue;
+    if (!f.overridden) root = parse_hjson(f.text, path);
+    f.overridden = true;
+    const auto parts = split_key(o.key);
+    const std::string why = " (" + o.origin + ")";
+    nlohmann::ordered_json* node = &root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!node->contains(parts[i])) {
+        if (o.scale) throw ConfigError(path, o.key, "the file has no '" + parts[i] + "' to scale within" + why);
+        (*node)[parts[i]] = nlohmann::ordered_json::object();
+      }
+      node = &(*node)[parts[i]];
+      if (!node->is_object())
+        throw ConfigError(path, o.key, "'" + parts[i] + "' is not a mapping, so it has no field '" + parts[i + 1] + "'" + why);
+    }
+    if (!o.scale) {
+      (*node)[parts.back()] = yaml_to_json(o.value);
+    } else {
+      if (!node->contains(parts.back()) || !(*node)[parts.back()].is_number())
+        throw ConfigError(path, o.key, "only a number the file sets can be scaled" + why);
+      (*node)[parts.back()] = (*node)[parts.back()].get<double>() * o.factor;
+    }
+    origins.push_back(o.origin);
+  }
+  if (f.overridden) {
+    f.name = fmt::format("{} (with {})", path, fmt::join(origins, ", "));
+    f.text = root.dump(2);
+  }
+  return f;
+}
+
 PointInputs load_with(const std::string& model_path, const std::string& hw_path, const std::string& config_path,
-                      const std::vector<FieldOverride>& overrides) {
+                      int nodes, const std::vector<FieldOverride>& overrides) {
   PointInputs in;
   const auto m = overridden_text(model_path, SweepTarget::Model, overrides);
   in.model = parse_model_spec(m.text, m.name);
@@ -136,9 +198,21 @@ PointInputs load_with(const std::string& model_path, const std::string& hw_path,
   in.hw = parse_hwprofile(h.text, h.name);
   // The DeepSpeed test looks at the file as written: an override never turns one kind into the other.
   const std::string original = slurp(config_path);
-  const auto c = overridden_text(config_path, SweepTarget::Config, overrides);
-  in.config = is_deepspeed_json(original) ? parse_deepspeed_config(c.text, c.name, in.warnings)
-                                          : parse_run_config(c.text, c.name);
+  if (is_deepspeed_json(original)) {
+    const auto c = deepspeed_overridden_text(config_path, overrides);
+    DeepSpeedContext ctx;
+    ctx.ranks = nodes * in.hw.node.gpus;
+    ctx.ranks_text = fmt::format("{} node{} x {} GPUs of {}", nodes, nodes == 1 ? "" : "s", in.hw.node.gpus, in.hw.name);
+    ctx.model_micro_batch = in.model.micro_batch;
+    ctx.hidden = in.model.hidden;
+    ctx.hw_precision = native_precision(in.hw.node.gpu);
+    ctx.hw_name = in.hw.name;
+    in.config = parse_deepspeed_config(c.text, c.name, in.warnings, ctx);
+  } else {
+    const auto c = overridden_text(config_path, SweepTarget::Config, overrides);
+    in.config = parse_run_config(c.text, c.name);
+  }
+  in.hw = for_precision(in.hw, in.config.precision, &in.warnings);
   in.config_path = config_path;
   return in;
 }
@@ -160,7 +234,7 @@ std::string point_file(const std::string& text, const std::string& root) {
 PointInputs load_point_inputs(const SweepPoint& p, const std::string& root) {
   return load_with(resolve_config(point_file(p.model, root), "models", root),
                    resolve_config(point_file(p.hwprofile, root), "hwprofiles", root),
-                   resolve_config(point_file(p.config, root), "configs", root), p.overrides);
+                   resolve_config(point_file(p.config, root), "configs", root), p.nodes, p.overrides);
 }
 
 std::vector<SweepPoint> expand(const SweepSpec& spec) {

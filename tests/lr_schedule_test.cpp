@@ -62,7 +62,9 @@ TEST_CASE("DeepSpeed's schedules give the rates DeepSpeed computes, bit for bit,
     std::vector<std::string> warnings;
     const RunConfig config = parse_deepspeed_config(deepspeed_json(scheduler, c.lr), "ds.json", warnings);
     const LrSchedule read = parse_lr_schedule(deepspeed_json(scheduler, c.lr), "ds.json", warnings);
-    CHECK(warnings.empty());  // neither reader has anything to say about the section
+    // Neither reader has anything to say about the section (the DeepSpeed reader's lines on its
+    // defaults, such as ZeRO stage 0, are about other keys).
+    for (const auto& w : warnings) CHECK_THAT(w, !Contains("scheduler"));
     CHECK(config.lr == c.lr);
     const LrSchedule s = resolved(read, 100, config.lr);
     CHECK(to_string(s.kind) == std::string(c.type));
@@ -174,7 +176,8 @@ TEST_CASE("the run config readers pass over the schedule sections, and a config 
   CHECK(yaml.lr == 2e-3);
   std::vector<std::string> warnings;
   parse_deepspeed_config(deepspeed_json(R"({"type": "WarmupLR", "params": {}})"), "d.json", warnings);
-  CHECK(warnings.empty());
+  for (const auto& w : warnings) CHECK_THAT(w, !Contains("scheduler"));
+  warnings.clear();
   CHECK(parse_lr_schedule("zero_stage: 3\n", "b.yaml", warnings).kind == LrScheduleKind::Constant);
   CHECK(parse_lr_schedule(R"({"train_batch_size": 8})", "c.json", warnings).kind == LrScheduleKind::Constant);
   CHECK(to_json(zinf_yaml("{warmup_steps: 10}")) ==

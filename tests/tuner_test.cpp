@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/errors.hpp"
+#include "core/deepspeed_config.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
@@ -330,42 +331,90 @@ TEST_CASE("the DeepSpeed config tune writes is read back, and names what it cann
   c.max_live_bytes = 1e9;
   c.sub_group_size = 50'000'000;
   c.checkpoint_copies_synchronous = false;
+  DeepSpeedTarget t;
+  t.ranks = 16;
+  t.precision = Precision::Fp16;  // a V100 run
   std::vector<std::string> missing;
-  run_config_to_deepspeed_json(c, 16, 1, missing);
+  run_config_to_deepspeed_json(c, t, missing);
   REQUIRE(missing.size() == 1);  // cpu_checkpointing copies on the compute stream: overlapped copies are zinf's own
   CHECK_THAT(missing[0], Contains("overlapped checkpoint copies"));
   c.checkpoint_copies_synchronous = true;
   c.checkpoints_partitioned = true;
-  c.tensor_parallel = 2;
   missing.clear();
-  const std::string json = run_config_to_deepspeed_json(c, 16, 1, missing);
+  const std::string json = run_config_to_deepspeed_json(c, t, missing);
   CHECK(missing.empty());
   CHECK(is_deepspeed_json(json));
-  std::vector<std::string> warnings;
-  const RunConfig r = parse_deepspeed_config(json, "tuned.json", warnings);
-  CHECK(warnings.empty());
-  CHECK(r.params.tier == Tier::Nvme);
-  CHECK(r.optimizer.tier == Tier::Host);
-  CHECK(r.checkpoint_interval == 1);
-  CHECK(r.checkpoints.tier == Tier::Host);
-  CHECK(r.micro_batch == std::optional<int64_t>(4));
-  CHECK(r.gradient_accumulation == 2);
-  CHECK(r.max_live_bytes == 1e9);
-  CHECK(r.sub_group_size == 50'000'000);
-  CHECK(r.checkpoint_copies_synchronous);
-  CHECK(r.checkpoints_partitioned);
-  CHECK(r.tensor_parallel == 2);
-  CHECK(nlohmann::json::parse(json)["train_batch_size"] == 4 * 2 * (16 / 2));  // a tensor-parallel pair shares a batch
+  const auto j = nlohmann::json::parse(json);
+  CHECK(j["fp16"]["enabled"] == true);  // fp16 on a V100, never bf16
+  CHECK_FALSE(j.contains("bf16"));
+  CHECK(j["aio"].contains("intra_op_parallelism"));  // the current name, not thread_count
+  CHECK_FALSE(j["aio"].contains("thread_count"));
+  CHECK(j["zero_optimization"]["offload_param"]["nvme_path"].get<std::string>().find("CHANGE_ME") != std::string::npos);
+  CHECK(j["train_batch_size"] == 4 * 2 * 16);
+  DeepSpeedContext ctx;
+  ctx.ranks = 16;
+  const DeepSpeedReading r = read_deepspeed_config(json, "tuned.json", ctx);
+  CHECK(r.config.params.tier == Tier::Nvme);
+  CHECK(r.config.optimizer.tier == Tier::Host);
+  CHECK(r.config.checkpoint_interval == 1);
+  CHECK(r.config.checkpoints.tier == Tier::Host);
+  CHECK(r.config.micro_batch == std::optional<int64_t>(4));
+  CHECK(r.config.gradient_accumulation == 2);
+  CHECK(r.config.max_live_bytes == 1e9);
+  CHECK(r.config.precision == Precision::Fp16);
+  CHECK(r.config.checkpoints_partitioned);
+  // Its only difference from the tuned config: DeepSpeed's sub-groups hold whole parameters.
+  const auto diff = deepspeed_round_trip(c, r.config, Precision::Fp16);
+  REQUIRE(diff.size() == 1);
+  CHECK_THAT(diff[0], Contains("sub_group_boundaries: units"));
+  c.sub_groups_whole_units = true;
+  CHECK(deepspeed_round_trip(c, r.config, Precision::Fp16).empty());
+  // zinf's L2 Adam is DeepSpeed's Adam with adam_w_mode false (DeepSpeed's Adam is AdamW).
+  c.optimizer_type = "adam";
+  const auto adam = nlohmann::json::parse(run_config_to_deepspeed_json(c, t, missing));
+  CHECK(adam["optimizer"]["params"]["adam_w_mode"] == false);
+  CHECK(read_deepspeed_config(adam.dump(), "adam.json", ctx).config.optimizer_type == "adam");
 
+  // AutoTP with stage 3 is refused by DeepSpeed: named, as tiling, NVMe checkpoints and overlap are.
+  c.tensor_parallel = 2;
   c.checkpoints = {false, Tier::Nvme};
   c.tiling_factor = 8;
   c.optimizer_timing = OptimizerTiming::OverlapBackward;
   missing.clear();
-  run_config_to_deepspeed_json(c, 16, 1, missing);
-  REQUIRE(missing.size() == 3);
-  CHECK_THAT(missing[0], Contains("NVMe"));
-  CHECK_THAT(missing[1], Contains("tiling factor 8"));
-  CHECK_THAT(missing[2], Contains("backward"));
+  run_config_to_deepspeed_json(c, t, missing);
+  REQUIRE(missing.size() == 4);
+  CHECK_THAT(missing[0], Contains("AutoTP"));
+  CHECK_THAT(missing[1], Contains("NVMe"));
+  CHECK_THAT(missing[2], Contains("tiling factor 8"));
+  CHECK_THAT(missing[3], Contains("backward"));
+}
+
+TEST_CASE("a base DeepSpeed config keeps its own choices in the config tune writes", "[tuner][config]") {
+  const std::string base_text = R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+      "fp16": {"enabled": "auto", "loss_scale": 128}, "bf16": {"enabled": "auto"},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 100}},
+      "zero_optimization": {"stage": 2, "overlap_comm": false, "cpu_offload": true}})";
+  const auto base = nlohmann::ordered_json::parse(base_text);
+  DeepSpeedContext ctx;
+  ctx.ranks = 8;
+  ctx.hw_precision = Precision::Fp16;
+  RunConfig c = read_deepspeed_config(base_text, "base.json", ctx).config;
+  c.micro_batch = 2;
+  DeepSpeedTarget t;
+  t.ranks = 8;
+  t.precision = Precision::Fp16;
+  t.base = &base;
+  std::vector<std::string> missing;
+  const auto j = nlohmann::json::parse(run_config_to_deepspeed_json(c, t, missing));
+  CHECK(j["fp16"]["loss_scale"] == 128);
+  CHECK(j["fp16"]["enabled"] == "auto");
+  CHECK(j["scheduler"]["type"] == "WarmupLR");
+  CHECK(j["zero_optimization"]["overlap_comm"] == false);
+  CHECK_FALSE(j["zero_optimization"].contains("cpu_offload"));  // with offload_optimizer DeepSpeed refuses both
+  CHECK(j["zero_optimization"]["offload_optimizer"]["device"] == "cpu");
+  CHECK(j["train_micro_batch_size_per_gpu"] == 2);
+  const RunConfig r = read_deepspeed_config(j.dump(), "tuned.json", ctx).config;
+  CHECK(deepspeed_round_trip(c, r, Precision::Fp16).empty());
 }
 
 TEST_CASE("a time limit stops simulating once another batch would end past it", "[tuner]") {

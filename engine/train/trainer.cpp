@@ -380,6 +380,15 @@ struct Trainer::Impl {
                                               "bf16 gradients to a host optimizer (host_path: fused); DeepSpeed's fp32 host "
                                               "path is planned and simulated only",
                                               o.config_source));
+    if (o.config.precision && *o.config.precision != core::Precision::Bf16)
+      throw std::invalid_argument(fmt::format("{}: precision {}: the engine trains bf16 parameters (fp32 master weights "
+                                              "and Adam states); {} is planned and simulated only",
+                                              o.config_source, core::to_string(*o.config.precision),
+                                              core::to_string(*o.config.precision)));
+    if (o.config.optimizer_type != "adam" && o.config.optimizer_type != "adamw")
+      throw std::invalid_argument(fmt::format("{}: optimizer {}: the engine runs Adam and AdamW; other optimizers are "
+                                              "planned and simulated by their state tensors only",
+                                              o.config_source, o.config.optimizer_type));
     if (o.config.tensor_parallel > 1) {
       // What tensor-parallel training does not do yet, refused by name before anything runs.
       const auto refuse = [&](const std::string& what) {

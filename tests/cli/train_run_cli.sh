@@ -56,7 +56,7 @@ expect "train_report.py plots the record" 0 "steps 1-5" "$D/report.log" $rc
 
 # DeepSpeed's scheduler section, and its mistakes.
 cat > "$D/ds.json" <<'JSON'
-{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
  "zero_optimization": {"stage": 3},
  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": "auto", "warmup_num_steps": 2, "total_num_steps": "auto", "warmup_type": "linear"}}}
 JSON
