@@ -148,7 +148,8 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, const DeepSpeedTarg
   } else {
     j.erase("activation_checkpointing");
   }
-  if (c.tensor_parallel > 1) object_at(j, "tensor_parallel")["autotp_size"] = c.tensor_parallel;
+  // AutoTP with stage 3 is refused by DeepSpeed 0.16.5: not written (and named as not expressed).
+  if (c.tensor_parallel > 1 && c.zero_stage < 3) object_at(j, "tensor_parallel")["autotp_size"] = c.tensor_parallel;
   else if (j.contains("tensor_parallel") && j["tensor_parallel"].is_object()) j["tensor_parallel"].erase("autotp_size");
   for (auto& s : what_deepspeed_cannot_say(c)) not_expressed.push_back(std::move(s));
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

@@ -381,7 +381,10 @@ TEST_CASE("the DeepSpeed config tune writes is read back, and names what it cann
   c.tiling_factor = 8;
   c.optimizer_timing = OptimizerTiming::OverlapBackward;
   missing.clear();
-  run_config_to_deepspeed_json(c, t, missing);
+  const auto tp = nlohmann::json::parse(run_config_to_deepspeed_json(c, t, missing));
+  // Not written, so that DeepSpeed (and zinf's reader, which refuses as it does) reads the file.
+  CHECK_FALSE(tp.contains("tensor_parallel"));
+  CHECK_NOTHROW(read_deepspeed_config(tp.dump(), "tp.json", ctx));
   REQUIRE(missing.size() == 4);
   CHECK_THAT(missing[0], Contains("AutoTP"));
   CHECK_THAT(missing[1], Contains("NVMe"));

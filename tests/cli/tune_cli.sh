@@ -29,6 +29,30 @@ best=$(awk '$1 == "1" {print $4, $5; exit}' "$D/table.log")
 simstep=$(sed -n 's/^step time *\([0-9.]* [a-zµ]*s\).*/\1/p' "$D/sim.log")
 [ "$best" = "$simstep" ] && pass "the table's step is zinf sim's ($best)" || fail "table says '$best', zinf sim '$simstep'" "$D/sim.log"
 
+# The DeepSpeed config tune writes, read back by zinf sim, simulates within 1 % of the step tune printed
+# for it: from a zinf base, an HF "auto" base, a base whose best finalist DeepSpeed cannot express
+# (AutoTP with stage 3) and a ZeRO-Offload recipe on two nodes.
+DS=tests/data/deepspeed
+for base in "gpt-tiny cpu-dev 1 infinity-nvme" "gpt2-small dgx-a100 1 $DS/accelerate/zero_stage3_offload_config.json" \
+            "gpt2-small dgx2-v100 2 $DS/llama-factory/ds_z3_offload_config.json" \
+            "gpt-tiny dgx-a100 2 $DS/deepspeedexamples/ds_zero-offload_10B_config.json"; do
+  read -r m hw n cfg <<< "$base"
+  "$ZINF" tune --model "$m" --hw "$hw" --nodes "$n" --config "$cfg" --plan-budget 6 --finalists 2 --yaml "" \
+    --deepspeed "$D/rt.json" > "$D/rt.log" 2>&1; rc=$?
+  "$ZINF" sim --model "$m" --hw "$hw" --nodes "$n" --config "$D/rt.json" > "$D/rtsim.log" 2>&1; rc2=$?
+  if [ $rc = 0 ] && [ $rc2 = 0 ] && /usr/bin/python3 - "$D/rt.log" "$D/rtsim.log" <<'PY'
+import re, sys
+unit = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "min": 60.0, "h": 3600.0}
+tuned = re.search(r"wrote .*DeepSpeed .*step ([0-9.]+) ([a-zµ]+)\)", open(sys.argv[1]).read())
+sim = re.search(r"^step time +([0-9.]+) ([a-zµ]+)", open(sys.argv[2]).read(), re.M)
+assert tuned and sim, "both steps printed"
+a, b = float(tuned[1]) * unit[tuned[2]], float(sim[1]) * unit[sim[2]]
+assert abs(b / a - 1) <= 0.01, f"tune printed {a} s, zinf sim {b} s"
+PY
+  then pass "tune --deepspeed round-trips within 1 % ($m, $hw x $n, $(basename "$cfg"))"
+  else fail "tune --deepspeed round trip ($m, $hw x $n, $(basename "$cfg"); exit $rc, $rc2)" "$D/rt.log"; cat "$D/rtsim.log" >&2; fi
+done
+
 "$ZINF" tune "${TINY[@]}" --json --yaml "" --deepspeed "" > "$D/a.json" 2>/dev/null; rc1=$?
 "$ZINF" tune "${TINY[@]}" --json --yaml "" --deepspeed "" > "$D/b.json" 2>/dev/null; rc2=$?
 if [ $rc1 = 0 ] && [ $rc2 = 0 ] && /usr/bin/python3 - "$D/a.json" "$D/b.json" <<'PY'
