@@ -275,22 +275,27 @@ int64_t optimizer_depth(const PlanState& ps, int64_t largest_count, int64_t sub_
 // elements, or (whole units, as DeepSpeed) at the start of a unit once the group before has reached
 // S. `unit_starts` are the (aligned) offsets of the rank's units in order.
 std::vector<int64_t> sub_group_starts(const PlanState& ps, int64_t space, int64_t S, const std::vector<int64_t>& unit_starts) {
+  // A bound on what the pipeline holds: each sub-group is several tasks and buffers per step. Checked
+  // before the offsets are listed where they could be many (a sub_group_size of 1 lists every element).
+  constexpr int64_t kMaxSubGroups = 200'000;
+  auto bound = [&](int64_t count) {
+    if (count > kMaxSubGroups)
+      throw PlanError(fmt::format("sub_group_size {} cuts a rank's {} optimizer elements into {} sub-groups, above "
+                                  "zinf's bound of {}: raise sub_group_size (optimizer.sub_group_size; "
+                                  "zero_optimization.sub_group_size in a DeepSpeed config) to at least {}",
+                                  ps.config_.sub_group_size, space, count, kMaxSubGroups,
+                                  (space + kMaxSubGroups - 1) / kMaxSubGroups));
+  };
   std::vector<int64_t> starts;
   if (!ps.config_.sub_groups_whole_units) {
+    bound((space + S - 1) / std::max<int64_t>(1, S));
     for (int64_t off = 0; off < space; off += S) starts.push_back(off);
   } else {
     for (int64_t off : unit_starts)
       if (off < space && (starts.empty() || off - starts.back() >= S)) starts.push_back(off);
     if (!starts.empty()) starts.front() = 0;
+    bound(int64_t(starts.size()));  // at most one per unit: listed first
   }
-  // A bound on what the pipeline holds: each sub-group is several tasks and buffers per step.
-  constexpr int64_t kMaxSubGroups = 200'000;
-  if (int64_t(starts.size()) > kMaxSubGroups)
-    throw PlanError(fmt::format("sub_group_size {} cuts a rank's {} optimizer elements into {} sub-groups, above zinf's "
-                                "bound of {}: raise sub_group_size (optimizer.sub_group_size; zero_optimization."
-                                "sub_group_size in a DeepSpeed config) to at least {}",
-                                ps.config_.sub_group_size, space, starts.size(), kMaxSubGroups,
-                                (space + kMaxSubGroups - 1) / kMaxSubGroups));
   return starts;
 }
 

@@ -53,12 +53,41 @@ void basics(PlanState& ps) {
                                 *ps.config_.micro_batch, ps.graph_.spec.micro_batch));
 }
 
+namespace {
+
+// Tiles a parameter group is cut into at `tiles` (1 where it cannot be tiled).
+int64_t tiles_of(const ParamGroup& pg, int64_t tiles) {
+  if (pg.tileable && tiles > 1 && pg.rows > 1 && pg.numel % pg.rows == 0) return std::min<int64_t>(tiles, pg.rows);
+  return 1;
+}
+
+// A bound on what a Program may hold: each unit is several tasks per micro-batch (7 to 13 as planned
+// here; about 600 bytes each in memory), so a tiling factor or an accumulation far beyond any useful
+// one is refused up front, with the figure and the keys that lower it, before anything is built.
+constexpr double kMaxTasksPerRank = 8e6;
+constexpr double kTasksPerUnitStep = 7;
+
+void check_task_bound(const PlanState& ps, int64_t tiles) {
+  int64_t units = 0;
+  for (const auto& pg : ps.graph_.params) units += tiles_of(pg, tiles);
+  const double micro_batches = double(std::max<int64_t>(1, ps.config_.gradient_accumulation));
+  const double tasks = double(units) * micro_batches * kTasksPerUnitStep;
+  if (tasks <= kMaxTasksPerRank) return;
+  throw PlanError(fmt::format(
+      "tiling factor {} cuts the model into {} units; with {} micro-batches per step the Program would hold about "
+      "{:.3g} tasks per rank, above zinf's bound of {:.0e}: lower tiling_factor or gradient_accumulation "
+      "(gradient_accumulation_steps in a DeepSpeed config)",
+      tiles, units, int64_t(micro_batches), tasks, kMaxTasksPerRank));
+}
+
+}  // namespace
+
 void make_units(PlanState& ps, int64_t tiles) {
+  check_task_bound(ps, tiles);
   ps.units_.clear();
   ps.group_units_.assign(ps.graph_.params.size(), {});
   for (const auto& pg : ps.graph_.params) {
-    int64_t t = 1;
-    if (pg.tileable && tiles > 1 && pg.rows > 1 && pg.numel % pg.rows == 0) t = std::min<int64_t>(tiles, pg.rows);
+    const int64_t t = tiles_of(pg, tiles);
     const int64_t per_row = pg.rows > 0 && pg.numel % pg.rows == 0 ? pg.numel / pg.rows : 0;
     const int64_t rows_per_tile = ceil_div(pg.rows, t);
     for (int64_t i = 0; i < t; ++i) {

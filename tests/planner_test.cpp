@@ -258,6 +258,28 @@ TEST_CASE("planning is deterministic: byte-identical JSON", "[planner][determini
   }
 }
 
+TEST_CASE("what would explode is refused up front with the figure and the key", "[planner][errors]") {
+  // gpt-1t at tiling 65536 and 1024 micro-batches would be billions of tasks per rank; sub-groups of
+  // one element would be one per element. Both are refused before anything is built (fast, small).
+  const ModelSpec big = load_model_spec(source("models/gpt-1t.yaml"));
+  const ModelGraph g = zinf::models::build_gpt(big);
+  HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
+  RunConfig c = load_run_config(source("experiments/paper/configs/infinity-512.yaml"));
+  c.micro_batch.reset();
+  c.tiling_factor = 65536;
+  c.gradient_accumulation = 1024;
+  REQUIRE_THROWS_WITH(make_plan(g, hw, c, 512), Contains("tasks per rank, above zinf's bound") && Contains("tiling_factor") &&
+                                                    Contains("gradient_accumulation_steps"));
+  c.tiling_factor = 64;
+  c.gradient_accumulation = 1;
+  c.sub_group_size = 1;
+  c.sub_groups_whole_units = false;
+  REQUIRE_THROWS_WITH(make_plan(g, hw, c, 512), Contains("sub-groups, above zinf's bound") && Contains("raise sub_group_size"));
+  // Within the bounds the same model plans.
+  c.sub_group_size = 100'000'000;
+  CHECK_NOTHROW(make_plan(g, hw, c, 512));
+}
+
 TEST_CASE("a plan that cannot fit is refused naming the tier and the shortfall", "[planner][errors]") {
   const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
   HwProfile hw = roomy_hw();
