@@ -268,6 +268,7 @@ DeepSpeedReading Reader::run() {
   read_batch();
   read_optimizer();
 
+  c_.deepspeed_keys = true;
   out_.config = c_;
   walk(*this, root_, "", &top_level_fields(), false, out_.notes);
   for (const auto& path : defaulted_order_) out_.notes.push_back(notes_.at(path));

@@ -73,8 +73,51 @@ const MemoryItem* TierAccount::largest() const {
 
 namespace {
 
+// The same knobs as DeepSpeed's keys, for a config read from a DeepSpeed file; empty where DeepSpeed
+// has no key for it (zinf's run-config key is named then, said as such).
+std::string deepspeed_knob_for(const MemoryItem& item, Tier tier, const RunConfig& c) {
+  const bool dev = tier == Tier::Device, host = tier == Tier::Host;
+  const std::string more_nodes = "more nodes (each rank holds 1/N)";
+  const std::string micro = "train_micro_batch_size_per_gpu (lower)";
+  switch (item.kind) {
+    case ItemKind::ParamHome:
+      if (dev && c.zero_stage < 3)
+        return "zero_optimization.stage: 3 (partition the parameters), then zero_optimization.offload_param.device: cpu or nvme";
+      return dev ? "zero_optimization.offload_param.device: cpu (or nvme)"
+                 : host ? "zero_optimization.offload_param.device: nvme" : more_nodes;
+    case ItemKind::GradHome:
+      if (dev && c.zero_stage < 2) return "zero_optimization.stage: 2 or 3 (partition the gradients)";
+      return dev ? "zero_optimization.offload_param.device: cpu (gradients stay with the parameters)" : more_nodes;
+    case ItemKind::OptimizerHome:
+      if (dev && c.zero_stage < 1) return "zero_optimization.stage: 1 or more (partition the optimizer states)";
+      return dev ? "zero_optimization.offload_optimizer.device: cpu (or nvme)"
+                 : host ? "zero_optimization.offload_optimizer.device: nvme" : more_nodes;
+    case ItemKind::SavedCheckpointRoom: return "more nodes (zinf keeps room on NVMe to save one checkpoint)";
+    case ItemKind::Live: break;
+  }
+  switch (item.use) {
+    case MemUse::ParamGathered: return "zero_optimization.stage3_max_live_parameters (lower)";
+    case MemUse::OptimizerInFlight: return "zero_optimization.sub_group_size (lower)";
+    case MemUse::ActivationKept:
+      // Checkpointing first: it frees the most for the least.
+      if (c.checkpoint_interval == 0)
+        return "an activation_checkpointing section (a checkpoint per block, recomputed in backward), or " + micro;
+      return micro;
+    case MemUse::Checkpoint:
+      if (dev) return "activation_checkpointing.cpu_checkpointing: true";
+      return micro + ", or " + more_nodes;
+    case MemUse::ActivationGrad: return micro;
+    case MemUse::GradWorking:
+    case MemUse::ParamStaging:
+    case MemUse::GradStaging:
+    case MemUse::ActivationOffloaded: return "";
+    case MemUse::Unstated: break;
+  }
+  return micro + ", or " + more_nodes;
+}
+
 // The run-config knob that makes `item` on `tier` smaller, given what was planned.
-std::string knob_for(const MemoryItem& item, Tier tier, const RunConfig& c) {
+std::string zinf_knob_for(const MemoryItem& item, Tier tier, const RunConfig& c) {
   const bool dev = tier == Tier::Device, host = tier == Tier::Host;
   switch (item.kind) {
     case ItemKind::ParamHome:
@@ -111,6 +154,13 @@ std::string knob_for(const MemoryItem& item, Tier tier, const RunConfig& c) {
     case MemUse::Unstated: break;
   }
   return "a smaller micro_batch or more nodes";
+}
+
+// The knob that makes `item` on `tier` smaller, in the keys of the file the config came from.
+std::string knob_for(const MemoryItem& item, Tier tier, const RunConfig& c) {
+  if (!c.deepspeed_keys) return zinf_knob_for(item, tier, c);
+  std::string k = deepspeed_knob_for(item, tier, c);
+  return k.empty() ? zinf_knob_for(item, tier, c) + " (a zinf run-config key: DeepSpeed has none for it)" : k;
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ struct RunConfig {
   // for its last block, the others keep the disk's queue full. Program::lane_slots of the NVMe lanes.
   int64_t aio_tasks_in_flight = 1;
   bool swap_checksums = true;                // CRC32C per 4 KiB page of the NVMe swap files (aio.checksums)
+  // Read from a DeepSpeed config: refusals name the DeepSpeed keys that move what is short.
+  bool deepspeed_keys = false;
 
   // The number format of parameters, gradients and activations (fp32 master weights and optimizer
   // states beside 16-bit ones, or all fp32). The hardware's rate and the bytes of every state follow

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "core/deepspeed_config.hpp"
 #include "core/errors.hpp"
 #include "core/fit.hpp"
 #include "core/memory_model.hpp"
@@ -125,6 +126,35 @@ TEST_CASE("the knob: checkpointing first where activations dominate the device",
   // Every block: it fits.
   c.checkpoint_interval = 1;
   CHECK(decide(m, hw, c, 16).fits());
+}
+
+TEST_CASE("a DeepSpeed config's refusal names DeepSpeed's keys", "[fit][deepspeed]") {
+  const ModelSpec m = model("gpt2-medium");
+  const HwProfile hw = profile("dgx2-v100");
+  std::vector<std::string> warnings;
+  DeepSpeedContext ctx;
+  ctx.ranks = 16;
+  ctx.model_micro_batch = 48;
+  ctx.hidden = m.hidden;
+  ctx.hw_precision = Precision::Fp16;
+  // No activation_checkpointing section: DeepSpeed plans none, and the knob is the section.
+  RunConfig c = parse_deepspeed_config(R"({"train_micro_batch_size_per_gpu": 48, "fp16": {"enabled": true},
+                                           "zero_optimization": {"stage": 3}})",
+                                       "ds.json", warnings, ctx);
+  const Fit none = decide(m, hw, c, 16);
+  INFO(none.message());
+  REQUIRE(none.verdict == Verdict::Short);
+  CHECK(none.largest.category == MemCategory::ActivationsKept);
+  CHECK_THAT(none.knob, Contains("an activation_checkpointing section"));
+  CHECK_THAT(none.knob, !Contains("activation_checkpoint.interval"));
+  // Stage 1 with the parameters on the device: the stage, in DeepSpeed's key.
+  c = parse_deepspeed_config(R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true},
+                                 "zero_optimization": {"stage": 1}, "activation_checkpointing": {}})",
+                             "ds.json", warnings, ctx);
+  const Fit stage = decide(model("gpt-10b"), hw, c, 16);
+  INFO(stage.message());
+  REQUIRE(stage.verdict == Verdict::Short);
+  CHECK_THAT(stage.knob, Contains("zero_optimization."));
 }
 
 TEST_CASE("gpt2-xl at micro-batch 64 on one V100 with lifetime activation offload to NVMe fits, as its Program does",
