@@ -61,6 +61,13 @@ public:
       out_ << YAML::EndMap;
     });
   }
+  void integers(const std::string& key, const std::vector<int>& values) {
+    field(key, [&] {
+      out_ << YAML::Flow << YAML::BeginSeq;
+      for (int v : values) out_ << v;
+      out_ << YAML::EndSeq;
+    });
+  }
   void texts(const std::string& key, const std::vector<std::string>& values) {
     field(key, [&] {
       out_ << YAML::BeginSeq;
@@ -153,6 +160,13 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
     e.number("vector_flops", g.vector_flops);
     e.curve("attention_forward_efficiency", g.attention_forward_efficiency);
     e.curve("attention_backward_efficiency", g.attention_backward_efficiency);
+    if (g.has_variability()) {
+      e.open("variability");
+      e.number("spread", g.variability_spread);
+      e.number("outliers", g.variability_outliers);
+      e.number("slowest", g.variability_slowest);
+      e.close();
+    }
     if (!g.in_step_slowdown.empty()) {
       e.open("in_step_slowdown");
       for (const auto& key : in_step_keys())  // the reader's order; unknown keys cannot be in a profile
@@ -204,6 +218,14 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   e.open("fabric");
   e.text("topology", hw.fabric.topology);
   e.number("latency", hw.fabric.latency);
+  if (hw.fabric.is_tree()) {
+    e.open("tree");
+    e.integers("children", hw.fabric.tree_children);
+    e.integers("parents", hw.fabric.tree_parents);
+    e.number("link_bandwidth", hw.fabric.tree_link_bandwidth);
+    e.text("placement", hw.fabric.placement);
+    e.close();
+  }
   e.close();
   if (hw.nccl.enabled()) {
     e.open("nccl");
