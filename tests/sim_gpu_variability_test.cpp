@@ -15,6 +15,7 @@
 #include "sim/gpu_variability.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "tune/scenario.hpp"
 
 using namespace zinf;
 
@@ -148,6 +149,36 @@ TEST_CASE("every collective waits for the slowest GPU: a folded run's order stat
   CHECK(expected.slowest_gpu == Approx(sim::expected_slowest_gpu(hw.node.gpu, 8)).epsilon(1e-12));
   CHECK(expected.step_time >= percentile(unfolded, 0.1));
   CHECK(expected.step_time <= percentile(unfolded, 0.9));
+}
+
+TEST_CASE("zinf sim --seeds K: each seed's step as a run of that seed, the band its percentiles, the median seed's report") {
+  CHECK(sim::percentile({4, 1, 3, 2}, 0.5) == Approx(2.5));
+  CHECK(sim::percentile({4, 1, 3, 2}, 0.1) == Approx(1.3));
+  CHECK(sim::percentile({7}, 0.9) == 7);
+  CHECK_THROWS(sim::percentile({}, 0.5));
+  const auto hw = core::parse_hwprofile(profile(0.22), "var.yaml");
+  const auto spec = core::parse_model_spec("name: v\nlayers: 4\nhidden: 2048\nheads: 16\nseq: 1024\nvocab: 1024\nmicro_batch: 8\n", "v.yaml");
+  const auto config = core::parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", "v.yaml");
+  const int seeds = 5;
+  const auto res = sim::run_scenario({spec, hw, config, 4}, sim::SimOptions{}, seeds, 2);
+  const auto& b = res.band;
+  REQUIRE(b.seeds.size() == size_t(seeds));
+  auto pr = plan(hw, 8);
+  for (int i = 0; i < seeds; ++i) {
+    CHECK(b.seeds[size_t(i)] == uint64_t(i + 1));
+    const auto one = run(pr.program, hw, uint64_t(i + 1), true);
+    CHECK(b.step_time[size_t(i)] == Approx(one.step_time).epsilon(1e-9));
+    CHECK(b.slowest_gpu[size_t(i)] == Approx(one.slowest_gpu).epsilon(1e-12));
+  }
+  auto sorted = b.step_time;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted.front() < sorted.back());  // the seeds differ
+  CHECK(b.step_median == sorted[2]);
+  CHECK(b.step_p10 == Approx(sorted[0] + 0.4 * (sorted[1] - sorted[0])));
+  CHECK(b.step_p90 == Approx(sorted[3] + 0.6 * (sorted[4] - sorted[3])));
+  CHECK(res.report.step_time == b.step_median);
+  CHECK(b.tflops_p10 <= b.tflops_median);
+  CHECK(b.tflops_median <= b.tflops_p90);
 }
 
 TEST_CASE("a variability section with a bad field names it") {
