@@ -147,6 +147,55 @@ std::vector<std::string> activation_lines(const Inputs& in, const Planned& p) {
   return out;
 }
 
+// What each operator's tiles cost in the planned Program (core::Plan::operator_tiles): block 0's
+// operators stand for every block's.
+struct TileTable {
+  std::vector<OperatorTiles> rows;
+  double device_peak = 0;
+  int64_t vocabulary_tiles = 1, tiling_factor = 1;
+  std::string vocabulary_reason, refused;
+};
+
+TileTable tile_table(const Inputs& in, const Planned& p) {
+  TileTable t;
+  const Plan* plan = p.plan();
+  if (!plan) {
+    t.refused = p.fit.message();
+    return t;
+  }
+  const auto graph = models::build_gpt(in.model, in.config);
+  for (const auto& o : plan->operator_tiles)
+    if (graph.ops[static_cast<size_t>(o.op)].block <= 0) t.rows.push_back(o);
+  t.device_peak = at(plan->peak_bytes, Tier::Device);
+  t.vocabulary_tiles = plan->vocabulary_tiles;
+  t.vocabulary_reason = plan->vocabulary_tiles_reason;
+  t.tiling_factor = plan->tiling_factor;
+  return t;
+}
+
+void print_tile_table(const TileTable& t) {
+  if (!t.refused.empty()) return fmt::print("\noperators' tiles: the planner refused this configuration ({})\n", t.refused);
+  fmt::print("\noperators' tiles (one rank; block 0 stands for every block), the Program's device peak {}:\n",
+             format_bytes(t.device_peak));
+  fmt::print("  {:<22}{:>7}{:>16}{:>16}{:>13}{:>13}\n", "operator", "tiles", "gathered/tile", "gradient/tile", "fwd/tile",
+             "bwd/tile");
+  for (const auto& o : t.rows)
+    fmt::print("  {:<22}{:>7}{:>16}{:>16}{:>13}{:>13}\n", o.name, o.tiles, format_bytes(o.gathered_bytes),
+               format_bytes(o.gradient_bytes), format_count(o.fwd_flops) + "F", format_count(o.bwd_flops) + "F");
+  fmt::print("  tiling factor {}; vocabulary tiles {} ({})\n", t.tiling_factor, t.vocabulary_tiles, t.vocabulary_reason);
+}
+
+nlohmann::json tile_json(const TileTable& t) {
+  if (!t.refused.empty()) return {{"refused", t.refused}};
+  nlohmann::json j = {{"device_peak_per_gpu", t.device_peak}, {"tiling_factor", t.tiling_factor},
+                      {"vocabulary_tiles", t.vocabulary_tiles}, {"vocabulary_tiles_reason", t.vocabulary_reason}};
+  for (const auto& o : t.rows)
+    j["operators"].push_back({{"operator", o.name}, {"tiles", o.tiles}, {"gathered_bytes_per_tile", o.gathered_bytes},
+                              {"gradient_bytes_per_tile", o.gradient_bytes}, {"fwd_flops_per_tile", o.fwd_flops},
+                              {"bwd_flops_per_tile", o.bwd_flops}});
+  return j;
+}
+
 struct StrategyRow {
   Strategy s;
   LargestModel largest;
@@ -166,6 +215,7 @@ struct PlanFigures {
   std::vector<std::string> act_lines;
   Fit fit;  // the one verdict (core/fit.hpp), from the Program
   double auto_seconds = 0, plan_seconds = 0;  // wall time resolving `auto`, and planning in all
+  TileTable tiles;
 };
 
 // The Program's accounting as JSON: per tier its peak, budget and items, in the units a user reads
@@ -272,6 +322,7 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
   if (!f.auto_line.empty()) j["auto"] = f.auto_line;
   j["wall_seconds"] = {{"auto", f.auto_seconds}, {"plan", f.plan_seconds}};
   for (const auto& l : f.act_lines) j["activation_offload"].push_back(l);
+  j["operator_tiles"] = tile_json(f.tiles);
   std::cout << j.dump(2) << "\n";
 }
 
@@ -392,6 +443,7 @@ void print_plan_outlook(const Inputs& in, int nodes, const PlanFigures& f) {
                format_bandwidth(e.bandwidth), 100.0 * e.efficiency);
   if (!f.act_lines.empty()) fmt::print("\n");
   for (const auto& l : f.act_lines) fmt::print("{}\n", l);
+  print_tile_table(f.tiles);
   if (!f.program_line.empty()) fmt::print("\n{}\n", f.program_line);
 }
 
@@ -414,6 +466,7 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   f.rep = memory_requirement(mm);
   f.eff = efficiency_rows(in.model, in.hw, mm.config);
   f.act_lines = activation_lines(in, planned);
+  f.tiles = tile_table(in, planned);
   if (!outs.program.empty() || !outs.trace.empty()) {
     // A refused plan has no Program to write: the refusal, as every command reports it.
     if (!planned.result) throw_fit(planned.fit);

@@ -269,6 +269,7 @@ DeepSpeedReading Reader::run() {
   read_optimizer();
 
   c_.deepspeed_keys = true;
+  c_.vocabulary_tiles = 1;  // DeepSpeed tiles neither the embedding nor the LM head
   out_.config = c_;
   walk(*this, root_, "", &top_level_fields(), false, out_.notes);
   for (const auto& path : defaulted_order_) out_.notes.push_back(notes_.at(path));

@@ -18,6 +18,16 @@ using json = nlohmann::ordered_json;
 
 const char* device_word(Tier t) { return t == Tier::Device ? "none" : t == Tier::Host ? "cpu" : "nvme"; }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const size_t e = std::min(text.find('\n', i), text.size());
+    out.push_back(text.substr(i, e - i));
+    i = e + 1;
+  }
+  return out;
+}
+
 json& object_at(json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_object()) j[key] = json::object();
   return j[key];
@@ -117,6 +127,9 @@ std::vector<std::string> what_deepspeed_cannot_say(const RunConfig& c) {
   if (c.tiling_factor != 1)
     out.push_back(fmt::format("tiling factor {} (DeepSpeed tiles linears in the model code, deepspeed.zero.TiledLinear)",
                               c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto"));
+  if (c.vocabulary_tiles != 1)
+    out.push_back(fmt::format("{} vocabulary tiles (DeepSpeed tiles neither the embedding nor the LM head)",
+                              c.vocabulary_tiles > 0 ? std::to_string(c.vocabulary_tiles) : "auto"));
   if (c.nvme_prefetch_distance != 3 || c.h2d_prefetch_distance != 2 || c.allgather_prefetch_distance != 1)
     out.push_back(fmt::format("prefetch distances {}/{}/{} (DeepSpeed bounds prefetch by bytes only)",
                               c.nvme_prefetch_distance, c.h2d_prefetch_distance, c.allgather_prefetch_distance));
@@ -160,15 +173,22 @@ std::vector<std::string> deepspeed_round_trip(const RunConfig& c, const RunConfi
   a.precision = b.precision = precision;
   // What zinf train alone reads (the learning rate and Adam's numbers) does not change a plan.
   b.lr = a.lr, b.beta1 = a.beta1, b.beta2 = a.beta2, b.eps = a.eps, b.weight_decay = a.weight_decay;
-  const std::string x = run_config_to_yaml(a, ""), y = run_config_to_yaml(b, "");
+  const std::vector<std::string> x = lines_of(run_config_to_yaml(a, "")), y = lines_of(run_config_to_yaml(b, ""));
+  // Walk both: a line whose key both have at this point changed; one the other lacks was dropped or
+  // added (a key written only when set: vocabulary_tiles, micro_batch).
+  auto key = [](const std::string& l) { return l.substr(0, l.find(':')); };
   std::vector<std::string> out;
   size_t i = 0, k = 0;
   while (i < x.size() || k < y.size()) {
-    const size_t ie = std::min(x.find('\n', i), x.size()), ke = std::min(y.find('\n', k), y.size());
-    const std::string lx = x.substr(i, ie - i), ly = y.substr(k, ke - k);
-    if (lx != ly) out.push_back(fmt::format("{} -> {}", lx, ly));
-    i = ie + 1;
-    k = ke + 1;
+    if (i < x.size() && k < y.size() && x[i] == y[k]) {
+      ++i, ++k;
+    } else if (i < x.size() && k < y.size() && key(x[i]) == key(y[k])) {
+      out.push_back(fmt::format("{} -> {}", x[i++], y[k++]));
+    } else if (i < x.size() && (k == y.size() || std::find(y.begin() + long(k), y.end(), x[i]) == y.end())) {
+      out.push_back(fmt::format("{} -> (absent)", x[i++]));
+    } else {
+      out.push_back(fmt::format("(absent) -> {}", y[k++]));
+    }
   }
   return out;
 }

@@ -20,7 +20,10 @@ struct ParamGroup {
   int64_t rows = 0;        // a linear's weight is rows x cols = out x in; biases are counted in numel
   int64_t cols = 0;
   int64_t numel = 0;       // all elements of the group (weight + bias, or gamma + beta)
-  bool tileable = false;   // a linear weight that memory-centric tiling may split along rows
+  bool tileable = false;   // a weight that memory-centric tiling may split along rows
+  // Rows are the vocabulary (wte, an untied lm_head): the vocabulary-wide operators' weight, tiled
+  // to the size of the linears' tiles (core::vocabulary_tiles), not by the tiling factor alone.
+  bool vocabulary = false;
   // Tensor parallelism: the elements at the group's end that every rank of the tensor-parallel group
   // holds whole rather than a slice of (a layernorm or position embedding: all of them; a
   // row-parallel linear: its bias). Their gradients are equal on every rank, so a gradient norm
@@ -50,6 +53,10 @@ struct Operator {
   // (a column-parallel linear's input gradient) of this operator; 0 without tensor parallelism.
   double tp_fwd_allreduce_bytes = 0;
   double tp_bwd_allreduce_bytes = 0;
+  // False: the operator has no backward of its own (the loss: the gradient of the softmax over the
+  // vocabulary is computed by the head's backward, one vocabulary tile at a time, in place of that
+  // tile's logits), so the planner emits no backward task for it.
+  bool backward = true;
 };
 
 struct ModelGraph {

@@ -15,7 +15,9 @@ double block_backward_elements(const ModelSpec& s) { return 11.0 * double(s.hidd
 
 RunActivations run_activation_elements(const ModelGraph& g, const std::vector<int32_t>& ops, bool recompute) {
   const auto& s = g.spec;
-  const double T = double(g.tokens), TC = T * double(s.hidden), V = double(s.vocab);
+  const int64_t tp = std::max<int64_t>(1, g.tensor_parallel);
+  // A rank's logits: its ceil(V / t) rows of the vocabulary.
+  const double T = double(g.tokens), TC = T * double(s.hidden), V = double((s.vocab + tp - 1) / tp);
   RunActivations r;
   std::vector<int> blocks;
   for (int32_t id : ops) {
@@ -27,8 +29,9 @@ RunActivations run_activation_elements(const ModelGraph& g, const std::vector<in
     switch (o.kind) {
       case OpKind::Embedding: r.forward += TC, r.backward += TC; break;            // the first block's input, its gradient
       case OpKind::LayerNorm: r.forward += TC + 2 * T, r.backward += 2 * TC; break;  // ln_f: output, mean, rstd
-      case OpKind::LmHead: r.forward += T * V; break;                              // logits
-      case OpKind::Loss: r.forward += T * V + T, r.backward += T * V; break;       // probabilities, losses
+      // The logits; the head's backward turns each tile of them into its gradient in place.
+      case OpKind::LmHead: r.forward += T * V; break;
+      case OpKind::Loss: r.forward += 3 * T; break;  // per token: largest logit, sum of exponentials, loss
       default: break;
     }
   }

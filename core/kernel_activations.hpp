@@ -21,8 +21,9 @@ double block_backward_elements(const ModelSpec& s);
 // A run of operators (a checkpointed segment, or the operators outside the blocks): elements held
 // through its forward (through its backward when not recomputed), and the activation gradients its
 // backward adds, one block at a time (each block frees its own when its backward is done). ln_f,
-// the logits, the probabilities and their gradients belong to the run of the head; a recomputed
-// run's input, its checkpoint, is read until its forward ends.
+// the logits (whose gradient the head's backward writes over them, a vocabulary tile at a time) and
+// the loss's statistics per token belong to the run of the head; a recomputed run's input, its
+// checkpoint, is read until its forward ends.
 struct RunActivations {
   double forward = 0;
   double backward = 0;

@@ -62,8 +62,22 @@ ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel) {
   c.per_block = 2 * h + (3 * h * h + 3 * h) / t + (h * h / t + h) + 2 * h + (f * h + f) / t + (h * f / t + h);
   // wte (vocabulary-parallel), wpe, ln_f, and an untied LM head (vocabulary-parallel)
   c.outside = v * h + m.seq * h + 2 * h + (m.tied_embeddings ? 0 : v * h);
-  c.largest_linear = std::max(f * h / t, m.tied_embeddings ? int64_t(0) : v * h);
+  c.largest_linear = f * h / t;
+  // As models/gpt.cpp builds a rank's share: weight and bias of c_attn, attn.c_proj, c_fc, mlp.c_proj.
+  c.largest_linear_group = std::max({3 * h / t * h + 3 * h / t, h * (h / t) + h, f / t * h + f / t, h * (f / t) + h});
+  c.vocabulary = v * h;
+  c.vocabulary_rows = v;
   return c;
+}
+
+int64_t vocabulary_tiles(int64_t rows, int64_t numel, int64_t largest_linear, int64_t tiling_factor, int64_t fixed) {
+  int64_t t = fixed;
+  if (t <= 0) {
+    int64_t scale = 1;
+    while (largest_linear > 0 && numel > scale * largest_linear) scale *= 2;
+    t = std::max<int64_t>(1, tiling_factor) * scale;
+  }
+  return std::max<int64_t>(1, std::min(t, rows));
 }
 
 double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_parallel) {
@@ -154,7 +168,10 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   }
   r.rows.push_back(awm);
   MemoryRow mswm{"model-state working memory", {}, MemCategory::WorkingMemory};
-  const double largest_tile = double(counts.largest_linear) / double(tiles);
+  const int64_t vocab_tiles =
+      vocabulary_tiles(counts.vocabulary_rows, counts.vocabulary, counts.largest_linear_group, tiles, c.vocabulary_tiles);
+  const double largest_tile =
+      std::max(double(counts.largest_linear) / double(tiles), double(counts.vocabulary) / double(vocab_tiles));
   mswm.bytes.device = 2.0 * wb * largest_tile;
   if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, param_bytes(c) * P_rank);
   r.rows.push_back(mswm);

@@ -30,10 +30,20 @@ RunConfig strategy_config(Strategy s, const RunConfig& base);
 struct ParamCounts {
   int64_t per_block = 0;
   int64_t outside = 0;
-  int64_t largest_linear = 0;  // elements of the largest linear weight (hd x 4hd in a GPT)
+  int64_t largest_linear = 0;  // elements of the largest linear weight of a block (hd x 4hd in a GPT)
+  int64_t largest_linear_group = 0;  // ... with its bias, as the planner's units count it
+  int64_t vocabulary = 0;      // elements of the vocabulary-wide weight (wte; an untied lm_head is another)
+  int64_t vocabulary_rows = 0; // its rows: the vocabulary (a rank's share of it)
   int64_t total(int64_t layers) const { return per_block * layers + outside; }
 };
 ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel = 1);
+
+// Tiles of a vocabulary-wide weight (the embedding's, the LM head's) of `rows` rows and `numel`
+// elements, where the largest linear has `largest_linear` elements, at tiling factor `tiling_factor`:
+// `fixed` when the run config fixes it (> 0), else the tiling factor times the smallest power of two
+// that brings the weight to the largest linear's size, so that tiling bounds the working set by the
+// linears' tiles and the vocabulary never sets it. At most `rows` (a tile is at least one row).
+int64_t vocabulary_tiles(int64_t rows, int64_t numel, int64_t largest_linear, int64_t tiling_factor, int64_t fixed);
 
 // Bytes one token's bf16 activations of one transformer block take on a rank: the paper's
 // 16·hidden + 2·heads·seq (ZeRO-Infinity §4.1 with 2-byte elements) at tensor_parallel 1. Under

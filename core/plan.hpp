@@ -25,6 +25,20 @@ struct PlacementDecision {
   std::string reason;
 };
 
+// What one operator's tiles cost on one rank (zinf plan's table): how many tiles it runs in, and per
+// tile the device bytes of its gathered parameters (all its groups', a tiled group's tile) and of
+// its gradient buffers before their reduction (in the device's working precision), and the FLOPs of
+// its forward and backward.
+struct OperatorTiles {
+  int32_t op = 0;
+  std::string name;
+  int64_t tiles = 1;
+  double gathered_bytes = 0;
+  double gradient_bytes = 0;
+  double fwd_flops = 0;
+  double bwd_flops = 0;
+};
+
 // One activation segment's lifetime and what the activation pass chose for it.
 struct ActivationDecision {
   ActivationLifetime lifetime;
@@ -50,6 +64,11 @@ struct Plan {
 
   int64_t tiling_factor = 1;
   std::string tiling_reason;
+  // Tiles of the vocabulary-wide operators' weight (the embedding and the LM head), and why.
+  int64_t vocabulary_tiles = 1;
+  std::string vocabulary_tiles_reason;
+  // Every operator with parameters, in forward order.
+  std::vector<OperatorTiles> operator_tiles;
 
   int64_t checkpoint_interval = 1;
   int64_t checkpoints_per_micro_batch = 0;

@@ -101,9 +101,11 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
 
 namespace {
 
-// After the unit's last backward use in micro-batch `mb`: reduce its gradient to the shard owner(s)
-// and store the shard on the gradients tier, accumulating over micro-batches.
-void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t compute_task) {
+// After the last backward use of a unit by an operator in micro-batch `mb`: reduce that contribution
+// to the shard owner(s) and store the shard on the gradients tier, accumulating over contributions
+// (micro-batches, and the operators that share the unit).
+void emit_grad_reduction(PlanState& ps, const Reduction& red, int32_t mb, int32_t compute_task) {
+  const int32_t unit = red.unit;
   const ParamUnit& u = ps.units_[static_cast<size_t>(unit)];
   const int32_t owner = ps.owner_of(u);
   const double whole = ps.grad_bytes_ * double(u.numel);
@@ -126,6 +128,8 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
     t.micro_batch = mb;
     t.from = from;
     t.to = to;
+    t.grad_first = red.first;
+    t.grad_last = red.last;
     return t;
   };
   int32_t last = -1;
@@ -153,6 +157,7 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
     last = ps.builder_.add(t, {compute_task, prev_store}, allocs, {{Tier::Device, full_buf, padded_mem}});
   }
   const int32_t reduce = last;
+  ps.grad_reduce_[static_cast<size_t>(unit)] = reduce;
   if (ps.plan_.gradients != Tier::Device) {
     // Device -> host: into the host accumulation buffer, or a staging buffer on its way to NVMe.
     Task t = base(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host);
@@ -169,7 +174,7 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
     if (ps.plan_.gradients == Tier::Nvme) {
       std::vector<MemEvent> wfrees{{Tier::Host, host_buf, staged}};
       int32_t partial = -1;
-      if (mb > 0) {  // read the partial sum of the earlier micro-batches, add, write back
+      if (!red.first) {  // read the partial sum of the earlier contributions, add, write back
         Task r = base(TaskKind::NvmeRead, Lane::NvmeRead, Tier::Nvme, Tier::Host);
         r.bytes = moved;
         r.owner = owner;
@@ -189,7 +194,7 @@ void emit_grad_reduction(PlanState& ps, int32_t unit, int32_t mb, int32_t comput
   }
   ps.grad_store_[static_cast<size_t>(unit)] = last;
   ps.grad_stores_.push_back(last);
-  if (mb == ps.plan_.micro_batches - 1) {
+  if (red.last) {
     for (int32_t sg : ps.unit_sgs_[static_cast<size_t>(unit)]) {
       auto& s = ps.sg_[static_cast<size_t>(sg)];
       if (--s.pending_units == 0) {
@@ -370,6 +375,7 @@ void run_memory_events(PlanState& ps, const Step& st, std::vector<int32_t>& deps
     allocs.push_back({Tier::Device, ps.ckpt_dev_buf_[ri + 1], ps.ckpt_bytes_, MemUse::Checkpoint});
   }
   if (st.last_fwd_of_run && run.recompute) frees.push_back({Tier::Device, ps.act_buf_[ri], run.act_bytes});
+  if (st.last_fwd_of_run && run.no_backward) frees.push_back({Tier::Device, ps.act_buf_[ri], run.moving_bytes()});
   if (st.last_fwd_of_run && run.partial_bytes > 0) frees.push_back({Tier::Device, ps.act_part_buf_[ri], run.partial_bytes});
   if (run.grad_bytes > 0 && st.kind == TaskKind::Backward && ps.act_grad_buf_[ri] < 0) {
     ps.act_grad_buf_[ri] = ps.builder_.buffer();
@@ -434,6 +440,7 @@ void reset_emit_records(PlanState& ps) {
   ps.compute_task_.assign(S, -1);
   ps.grad_buf_.assign(ps.units_.size(), -1);
   ps.grad_store_.assign(ps.units_.size(), -1);
+  ps.grad_reduce_.assign(ps.units_.size(), -1);
   ps.act_buf_.assign(ps.runs_.size(), -1);
   ps.act_grad_buf_.assign(ps.runs_.size(), -1);
   ps.ckpt_dev_buf_.assign(ps.runs_.size(), -1);
@@ -512,12 +519,17 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
     const auto& copies = ps.ckpt_copies_[static_cast<size_t>(st.mb)];
     deps.insert(deps.end(), copies.begin(), copies.end());
   }
-  // Gradients of whole units live from their first to their last backward use.
+  // A gradient buffer lives from the first to the last backward use of its contribution (the uses of
+  // a unit by one operator in one micro-batch). A later contribution of the same micro-batch (the
+  // embedding's after the tied head's) starts once the one before is reduced: both are this unit's
+  // gradient of this micro-batch, one buffer after the other.
   for (uint32_t k = 0; k < st.units_count; ++k) {
     const int32_t u = ps.step_units_[st.units_begin + k];
-    if (ps.first_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i)) {
+    const GradUse& use = ps.grad_use_[st.units_begin + k];
+    if (use.starts) {
       const auto in_flight = static_cast<size_t>(ps.config_.gradient_stores_in_flight);
       if (ps.grad_stores_.size() >= in_flight) deps.push_back(ps.grad_stores_[ps.grad_stores_.size() - in_flight]);
+      if (use.contribution > 0) deps.push_back(ps.grad_reduce_[static_cast<size_t>(u)]);
       ps.grad_buf_[static_cast<size_t>(u)] = ps.builder_.buffer();
       const auto& un = ps.units_[static_cast<size_t>(u)];
       const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.working_bytes_ * double(un.numel)
@@ -564,21 +576,26 @@ void emit_after_step(PlanState& ps, size_t i, int32_t computed, int32_t prev) {
     return;
   }
   if (st.kind != TaskKind::Backward) return;
-  for (int32_t u : units_reduced_at(ps, i)) emit_grad_reduction(ps, u, st.mb, computed);
+  for (const Reduction& r : reductions_at(ps, i)) emit_grad_reduction(ps, r, st.mb, computed);
   if (ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward) pump_optimizer(ps, false);
 }
 
 }  // namespace
 
-std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i) {
+std::vector<Reduction> reductions_at(const PlanState& ps, size_t i) {
   const Step& st = ps.steps_[i];
-  std::vector<int32_t> out;
+  std::vector<Reduction> out;
   if (st.kind != TaskKind::Backward) return out;
+  const auto mb = static_cast<size_t>(st.mb);
+  const bool first_mb = st.mb == 0, last_mb = st.mb == ps.plan_.micro_batches - 1;
   for (uint32_t k = 0; k < st.units_count; ++k) {
     const int32_t u = ps.step_units_[st.units_begin + k];
-    if (ps.last_bwd_[static_cast<size_t>(st.mb)][static_cast<size_t>(u)] == static_cast<int32_t>(i) &&
-        std::find(out.begin(), out.end(), u) == out.end())  // the same unit twice in one step reduces once
-      out.push_back(u);
+    const GradUse& use = ps.grad_use_[st.units_begin + k];
+    // the same unit twice in one step reduces once
+    if (!use.ends || std::find_if(out.begin(), out.end(), [&](const Reduction& r) { return r.unit == u; }) != out.end())
+      continue;
+    const bool last_use = ps.last_bwd_[mb][static_cast<size_t>(u)] == static_cast<int32_t>(i);
+    out.push_back({u, first_mb && use.contribution == 0, last_mb && last_use});
   }
   return out;
 }

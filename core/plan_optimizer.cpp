@@ -236,12 +236,14 @@ void predict_ready_order(PlanState& ps) {
     const Step& st = ps.steps_[i];
     if (st.mb != last_mb) continue;
     if (st.kind == TaskKind::Forward) ++ps.sg_ahead_fwd_steps_;
-    for (int32_t u : units_reduced_at(ps, i))
-      for (int32_t sg : ps.unit_sgs_[static_cast<size_t>(u)])
+    for (const Reduction& r : reductions_at(ps, i)) {
+      if (!r.last) continue;  // an earlier contribution of a shared unit: its gradient is not complete
+      for (int32_t sg : ps.unit_sgs_[static_cast<size_t>(r.unit)])
         if (--pending[static_cast<size_t>(sg)] == 0) {
           ps.sg_start_order_.push_back(sg);
           placed[static_cast<size_t>(sg)] = 1;
         }
+    }
   }
   for (size_t j = 0; j < ps.sg_.size(); ++j)
     if (!placed[j]) ps.sg_start_order_.push_back(static_cast<int32_t>(j));

@@ -1,7 +1,10 @@
 // The partition pass (core/plan_state.hpp): the inputs checked, the budgets per rank, parameter groups
-// cut into units (tiles of `tiling_factor` rows each where a group is tileable), and each unit's shard
+// cut into units (`tiling_factor` tiles of rows each where a linear is tileable; a vocabulary-wide
+// weight into core::vocabulary_tiles tiles along the vocabulary), and each unit's shard
 // (bandwidth-centric) or owner (owner-based); the bytes each rank keeps for the whole step.
 #include "core/plan_state.hpp"
+
+#include "core/memory_model.hpp"
 
 #include <algorithm>
 #include <queue>
@@ -55,7 +58,7 @@ void basics(PlanState& ps) {
 
 namespace {
 
-// Tiles a parameter group is cut into at `tiles` (1 where it cannot be tiled).
+// Tiles a parameter group is cut into when `tiles` are wanted (1 where it cannot be tiled).
 int64_t tiles_of(const ParamGroup& pg, int64_t tiles) {
   if (pg.tileable && tiles > 1 && pg.rows > 1 && pg.numel % pg.rows == 0) return std::min<int64_t>(tiles, pg.rows);
   return 1;
@@ -67,9 +70,9 @@ int64_t tiles_of(const ParamGroup& pg, int64_t tiles) {
 constexpr double kMaxTasksPerRank = 8e6;
 constexpr double kTasksPerUnitStep = 7;
 
-void check_task_bound(const PlanState& ps, int64_t tiles) {
+void check_task_bound(const PlanState& ps, int64_t tiles, int64_t vocab_tiles) {
   int64_t units = 0;
-  for (const auto& pg : ps.graph_.params) units += tiles_of(pg, tiles);
+  for (const auto& pg : ps.graph_.params) units += tiles_of(pg, pg.vocabulary ? vocab_tiles : tiles);
   const double micro_batches = double(std::max<int64_t>(1, ps.config_.gradient_accumulation));
   const double tasks = double(units) * micro_batches * kTasksPerUnitStep;
   if (tasks <= kMaxTasksPerRank) return;
@@ -83,11 +86,27 @@ void check_task_bound(const PlanState& ps, int64_t tiles) {
 }  // namespace
 
 void make_units(PlanState& ps, int64_t tiles) {
-  check_task_bound(ps, tiles);
+  // The vocabulary-wide weights are tiled to the size of the largest linear's tiles.
+  int64_t largest_linear = 0, vocab_tiles = 1;
+  for (const auto& pg : ps.graph_.params)
+    if (pg.tileable && !pg.vocabulary) largest_linear = std::max(largest_linear, pg.numel);
+  std::string vocab_reason = "the model has no vocabulary-wide weight";
+  for (const auto& pg : ps.graph_.params) {
+    if (!pg.vocabulary) continue;
+    vocab_tiles = vocabulary_tiles(pg.rows, pg.numel, largest_linear, tiles, ps.config_.vocabulary_tiles);
+    vocab_reason = ps.config_.vocabulary_tiles > 0
+                       ? fmt::format("fixed by the run config ({} rows of {} per tile)", ceil_div(pg.rows, vocab_tiles), pg.rows)
+                       : fmt::format("auto: tiling factor {} x the power of two that brings {} ({} elements) to the "
+                                     "largest linear's {} ({} rows of {} per tile)",
+                                     tiles, pg.name, pg.numel, largest_linear, ceil_div(pg.rows, vocab_tiles), pg.rows);
+  }
+  check_task_bound(ps, tiles, vocab_tiles);
   ps.units_.clear();
   ps.group_units_.assign(ps.graph_.params.size(), {});
+  ps.plan_.vocabulary_tiles = vocab_tiles;
+  ps.plan_.vocabulary_tiles_reason = vocab_reason;
   for (const auto& pg : ps.graph_.params) {
-    const int64_t t = tiles_of(pg, tiles);
+    const int64_t t = tiles_of(pg, pg.vocabulary ? vocab_tiles : tiles);
     const int64_t per_row = pg.rows > 0 && pg.numel % pg.rows == 0 ? pg.numel / pg.rows : 0;
     const int64_t rows_per_tile = ceil_div(pg.rows, t);
     for (int64_t i = 0; i < t; ++i) {

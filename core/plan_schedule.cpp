@@ -27,6 +27,12 @@ void make_fetches(PlanState& ps) {
     used_before[i + 1] = used_before[i] + b;
   }
   std::vector<int32_t> last_step(ps.units_.size(), -1), last_fetch(ps.units_.size(), -1);
+  // Per parameter group: the unit (tile) of it used last. The vocabulary tiles are fetched, used and
+  // released in turn: a tile stays gathered for its next use only if no other tile of its group is
+  // used in between (the head's last tile of the forward, kept for the first of its backward);
+  // keeping every tile within the reuse distance would hold the whole head from its forward to its
+  // backward again. (A linear's tiles keep the reuse distance alone.)
+  std::vector<int32_t> group_last_unit(ps.graph_.params.size(), -1);
   for (size_t i = 0; i < ps.steps_.size(); ++i) {
     const auto& s = ps.steps_[i];
     for (uint32_t k = 0; k < s.units_count; ++k) {
@@ -36,9 +42,14 @@ void make_fetches(PlanState& ps) {
         ps.use_fetch_[s.units_begin + k] = last_fetch[static_cast<size_t>(u)];
         continue;
       }
+      const auto& unit = ps.units_[static_cast<size_t>(u)];
+      auto& group_last = group_last_unit[static_cast<size_t>(unit.group)];
+      const bool sibling_between =
+          unit.tiles > 1 && ps.graph_.params[static_cast<size_t>(unit.group)].vocabulary && group_last != u;
+      group_last = u;
       // DeepSpeed's misaligned trace (DeepSpeedBehaviour::trace_misaligned) finds no reuse: every use fetches.
       const double reuse = ps.config_.deepspeed.trace_misaligned ? 0.0 : ps.config_.reuse_distance_bytes;
-      if (prev >= 0 && used_before[i] - used_before[static_cast<size_t>(prev) + 1] < reuse) {
+      if (prev >= 0 && !sibling_between && used_before[i] - used_before[static_cast<size_t>(prev) + 1] < reuse) {
         const int32_t f = last_fetch[static_cast<size_t>(u)];
         ps.fetches_[static_cast<size_t>(f)].release = static_cast<int32_t>(i);
         ps.use_fetch_[s.units_begin + k] = f;
@@ -119,14 +130,20 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
   // A recomputed run's checkpoint is loaded while the run after it (in forward order) runs its
   // backward, one run ahead of its own recompute; with synchronous copies, when its recompute is next.
   std::vector<int32_t> start_of(ps.runs_.size(), -1);
+  // The first backward step at or after where run `from`'s backward begins, down to run `r`'s: a
+  // run without a backward (Run::no_backward) begins none, and the next run's backward follows.
+  auto start_from = [&](size_t from, size_t r) {
+    for (size_t k = from; k > r && start_of[k] < 0; --k) from = k - 1;
+    return start_of[from];
+  };
   for (size_t i = 0; i < S; ++i) {
     const auto& s = ps.steps_[i];
     if (s.starts_bwd_of_run) start_of[static_cast<size_t>(s.run)] = static_cast<int32_t>(i);
-    if (s.last_bwd_of_run && s.run == 0) {  // the micro-batch's backward is complete: assign loads
+    if (i + 1 == S || ps.steps_[i + 1].mb != s.mb) {  // the micro-batch's backward is complete: assign loads
       for (size_t r = 0; r < ps.runs_.size(); ++r) {
         if (!ps.runs_[r].recompute) continue;
         const int32_t at =
-            r + 1 < ps.runs_.size() && !ps.config_.checkpoint_copies_synchronous ? start_of[r + 1] : start_of[r];
+            r + 1 < ps.runs_.size() && !ps.config_.checkpoint_copies_synchronous ? start_from(r + 1, r) : start_of[r];
         ckpt_load_at[static_cast<size_t>(at)].push_back(static_cast<int32_t>(r));
       }
       // An offloaded run comes back when the backward of the run prefetch_runs after it begins (the
@@ -135,7 +152,7 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
       for (size_t r = ps.runs_.size(); r-- > 0;) {
         if (ps.runs_[r].action != ActivationAction::Offload) continue;
         const size_t from = std::min(ps.runs_.size() - 1, r + static_cast<size_t>(ps.runs_[r].prefetch_runs));
-        act_load_at[static_cast<size_t>(start_of[from])].push_back(static_cast<int32_t>(r));
+        act_load_at[static_cast<size_t>(start_from(from, r))].push_back(static_cast<int32_t>(r));
       }
     }
   }

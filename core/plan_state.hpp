@@ -148,6 +148,7 @@ inline std::string bytes_text(double b) { return format_bytes(b); }
 struct Run {
   std::vector<int32_t> ops;  // forward order
   bool recompute = false;    // checkpointed at its input and recomputed in backward
+  bool no_backward = false;  // none of its operators has a backward: its activations go after its forward
   int32_t checkpoint = -1;   // checkpoint index within a micro-batch
   double act_bytes = 0;      // activation working memory while it runs
   double grad_bytes = 0;     // activation gradients during its backward (fp32 working precision only)
@@ -177,6 +178,24 @@ struct Step {
   bool first_fwd_of_run = false, last_fwd_of_run = false, first_recompute = false, last_bwd_of_run = false;
   bool starts_bwd_of_run = false;  // first backward-phase step (recompute or backward) of its run
   bool first_partial_recompute = false;  // first Recompute step of a run's per-tensor recomputes
+};
+
+// A backward step's use of one of its units, for its gradient: whether the use starts a contribution
+// (a new gradient buffer) and whether the contribution ends here (reduced after the step), and which
+// of the unit's contributions in its micro-batch it is (0, 1, ...).
+struct GradUse {
+  bool starts = false;
+  bool ends = false;
+  int32_t contribution = -1;
+};
+
+// A gradient reduction after a step: the unit, and whether it is the step's first contribution to the
+// unit's gradient (the first micro-batch's first: it overwrites the home) and its last (the last
+// micro-batch's last: the gradient is complete, sub-groups may update).
+struct Reduction {
+  int32_t unit = 0;
+  bool first = false;
+  bool last = false;
 };
 
 // One gathering of a unit onto the device, used by the steps from `consumer` to `release`.
@@ -300,6 +319,7 @@ struct PlanState {
   std::vector<int32_t> step_units_;
   // per micro-batch: first and last backward step of each unit
   std::vector<std::vector<int32_t>> first_bwd_, last_bwd_;
+  std::vector<GradUse> grad_use_;  // parallel to step_units_ (backward steps' uses; default elsewhere)
 
   // schedule
   std::vector<Fetch> fetches_;
@@ -309,6 +329,7 @@ struct PlanState {
   std::vector<int32_t> compute_task_;                 // per step
   std::vector<int64_t> grad_buf_;                     // per unit: device buffer of the current micro-batch's grad
   std::vector<int32_t> grad_store_;                   // per unit: last task storing its gradient (latest mb)
+  std::vector<int32_t> grad_reduce_;                  // per unit: its latest reduction (the collective)
   std::vector<int64_t> act_buf_, act_grad_buf_;       // per run
   std::vector<int64_t> ckpt_dev_buf_, ckpt_home_buf_; // per run (current micro-batch)
   std::vector<int32_t> ckpt_save_task_, ckpt_load_task_;
@@ -373,6 +394,8 @@ PlanResult search_auto_tiers(const RunConfig& config, const PlanError& greedy,
 // tiling (plan_tiling.cpp)
 void choose_tiling(PlanState& ps);
 void make_steps(PlanState& ps);
+void mark_gradient_contributions(PlanState& ps);
+void describe_operator_tiles(PlanState& ps);
 
 // schedule (plan_schedule.cpp)
 void make_fetches(PlanState& ps);
@@ -382,9 +405,9 @@ void schedule_run_loads(const PlanState& ps, std::vector<std::vector<int32_t>>& 
 PeakComposition schedule_peak(const PlanState& ps);
 
 // emission (plan_emit.cpp)
-// The units whose gradient step i reduces: those whose last backward use in its micro-batch is
-// step i, each once.
-std::vector<int32_t> units_reduced_at(const PlanState& ps, size_t i);
+// The gradient reductions after step i: each unit whose contribution (its use by step i's operator)
+// ends there, once.
+std::vector<Reduction> reductions_at(const PlanState& ps, size_t i);
 void emit(PlanState& ps);
 // A fetch stage (0: NVMe -> host; 1: host -> device, or the owner-based alloc and copy; 2: the
 // all-gather or broadcast), issued after compute task `prev_compute`.

@@ -97,6 +97,7 @@ PlanResult run_passes(PlanState& ps) {
   }
   ps.builder_.peak() = peak;
   ps.plan_.peak_bytes = peak;
+  describe_operator_tiles(ps);
   if (ps.plan_.optimizer == Tier::Nvme)
     ps.plan_.optimizer_timing_note +=
         fmt::format("; {} sub-groups in flight ({} of host memory){}{}", ps.sg_in_flight_,

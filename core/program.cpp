@@ -252,7 +252,10 @@ void Program::write_json(std::ostream& out) const {
         t.activation, t.sub_group, t.sg_offset, t.sg_count, t.participants, t.root, t.owner);
     auto d = deps(t);
     for (size_t j = 0; j < d.size(); ++j) out << (j ? "," : "") << d[j];
-    out << "],\"allocs\":";
+    out << ']';
+    if (t.data == Data::Grad && t.phase == Phase::Backward)
+      out << fmt::format(",\"grad_first\":{},\"grad_last\":{}", t.grad_first, t.grad_last);
+    out << ",\"allocs\":";
     write_events(out, {events_.data() + t.allocs_begin, t.allocs_count});
     out << ",\"frees\":";
     write_events(out, {events_.data() + t.frees_begin, t.frees_count});

@@ -223,6 +223,12 @@ struct Task {
   int32_t participants = 1;    // collectives: ranks taking part
   int32_t root = -1;           // Broadcast / Reduce: the root rank
   int32_t owner = -1;          // -1: every rank; else only this rank (see the header comment)
+  // A gradient's reduction and the stores after it (Data::Grad, Phase::Backward): the contribution it
+  // carries (one per micro-batch and operator that uses the unit: a tied weight has two) is the
+  // step's first to the unit's gradient (it overwrites the home) and/or its last (after it the
+  // gradient is complete: its squares join the norm).
+  bool grad_first = false;
+  bool grad_last = false;
   // Ranges into the program's flat dependency and memory-event arrays; use Program's accessors.
   uint32_t deps_begin = 0, deps_count = 0;
   uint32_t allocs_begin = 0, allocs_count = 0;

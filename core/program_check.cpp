@@ -180,17 +180,38 @@ private:
     if (!p.sub_groups().empty()) error(fmt::format("a forward-only Program has {} optimizer sub-groups", p.sub_groups().size()));
   }
 
-  // Invariant 3b: each unit's gradient is reduced exactly once per micro-batch.
+  // Invariant 3b: each unit's gradient is reduced in every micro-batch, once per operator whose
+  // backward uses it (a tied weight: twice); of all its reductions in the step exactly the first
+  // (in the first micro-batch) says it starts the gradient and exactly the last (in the last
+  // micro-batch) that it completes it, and each waits for the one before it in its micro-batch.
   void gradient_reductions() {
     std::map<std::pair<int32_t, int32_t>, int> reduced;
+    std::vector<std::vector<int32_t>> of_unit(p.units().size());
     for (const auto& t : tasks)
-      if (t.data == Data::Grad && is_collective(t.kind)) ++reduced[{t.unit, t.micro_batch}];
-    for (const auto& u : p.units())
+      if (t.data == Data::Grad && is_collective(t.kind)) {
+        ++reduced[{t.unit, t.micro_batch}];
+        if (t.unit >= 0 && static_cast<size_t>(t.unit) < of_unit.size()) of_unit[static_cast<size_t>(t.unit)].push_back(t.id);
+      }
+    for (const auto& u : p.units()) {
       for (int mb = 0; mb < p.micro_batches(); ++mb) {
         auto it = reduced.find({u.id, mb});
         const int n = it == reduced.end() ? 0 : it->second;
-        if (n != 1) error(fmt::format("unit {} ({}) has its gradient reduced {} times in micro-batch {}", u.id, u.name, n, mb));
+        if (n < 1) error(fmt::format("unit {} ({}) has its gradient reduced {} times in micro-batch {}", u.id, u.name, n, mb));
       }
+      const auto& rs = of_unit[static_cast<size_t>(u.id)];
+      for (size_t k = 0; k < rs.size(); ++k) {
+        const Task& t = p.task(rs[k]);
+        const bool first = k == 0, last = k + 1 == rs.size();
+        if (t.grad_first != first || t.grad_last != last)
+          error(fmt::format("reduction {} ({}) of unit {} says first {} and last {}; it is {} of its {}", t.id, p.label(t),
+                            u.name, t.grad_first, t.grad_last, k + 1, rs.size()));
+        if (first && t.micro_batch != 0) error(fmt::format("the first reduction of unit {} is in micro-batch {}", u.name, t.micro_batch));
+        if (last && t.micro_batch != p.micro_batches() - 1)
+          error(fmt::format("the last reduction of unit {} is in micro-batch {}", u.name, t.micro_batch));
+        if (k > 0 && p.task(rs[k - 1]).micro_batch == t.micro_batch && !reaches(rs[k - 1], rs[k]))
+          error(fmt::format("reduction {} of unit {} does not wait for the one before it ({})", t.id, u.name, rs[k - 1]));
+      }
+    }
   }
 
   // Invariant 3c: each sub-group updated exactly once; the sub-groups tile every rank's shard space;

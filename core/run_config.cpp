@@ -60,6 +60,38 @@ Placement parse_placement(const std::string& word) {
   return {false, Tier::Nvme};
 }
 
+// The `optimizer:` section of zinf's YAML run config.
+void read_optimizer(ConfigReader& o, RunConfig& c) {
+  using U = UnitKind;
+  c.optimizer_type = o.choice("type", {"adam", "adamw", "lamb", "lion", "adagrad", "sgd"}, "adamw");
+  c.optimizer_states = o.int_in("states", 0, 4, c.optimizer_type == "adagrad" || c.optimizer_type == "lion" ? 1
+                                                 : c.optimizer_type == "sgd"                                ? 0
+                                                                                                            : 2);
+  c.lr = o.positive_number("lr", U::Count, c.lr);
+  c.beta1 = o.fraction_below_one("beta1", c.beta1);
+  c.beta2 = o.fraction_below_one("beta2", c.beta2);
+  c.eps = o.number_in("eps", U::Count, kMinEps, 1.0, c.eps);
+  c.weight_decay = o.number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
+  c.grad_clip = o.non_negative_number("grad_clip", U::Count, c.grad_clip);
+  c.sub_group_size = o.positive_int("sub_group_size", c.sub_group_size);
+  c.sub_groups_whole_units = o.choice("sub_group_boundaries", {"elements", "units"}, "elements") == "units";
+  c.optimizer_timing = o.choice("timing", {"after-backward", "overlap-backward"}, "after-backward") ==
+                               "overlap-backward"
+                           ? OptimizerTiming::OverlapBackward
+                           : OptimizerTiming::AfterBackward;
+  if (o.has("sub_groups_in_flight")) {
+    c.optimizer_sub_groups_in_flight =
+        o.str("sub_groups_in_flight") == "auto" ? 0 : o.int_in("sub_groups_in_flight", 1, kMaxSubGroupsInFlight);
+  } else {
+    o.ignore("sub_groups_in_flight");
+  }
+  c.optimizer_nvme_phases = o.boolean("nvme_phases", c.optimizer_nvme_phases);
+  c.optimizer_read_ahead = o.boolean("read_ahead", c.optimizer_read_ahead);
+  c.optimizer_host_path = o.choice("host_path", {"fused", "deepspeed-0.3"}, "fused") == "deepspeed-0.3"
+                              ? HostPath::DeepSpeed03
+                              : HostPath::Fused;
+}
+
 RunConfig read_yaml(ConfigReader& r) {
   using U = UnitKind;
   RunConfig c;
@@ -95,6 +127,12 @@ RunConfig read_yaml(ConfigReader& r) {
     c.tiling_factor = t == "auto" ? 0 : r.int_in("tiling_factor", 1, kMaxTiling);
   } else {
     r.ignore("tiling_factor");
+  }
+  if (r.has("vocabulary_tiles")) {
+    std::string t = r.str("vocabulary_tiles");
+    c.vocabulary_tiles = t == "auto" ? 0 : r.int_in("vocabulary_tiles", 1, kMaxTiling);
+  } else {
+    r.ignore("vocabulary_tiles");
   }
   if (auto p = r.maybe_child("prefetch")) {
     c.nvme_prefetch_distance = p->int_in("nvme_distance", 0, kMaxDistance, kDefaultNvmePrefetchDistance);
@@ -135,35 +173,7 @@ RunConfig read_yaml(ConfigReader& r) {
     r.fail("pinned", "pinned.buffer_count and pinned.buffer_size were removed: host staging buffers follow the "
                      "Program (their sizes and count are the plan's host peak); delete the pinned block");
   r.ignore("pinned");
-  if (auto o = r.maybe_child("optimizer")) {
-    c.optimizer_type = o->choice("type", {"adam", "adamw", "lamb", "lion", "adagrad", "sgd"}, "adamw");
-    c.optimizer_states = o->int_in("states", 0, 4, c.optimizer_type == "adagrad" || c.optimizer_type == "lion" ? 1
-                                                   : c.optimizer_type == "sgd"                                ? 0
-                                                                                                              : 2);
-    c.lr = o->positive_number("lr", U::Count, c.lr);
-    c.beta1 = o->fraction_below_one("beta1", c.beta1);
-    c.beta2 = o->fraction_below_one("beta2", c.beta2);
-    c.eps = o->number_in("eps", U::Count, kMinEps, 1.0, c.eps);
-    c.weight_decay = o->number_in("weight_decay", U::Count, 0, 1e3, c.weight_decay);
-    c.grad_clip = o->non_negative_number("grad_clip", U::Count, c.grad_clip);
-    c.sub_group_size = o->positive_int("sub_group_size", c.sub_group_size);
-    c.sub_groups_whole_units = o->choice("sub_group_boundaries", {"elements", "units"}, "elements") == "units";
-    c.optimizer_timing = o->choice("timing", {"after-backward", "overlap-backward"}, "after-backward") ==
-                                 "overlap-backward"
-                             ? OptimizerTiming::OverlapBackward
-                             : OptimizerTiming::AfterBackward;
-    if (o->has("sub_groups_in_flight")) {
-      c.optimizer_sub_groups_in_flight =
-          o->str("sub_groups_in_flight") == "auto" ? 0 : o->int_in("sub_groups_in_flight", 1, kMaxSubGroupsInFlight);
-    } else {
-      o->ignore("sub_groups_in_flight");
-    }
-    c.optimizer_nvme_phases = o->boolean("nvme_phases", c.optimizer_nvme_phases);
-    c.optimizer_read_ahead = o->boolean("read_ahead", c.optimizer_read_ahead);
-    c.optimizer_host_path = o->choice("host_path", {"fused", "deepspeed-0.3"}, "fused") == "deepspeed-0.3"
-                                ? HostPath::DeepSpeed03
-                                : HostPath::Fused;
-  }
+  if (auto o = r.maybe_child("optimizer")) read_optimizer(*o, c);
   r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (core/lr_schedule_reader.hpp)
   if (const std::string p = r.choice("precision", {"auto", "bf16", "fp16", "fp32"}, "auto"); p != "auto")
     c.precision = parse_precision(p);

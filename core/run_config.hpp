@@ -87,6 +87,9 @@ struct RunConfig {
   bool activation_per_tensor = true;
 
   int64_t tiling_factor = 1;                 // 0 = auto
+  // Tiles of the vocabulary-wide operators (the embedding and the LM head): 0 = auto (the tiling
+  // factor times what brings their weight to the largest linear's size, core::vocabulary_tiles).
+  int64_t vocabulary_tiles = 0;
   int64_t nvme_prefetch_distance = kDefaultNvmePrefetchDistance;            // operators ahead: NVMe -> host
   int64_t h2d_prefetch_distance = kDefaultH2dPrefetchDistance;              // host -> device
   int64_t allgather_prefetch_distance = kDefaultAllgatherPrefetchDistance;  // all-gather

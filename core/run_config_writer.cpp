@@ -45,6 +45,7 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                        c.activation_per_tensor ? "tensor" : "block");
   out += fmt::format("tensor_parallel: {}\n", c.tensor_parallel);
   out += fmt::format("tiling_factor: {}\n", c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto");
+  if (c.vocabulary_tiles > 0) out += fmt::format("vocabulary_tiles: {}\n", c.vocabulary_tiles);
   out += fmt::format(
       "prefetch: {{nvme_distance: {}, h2d_distance: {}, allgather_distance: {}, max_live_bytes: {:.0f}, "
       "reuse_distance_bytes: {:.0f}}}\n",

@@ -45,18 +45,34 @@ double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
   for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
 
   // Each micro-batch's gradient is scaled by 1/n and added to the step's gradient, which (in bf16
-  // mode) is stored as bf16 after every addition: the arithmetic of the engine's accumulation.
+  // mode) is stored as bf16 after every addition: the arithmetic of the engine's accumulation. A
+  // group two operators read (the tied embedding and LM head) adds one contribution per operator, in
+  // the order their backward runs (the head's, then the embedding's), as the engine reduces them.
   double loss = 0;
   const float inv = 1.0f / float(micro_batches.size());
+  const auto& ops = model_.graph().ops;
   for (const Batch& b : micro_batches) {
-    for (auto& g : mb_grads_) std::fill(g.begin(), g.end(), 0.0f);
     model_.set_batch(acts_, b.inputs, b.targets);
-    loss += model_.forward_backward(working_, mb_grads_, acts_);
-    for (size_t i = 0; i < grads_.size(); ++i) {
-      float* acc = grads_[i].data();
-      const float* add = mb_grads_[i].data();
-      for (size_t j = 0; j < grads_[i].size(); ++j) acc[j] += add[j] * inv;
-      if (cfg_.bf16) cpu::round_to_bf16(acc, int64_t(grads_[i].size()));
+    loss += model_.forward(working_, acts_);
+    acts_.zero_grads();
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      if (!it->backward) continue;
+      std::vector<ParamBuf> p;
+      std::vector<GradBuf> g;
+      for (int gi : it->param_groups) {
+        auto& mg = mb_grads_[size_t(gi)];
+        std::fill(mg.begin(), mg.end(), 0.0f);
+        p.push_back({working_[size_t(gi)].data(), int64_t(working_[size_t(gi)].size())});
+        g.push_back({mg.data(), int64_t(mg.size())});
+      }
+      model_.backward(it->id, p, g, acts_);
+      for (int gi : it->param_groups) {
+        float* acc = grads_[size_t(gi)].data();
+        const float* add = mb_grads_[size_t(gi)].data();
+        const size_t n = grads_[size_t(gi)].size();
+        for (size_t j = 0; j < n; ++j) acc[j] += add[j] * inv;
+        if (cfg_.bf16) cpu::round_to_bf16(acc, int64_t(n));
+      }
     }
   }
 

@@ -93,7 +93,9 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
   // The bytes of one hidden-state activation, all-reduced over the group where the split ends.
   const double hidden_act = tp > 1 ? kAct * T * double(h) : 0.0;
 
-  int wte = b.add_params("wte", v, h, v * h, false);
+  // The token embedding's rows are the vocabulary: tiled along it, as the head that shares it is.
+  int wte = b.add_params("wte", v, h, v * h, true);
+  b.g.params[size_t(wte)].vocabulary = true;
   int wpe = b.add_params("wpe", s.seq, h, s.seq * h, false);
   b.g.params[size_t(wpe)].tp_replicated = s.seq * h;
   auto whole = [&b](int group) {
@@ -143,22 +145,28 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
   b.elementwise("ln_f", OpKind::LayerNorm, Role::LnF, -1, whole(b.add_params("ln_f", 1, h, 2 * h, false)), h, 8.0, 2.0);
   {
     int head = s.tied_embeddings ? wte : b.add_params("lm_head", v, h, v * h, true);
+    b.g.params[size_t(head)].vocabulary = true;
     auto& o = b.add_op("lm_head", OpKind::LmHead, -1, head, Role::LmHead);
     o.m = b.g.tokens;
     o.n = v;
     o.k = h;
     o.fwd_flops = 2.0 * T * double(h) * double(v);
-    o.bwd_flops = 2.0 * o.fwd_flops;
+    // dX and dW, and the gradient of the softmax over its tile of the vocabulary (the loss's backward,
+    // computed here in place of the tile's logits).
+    o.bwd_flops = 2.0 * o.fwd_flops + 2.0 * T * double(v);
     o.fwd_bytes = kAct * (T * double(h + v) + double(h * v));
     o.out_bytes = 4.0 * T * double(v);  // fp32 logits
     o.tp_bwd_allreduce_bytes = hidden_act;  // input gradient of a vocabulary-parallel head
   }
   {
     auto& o = b.add_op("loss", OpKind::Loss, -1, -1, Role::Loss);
+    // Per token: the largest logit, the sum of exponentials and the loss (fp32), read from the
+    // logits; no probabilities are kept. Its backward is the head's (Operator::backward).
     o.fwd_flops = 5.0 * T * double(v);
-    o.bwd_flops = 2.0 * T * double(v);
+    o.bwd_flops = 0;
+    o.backward = false;
     o.fwd_bytes = 4.0 * 2.0 * T * double(v);
-    o.out_bytes = 4.0;
+    o.out_bytes = 4.0 * 3.0 * T;
     // Vocabulary-parallel cross-entropy: the row maximum, the sum of exponentials and the target's
     // logit, one fp32 each per token, all-reduced over the group.
     o.tp_fwd_allreduce_bytes = tp > 1 ? 3.0 * 4.0 * T : 0.0;

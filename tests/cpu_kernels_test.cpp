@@ -174,16 +174,32 @@ TEST_CASE("softmax cross-entropy backward matches finite differences", "[kernels
   const int64_t T = 3, V = 7;
   auto logits = randn<double>(T * V, 17, 3.0);
   std::vector<int32_t> tgt = {2, 6, 0};
-  std::vector<double> probs(T * V), losses(T);
-  auto loss = [&] { return ref::crossentropy_forward(probs.data(), losses.data(), logits.data(), tgt.data(), T, V); };
+  std::vector<double> stats(3 * T);
+  auto loss = [&] { return ref::crossentropy_forward(stats.data(), logits.data(), tgt.data(), T, V); };
   loss();
-  std::vector<double> dl(T * V);
-  ref::crossentropy_backward(dl.data(), probs.data(), tgt.data(), 1.0 / double(T), T, V);
+  // The gradient is written over the logits, a vocabulary tile at a time: [4, 7), then [0, 4).
+  std::vector<double> dl = logits;
+  ref::crossentropy_backward(dl.data(), stats.data(), tgt.data(), 0, 1.0 / double(T), T, V, V, 4, V);
+  ref::crossentropy_backward(dl.data(), stats.data(), tgt.data(), 0, 1.0 / double(T), T, V, V, 0, 4);
   check_grad("logits", logits, dl, loss);
   // uniform logits give ln V
   std::vector<double> zero(T * V, 0.0);
-  CHECK(ref::crossentropy_forward(probs.data(), losses.data(), zero.data(), tgt.data(), T, V) ==
-        Approx(std::log(double(V))));
+  CHECK(ref::crossentropy_forward(stats.data(), zero.data(), tgt.data(), T, V) == Approx(std::log(double(V))));
+}
+
+TEST_CASE("softmax cross-entropy: a padded vocabulary's columns and a target offset", "[kernels]") {
+  // Rows of 5 columns of which 3 are real tokens starting at token 10 (a tensor-parallel rank's
+  // share): the padding gets a zero gradient, the target is found at its offset.
+  const int64_t T = 2, V = 5;
+  std::vector<float> logits = {1, 2, 3, 0, 0, 0.5f, -1, 2, 0, 0};
+  const std::vector<float> stats = {3, 2, 3, 2, 0, 0};  // rows of T: largest logits, sums, losses (unused)
+  std::vector<int32_t> tgt = {12, 4};  // token 4 is another rank's
+  ref::crossentropy_backward(logits.data(), stats.data(), tgt.data(), 10, 1.0, T, V, 3, 0, V);
+  CHECK(logits[2] == Approx(std::exp(0.0f) / 3.0f - 1.0f));
+  CHECK(logits[0] == Approx(std::exp(-2.0f) / 3.0f));
+  CHECK(logits[3] == 0.0f);
+  CHECK(logits[9] == 0.0f);
+  CHECK(logits[5] == Approx(std::exp(-1.5f) / 2.0f));
 }
 
 TEST_CASE("fast linear and attention match the float reference", "[kernels]") {

@@ -42,7 +42,7 @@ struct Blas {
 
 }  // namespace
 
-TEST_CASE("cuda kernels: embedding forward and backward match the reference", "[cuda]") {
+TEST_CASE("cuda kernels: embedding forward and backward match the reference, whole and in vocabulary tiles", "[cuda]") {
   const int64_t B = 3, S = 17, C = 40, V = 50, T = B * S;
   auto wte = bf16_rounded(random_floats(static_cast<size_t>(V * C), 1)), wpe = bf16_rounded(random_floats(static_cast<size_t>(S * C), 2));
   auto tokens = random_tokens(static_cast<size_t>(T), int32_t(V), 3);
@@ -54,11 +54,21 @@ TEST_CASE("cuda kernels: embedding forward and backward match the reference", "[
   DeviceBuf<bf16> d_wte(test::to_bf16(wte)), d_wpe(test::to_bf16(wpe));
   DeviceBuf<int32_t> d_tok(tokens);
   DeviceBuf<float> d_out(out.size()), d_dout(dout), d_dwte(dwte.size()), d_dwpe(dwpe.size());
-  cu::embedding_forward(d_out, d_tok, d_wte, d_wpe, B, S, C, nullptr);
-  cu::embedding_backward(d_dwte, d_dwpe, d_dout, d_tok, B, S, C, nullptr);
+  cu::embedding_forward(d_out, d_tok, d_wte.p, d_wpe.p, B, S, C, 0, V, nullptr);
+  cu::embedding_backward(d_dwte, d_dwpe, d_dout, d_tok, B, S, C, 0, V, nullptr);
   require_close(d_out.download(), out, 0, 0, "embedding forward");  // one add: exact
   require_close(d_dwte.download(), dwte, 1e-5, 1e-5, "dwte");
   require_close(d_dwpe.download(), dwpe, 1e-5, 1e-5, "dwpe");
+  // Two vocabulary tiles, [0, 20) and [20, V): each writes its tokens, the first adds wpe's gradient.
+  DeviceBuf<float> t_out(out.size()), t_dwte(dwte.size()), t_dwpe(dwpe.size());
+  const int64_t cut = 20;
+  cu::embedding_forward(t_out, d_tok, d_wte.p + cut * C, d_wpe.p, B, S, C, cut, V, nullptr);
+  cu::embedding_forward(t_out, d_tok, d_wte.p, d_wpe.p, B, S, C, 0, cut, nullptr);
+  cu::embedding_backward(t_dwte.p + cut * C, nullptr, d_dout, d_tok, B, S, C, cut, V, nullptr);
+  cu::embedding_backward(t_dwte, t_dwpe, d_dout, d_tok, B, S, C, 0, cut, nullptr);
+  require_close(t_out.download(), out, 0, 0, "embedding forward in tiles");
+  require_close(t_dwte.download(), dwte, 1e-5, 1e-5, "dwte in tiles");
+  require_close(t_dwpe.download(), dwpe, 1e-5, 1e-5, "dwpe in tiles");
 }
 
 TEST_CASE("cuda kernels: layernorm forward and backward match the reference", "[cuda]") {
@@ -156,20 +166,23 @@ TEST_CASE("cuda kernels: softmax + cross-entropy match the reference", "[cuda]")
   const int64_t T = 33, V = 1000;
   auto logits = random_floats(static_cast<size_t>(T * V), 17, 4.0f);
   auto targets = random_tokens(static_cast<size_t>(T), int32_t(V), 18);
-  std::vector<float> probs(static_cast<size_t>(T * V)), losses(static_cast<size_t>(T)), dlogits(static_cast<size_t>(T * V), 0.0f);
-  const double loss = ref::crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), T, V);
-  ref::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0 / double(T), T, V);
-  DeviceBuf<float> d_logits(logits), d_probs(probs.size()), d_losses(losses.size()), d_dl(dlogits.size());
+  std::vector<float> stats(static_cast<size_t>(3 * T)), dlogits = logits;
+  const double loss = ref::crossentropy_forward(stats.data(), logits.data(), targets.data(), T, V);
+  ref::crossentropy_backward(dlogits.data(), stats.data(), targets.data(), 0, 1.0 / double(T), T, V, V, 0, V);
+  DeviceBuf<float> d_logits(logits), d_stats(stats.size());
   DeviceBuf<int32_t> d_t(targets);
-  cu::crossentropy_forward(d_probs, d_losses, d_logits, d_t, T, V, nullptr);
-  cu::crossentropy_backward(d_dl, d_probs, d_t, float(1.0 / double(T)), T, V, nullptr);
-  auto got_losses = d_losses.download();
+  cu::crossentropy_forward(d_stats, d_logits, d_t, T, V, nullptr);
+  // The gradient in two vocabulary tiles, over the logits.
+  cu::crossentropy_backward(d_logits, d_stats, d_t, float(1.0 / double(T)), T, V, 400, V, nullptr);
+  cu::crossentropy_backward(d_logits, d_stats, d_t, float(1.0 / double(T)), T, V, 0, 400, nullptr);
+  auto got_stats = d_stats.download();
+  std::vector<float> got_losses(got_stats.begin() + 2 * T, got_stats.end()), losses(stats.begin() + 2 * T, stats.end());
   double got = 0;
   for (float l : got_losses) got += double(l);
   CHECK(got / double(T) == Approx(loss).epsilon(1e-5));
-  require_close(d_probs.download(), probs, 1e-7, 1e-4, "probabilities");
+  require_close(got_stats, stats, 1e-5, 1e-5, "statistics and losses");
   require_close(got_losses, losses, 1e-5, 1e-5, "losses");
-  require_close(d_dl.download(), dlogits, 1e-8, 1e-4, "dlogits");
+  require_close(d_logits.download(), dlogits, 1e-8, 1e-4, "dlogits");
 }
 
 TEST_CASE("cuda kernels: device Adam is bitwise the reference Adam", "[cuda]") {

@@ -1,6 +1,7 @@
 // The GPT-2 model: whole-model gradients against finite differences (one random direction per
 // parameter group), fast kernels against the reference loops, per-operator execution with a block
-// dropped and recomputed from its checkpoint, and a linear run as tiles inside the model.
+// dropped and recomputed from its checkpoint, a linear run as tiles inside the model, and the
+// embedding and the head run as vocabulary tiles.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -151,6 +152,7 @@ TEST_CASE("gpt2 per-operator run with a block dropped and recomputed equals the 
   Gpt2Params g = m.zeros();
   int recomputed = -1;
   for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    if (!it->backward) continue;  // the loss: the head's backward computes its gradient
     if (it->block >= 0 && it->block != recomputed) {
       // backward enters block l: rebuild its activations from the checkpoint x[l]
       for (const auto& op : ops)
@@ -195,12 +197,13 @@ TEST_CASE("gpt2 linear operators run as tiles equal the untiled operator", "[gpt
     const auto& grp = m.graph().params[size_t(op.param_groups[0])];
     for (auto [r0, r1] : tiles_of(op)) {
       auto t = tile_buf(p[size_t(grp.id)], grp, r0, r1);
-      m.forward_tile(op.id, r0, r1, {t.data(), int64_t(t.size())}, a);
+      m.forward_tile(op.id, r0, r1, std::vector<ParamBuf>{{t.data(), int64_t(t.size())}}, a);
     }
   }
   CHECK(a.loss == Approx(loss_ref).epsilon(1e-6));
   a.zero_grads();
   for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    if (!it->backward) continue;
     if (!tiled(*it)) {
       m.backward(it->id, pviews(*it, p), gviews(*it, g), a);
       continue;
@@ -210,12 +213,110 @@ TEST_CASE("gpt2 linear operators run as tiles equal the untiled operator", "[gpt
     for (auto [r0, r1] : tiles_of(*it)) {
       auto t = tile_buf(p[size_t(grp.id)], grp, r0, r1);
       std::vector<float> tg(t.size(), 0.0f);
-      m.backward_tile(it->id, r0, r1, {t.data(), int64_t(t.size())}, {tg.data(), int64_t(tg.size())}, a);
+      m.backward_tile(it->id, r0, r1, std::vector<ParamBuf>{{t.data(), int64_t(t.size())}},
+                      std::vector<GradBuf>{{tg.data(), int64_t(tg.size())}}, a);
       std::copy(tg.begin(), tg.begin() + (r1 - r0) * grp.cols, full_grad.begin() + r0 * grp.cols);
       std::copy(tg.begin() + (r1 - r0) * grp.cols, tg.end(), full_grad.begin() + grp.rows * grp.cols + r0);
     }
   }
   CHECK(max_rel_diff(g, g_ref) < 1e-5);
+}
+
+TEST_CASE("gpt2 vocabulary tiles of the embedding and the head are the untiled arithmetic, but the head's input gradient",
+          "[gpt2][tiling][vocabulary]") {
+  // With the reference kernels (plain loops), the embedding's output, the logits, the loss and every
+  // tile's weight gradient are bitwise the untiled operators'; the head's input gradient sums over
+  // the vocabulary, which the tiles add in another order: equal within float rounding. OpenBLAS
+  // picks its GEMM kernels by shape, so with the fast kernels a tile's GEMMs may also round
+  // differently: within float rounding too.
+  for (bool tied : {true, false})
+  for (KernelImpl impl : {KernelImpl::Reference, KernelImpl::Fast}) {
+    const bool exact = impl == KernelImpl::Reference;
+    INFO("tied " << tied << ", " << (exact ? "reference" : "fast") << " kernels");
+    zinf::core::ModelSpec s = micro_spec();
+    s.vocab = 37;
+    s.tied_embeddings = tied;
+    Gpt2 m(zinf::models::build_gpt(s), impl);
+    const Gpt2Params p = random_params(m, 21, 0.3);
+    const auto& ops = m.graph().ops;
+    const auto& embed = ops.front();
+    const auto& head = ops[ops.size() - 2];
+    REQUIRE(head.kind == zinf::core::OpKind::LmHead);
+    const int64_t C = s.hidden;
+    const std::vector<std::pair<int64_t, int64_t>> tiles{{0, 10}, {10, 11}, {11, 37}};
+    auto rows = [&](const std::vector<float>& full, int64_t r0, int64_t r1) {
+      return std::vector<float>(full.begin() + r0 * C, full.begin() + r1 * C);
+    };
+    auto ref = m.make_activations(), a = m.make_activations();
+    set_random_batch(m, ref, 5);
+    set_random_batch(m, a, 5);
+    Gpt2Params g_ref = m.zeros(), g = m.zeros();
+    const double loss_ref = m.forward_backward(p, g_ref, ref);
+    // Forward: the embedding's tiles in order, the blocks, the head's tiles.
+    const int32_t wte = embed.param_groups[0], wpe = embed.param_groups[1], w_head = head.param_groups[0];
+    for (const auto& op : ops) {
+      if (op.id == embed.id || op.id == head.id) {
+        const int32_t grp = op.id == embed.id ? wte : w_head;
+        for (auto [r0, r1] : tiles) {
+          auto t = rows(p[size_t(grp)], r0, r1);
+          std::vector<ParamBuf> bufs{{t.data(), int64_t(t.size())}};
+          if (op.id == embed.id) bufs.push_back({p[size_t(wpe)].data(), int64_t(p[size_t(wpe)].size())});
+          m.forward_tile(op.id, r0, r1, bufs, a);
+        }
+        if (op.id == embed.id) CHECK(std::vector<float>(a.x[0].begin(), a.x[0].end()) ==
+                                     std::vector<float>(ref.x[0].begin(), ref.x[0].end()));
+        continue;
+      }
+      m.forward(op.id, pviews(op, p), a);
+    }
+    if (exact) CHECK(a.loss == loss_ref);
+    CHECK(a.loss == Approx(loss_ref).epsilon(1e-6));
+    // Backward: the head's tiles, last first, each reduced on its own; then the blocks.
+    a.zero_grads();
+    Gpt2Params g_head = m.zeros();  // the head's contribution to its weight, tile by tile
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      if (!it->backward || it->id == embed.id) continue;
+      if (it->id != head.id) {
+        m.backward(it->id, pviews(*it, p), gviews(*it, g), a);
+        continue;
+      }
+      for (auto t = tiles.rbegin(); t != tiles.rend(); ++t) {
+        auto w = rows(p[size_t(w_head)], t->first, t->second);
+        std::vector<float> dw(w.size(), 0.0f);
+        m.backward_tile(head.id, t->first, t->second, std::vector<ParamBuf>{{w.data(), int64_t(w.size())}},
+                        std::vector<GradBuf>{{dw.data(), int64_t(dw.size())}}, a);
+        std::copy(dw.begin(), dw.end(), g_head[size_t(w_head)].begin() + t->first * C);
+      }
+    }
+    // The head's weight gradient alone, untiled, for a bitwise comparison.
+    auto h = m.make_activations();
+    set_random_batch(m, h, 5);
+    m.forward(p, h);
+    h.zero_grads();
+    Gpt2Params g_head_ref = m.zeros();
+    m.backward(head.id, pviews(head, p), gviews(head, g_head_ref), h);
+    if (exact) CHECK(g_head[size_t(w_head)] == g_head_ref[size_t(w_head)]);
+    CHECK(max_rel_diff(g_head, g_head_ref) < 1e-6);
+    // The blocks' gradients come through the head's input gradient: another order of the same sums.
+    for (int32_t grp : {wte, wpe, w_head}) g[size_t(grp)] = g_ref[size_t(grp)];
+    CHECK(max_rel_diff(g, g_ref) < 1e-5);
+    // The embedding's tiles on the untiled run's output gradient: bitwise its rows and wpe's.
+    a.dx[0] = ref.dx[0];
+    Gpt2Params g_embed = m.zeros(), g_embed_ref = m.zeros();
+    m.backward(embed.id, pviews(embed, p), gviews(embed, g_embed_ref), a);
+    for (auto t = tiles.rbegin(); t != tiles.rend(); ++t) {
+      auto w = rows(p[size_t(wte)], t->first, t->second);
+      std::vector<float> dw(w.size(), 0.0f);
+      m.backward_tile(embed.id, t->first, t->second,
+                      std::vector<ParamBuf>{{w.data(), int64_t(w.size())}, {p[size_t(wpe)].data(), int64_t(p[size_t(wpe)].size())}},
+                      std::vector<GradBuf>{{dw.data(), int64_t(dw.size())},
+                                           {g_embed[size_t(wpe)].data(), int64_t(g_embed[size_t(wpe)].size())}},
+                      a);
+      std::copy(dw.begin(), dw.end(), g_embed[size_t(wte)].begin() + t->first * C);
+    }
+    CHECK(g_embed[size_t(wte)] == g_embed_ref[size_t(wte)]);
+    CHECK(g_embed[size_t(wpe)] == g_embed_ref[size_t(wpe)]);
+  }
 }
 
 TEST_CASE("gpt2 rejects wrong buffers and missing inputs with the operator's name", "[gpt2]") {
@@ -229,7 +330,7 @@ TEST_CASE("gpt2 rejects wrong buffers and missing inputs with the operator's nam
                                                             Catch::Contains("not resident"));
   std::vector<ParamBuf> wrong = {{p[0].data(), 3}};
   CHECK_THROWS_WITH(m.forward(op.id, wrong, a), Catch::Contains("h.0.attn.c_attn"));
-  CHECK_THROWS_WITH(m.forward_tile(op.id, 0, 1000, {p[0].data(), 5}, a), Catch::Contains("bad tile"));
+  CHECK_THROWS_WITH(m.forward_tile(op.id, 0, 1000, std::vector<ParamBuf>{{p[0].data(), 5}}, a), Catch::Contains("bad tile"));
   // after a drop, backward of an operator inside the block needs a recompute first
   Gpt2Params g = m.zeros();
   m.forward(p, a);

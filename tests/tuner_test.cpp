@@ -5,6 +5,8 @@
 // SimGrid engine is created.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -335,6 +337,22 @@ TEST_CASE("the DeepSpeed config tune writes is read back, and names what it cann
   t.ranks = 16;
   t.precision = Precision::Fp16;  // a V100 run
   std::vector<std::string> missing;
+  // zinf tiles the vocabulary-wide operators by default (auto); DeepSpeed never does: said, and the
+  // untiled ones are what DeepSpeed runs.
+  c.checkpoint_copies_synchronous = true;
+  run_config_to_deepspeed_json(c, t, missing);
+  REQUIRE(missing.size() == 1);
+  CHECK_THAT(missing[0], Contains("auto vocabulary tiles"));
+  {  // read back, the one key written only when set is the difference (no line of the other to pair with)
+    DeepSpeedContext ctx;
+    ctx.ranks = 16;
+    const RunConfig back = read_deepspeed_config(run_config_to_deepspeed_json(c, t, missing), "auto.json", ctx).config;
+    const auto diff = deepspeed_round_trip(c, back, Precision::Fp16);
+    CHECK(std::find(diff.begin(), diff.end(), "(absent) -> vocabulary_tiles: 1") != diff.end());
+  }
+  c.vocabulary_tiles = 1;
+  c.checkpoint_copies_synchronous = false;
+  missing.clear();
   run_config_to_deepspeed_json(c, t, missing);
   REQUIRE(missing.size() == 1);  // cpu_checkpointing copies on the compute stream: overlapped copies are zinf's own
   CHECK_THAT(missing[0], Contains("overlapped checkpoint copies"));

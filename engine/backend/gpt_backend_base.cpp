@@ -302,7 +302,9 @@ void GptBackendBase::load_state(const FullState& full) {
 namespace {
 
 // The unit's flat tensor (weight rows then their biases, or the whole group) from a group tensor,
-// and back.
+// and back. A tiled weight without a bias (the embedding's vocabulary tiles) is its rows alone.
+bool has_bias(const core::ParamGroup& pg) { return pg.numel > pg.rows * pg.cols; }
+
 std::vector<float> unit_from_group(const core::ModelGraph& graph, const core::ParamUnit& u,
                                    const std::vector<float>& g) {
   if (u.tiles == 1) return g;
@@ -310,7 +312,7 @@ std::vector<float> unit_from_group(const core::ModelGraph& graph, const core::Pa
   const int64_t rows = u.row_end - u.row_begin, cols = pg.cols;
   std::vector<float> out(size_t(u.numel));
   std::copy_n(g.data() + u.row_begin * cols, rows * cols, out.data());
-  std::copy_n(g.data() + pg.rows * cols + u.row_begin, rows, out.data() + rows * cols);
+  if (has_bias(pg)) std::copy_n(g.data() + pg.rows * cols + u.row_begin, rows, out.data() + rows * cols);
   return out;
 }
 
@@ -323,7 +325,7 @@ void unit_into_group(const core::ModelGraph& graph, const core::ParamUnit& u, co
   const auto& pg = graph.params[size_t(u.group)];
   const int64_t rows = u.row_end - u.row_begin, cols = pg.cols;
   std::copy_n(src, rows * cols, g.data() + u.row_begin * cols);
-  std::copy_n(src + rows * cols, rows, g.data() + pg.rows * cols + u.row_begin);
+  if (has_bias(pg)) std::copy_n(src + rows * cols, rows, g.data() + pg.rows * cols + u.row_begin);
 }
 
 }  // namespace

@@ -163,7 +163,8 @@ protected:
   // last backward its intermediates and their gradients, its input, its output and the output's
   // gradient (the next use of each is the next step, which allocates them zeroed); after ln_f's
   // backward (the last of its run) the head's tensors; after the embedding's the first block's
-  // input and its gradient. So backward holds one run's activations, not every block's. `Acts` is
+  // input and its gradient (after its last vocabulary tile's). So backward holds one run's
+  // activations, not every block's. `Acts` is
   // a device's activations (Gpt2Activations, cuda::CudaActivations: the same members); `release`
   // frees one tensor.
   template <class Acts, class Release>
@@ -174,9 +175,9 @@ protected:
       a.drop_block(int(b));
       for (auto* v : {&a.x[b], &a.x[b + 1], &a.dx[b + 1]}) release(*v);
     }
-    if (op.block >= 0) return;
+    if (op.block >= 0 || !index.last_backward_outside_blocks.count(t.id)) return;  // a tile before the last
     if (op.kind == core::OpKind::LayerNorm)
-      for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.d_lnf, &a.logits, &a.probs, &a.losses, &a.d_logits}) release(*v);
+      for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.d_lnf, &a.logits, &a.losses}) release(*v);
     if (op.kind == core::OpKind::Embedding)
       for (auto* v : {&a.x[0], &a.dx[0]}) release(*v);
   }
@@ -195,7 +196,7 @@ protected:
   // output and the head's tensors.
   template <class Acts, class Release>
   void drop_head(Acts& a, Release release) const {
-    for (auto* v : {&a.x[a.x.size() - 1], &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.probs, &a.losses}) release(*v);
+    for (auto* v : {&a.x[a.x.size() - 1], &a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.losses}) release(*v);
   }
   // The token of micro-batch 0 whose logits begin_forward asked to keep (-1: none), and the keeping:
   // a device hands over the row (the whole vocabulary) from its logits before drop_head.
@@ -215,8 +216,11 @@ protected:
 
   // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction.
   float grad_scale() const { return 1.0f / float(P->data_parallel() * P->micro_batches()); }
-  bool first_micro_batch(const core::Task& t) const { return t.micro_batch == 0; }
-  bool last_micro_batch(const core::Task& t) const { return t.micro_batch == P->micro_batches() - 1; }
+  // Whether a gradient task's contribution is the step's first to its unit (it overwrites the home)
+  // or its last (the gradient is complete): the Program's (Task::grad_first, grad_last), one per
+  // micro-batch and operator that uses the unit.
+  bool first_micro_batch(const core::Task& t) const { return t.grad_first; }
+  bool last_micro_batch(const core::Task& t) const { return t.grad_last; }
   // Adds a reduced micro-batch gradient of this rank's part of unit u into the stored bf16 shard on
   // the host (the same rounding on every tier); after the last micro-batch its squares join the
   // gradient norm, those of elements every tensor-parallel rank holds (replicated_in_mine) 1/t each.

@@ -19,13 +19,15 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
     for (int32_t id : c.forward_end)
       if (id >= 0) last_forward_of_run.insert(id);
   }
-  std::map<std::pair<int32_t, int>, int32_t> last;  // (micro-batch, block) -> task
-  for (const auto& t : P.tasks())
-    if (t.kind == core::TaskKind::Backward && graph.ops[size_t(t.op)].block >= 0) {
-      auto& id = last[{t.micro_batch, graph.ops[size_t(t.op)].block}];
-      id = std::max(id, t.id);
-    }
+  std::map<std::pair<int32_t, int>, int32_t> last, last_op;  // (micro-batch, block or operator) -> task
+  for (const auto& t : P.tasks()) {
+    if (t.kind != core::TaskKind::Backward) continue;
+    const int block = graph.ops[size_t(t.op)].block;
+    auto& id = block >= 0 ? last[{t.micro_batch, block}] : last_op[{t.micro_batch, t.op}];
+    id = std::max(id, t.id);
+  }
   for (const auto& [key, id] : last) last_backward_of_block[id] = key.second;
+  for (const auto& [key, id] : last_op) last_backward_outside_blocks.insert(id);
   if (!P.forward_only()) return;
   last.clear();
   for (const auto& t : P.tasks())

@@ -1,8 +1,9 @@
 // What the GPT training backend (GptBackendBase, engine/backend/gpt_backend_base.hpp) reads off a
 // Program once, at construction, in the form it looks things up: each parameter group's units; the
 // blocks of each checkpointed run and the tasks that end their forwards, as the Program states them
-// (Program::checkpoint_runs); the last backward task of each block in each micro-batch (lanes run in
-// id order: the highest id), and in a forward-only Program the last forward task of each. Where each micro-batch's backward starts, and the checkpoint copies
+// (Program::checkpoint_runs); the last backward task of each block, and of each operator outside the
+// blocks, in each micro-batch (lanes run in id order: the highest id), and in a forward-only Program
+// the last forward task of each block. Where each micro-batch's backward starts, and the checkpoint copies
 // before it, the backend reads from Program::backward_starts itself. Immutable after construction,
 // so safe to read from every lane thread.
 #pragma once
@@ -25,6 +26,9 @@ struct GptProgramIndex {
   std::set<int32_t> last_forward_of_run;          // the last forward task of each checkpointed run, per micro-batch
   std::map<int32_t, int> last_backward_of_block;  // Backward task id -> the block whose last backward (in its mb) it is
   std::map<int32_t, int> last_forward_of_block;   // forward-only Programs: Forward task id -> the block it ends
+  // The last backward task of each operator outside the blocks in each micro-batch: of a tiled one
+  // (the embedding, the head), its last tile's.
+  std::set<int32_t> last_backward_outside_blocks;
 };
 
 }  // namespace zinf::engine

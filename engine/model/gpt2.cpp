@@ -52,7 +52,6 @@ void Gpt2Activations::zero_grads() {
                     &b.d_mlpproj})
       zero(*v);
   zero(d_lnf);
-  zero(d_logits);
 }
 
 int64_t Gpt2Activations::bytes() const {
@@ -65,7 +64,7 @@ int64_t Gpt2Activations::bytes() const {
                     &b.ln2_mean, &b.ln2_rstd, &b.fch, &b.fch_gelu, &b.mlpproj, &b.d_ln1, &b.d_qkv, &b.d_atty,
                     &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu, &b.d_mlpproj})
       add(*v);
-  for (auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits, &probs, &losses, &d_lnf, &d_logits}) add(*v);
+  for (auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits, &losses, &d_lnf}) add(*v);
   return n * int64_t(sizeof(float));
 }
 
@@ -108,8 +107,7 @@ Gpt2Activations Gpt2::make_activations(CpuDeviceArena* arena) const {
                     &b.ln2_mean, &b.ln2_rstd, &b.fch, &b.fch_gelu, &b.mlpproj, &b.d_ln1, &b.d_qkv, &b.d_atty,
                     &b.d_attproj, &b.d_res1, &b.d_ln2, &b.d_fch, &b.d_fch_gelu, &b.d_mlpproj})
       *v = Activation(alloc);
-  for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.probs, &a.losses, &a.d_lnf, &a.d_logits})
-    *v = Activation(alloc);
+  for (auto* v : {&a.lnf, &a.lnf_mean, &a.lnf_rstd, &a.logits, &a.losses, &a.d_lnf}) *v = Activation(alloc);
   return a;
 }
 
@@ -168,7 +166,8 @@ Gpt2::LinearIo Gpt2::linear_io(int op, Gpt2Activations& a) const {
     case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, Ca_, C_, true};
     case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, Fl_, true};
     case Role::MlpProj: return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, Fl_, C_, true};
-    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.d_logits, C_, Vl_, false};
+    // The head's output gradient is written over its logits (head_backward).
+    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.logits, C_, Vl_, false};
     default: throw std::invalid_argument("gpt2: operator " + name + " is not a linear");
   }
 }
@@ -203,13 +202,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
   switch (r.role) {
     case Role::None:  // refused by the constructor
       throw std::logic_error("an operator without a role");
-    case Role::Embed: {
-      if (int64_t(a.inputs.size()) != T_) throw std::invalid_argument("gpt2: embed: no micro-batch set");
-      if (TP_ > 1) return tp_embed_forward(p, a);
-      (fast ? cpu::embedding_forward : cpu::ref::embedding_forward<float>)(
-          ensure(a.x[0], TC), a.inputs.data(), p[0].data, p[1].data, B_, S_, C_);
-      break;
-    }
+    case Role::Embed: return embed_forward(0, Vl_, p[0].data, p[1].data, a);
     case Role::Ln1: {
       auto& b = a.blocks[size_t(r.block)];
       layernorm(a.x[size_t(r.block)], b.ln1, b.ln1_mean, b.ln1_rstd);
@@ -268,7 +261,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
       if (int64_t(a.targets.size()) != T_) throw std::invalid_argument("gpt2: loss: no micro-batch set");
       if (TP_ > 1) return tp_loss_forward(a);
       a.loss = (fast ? cpu::crossentropy_forward : cpu::ref::crossentropy_forward<float>)(
-          ensure(a.probs, T_ * V_), ensure(a.losses, T_), logits, a.targets.data(), T_, V_);
+          ensure(a.losses, 3 * T_), logits, a.targets.data(), T_, V_);
       break;
     }
   }
@@ -300,11 +293,7 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
     case Role::None:  // refused by the constructor
       throw std::logic_error("an operator without a role");
     case Role::Loss:
-      if (TP_ > 1) return tp_loss_backward(a);
-      (fast ? cpu::crossentropy_backward : cpu::ref::crossentropy_backward<float>)(
-          ensure(a.d_logits, T_ * V_), need(a.probs, T_ * V_, name, "the probabilities"), a.targets.data(),
-          a.loss_scale / double(T_), T_, V_);
-      break;
+      throw std::invalid_argument("gpt2: operator " + name + " has no backward: the head's backward computes the loss's gradient");
     case Role::LnF: {
       const size_t L = size_t(spec().layers);
       layernorm(a.dx[L], a.d_lnf, a.x[L], a.lnf_mean, a.lnf_rstd);
@@ -320,11 +309,11 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
       layernorm(b.d_res1, b.d_ln2, b.res1, b.ln2_mean, b.ln2_rstd);
       break;
     }
+    case Role::LmHead: return head_backward(0, Vl_, p[0].data, g[0].data, a);
     case Role::CAttn:
     case Role::AttnProj:
     case Role::Fc:
-    case Role::MlpProj:
-    case Role::LmHead: {
+    case Role::MlpProj: {
       const LinearIo io = linear_io(op, a);
       const float* w = p[0].data;
       float* dw = g[0].data;
@@ -366,45 +355,129 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
           need(b.fch, T_ * Fl_, name, "mlp.c_fc's output"), T_ * Fl_);
       break;
     }
-    case Role::Embed:
-      if (TP_ > 1) return tp_embed_backward(g, a);
-      (fast ? cpu::embedding_backward : cpu::ref::embedding_backward<float>)(
-          g[0].data, g[1].data, need(a.dx[0], TC, name, "the output gradient"), a.inputs.data(), B_, S_, C_);
-      break;
+    case Role::Embed: return embed_backward(0, Vl_, g[0].data, g[1].data, a);
   }
 }
 
-void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activations& a) const {
-  check_activations(a);
-  const LinearIo io = linear_io(op, a);
-  const std::string& name = graph_.ops[size_t(op)].name;
-  const int64_t rows = r1 - r0;
-  if (r0 < 0 || r1 > io.out || rows <= 0 || tile.numel != rows * (io.in + (io.bias ? 1 : 0)) || !tile.data)
-    throw std::invalid_argument("gpt2: operator " + name + ": bad tile [" + std::to_string(r0) + ", " +
-                                std::to_string(r1) + ") of " + std::to_string(io.out) + " rows with " +
-                                std::to_string(tile.numel) + " elements");
-  const float* x = need(*io.x, T_ * io.in, name, "the input");
-  const float* b = adds_bias(io, role(op).role) ? tile.data + rows * io.in : nullptr;
-  float* y = ensure(*io.y, T_ * io.out);
-  if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
-  else cpu::ref::linear_forward(y, x, tile.data, b, T_, io.in, io.out, r0, r1);
+// The tokens whose rows of this rank's vocabulary share are in [r0, r1) look up `wte` (those rows)
+// and add their position (on group rank 0 only: the group's all-reduce sums the embedding); the
+// first tile also writes the tokens of other ranks' vocabulary: their position, or 0. Each token is
+// written by one tile, with the untiled embedding's arithmetic.
+void Gpt2::embed_forward(int64_t r0, int64_t r1, const float* wte, const float* wpe, Gpt2Activations& a) const {
+  if (int64_t(a.inputs.size()) != T_) throw std::invalid_argument("gpt2: embed: no micro-batch set");
+  float* x = ensure(a.x[0], T_ * C_);
+  const bool position = tp_.rank == 0;
+  for (int64_t t = 0; t < T_; ++t) {
+    const int64_t v = a.inputs[size_t(t)] - Voff_;
+    const bool mine = v >= 0 && v < Vvalid_;
+    if (mine ? (v < r0 || v >= r1) : r0 != 0) continue;
+    float* row = x + t * C_;
+    const float* pos = wpe + (t % S_) * C_;
+    if (mine) {
+      const float* e = wte + (v - r0) * C_;
+      for (int64_t c = 0; c < C_; ++c) row[c] = position ? e[c] + pos[c] : e[c];
+    } else {
+      for (int64_t c = 0; c < C_; ++c) row[c] = position ? pos[c] : 0.0f;
+    }
+  }
 }
 
-void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, GradBuf tile_grad, Gpt2Activations& a) const {
+// dwte's rows [r0, r1) (dwte holds those rows) get the tokens in them, in token order; the position
+// embedding's gradient (whole, replicated under tensor parallelism) is added once, by the first tile.
+void Gpt2::embed_backward(int64_t r0, int64_t r1, float* dwte, float* dwpe, Gpt2Activations& a) const {
+  const float* dx = need(a.dx[0], T_ * C_, "embed", "the output gradient");
+  for (int64_t t = 0; t < T_; ++t) {
+    const int64_t v = a.inputs[size_t(t)] - Voff_;
+    const float* row = dx + t * C_;
+    if (v >= r0 && v < r1 && v < Vvalid_) {
+      float* e = dwte + (v - r0) * C_;
+      for (int64_t c = 0; c < C_; ++c) e[c] += row[c];
+    }
+    if (r0 == 0) {
+      float* pos = dwpe + (t % S_) * C_;
+      for (int64_t c = 0; c < C_; ++c) pos[c] += row[c];
+    }
+  }
+}
+
+void Gpt2::head_backward(int64_t r0, int64_t r1, const float* w, float* dw, Gpt2Activations& a) const {
+  const std::string name = "lm_head";
+  need(a.logits, T_ * Vl_, name, "the logits");
+  float* logits = a.logits.data();
+  const float* stats = need(a.losses, 3 * T_, name, "the loss's statistics (the loss ran)");
+  const float* x = need(a.lnf, T_ * C_, name, "the input");
+  if (int64_t(a.targets.size()) != T_) throw std::invalid_argument("gpt2: lm_head: no micro-batch set");
+  const bool fast = impl_ == KernelImpl::Fast;
+  (fast ? cpu::crossentropy_backward : cpu::ref::crossentropy_backward<float>)(
+      logits, stats, a.targets.data(), Voff_, a.loss_scale / double(T_), T_, Vl_, Vvalid_, r0, r1);
+  float* dx = ensure(a.d_lnf, T_ * C_);
+  if (fast) cpu::linear_backward(dx, dw, nullptr, logits, x, w, T_, C_, Vl_, r0, r1);
+  else cpu::ref::linear_backward<float>(dx, dw, nullptr, logits, x, w, T_, C_, Vl_, r0, r1);
+}
+
+void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params, Gpt2Activations& a) const {
   check_activations(a);
+  check_tile(op, r0, r1, params, {});
+  const float* w = params[0].data;
+  if (role(op).role == Role::Embed) return embed_forward(r0, r1, w, params[1].data, a);
   const LinearIo io = linear_io(op, a);
   const std::string& name = graph_.ops[size_t(op)].name;
   const int64_t rows = r1 - r0;
-  if (r0 < 0 || r1 > io.out || rows <= 0 || tile.numel != rows * (io.in + (io.bias ? 1 : 0)) || !tile.data ||
-      tile_grad.numel != tile.numel || !tile_grad.data)
-    throw std::invalid_argument("gpt2: operator " + name + ": bad tile [" + std::to_string(r0) + ", " +
-                                std::to_string(r1) + ") or tile gradient buffer");
+  const float* x = need(*io.x, T_ * io.in, name, "the input");
+  const float* b = adds_bias(io, role(op).role) ? w + rows * io.in : nullptr;
+  float* y = ensure(*io.y, T_ * io.out);
+  if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, w, b, T_, io.in, io.out, r0, r1);
+  else cpu::ref::linear_forward(y, x, w, b, T_, io.in, io.out, r0, r1);
+}
+
+void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params, std::span<const GradBuf> grads,
+                         Gpt2Activations& a) const {
+  check_activations(a);
+  check_tile(op, r0, r1, params, grads);
+  const float* w = params[0].data;
+  float* dw = grads[0].data;
+  switch (role(op).role) {
+    case Role::Embed: return embed_backward(r0, r1, dw, grads[1].data, a);
+    case Role::LmHead: return head_backward(r0, r1, w, dw, a);
+    default: break;
+  }
+  const LinearIo io = linear_io(op, a);
+  const std::string& name = graph_.ops[size_t(op)].name;
+  const int64_t rows = r1 - r0;
   const float* x = need(*io.x, T_ * io.in, name, "the input");
   const float* dy = need(*io.dy, T_ * io.out, name, "the output gradient");
   float* dx = ensure(*io.dx, T_ * io.in);
-  float* db = io.bias ? tile_grad.data + rows * io.in : nullptr;
-  if (impl_ == KernelImpl::Fast) cpu::linear_backward(dx, tile_grad.data, db, dy, x, tile.data, T_, io.in, io.out, r0, r1);
-  else cpu::ref::linear_backward(dx, tile_grad.data, db, dy, x, tile.data, T_, io.in, io.out, r0, r1);
+  float* db = io.bias ? dw + rows * io.in : nullptr;
+  if (impl_ == KernelImpl::Fast) cpu::linear_backward(dx, dw, db, dy, x, w, T_, io.in, io.out, r0, r1);
+  else cpu::ref::linear_backward(dx, dw, db, dy, x, w, T_, io.in, io.out, r0, r1);
+}
+
+// A tile's buffers: the tiled group's rows [r0, r1) first (its weight rows, then their biases), the
+// operator's other groups whole; gradients alike (none for a forward).
+void Gpt2::check_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params,
+                      std::span<const GradBuf> grads) const {
+  const core::Operator& o = graph_.ops[size_t(op)];
+  const Role r = role(op).role;
+  const bool tiled = r == Role::Embed || r == Role::LmHead || r == Role::CAttn || r == Role::AttnProj || r == Role::Fc ||
+                     r == Role::MlpProj;
+  if (!tiled) throw std::invalid_argument("gpt2: operator " + o.name + " is not tiled");
+  const core::ParamGroup& g = graph_.params[size_t(o.param_groups.at(0))];
+  const int64_t rows = r1 - r0, per_row = g.numel / g.rows;
+  auto bad = [&](const std::string& what) {
+    return std::invalid_argument("gpt2: operator " + o.name + ": bad tile [" + std::to_string(r0) + ", " +
+                                 std::to_string(r1) + ") of " + std::to_string(g.rows) + " rows: " + what);
+  };
+  if (r0 < 0 || r1 > g.rows || rows <= 0) throw bad("outside the rows");
+  if (params.size() != o.param_groups.size()) throw bad(std::to_string(params.size()) + " parameter buffers");
+  if (!grads.empty() && grads.size() != params.size()) throw bad(std::to_string(grads.size()) + " gradient buffers");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t want = i == 0 ? rows * per_row : graph_.params[size_t(o.param_groups[i])].numel;
+    if (params[i].numel != want || !params[i].data)
+      throw bad("buffer " + std::to_string(i) + " has " + std::to_string(params[i].numel) + " elements, not " +
+                std::to_string(want));
+    if (!grads.empty() && (grads[i].numel != want || !grads[i].data))
+      throw bad("gradient buffer " + std::to_string(i) + " has " + std::to_string(grads[i].numel) + " elements");
+  }
 }
 
 namespace {
@@ -429,7 +502,7 @@ double Gpt2::forward_backward(const Gpt2Params& params, Gpt2Params& grads, Gpt2A
   const double loss = forward(params, a);
   a.zero_grads();
   for (auto it = graph_.ops.rbegin(); it != graph_.ops.rend(); ++it)
-    backward(it->id, views(*it, params), views(*it, grads), a);
+    if (it->backward) backward(it->id, views(*it, params), views(*it, grads), a);
   return loss;
 }
 

@@ -63,8 +63,11 @@ struct Gpt2Activations {
   std::vector<int32_t> inputs, targets;  // micro_batch x seq tokens each
   std::vector<Activation> x, dx;  // residual stream: x[l] enters block l, x[layers] enters ln_f
   std::vector<BlockActivations> blocks;
-  Activation lnf, lnf_mean, lnf_rstd, logits, probs, losses;
-  Activation d_lnf, d_logits;
+  // The logits (the head's backward writes their gradient over them, a vocabulary tile at a time),
+  // and the loss's statistics per token: three rows of T, the largest logit, the sum of
+  // exponentials and the loss (under tensor parallelism: the target's logit until the all-reduce).
+  Activation lnf, lnf_mean, lnf_rstd, logits, losses;
+  Activation d_lnf;
   double loss = 0;  // mean cross-entropy of the last loss forward
   // d(objective)/d(loss) that the loss backward starts from: 1/n when gradients of n micro-batches
   // are summed into one step's mean, or a loss-scaling factor.
@@ -104,15 +107,24 @@ class Gpt2 {
   // One operator. `params` are the operator's groups in Operator::param_groups order (embed: wte,
   // wpe; lm_head: wte); `grads` likewise. Throws std::invalid_argument naming the operator on a
   // wrong buffer count or size, or when an input activation is missing (dropped, not recomputed).
+  // The loss has no backward (Operator::backward): the head's backward computes its gradient.
   void forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
   void backward(int op, std::span<const ParamBuf> params, std::span<const GradBuf> grads, Gpt2Activations& a) const;
   // Forward of an operator inside a block, run again in backward from the block's checkpoint.
   void recompute(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
 
-  // One row tile [r0, r1) of a linear operator (c_attn, c_proj, c_fc, mlp.c_proj; lm_head only
-  // when untied). All tiles together equal forward()/backward() of the whole operator.
-  void forward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, Gpt2Activations& a) const;
-  void backward_tile(int op, int64_t r0, int64_t r1, ParamBuf tile, GradBuf tile_grad, Gpt2Activations& a) const;
+  // One row tile [r0, r1) of an operator's tiled weight: a linear's output rows (c_attn, c_proj,
+  // c_fc, mlp.c_proj), or a vocabulary tile of the embedding or the LM head (wte's rows, this rank's
+  // share's under tensor parallelism). `params` (and `grads`) are the operator's groups as for
+  // forward(), the tiled one (the first) holding only its tile's rows. All tiles together equal
+  // forward()/backward() of the whole operator: bitwise, but for the input gradient of a linear,
+  // which the tiles sum in a different order (a vocabulary tile of the head: over the vocabulary).
+  // The embedding's tiles write the tokens in their rows (the first tile, r0 = 0, also those outside
+  // this rank's vocabulary) and add the position embedding's gradient once (the first tile); the
+  // head's backward turns its tile of logits into their gradient first (the loss's backward).
+  void forward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params, Gpt2Activations& a) const;
+  void backward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params, std::span<const GradBuf> grads,
+                     Gpt2Activations& a) const;
 
   // Tensor parallelism: the all-reduce over the group that the Program runs after operator `op`'s
   // forward or recompute (after_backward false: the embedding's and the row-parallel linears'
@@ -185,17 +197,21 @@ class Gpt2 {
   bool adds_bias(const LinearIo& io, Role r) const {
     return io.bias && !((r == Role::AttnProj || r == Role::MlpProj) && tp_.rank != 0);
   }
+  // The embedding over the vocabulary rows [r0, r1) of this rank's share (wte holds those rows).
+  void embed_forward(int64_t r0, int64_t r1, const float* wte, const float* wpe, Gpt2Activations& a) const;
+  void embed_backward(int64_t r0, int64_t r1, float* dwte, float* dwpe, Gpt2Activations& a) const;
+  // The head's backward over vocabulary rows [r0, r1) (w and dw hold those rows): the loss's
+  // gradient over those logits, in place, then dW and dX.
+  void head_backward(int64_t r0, int64_t r1, const float* w, float* dw, Gpt2Activations& a) const;
   // Tensor-parallel forms of the operators whose math changes beyond their widths.
-  void tp_embed_forward(std::span<const ParamBuf> p, Gpt2Activations& a) const;
-  void tp_embed_backward(std::span<const GradBuf> g, Gpt2Activations& a) const;
   void tp_loss_forward(Gpt2Activations& a) const;
   void tp_loss_reduce(Gpt2Activations& a) const;
-  void tp_loss_backward(Gpt2Activations& a) const;
 
   const OpRole& role(int op) const;
   LinearIo linear_io(int op, Gpt2Activations& a) const;
   void run_forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
   void check_params(int op, std::span<const ParamBuf> params) const;
+  void check_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params, std::span<const GradBuf> grads) const;
   void check_activations(const Gpt2Activations& a) const;
 
   core::ModelGraph graph_;

@@ -1,6 +1,7 @@
 // Gpt2 under tensor parallelism (engine/model/gpt2.hpp): the shares of the parameter groups, the
-// vocabulary-parallel embedding and cross-entropy, and the all-reduces the Program runs over the
-// tensor-parallel group.
+// vocabulary-parallel cross-entropy, and the all-reduces the Program runs over the tensor-parallel
+// group. (The vocabulary-parallel embedding is gpt2.cpp's, which runs a rank's share of the
+// vocabulary a tile at a time.)
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,13 +10,6 @@
 #include "engine/model/gpt2.hpp"
 
 namespace zinf::engine {
-
-namespace {
-float* ensure(Activation& v, int64_t n) {
-  if (int64_t(v.size()) != n) v.assign(size_t(n), 0.0f);
-  return v.data();
-}
-}  // namespace
 
 Gpt2::WholeShape Gpt2::whole_shape(int32_t group) const {
   const core::ParamGroup& g = graph_.params.at(size_t(group));
@@ -88,38 +82,6 @@ void Gpt2::whole_group(int32_t group, const std::vector<float>& shares, std::vec
   for (int r = 0; r < TP_; ++r) copy_share(group, r, shares.data() + r * n, out.data(), false);
 }
 
-// x[0] = this rank's rows of wte for the tokens in its part of the vocabulary (zero for the
-// others), plus wpe on group rank 0: the group's all-reduce then sums the whole embedding.
-void Gpt2::tp_embed_forward(std::span<const ParamBuf> p, Gpt2Activations& a) const {
-  a.x[0].assign(size_t(T_ * C_), 0.0f);
-  float* x = a.x[0].data();
-  for (int64_t t = 0; t < T_; ++t) {
-    const int64_t v = a.inputs[size_t(t)] - Voff_;
-    float* row = x + t * C_;
-    if (v >= 0 && v < Vvalid_) std::copy_n(p[0].data + v * C_, C_, row);
-    if (tp_.rank == 0) {
-      const float* pos = p[1].data + (t % S_) * C_;
-      for (int64_t c = 0; c < C_; ++c) row[c] += pos[c];
-    }
-  }
-}
-
-// The gradient of x[0] is whole on every rank: wte's rows get the tokens in this rank's part,
-// wpe (whole, replicated) all of it.
-void Gpt2::tp_embed_backward(std::span<const GradBuf> g, Gpt2Activations& a) const {
-  if (int64_t(a.dx[0].size()) != T_ * C_)
-    throw std::invalid_argument("gpt2: operator embed: the output gradient is not resident");
-  const float* dx = a.dx[0].data();
-  for (int64_t t = 0; t < T_; ++t) {
-    const int64_t v = a.inputs[size_t(t)] - Voff_;
-    const float* row = dx + t * C_;
-    if (v >= 0 && v < Vvalid_)
-      for (int64_t c = 0; c < C_; ++c) g[0].data[v * C_ + c] += row[c];
-    float* pos = g[1].data + (t % S_) * C_;
-    for (int64_t c = 0; c < C_; ++c) pos[c] += row[c];
-  }
-}
-
 // Vocabulary-parallel cross-entropy, first half: per token, this rank's largest logit, the sum of
 // exp(logit - that) over its real vocabulary rows, and the target's logit when it is in this
 // rank's part (0 otherwise). losses holds them as three T-long rows until the all-reduce.
@@ -141,8 +103,8 @@ void Gpt2::tp_loss_forward(Gpt2Activations& a) const {
 }
 
 // Second half, on the group: the largest logit over the group (an all-gather of each rank's), the
-// sums rescaled to it and the target logits summed (an all-reduce); then each token's loss and this
-// rank's probabilities, which backward uses.
+// sums rescaled to it and the target logits summed (an all-reduce); then each token's loss. The
+// head's backward takes each rank's probabilities from the largest logit and the sum.
 void Gpt2::tp_loss_reduce(Gpt2Activations& a) const {
   if (int64_t(a.losses.size()) != 3 * T_) throw std::invalid_argument("gpt2: loss: the all-reduce runs after the forward");
   float *mx = a.losses.data(), *sum = mx + T_, *tgt = sum + T_;
@@ -155,28 +117,13 @@ void Gpt2::tp_loss_reduce(Gpt2Activations& a) const {
     mx[t] = m;
   }
   tp_.group->all_reduce(sum, size_t(2 * T_), "tensor-parallel loss: sums and target logits");
-  float* p = ensure(a.probs, T_ * Vl_);
   double total = 0;
   for (int64_t t = 0; t < T_; ++t) {
-    const float* l = a.logits.data() + t * Vl_;
-    for (int64_t v = 0; v < Vl_; ++v) p[t * Vl_ + v] = v < Vvalid_ ? std::exp(l[v] - mx[t]) / sum[t] : 0.0f;
     const float loss = -(tgt[t] - mx[t] - std::log(sum[t]));
     total += double(loss);
     tgt[t] = loss;  // the third row now holds each token's loss
   }
   a.loss = total / double(T_);
-}
-
-void Gpt2::tp_loss_backward(Gpt2Activations& a) const {
-  if (int64_t(a.probs.size()) != T_ * Vl_)
-    throw std::invalid_argument("gpt2: operator loss: the probabilities are not resident (the all-reduce did not run)");
-  float* d = ensure(a.d_logits, T_ * Vl_);
-  const float scale = float(a.loss_scale / double(T_));
-  for (int64_t t = 0; t < T_; ++t) {
-    const int64_t target = a.targets[size_t(t)] - Voff_;
-    for (int64_t v = 0; v < Vvalid_; ++v)
-      d[t * Vl_ + v] += (a.probs[size_t(t * Vl_ + v)] - (v == target ? 1.0f : 0.0f)) * scale;
-  }
 }
 
 void Gpt2::tensor_parallel_all_reduce(int op, bool after_backward, Gpt2Activations& a) const {

@@ -49,7 +49,8 @@ trap 'rm -rf "$work" "$NVME"/rank* "$NVME"/checkpoints' EXIT
 
 ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 free_disk=$(df -B1 --output=avail "$NVME" | tail -n 1)
-hidden=3200
+hidden=${HIDDEN:-3200}
+heads=${HEADS:-25}
 vocab=50257
 seq=128
 per_layer=$((16 * 12 * hidden * hidden))           # bytes of model states per layer (16 B/param)
@@ -83,7 +84,7 @@ cat > "$work/model.yaml" <<YAML
 name: gpt-memory-wall
 layers: $layers
 hidden: $hidden
-heads: 25
+heads: $heads
 seq: $seq
 vocab: $vocab
 micro_batch: 1
@@ -117,6 +118,7 @@ fi
 if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
   --nvme-dir "$NVME" --steps "$MW_STEPS" --timeline "$OUT/timeline.csv" "${ckpt_args[@]}" 2> "$work/time.txt" | tee "$work/train.txt"; then
   grep -v -E '^\s' "$work/time.txt" | head -n 20
+  [ ! -f "$work/cap.txt" ] || echo "memory_wall: memory cap: $(cat "$work/cap.txt")"
   exit 1
 fi
 [ -z "$sampler" ] || wait "$sampler"

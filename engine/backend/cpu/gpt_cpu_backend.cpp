@@ -152,7 +152,7 @@ void GptCpuBackend::compute(const Task& t) {
   for (int32_t u : units) pbufs.push_back({gathered_for(t, u).data(), unit(u).numel});
 
   if (t.kind == TaskKind::Forward || t.kind == TaskKind::Recompute) {
-    if (tiled >= 0) model_.forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a);
+    if (tiled >= 0) model_.forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs, a);
     else if (t.kind == TaskKind::Recompute) model_.recompute(t.op, pbufs, a);
     else model_.forward(t.op, pbufs, a);
     if (op.kind == core::OpKind::Loss) {
@@ -170,7 +170,7 @@ void GptCpuBackend::compute(const Task& t) {
   }
   std::vector<GradBuf> gbufs;
   for (int32_t u : units) gbufs.push_back({grad_buffer(u, t.micro_batch).data(), unit(u).numel});
-  if (tiled >= 0) model_.backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a);
+  if (tiled >= 0) model_.backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs, gbufs, a);
   else model_.backward(t.op, pbufs, gbufs, a);
   drop_after_backward(t, a, [](Activation& v) { Gpt2Activations::release(v); });
 }

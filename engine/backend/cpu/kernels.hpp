@@ -77,12 +77,19 @@ void residual_forward(F* out, const F* a, const F* b, int64_t n);
 template <class F>
 void residual_backward(F* da, F* db, const F* dout, int64_t n);
 
-// probs = softmax(logits) per row; losses[t] = -log probs[t, targets[t]]. Returns the mean loss.
+// Softmax cross-entropy of logits (T x V) without keeping the probabilities: per row t, stats[t] is
+// the largest logit m, stats[T + t] the sum of exp(logit - m) and stats[2T + t] the loss
+// -log softmax[t, targets[t]]. Returns the mean loss.
 template <class F>
-double crossentropy_forward(F* probs, F* losses, const F* logits, const int32_t* targets, int64_t T, int64_t V);
-// dlogits += (probs - onehot(targets)) * scale; scale = dloss / T for a mean loss.
+double crossentropy_forward(F* stats, const F* logits, const int32_t* targets, int64_t T, int64_t V);
+// The loss's gradient over columns [v0, v1) of the logits (T rows of `V`), written over those
+// logits in place: (exp(logit - m) / sum - onehot) * scale with m and sum from stats, the target of
+// row t being column targets[t] - target_offset; columns from `valid` on (padding) get 0. So the
+// head's backward turns one vocabulary tile of logits into its gradient at a time, and the whole
+// probabilities or logits gradient never exist apart. scale = dloss / T for a mean loss.
 template <class F>
-void crossentropy_backward(F* dlogits, const F* probs, const int32_t* targets, double scale, int64_t T, int64_t V);
+void crossentropy_backward(F* logits, const F* stats, const int32_t* targets, int64_t target_offset, double scale,
+                           int64_t T, int64_t V, int64_t valid, int64_t v0, int64_t v1);
 
 }  // namespace ref
 
@@ -130,13 +137,12 @@ inline void residual_forward(float* out, const float* a, const float* b, int64_t
 inline void residual_backward(float* da, float* db, const float* dout, int64_t n) {
   ref::residual_backward(da, db, dout, n);
 }
-inline double crossentropy_forward(float* probs, float* losses, const float* logits, const int32_t* targets,
-                                   int64_t T, int64_t V) {
-  return ref::crossentropy_forward(probs, losses, logits, targets, T, V);
+inline double crossentropy_forward(float* stats, const float* logits, const int32_t* targets, int64_t T, int64_t V) {
+  return ref::crossentropy_forward(stats, logits, targets, T, V);
 }
-inline void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, double scale, int64_t T,
-                                  int64_t V) {
-  ref::crossentropy_backward(dlogits, probs, targets, scale, T, V);
+inline void crossentropy_backward(float* logits, const float* stats, const int32_t* targets, int64_t target_offset,
+                                  double scale, int64_t T, int64_t V, int64_t valid, int64_t v0, int64_t v1) {
+  ref::crossentropy_backward(logits, stats, targets, target_offset, scale, T, V, valid, v0, v1);
 }
 
 }  // namespace zinf::engine::cpu

@@ -212,31 +212,35 @@ void residual_backward(F* da, F* db, const F* dout, int64_t n) {
 }
 
 template <class F>
-double crossentropy_forward(F* probs, F* losses, const F* logits, const int32_t* targets, int64_t T, int64_t V) {
+double crossentropy_forward(F* stats, const F* logits, const int32_t* targets, int64_t T, int64_t V) {
   double total = 0;
+  F *mx = stats, *sum = stats + T, *losses = stats + 2 * T;
   for (int64_t t = 0; t < T; ++t) {
     const F* l = logits + t * V;
-    F* p = probs + t * V;
-    F mx = l[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    F sum = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      p[v] = std::exp(l[v] - mx);
-      sum += p[v];
-    }
-    for (int64_t v = 0; v < V; ++v) p[v] /= sum;
+    F m = l[0];
+    for (int64_t v = 1; v < V; ++v) m = std::max(m, l[v]);
+    F s = 0;
+    for (int64_t v = 0; v < V; ++v) s += std::exp(l[v] - m);
+    mx[t] = m;
+    sum[t] = s;
     // -log p[target] from the logits directly, so a tiny probability does not underflow to log(0)
-    losses[t] = -(l[targets[t]] - mx - std::log(sum));
+    losses[t] = -(l[targets[t]] - m - std::log(s));
     total += double(losses[t]);
   }
   return total / double(T);
 }
 
 template <class F>
-void crossentropy_backward(F* dlogits, const F* probs, const int32_t* targets, double scale, int64_t T, int64_t V) {
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t v = 0; v < V; ++v)
-      dlogits[t * V + v] += (probs[t * V + v] - (v == targets[t] ? F(1) : F(0))) * F(scale);
+void crossentropy_backward(F* logits, const F* stats, const int32_t* targets, int64_t target_offset, double scale,
+                           int64_t T, int64_t V, int64_t valid, int64_t v0, int64_t v1) {
+  const F* mx = stats;
+  const F* sum = stats + T;
+  for (int64_t t = 0; t < T; ++t) {
+    F* l = logits + t * V;
+    const int64_t target = int64_t(targets[t]) - target_offset;
+    for (int64_t v = v0; v < v1; ++v)
+      l[v] = v < valid ? (std::exp(l[v] - mx[t]) / sum[t] - (v == target ? F(1) : F(0))) * F(scale) : F(0);
+  }
 }
 
 #define ZINF_INSTANTIATE(F)                                                                                          \
@@ -254,8 +258,9 @@ void crossentropy_backward(F* dlogits, const F* probs, const int32_t* targets, d
   template void gelu_backward<F>(F*, const F*, const F*, int64_t);                                                   \
   template void residual_forward<F>(F*, const F*, const F*, int64_t);                                                \
   template void residual_backward<F>(F*, F*, const F*, int64_t);                                                     \
-  template double crossentropy_forward<F>(F*, F*, const F*, const int32_t*, int64_t, int64_t);                       \
-  template void crossentropy_backward<F>(F*, const F*, const int32_t*, double, int64_t, int64_t);
+  template double crossentropy_forward<F>(F*, const F*, const int32_t*, int64_t, int64_t);                           \
+  template void crossentropy_backward<F>(F*, const F*, const int32_t*, int64_t, double, int64_t, int64_t, int64_t,     \
+                                         int64_t, int64_t);
 
 ZINF_INSTANTIATE(float)
 ZINF_INSTANTIATE(double)

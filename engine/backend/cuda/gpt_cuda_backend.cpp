@@ -207,11 +207,11 @@ void GptCudaBackend::compute(const Task& t) {
   if (t.kind == TaskKind::Backward) {
     std::vector<float*> gbufs;
     for (int32_t u : units) gbufs.push_back(grad_buffer(u, t.micro_batch, ctx));
-    if (tiled >= 0) model_->backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], gbufs[0], a, ctx);
+    if (tiled >= 0) model_->backward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs, gbufs, a, ctx);
     else model_->backward(t.op, pbufs, gbufs, a, ctx);
     return drop_after_backward(t, a, [](DeviceTensor& v) { v.release(); });  // the model synchronized the stream
   }
-  if (tiled >= 0) model_->forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs[0], a, ctx);
+  if (tiled >= 0) model_->forward_tile(t.op, unit(tiled).row_begin, unit(tiled).row_end, pbufs, a, ctx);
   else model_->forward(t.op, pbufs, a, ctx);
   const bool loss = graph.ops[size_t(t.op)].kind == core::OpKind::Loss;
   if (loss && keep_logits_of() >= 0 && t.micro_batch == 0) {

@@ -43,7 +43,6 @@ void CudaActivations::zero_grads(cudaStream_t stream) {
   for (auto& b : blocks)
     for (DeviceTensor* t : b.grads()) zero(*t);
   zero(d_lnf);
-  zero(d_logits);
 }
 
 GptCudaModel::GptCudaModel(const core::ModelGraph& graph, CudaDeviceArena& arena) : graph_(graph), arena_(arena) {
@@ -102,7 +101,8 @@ GptCudaModel::LinearIo GptCudaModel::linear_io(int op, CudaActivations& a) const
     case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, C_, C_, true};
     case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, F_, true};
     case Role::MlpProj: return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, F_, C_, true};
-    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.d_logits, C_, V_, false};
+    // The head's output gradient is written over its logits (head_backward).
+    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.logits, C_, V_, false};
     default: throw std::invalid_argument("gpt2 (cuda): operator " + graph_.ops[size_t(op)].name + " is not a linear");
   }
 }
@@ -143,10 +143,7 @@ void GptCudaModel::forward(int op, std::span<const bf16* const> p, CudaActivatio
   switch (r.role) {
     case Role::None:  // refused by the constructor
       throw std::logic_error("an operator without a role");
-    case Role::Embed:
-      if (!a.inputs) throw std::invalid_argument("gpt2 (cuda): embed: no micro-batch set");
-      embedding_forward(ensure(a.x[0], TC, ctx), a.inputs.as<int32_t>(), p[0], p[1], B_, S_, C_, s);
-      break;
+    case Role::Embed: return embed(0, V_, p[0], p[1], a, ctx);
     case Role::Ln1: {
       auto& b = a.blocks[size_t(r.block)];
       layernorm(a.x[size_t(r.block)], b.ln1, b.ln1_mean, b.ln1_rstd);
@@ -190,10 +187,10 @@ void GptCudaModel::forward(int op, std::span<const bf16* const> p, CudaActivatio
     }
     case Role::Loss: {
       if (!a.targets) throw std::invalid_argument("gpt2 (cuda): loss: no micro-batch set");
-      crossentropy_forward(ensure(a.probs, T_ * V_, ctx), ensure(a.losses, T_, ctx),
-                           need(a.logits, T_ * V_, name, "the logits"), a.targets.as<int32_t>(), T_, V_, s);
+      crossentropy_forward(ensure(a.losses, 3 * T_, ctx), need(a.logits, T_ * V_, name, "the logits"),
+                           a.targets.as<int32_t>(), T_, V_, s);
       std::vector<float> losses(static_cast<size_t>(T_));
-      ZINF_CUDA_CHECK(cudaMemcpyAsync(losses.data(), a.losses.data(), losses.size() * sizeof(float),
+      ZINF_CUDA_CHECK(cudaMemcpyAsync(losses.data(), a.losses.data() + 2 * T_, losses.size() * sizeof(float),
                                       cudaMemcpyDeviceToHost, s));
       ZINF_CUDA_CHECK(cudaStreamSynchronize(s));
       double total = 0;
@@ -221,9 +218,7 @@ void GptCudaModel::backward(int op, std::span<const bf16* const> p, std::span<fl
     case Role::None:  // refused by the constructor
       throw std::logic_error("an operator without a role");
     case Role::Loss:
-      crossentropy_backward(ensure(a.d_logits, T_ * V_, ctx), need(a.probs, T_ * V_, name, "the probabilities"),
-                            a.targets.as<int32_t>(), float(a.loss_scale / double(T_)), T_, V_, s);
-      break;
+      throw std::invalid_argument("gpt2 (cuda): operator " + name + " has no backward: the head's backward computes it");
     case Role::LnF: {
       const size_t L = size_t(graph_.spec.layers);
       layernorm(a.dx[L], a.d_lnf, a.x[L], a.lnf_mean, a.lnf_rstd);
@@ -239,11 +234,11 @@ void GptCudaModel::backward(int op, std::span<const bf16* const> p, std::span<fl
       layernorm(b.d_res1, b.d_ln2, b.res1, b.ln2_mean, b.ln2_rstd);
       break;
     }
+    case Role::LmHead: return head_backward(op, 0, V_, p[0], g[0], a, ctx);
     case Role::CAttn:
     case Role::AttnProj:
     case Role::Fc:
-    case Role::MlpProj:
-    case Role::LmHead: linear(op, 0, linear_io(op, a).out, p[0], g[0], true, a, ctx); return;
+    case Role::MlpProj: linear(op, 0, linear_io(op, a).out, p[0], g[0], true, a, ctx); return;
     case Role::Attn: {
       auto& b = a.blocks[size_t(r.block)];
       DeviceBlock scratch = arena_.allocate(uint64_t(attention_scratch(B_, S_, C_, NH_)) * sizeof(float), "attention scratch");
@@ -271,21 +266,53 @@ void GptCudaModel::backward(int op, std::span<const bf16* const> p, std::span<fl
                     need(b.fch, T_ * F_, name, "mlp.c_fc's output"), T_ * F_, s);
       break;
     }
-    case Role::Embed:
-      embedding_backward(g[0], g[1], need(a.dx[0], TC, name, "the output gradient"), a.inputs.as<int32_t>(), B_, S_, C_, s);
-      break;
+    case Role::Embed: return embed_backward(0, V_, g[0], g[1], a, ctx);
   }
   ZINF_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-void GptCudaModel::forward_tile(int op, int64_t r0, int64_t r1, const bf16* tile, CudaActivations& a,
-                                const CudaContext& ctx) const {
-  linear(op, r0, r1, tile, nullptr, false, a, ctx);
+// The tokens in vocabulary rows [r0, r1) (wte holds those rows); each token's row is written by the
+// one tile that holds it.
+void GptCudaModel::embed(int64_t r0, int64_t r1, const bf16* wte, const bf16* wpe, CudaActivations& a,
+                         const CudaContext& ctx) const {
+  if (!a.inputs) throw std::invalid_argument("gpt2 (cuda): embed: no micro-batch set");
+  embedding_forward(ensure(a.x[0], T_ * C_, ctx), a.inputs.as<int32_t>(), wte, wpe, B_, S_, C_, r0, r1, ctx.stream);
+  ZINF_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
-void GptCudaModel::backward_tile(int op, int64_t r0, int64_t r1, const bf16* tile, float* tile_grad,
-                                 CudaActivations& a, const CudaContext& ctx) const {
-  linear(op, r0, r1, tile, tile_grad, true, a, ctx);
+// wte's rows [r0, r1) get their tokens' gradients; the position embedding's is added once, by the
+// first tile (r0 = 0).
+void GptCudaModel::embed_backward(int64_t r0, int64_t r1, float* dwte, float* dwpe, CudaActivations& a,
+                                  const CudaContext& ctx) const {
+  embedding_backward(dwte, r0 == 0 ? dwpe : nullptr, need(a.dx[0], T_ * C_, "embed", "the output gradient"),
+                     a.inputs.as<int32_t>(), B_, S_, C_, r0, r1, ctx.stream);
+  ZINF_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+// The loss's gradient over the head's vocabulary rows [r0, r1), written over those logits, then the
+// tile's dW and dX from it.
+void GptCudaModel::head_backward(int op, int64_t r0, int64_t r1, const bf16* w, float* dw, CudaActivations& a,
+                                 const CudaContext& ctx) const {
+  const float* stats = need(a.losses, 3 * T_, "lm_head", "the loss's statistics (the loss ran)");
+  need(a.logits, T_ * V_, "lm_head", "the logits");
+  crossentropy_backward(a.logits.data(), stats, a.targets.as<int32_t>(), float(a.loss_scale / double(T_)), T_, V_, r0,
+                        r1, ctx.stream);
+  linear(op, r0, r1, w, dw, true, a, ctx);
+}
+
+void GptCudaModel::forward_tile(int op, int64_t r0, int64_t r1, std::span<const bf16* const> params,
+                                CudaActivations& a, const CudaContext& ctx) const {
+  if (roles_.at(size_t(op)).role == Role::Embed) return embed(r0, r1, params[0], params[1], a, ctx);
+  linear(op, r0, r1, params[0], nullptr, false, a, ctx);
+}
+
+void GptCudaModel::backward_tile(int op, int64_t r0, int64_t r1, std::span<const bf16* const> params,
+                                 std::span<float* const> grads, CudaActivations& a, const CudaContext& ctx) const {
+  switch (roles_.at(size_t(op)).role) {
+    case Role::Embed: return embed_backward(r0, r1, grads[0], grads[1], a, ctx);
+    case Role::LmHead: return head_backward(op, r0, r1, params[0], grads[0], a, ctx);
+    default: return linear(op, r0, r1, params[0], grads[0], true, a, ctx);
+  }
 }
 
 }  // namespace zinf::engine::cuda

@@ -43,7 +43,9 @@ struct CudaActivations {
   DeviceBlock inputs, targets;   // int32 tokens, micro_batch x seq each
   std::vector<DeviceTensor> x, dx;  // residual stream: x[l] enters block l
   std::vector<CudaBlockActivations> blocks;
-  DeviceTensor lnf, lnf_mean, lnf_rstd, logits, probs, losses, d_lnf, d_logits;
+  // The logits (the head's backward writes their gradient over them, a vocabulary tile at a time) and
+  // the loss's statistics: three rows of T, the largest logit, the sum of exponentials and the loss.
+  DeviceTensor lnf, lnf_mean, lnf_rstd, logits, losses, d_lnf;
   double loss = 0;
   double loss_scale = 1.0;
 
@@ -72,9 +74,14 @@ public:
   void forward(int op, std::span<const bf16* const> params, CudaActivations& a, const CudaContext& ctx) const;
   void backward(int op, std::span<const bf16* const> params, std::span<float* const> grads, CudaActivations& a,
                 const CudaContext& ctx) const;
-  void forward_tile(int op, int64_t r0, int64_t r1, const bf16* tile, CudaActivations& a, const CudaContext& ctx) const;
-  void backward_tile(int op, int64_t r0, int64_t r1, const bf16* tile, float* tile_grad, CudaActivations& a,
-                     const CudaContext& ctx) const;
+  // One row tile [r0, r1) of the operator's tiled weight (a linear's output rows, or a vocabulary tile
+  // of the embedding or the LM head), as Gpt2::forward_tile: `params` (and `grads`) are the
+  // operator's groups, the first holding only the tile's rows. The loss has no backward: the head's
+  // computes its gradient over its tile of logits.
+  void forward_tile(int op, int64_t r0, int64_t r1, std::span<const bf16* const> params, CudaActivations& a,
+                    const CudaContext& ctx) const;
+  void backward_tile(int op, int64_t r0, int64_t r1, std::span<const bf16* const> params, std::span<float* const> grads,
+                     CudaActivations& a, const CudaContext& ctx) const;
 
 private:
   using Role = core::OpRole;  // the graph's (models/gpt.cpp sets it), never parsed from a name
@@ -91,6 +98,10 @@ private:
   float* ensure(DeviceTensor& t, int64_t n, const CudaContext& ctx) const;
   void linear(int op, int64_t r0, int64_t r1, const bf16* w, float* dw, bool backward, CudaActivations& a,
               const CudaContext& ctx) const;
+  void embed(int64_t r0, int64_t r1, const bf16* wte, const bf16* wpe, CudaActivations& a, const CudaContext& ctx) const;
+  void embed_backward(int64_t r0, int64_t r1, float* dwte, float* dwpe, CudaActivations& a, const CudaContext& ctx) const;
+  void head_backward(int op, int64_t r0, int64_t r1, const bf16* w, float* dw, CudaActivations& a,
+                     const CudaContext& ctx) const;
 
   const core::ModelGraph& graph_;
   CudaDeviceArena& arena_;

@@ -65,18 +65,18 @@ __device__ float block_reduce(float v) {
 // ---- embedding ----------------------------------------------------------------------------------
 
 __global__ void embedding_forward_k(float* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t S,
-                                    int64_t C, int64_t n) {
+                                    int64_t C, int64_t r0, int64_t r1, int64_t n) {
   ZINF_FOR_EACH(i, n) {
-    const int64_t t = i / C, c = i % C, s = t % S;
-    out[i] = load(wte[int64_t(tokens[t]) * C + c]) + load(wpe[s * C + c]);
+    const int64_t t = i / C, c = i % C, s = t % S, v = tokens[t];
+    if (v >= r0 && v < r1) out[i] = load(wte[(v - r0) * C + c]) + load(wpe[s * C + c]);
   }
 }
 
 __global__ void embedding_backward_k(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t S,
-                                     int64_t C, int64_t n) {
+                                     int64_t C, int64_t r0, int64_t r1, int64_t n) {
   ZINF_FOR_EACH(i, n) {
-    const int64_t t = i / C, c = i % C, s = t % S;
-    if (dwte) atomicAdd(dwte + int64_t(tokens[t]) * C + c, dout[i]);
+    const int64_t t = i / C, c = i % C, s = t % S, v = tokens[t];
+    if (dwte && v >= r0 && v < r1) atomicAdd(dwte + (v - r0) * C + c, dout[i]);
     if (dwpe) atomicAdd(dwpe + s * C + c, dout[i]);
   }
 }
@@ -241,26 +241,29 @@ __global__ void residual_backward_k(float* da, float* db, const float* dout, int
 
 // ---- loss -----------------------------------------------------------------------------------------
 
-__global__ void crossentropy_forward_k(float* probs, float* losses, const float* logits, const int32_t* targets,
-                                       int64_t V) {
+__global__ void crossentropy_forward_k(float* stats, const float* logits, const int32_t* targets, int64_t T, int64_t V) {
   const int64_t t = blockIdx.x;
   const float* l = logits + t * V;
-  float* p = probs + t * V;
   float mx = -FLT_MAX;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
   mx = block_reduce<true>(mx);
   float s = 0;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - mx);
   const float sum = block_reduce<false>(s);
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) p[v] = expf(l[v] - mx) / sum;
-  if (threadIdx.x == 0) losses[t] = -(l[targets[t]] - mx - logf(sum));
+  if (threadIdx.x == 0) {
+    stats[t] = mx;
+    stats[T + t] = sum;
+    stats[2 * T + t] = -(l[targets[t]] - mx - logf(sum));
+  }
 }
 
-__global__ void crossentropy_backward_k(float* dlogits, const float* probs, const int32_t* targets, float scale,
-                                        int64_t V, int64_t n) {
+// Columns [v0, v0 + cols) of the logits (T rows of V) become the loss's gradient in place.
+__global__ void crossentropy_backward_k(float* logits, const float* stats, const int32_t* targets, float scale,
+                                        int64_t T, int64_t V, int64_t v0, int64_t cols, int64_t n) {
   ZINF_FOR_EACH(i, n) {
-    const int64_t t = i / V, v = i % V;
-    dlogits[i] += (probs[i] - (v == targets[t] ? 1.0f : 0.0f)) * scale;
+    const int64_t t = i / cols, v = v0 + i % cols;
+    float& l = logits[t * V + v];
+    l = (expf(l - stats[t]) / stats[T + t] - (v == targets[t] ? 1.0f : 0.0f)) * scale;
   }
 }
 
@@ -340,15 +343,15 @@ unsigned warp_row_blocks(int64_t rows) { return unsigned((rows * 32 + kThreads -
   } while (0)
 
 void embedding_forward(float* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t B, int64_t S,
-                       int64_t C, Stream stream) {
+                       int64_t C, int64_t r0, int64_t r1, Stream stream) {
   const int64_t n = B * S * C;
-  ZINF_LAUNCH(embedding_forward_k, blocks_for(n), out, tokens, wte, wpe, S, C, n);
+  ZINF_LAUNCH(embedding_forward_k, blocks_for(n), out, tokens, wte, wpe, S, C, r0, r1, n);
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t S,
-                        int64_t C, Stream stream) {
+                        int64_t C, int64_t r0, int64_t r1, Stream stream) {
   const int64_t n = B * S * C;
-  ZINF_LAUNCH(embedding_backward_k, blocks_for(n), dwte, dwpe, dout, tokens, S, C, n);
+  ZINF_LAUNCH(embedding_backward_k, blocks_for(n), dwte, dwpe, dout, tokens, S, C, r0, r1, n);
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const bf16* gamma, const bf16* beta,
@@ -406,14 +409,15 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n, Strea
   ZINF_LAUNCH(residual_backward_k, blocks_for(n), da, db, dout, n);
 }
 
-void crossentropy_forward(float* probs, float* losses, const float* logits, const int32_t* targets, int64_t T,
-                          int64_t V, Stream stream) {
-  ZINF_LAUNCH(crossentropy_forward_k, T, probs, losses, logits, targets, V);
+void crossentropy_forward(float* stats, const float* logits, const int32_t* targets, int64_t T, int64_t V,
+                          Stream stream) {
+  ZINF_LAUNCH(crossentropy_forward_k, T, stats, logits, targets, T, V);
 }
 
-void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float scale, int64_t T,
-                           int64_t V, Stream stream) {
-  ZINF_LAUNCH(crossentropy_backward_k, blocks_for(T * V), dlogits, probs, targets, scale, V, T * V);
+void crossentropy_backward(float* logits, const float* stats, const int32_t* targets, float scale, int64_t T, int64_t V,
+                           int64_t v0, int64_t v1, Stream stream) {
+  const int64_t n = T * (v1 - v0);
+  ZINF_LAUNCH(crossentropy_backward_k, blocks_for(n), logits, stats, targets, scale, T, V, v0, v1 - v0, n);
 }
 
 void add_bias(float* y, const bf16* b, int64_t T, int64_t out, int64_t r0, int64_t rows, Stream stream) {

@@ -19,12 +19,14 @@ namespace zinf::engine::cuda {
 
 using Stream = CUstream_st*;  // cudaStream_t
 
-// out[b,s,:] = wte[tokens[b,s],:] + wpe[s,:]
+// A vocabulary tile [r0, r1) of the embedding (wte holds its rows; the whole table is [0, V)):
+// out[b,s,:] = wte[tokens[b,s] - r0,:] + wpe[s,:] for the tokens in the tile; the others are untouched.
 void embedding_forward(float* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int64_t B, int64_t S,
-                       int64_t C, Stream stream);
-// dwte[tokens[t],:] += dout[t,:]; dwpe[s,:] += dout[b,s,:] (atomic adds: order-dependent rounding)
+                       int64_t C, int64_t r0, int64_t r1, Stream stream);
+// dwte[tokens[t] - r0,:] += dout[t,:] for the tokens in the tile; dwpe[s,:] += dout[b,s,:] unless dwpe is
+// null (atomic adds: order-dependent rounding)
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t S,
-                        int64_t C, Stream stream);
+                        int64_t C, int64_t r0, int64_t r1, Stream stream);
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const bf16* gamma, const bf16* beta,
                        int64_t T, int64_t C, Stream stream);
@@ -51,12 +53,14 @@ void gelu_backward(float* dx, const float* dout, const float* x, int64_t n, Stre
 void residual_forward(float* out, const float* a, const float* b, int64_t n, Stream stream);
 void residual_backward(float* da, float* db, const float* dout, int64_t n, Stream stream);
 
-// probs = softmax(logits) per row; losses[t] = -log probs[t, targets[t]] (from the logits).
-void crossentropy_forward(float* probs, float* losses, const float* logits, const int32_t* targets, int64_t T,
-                          int64_t V, Stream stream);
-// dlogits += (probs - onehot(targets)) * scale
-void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float scale, int64_t T,
-                           int64_t V, Stream stream);
+// Softmax cross-entropy without the probabilities (cpu::ref::crossentropy_forward): stats holds
+// three rows of T, the largest logit, the sum of exponentials and the loss of each token.
+void crossentropy_forward(float* stats, const float* logits, const int32_t* targets, int64_t T, int64_t V,
+                          Stream stream);
+// The loss's gradient over columns [v0, v1) of the logits, written over them: (exp(logit - max) /
+// sum - onehot(targets)) * scale (cpu::ref::crossentropy_backward).
+void crossentropy_backward(float* logits, const float* stats, const int32_t* targets, float scale, int64_t T, int64_t V,
+                           int64_t v0, int64_t v1, Stream stream);
 
 // Linear helpers: y[t, r0 + o] += b[o] for o < rows (y is T x out); db[o] += sum_t dy[t, r0 + o].
 void add_bias(float* y, const bf16* b, int64_t T, int64_t out, int64_t r0, int64_t rows, Stream stream);
