@@ -24,6 +24,9 @@ struct SimCliOptions {
   std::string timeline_ranks = "0";
   bool json = false;
   bool no_fold = false;
+  uint64_t seed = 0;
+  int seeds = 0;
+  int jobs = 1;
 };
 
 std::vector<int> parse_ranks(const std::string& text, bool& all) {
@@ -58,7 +61,10 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   opts.algorithm = sim::parse_collective_algorithm(o.collective);
   opts.timeline_ranks = parse_ranks(o.timeline_ranks, opts.timeline_all_ranks);
   opts.fold_symmetric_nodes = !o.no_fold;
-  sim::ScenarioResult res = sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts);
+  opts.seed = o.seed;
+  if (o.seeds > 0 && (!o.timeline_csv.empty() || !o.chrome_trace.empty()))
+    throw CLI::ValidationError("--seeds", "writes no Timeline: simulate one seed (--seed S) with --timeline or --trace");
+  sim::ScenarioResult res = sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, o.seeds, o.jobs);
   const auto& r = res.report;
 
   if (!o.timeline_csv.empty()) write_file(o.timeline_csv, [&](std::ostream& f) { r.timeline.write_csv(f); });
@@ -74,6 +80,14 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
     j["program_tasks"] = res.program_tasks;
     j["wall_seconds"] = {{"plan", res.plan_seconds}, {"auto", res.auto_seconds}, {"simulate", res.simulate_seconds}};
     if (!res.auto_summary.empty()) j["auto"] = res.auto_summary;
+    j["seed"] = o.seeds > 0 ? nlohmann::json(nullptr) : nlohmann::json(o.seed);
+    if (o.seeds > 0) {
+      const auto& b = res.band;
+      j["band"] = {{"seeds", b.seeds.size()},
+                   {"step_time", {{"p10", b.step_p10}, {"median", b.step_median}, {"p90", b.step_p90}}},
+                   {"tflops_per_gpu", {{"p10", b.tflops_p10}, {"median", b.tflops_median}, {"p90", b.tflops_p90}}},
+                   {"per_seed", {{"step_time", b.step_time}, {"tflops_per_gpu", b.tflops_per_gpu}, {"slowest_gpu", b.slowest_gpu}}}};
+    }
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -84,8 +98,24 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
              to_string(res.plan.params), to_string(res.plan.gradients), to_string(res.plan.optimizer),
              to_string(res.plan.checkpoints), res.plan.tiling_factor, res.plan.micro_batches);
   if (!res.auto_summary.empty()) fmt::print("{}\n", res.auto_summary);
-  fmt::print("collectives: {}{}\n\n", o.collective,
+  fmt::print("collectives: {}{}\n", o.collective,
              r.folded ? "; identical nodes folded: node 0's ranks simulated, the others mirrored (--no-fold: all)" : "");
+  if (in.hw.fabric.is_tree())
+    fmt::print("fabric: fat tree ({} placement), every node simulated\n", in.hw.fabric.placement);
+  if (in.hw.node.gpu.has_variability())
+    fmt::print("GPU variability: {}\n",
+               o.seeds > 0 ? fmt::format("{} seeds; the median seed's run below", o.seeds)
+               : o.seed > 0 ? fmt::format("ranks drawn from seed {}; slowest GPU {:.3f}x the median", o.seed, r.slowest_gpu)
+                            : fmt::format("every rank at the expected slowest of {} GPUs, {:.3f}x the median (--seeds K: a band)",
+                                          r.ranks, r.slowest_gpu));
+  fmt::print("\n");
+  if (o.seeds > 0) {
+    const auto& b = res.band;
+    fmt::print("over {} seeds      step time p10 {} | median {} | p90 {}\n", b.seeds.size(), format_seconds(b.step_p10),
+               format_seconds(b.step_median), format_seconds(b.step_p90));
+    fmt::print("                   TFLOP/s per GPU p10 {:.1f} | median {:.1f} | p90 {:.1f}\n\n", b.tflops_p10,
+               b.tflops_median, b.tflops_p90);
+  }
   fmt::print("step time          {}   (idealized list schedule: {}, {:+.1f}%)\n", format_seconds(r.step_time),
              format_seconds(res.ideal_step_time),
              res.ideal_step_time > 0 ? 100.0 * (r.step_time / res.ideal_step_time - 1) : 0.0);
@@ -118,6 +148,16 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--timeline-ranks", o->timeline_ranks, "Ranks to record: all | none | 0,3,...")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the report as JSON");
   cmd->add_flag("--no-fold", o->no_fold, "Simulate every node, not node 0 with the others folded onto a mirror");
+  cmd->add_option("--seed", o->seed,
+                  "Draw each rank's GPU rate (and a scattered fat tree's node places) from this seed; "
+                  "0: every rank at the expected slowest GPU")
+      ->capture_default_str();
+  cmd->add_option("--seeds", o->seeds, "Simulate seeds 1..K and report the step's p10, median and p90")
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--jobs", o->jobs, "Seeds simulated at once, each in its own process (with --seeds)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+
   cmd->callback([in, o] { run_sim(*in, *o); });
 }
 

@@ -251,6 +251,19 @@ std::vector<std::string> ConfigReader::list(const std::string& key, const std::v
   return out;
 }
 
+std::vector<int64_t> ConfigReader::int_list(const std::string& key, int64_t lowest, int64_t highest) {
+  YAML::Node n = value(key);
+  if (!n.IsSequence() || n.size() == 0) fail(key, "must be a list of integers");
+  std::vector<int64_t> out;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    auto v = n[i].IsScalar() ? parse_quantity(n[i].Scalar(), UnitKind::Count) : std::nullopt;
+    if (!v || *v != std::floor(*v) || *v < double(lowest) || *v > double(highest))
+      fail(key, fmt::format("entry {} must be an integer from {} to {}", i, lowest, highest));
+    out.push_back(static_cast<int64_t>(*v));
+  }
+  return out;
+}
+
 std::vector<std::string> ConfigReader::unread_keys() const {
   std::vector<std::string> out;
   // Walk the tree: a key counts as read if it or any ancestor path was read as a leaf.

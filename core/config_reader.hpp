@@ -50,6 +50,7 @@ public:
   std::vector<std::pair<double, double>> curve(const std::string& key);  // [[x, y], ...] with x increasing
   // A non-empty list of distinct words, each one of `allowed`.
   std::vector<std::string> list(const std::string& key, const std::vector<std::string>& allowed);
+  std::vector<int64_t> int_list(const std::string& key, int64_t lowest, int64_t highest);  // [a, b, ...], not empty
   // Marks a key as read without interpreting it (documentation-only fields).
   void ignore(const std::string& key);
 

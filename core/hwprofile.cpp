@@ -72,6 +72,47 @@ void read_precisions(ConfigReader& g, GpuSpec& gpu) {
   gpu.peak_flops_fp32 = g.number_in("peak_flops_fp32", UnitKind::FlopsPerSecond, kMinRate, 1e21, 0.0);
 }
 
+// node.gpu.variability: the distribution of one GPU's kernel time over the median GPU's.
+void read_variability(ConfigReader& v, GpuSpec& gpu) {
+  using U = UnitKind;
+  gpu.variability_spread = v.non_negative_number("spread", U::Count, 0.0);
+  if (gpu.variability_spread > 1) v.fail("spread", "must be at most 1 (a whisker range of the median's size)");
+  gpu.variability_outliers = v.fraction("outliers", 0.0);
+  gpu.variability_slowest = v.positive_number("slowest", U::Count, 1.0);
+  if (gpu.variability_slowest < 1 || gpu.variability_slowest > 10)
+    v.fail("slowest", "must be from 1 to 10 (the slowest GPU's time over the median's)");
+  if (gpu.variability_outliers > 0 && gpu.variability_slowest <= 1 + gpu.variability_spread / 2)
+    v.fail("slowest", "outliers lie beyond the upper whisker, 1 + spread / 2 times the median: slowest must exceed it");
+  v.str("source", "");
+  v.reject_unread();
+}
+
+// fabric: the topology, its latency and a fat tree's shape.
+void read_fabric(ConfigReader& f, FabricSpec& fabric) {
+  using U = UnitKind;
+  fabric.topology = f.choice("topology", {"full", "fat-tree"}, "full");
+  fabric.latency = f.non_negative_number("latency", U::Seconds, 5e-6);
+  if (auto t = f.maybe_child("tree")) {
+    if (!fabric.is_tree()) f.fail("tree", "is read only with `topology: fat-tree`");
+    auto levels = [&t](const char* key) {
+      std::vector<int> out;
+      for (int64_t v : t->int_list(key, 1, 4096)) out.push_back(static_cast<int>(v));
+      return out;
+    };
+    fabric.tree_children = levels("children");
+    fabric.tree_parents = levels("parents");
+    if (fabric.tree_children.empty() || fabric.tree_children.size() != fabric.tree_parents.size())
+      t->fail("parents", "needs one entry per level, as many as `children`");
+    if (fabric.tree_parents.front() != 1) t->fail("parents", "the first entry is 1: each NIC port has one leaf switch");
+    fabric.tree_link_bandwidth = t->non_negative_number("link_bandwidth", U::BytesPerSecond, 0.0);
+    fabric.placement = t->choice("placement", {"packed", "scattered"}, "packed");
+    t->reject_unread();
+  } else if (fabric.is_tree()) {
+    f.fail("topology", "a fat-tree fabric needs its shape (fabric.tree: children, parents); "
+                        "`topology: full` is a non-blocking fabric");
+  }
+}
+
 HwProfile read(ConfigReader& r) {
   using U = UnitKind;
   HwProfile hw;
@@ -116,6 +157,7 @@ HwProfile read(ConfigReader& r) {
   read_precisions(g, hw.node.gpu);
   efficiency_curve("attention_forward_efficiency", hw.node.gpu.attention_forward_efficiency);
   efficiency_curve("attention_backward_efficiency", hw.node.gpu.attention_backward_efficiency);
+  if (auto v = g.maybe_child("variability")) read_variability(*v, hw.node.gpu);
   if (auto s = g.maybe_child("in_step_slowdown")) {
     for (const auto& key : in_step_keys()) {
       if (!s->has(key)) continue;
@@ -176,10 +218,7 @@ HwProfile read(ConfigReader& r) {
   hw.node.nics = static_cast<int>(c.int_in("count", 1, 1024, 1));
   hw.node.nic_bandwidth = c.number_in("bandwidth", U::BytesPerSecond, kMinRate, 1e18);
 
-  if (auto f = r.maybe_child("fabric")) {
-    hw.fabric.topology = f->choice("topology", {"fat-tree", "full"}, "fat-tree");
-    hw.fabric.latency = f->non_negative_number("latency", U::Seconds, 5e-6);
-  }
+  if (auto f = r.maybe_child("fabric")) read_fabric(*f, hw.fabric);
   if (auto nc = r.maybe_child("nccl")) hw.nccl = read_nccl(*nc);
   if (auto rs = r.maybe_child("reserve")) {
     hw.reserve.gpu = rs->fraction("gpu", 0.0);

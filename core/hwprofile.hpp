@@ -61,6 +61,15 @@ struct GpuSpec {
   // run cannot be costed. A profile whose working precision is fp32 (the CPU backend) has it in
   // peak_flops.
   double peak_flops_fp32 = 0;
+  // GPU-to-GPU variability: identical GPUs of one model sustain different rates (manufacturing and
+  // power management). The distribution of one GPU's kernel time over the median GPU's: a normal
+  // core whose whisker range (Q3 + 1.5 IQR minus Q1 - 1.5 IQR, i.e. 4 IQR) over the median is
+  // `variability_spread`, plus a fraction `variability_outliers` of GPUs slower than the upper
+  // whisker, spread evenly up to `variability_slowest` times the median. 0, 0: every GPU alike.
+  double variability_spread = 0;
+  double variability_outliers = 0;
+  double variability_slowest = 1;
+  bool has_variability() const { return variability_spread > 0 || variability_outliers > 0; }
 };
 
 // The 16-bit format the GPU runs natively (bf16 where it has both), or bf16 for the CPU backend.
@@ -166,9 +175,22 @@ struct NcclSpec {
   bool enabled() const { return !release.empty(); }
 };
 
+// How the nodes' NICs are joined. `full`: a non-blocking crossbar, every NIC reaches every other
+// at its own bandwidth. `fat-tree`: the NIC ports hang from the leaves of a multi-stage tree with
+// static (destination-mod-k) routing, whose shared cables the transfers contend for
+// (sim/fat_tree.hpp): XGFT(h; children; parents), children[i] ports down per switch of level i+1,
+// parents[i] switches above each element of level i (parents[0] = 1: a NIC has one leaf).
 struct FabricSpec {
-  std::string topology = "fat-tree";  // fat-tree | full
+  std::string topology = "full";       // full | fat-tree
   double latency = 0;                  // seconds, one hop end to end
+  std::vector<int> tree_children;      // fat-tree: m_1..m_h
+  std::vector<int> tree_parents;       // fat-tree: w_1..w_h
+  double tree_link_bandwidth = 0;      // bytes/s of a switch-to-switch cable, one direction (0: a NIC's)
+  // Where the job's nodes sit among the tree's ports: `packed` (node n's NIC c at port n x NICs + c)
+  // or `scattered` (nodes at random free places of the tree, drawn from the simulation's seed, as
+  // a scheduler hands out nodes of a busy cluster).
+  std::string placement = "packed";
+  bool is_tree() const { return topology == "fat-tree"; }
 };
 
 // Memory that the planner never hands out: allocator fragmentation, the CUDA context, the OS,

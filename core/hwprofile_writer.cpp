@@ -61,6 +61,13 @@ public:
       out_ << YAML::EndMap;
     });
   }
+  void integers(const std::string& key, const std::vector<int>& values) {
+    field(key, [&] {
+      out_ << YAML::Flow << YAML::BeginSeq;
+      for (int v : values) out_ << v;
+      out_ << YAML::EndSeq;
+    });
+  }
   void texts(const std::string& key, const std::vector<std::string>& values) {
     field(key, [&] {
       out_ << YAML::BeginSeq;
@@ -109,6 +116,40 @@ private:
   std::vector<std::string> stack_;
 };
 
+// node.gpu: its rates, curves, variability and in-step factors.
+void write_gpu(ProfileEmitter& e, const GpuSpec& g) {
+  e.open("gpu");
+  e.text("name", g.name);
+  e.number("memory", g.memory);
+  if (g.working_bytes == 4) e.text("working_precision", "fp32");  // bf16, the default, is left out
+  e.number("peak_flops", g.peak_flops);
+  if (!(g.bf16_native && g.fp16_native))  // both, the default, is left out
+    e.texts("half_precisions", g.bf16_native ? std::vector<std::string>{"bf16"} : std::vector<std::string>{"fp16"});
+  if (g.peak_flops_fp32 > 0) e.number("peak_flops_fp32", g.peak_flops_fp32);
+  e.number("memory_bandwidth", g.memory_bandwidth);
+  e.number("kernel_launch", g.kernel_launch);
+  e.curve("gemm_efficiency", g.gemm_efficiency);
+  e.curve("gemm_forward_efficiency", g.gemm_forward_efficiency);
+  e.number("elementwise_efficiency", g.elementwise_efficiency);
+  e.number("vector_flops", g.vector_flops);
+  e.curve("attention_forward_efficiency", g.attention_forward_efficiency);
+  e.curve("attention_backward_efficiency", g.attention_backward_efficiency);
+  if (g.has_variability()) {
+    e.open("variability");
+    e.number("spread", g.variability_spread);
+    e.number("outliers", g.variability_outliers);
+    e.number("slowest", g.variability_slowest);
+    e.close();
+  }
+  if (!g.in_step_slowdown.empty()) {
+    e.open("in_step_slowdown");
+    for (const auto& key : in_step_keys())  // the reader's order; unknown keys cannot be in a profile
+      if (auto it = g.in_step_slowdown.find(key); it != g.in_step_slowdown.end()) e.number(key, it->second);
+    e.close();
+  }
+  e.close();
+}
+
 }  // namespace
 
 std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) {
@@ -135,32 +176,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   const NodeSpec& n = hw.node;
   e.open("node");
   e.integer("gpus", n.gpus);
-  {
-    const GpuSpec& g = n.gpu;
-    e.open("gpu");
-    e.text("name", g.name);
-    e.number("memory", g.memory);
-    if (g.working_bytes == 4) e.text("working_precision", "fp32");  // bf16, the default, is left out
-    e.number("peak_flops", g.peak_flops);
-    if (!(g.bf16_native && g.fp16_native))  // both, the default, is left out
-      e.texts("half_precisions", g.bf16_native ? std::vector<std::string>{"bf16"} : std::vector<std::string>{"fp16"});
-    if (g.peak_flops_fp32 > 0) e.number("peak_flops_fp32", g.peak_flops_fp32);
-    e.number("memory_bandwidth", g.memory_bandwidth);
-    e.number("kernel_launch", g.kernel_launch);
-    e.curve("gemm_efficiency", g.gemm_efficiency);
-    e.curve("gemm_forward_efficiency", g.gemm_forward_efficiency);
-    e.number("elementwise_efficiency", g.elementwise_efficiency);
-    e.number("vector_flops", g.vector_flops);
-    e.curve("attention_forward_efficiency", g.attention_forward_efficiency);
-    e.curve("attention_backward_efficiency", g.attention_backward_efficiency);
-    if (!g.in_step_slowdown.empty()) {
-      e.open("in_step_slowdown");
-      for (const auto& key : in_step_keys())  // the reader's order; unknown keys cannot be in a profile
-        if (auto it = g.in_step_slowdown.find(key); it != g.in_step_slowdown.end()) e.number(key, it->second);
-      e.close();
-    }
-    e.close();
-  }
+  write_gpu(e, n.gpu);
   e.open("host");
   e.number("memory", n.host_memory);
   e.number("memory_bandwidth", n.host_memory_bandwidth);
@@ -204,6 +220,14 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
   e.open("fabric");
   e.text("topology", hw.fabric.topology);
   e.number("latency", hw.fabric.latency);
+  if (hw.fabric.is_tree()) {
+    e.open("tree");
+    e.integers("children", hw.fabric.tree_children);
+    e.integers("parents", hw.fabric.tree_parents);
+    e.number("link_bandwidth", hw.fabric.tree_link_bandwidth);
+    e.text("placement", hw.fabric.placement);
+    e.close();
+  }
   e.close();
   if (hw.nccl.enabled()) {
     e.open("nccl");

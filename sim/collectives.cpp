@@ -209,18 +209,23 @@ void apply_nccl_call(std::vector<CollectivePhase>& phases, const core::NcclCall&
   }
 }
 
+std::vector<sg4::ActivityPtr> start_flows(const Platform& platform, const CollectivePhase& p) {
+  std::vector<sg4::ActivityPtr> comms;
+  comms.reserve(p.flows.size());
+  for (const auto& f : p.flows)
+    comms.push_back(sg4::Comm::sendto_async(platform.gpu(f.src), platform.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
+  return comms;
+}
+
 size_t execute_phase(const Platform& platform, const CollectivePhase& p) {
   size_t started = 0;
   if (p.latency > 0) {
     sg4::this_actor::sleep_for(p.latency);
     ++started;
   }
-  std::vector<sg4::CommPtr> comms;
-  comms.reserve(p.flows.size());
-  for (const auto& f : p.flows)
-    comms.push_back(sg4::Comm::sendto_async(platform.gpu(f.src), platform.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
-  sg4::Comm::wait_all(comms);
-  return started + comms.size();
+  auto flows = start_flows(platform, p);
+  for (auto& f : flows) f->wait();
+  return started + flows.size();
 }
 
 size_t execute_phases(const Platform& platform, const std::vector<CollectivePhase>& phases) {

@@ -66,6 +66,8 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
 // carry), so that contention on shared links still decides how long they take.
 void apply_nccl_call(std::vector<CollectivePhase>& phases, const core::NcclCall& call);
 
+// Starts every flow of one phase on the platform's GPUs (its latency is the caller's to wait).
+std::vector<sg4::ActivityPtr> start_flows(const Platform& platform, const CollectivePhase& phase);
 // Runs one phase on the platform's GPUs, from inside an actor: waits its latency, starts every flow
 // and waits for all of them. Returns the number of activities it started.
 size_t execute_phase(const Platform& platform, const CollectivePhase& phase);

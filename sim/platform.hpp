@@ -6,11 +6,15 @@
 // and write bandwidths. Routes:
 //   GPU <-> GPU, same node : nvlink(src) up, nvlink(dst) down
 //   GPU <-> its CPU socket  : pcie(gpu), switch uplink (when shared), host memory of the socket
-//   GPU <-> other node     : pcie(gpu), nic(gpu), fabric port(node) | fabric port(node'), nic, pcie
+//   GPU <-> other node     : pcie(gpu), nic(gpu), [fabric cables], nic, pcie
 //   GPU <-> NVMe over GDS  : pcie(gpu), gds(switch) to the node's `nvme_p2p` endpoint — not the host
 //                            memory link, not the switch uplink (only when the profile has node.gds)
-// The fabric is full-bisection (a fat-tree without oversubscription, or a full crossbar): each node
-// has one port link of the bandwidth of all its NICs into a non-blocking core.
+//   NVMe array <-> socket 0: nvme read (or write), nvme read+write: the drives alone
+// The fabric is either non-blocking (`fabric.topology: full`: a NIC reaches any other at its own
+// bandwidth, no cable in between) or a multi-stage fat tree whose switch-to-switch cables a transfer
+// crosses as static routing sends it (`fat-tree`, sim/fat_tree.hpp), the job's nodes packed on the
+// tree's ports or scattered over them from `seed`.
+// All of it is one netzone whose routes are computed per transfer (sim/cluster_zone.hpp).
 //
 // A profile whose device shares the host's cores (the CPU backend) also gets, per node, one host
 // `cores` with the node's cpu_cores cores at speed 1 (an exec's amount is the seconds one core
@@ -26,11 +30,14 @@
 #pragma once
 #include <simgrid/s4u.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/hwprofile.hpp"
+#include "sim/cluster_zone.hpp"
+#include "sim/fat_tree.hpp"
 
 namespace zinf::sim {
 
@@ -43,7 +50,8 @@ class Platform {
 public:
   // Creates the SimGrid engine (quiet: warnings and errors only), configures exact bandwidth sharing
   // and builds the platform. Throws std::logic_error if an engine already exists in this process.
-  Platform(const core::HwProfile& hw, int nodes);
+  // `seed` places the nodes on a fat tree whose placement is `scattered` (otherwise unused).
+  Platform(const core::HwProfile& hw, int nodes, uint64_t seed = 1);
   ~Platform();
   Platform(const Platform&) = delete;
   Platform& operator=(const Platform&) = delete;
@@ -59,7 +67,12 @@ public:
   // The CPU socket a GPU is attached to.
   sg4::Host* cpu_of(int rank) const;
   sg4::Host* cpu(int node, int socket) const { return cpus_[node * hw_.node.cpu_sockets + socket]; }
-  sg4::Disk* nvme(int node) const { return disks_[node]; }
+  // The node's NVMe array as a transfer: read from it into the node's first socket, or written from
+  // there. The array is a host behind three links, one each for reads and writes at their
+  // bandwidths and one of the larger of the two that both cross (SimGrid's disk model, as flows:
+  // its disk activities, started outside an actor, are never released in SimGrid 3.32).
+  sg4::ActivityPtr nvme_read(int node, double bytes) const;
+  sg4::ActivityPtr nvme_write(int node, double bytes) const;
   // The NVMe array's end of the GPUDirect Storage routes, or nullptr when the profile has no GDS.
   sg4::Host* gds_endpoint(int node) const { return gds_.empty() ? nullptr : gds_[node]; }
   // The node's shared core pool, or nullptr when the profile's device has cores of its own.
@@ -77,15 +90,39 @@ public:
   double nic_bandwidth_total() const { return hw_.node.nic_bandwidth_total(); }
 
 private:
-  void build_node(sg4::NetZone* fabric, int n);
+  enum class Kind { Gpu, Cpu, Cores, NvmeP2p, Nvme };
+  struct Endpoint {
+    Kind kind = Kind::Gpu;
+    int node = 0;
+    int index = 0;  // GPU, socket
+  };
+  using Duplex = std::pair<ClusterZone::LinkImpl*, ClusterZone::LinkImpl*>;  // up (out of the GPU), down
+  struct NodeLinks {
+    std::vector<ClusterZone::LinkImpl*> memory;  // per socket, shared by both directions
+    std::vector<Duplex> uplink, nic, pcie, nvlink, gds;
+    ClusterZone::LinkImpl *nvme_read = nullptr, *nvme_write = nullptr, *nvme_both = nullptr;
+  };
+
+  sg4::Host* add_host(const std::string& name, double speed, Endpoint who);
+  Duplex duplex(const std::string& name, double bandwidth);
+  void build_node(int n);
+  void build_tree(uint64_t seed);
+  void route(unsigned long src, unsigned long dst, ClusterZone::Links& links) const;
+  void across_nodes(const Endpoint& a, const Endpoint& b, bool reverse, ClusterZone::Links& links) const;
 
   core::HwProfile hw_;
   int nodes_;
   std::unique_ptr<sg4::Engine> engine_;
+  ClusterZone* zone_ = nullptr;  // owned by the engine
+  std::vector<Endpoint> who_;    // by netpoint id
+  std::vector<NodeLinks> nodes_links_;
+  std::unique_ptr<FatTreeRoutes> tree_;
+  std::vector<Duplex> cables_;            // the tree's, by cable id
+  std::vector<int64_t> port_of_node_;     // the tree port of each node's NIC 0
   std::vector<sg4::Host*> gds_;
   std::vector<sg4::Host*> gpus_;
   std::vector<sg4::Host*> cpus_;
-  std::vector<sg4::Disk*> disks_;
+  std::vector<sg4::Host*> nvme_;
   std::vector<sg4::Host*> cores_;
 };
 

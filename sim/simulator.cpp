@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <coroutine>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "sim/cost_model.hpp"
+#include "sim/events.hpp"
+#include "sim/gpu_variability.hpp"
 #include "sim/platform.hpp"
 
 namespace zinf::sim {
@@ -26,30 +29,27 @@ constexpr int kTiers = 3;
 // A collective waiting for its participants: the last to arrive runs the flows for all of them.
 struct Rendezvous {
   int arrived = 0;
-  std::vector<sg4::Semaphore*> waiting;
+  std::vector<std::coroutine_handle<>> waiting;
 };
 
 struct RankState {
   std::vector<int32_t> pending;                 // dependencies not yet ended, per task
   std::vector<uint8_t> done;                    // 1 once the task has ended (for the deadlock report)
-  // A lane whose next task is not ready blocks on its semaphore until the task's last dependency
-  // ends (cheaper than suspending the actor, which walks all its activities in SimGrid 3.32).
-  std::array<sg4::SemaphorePtr, kLanes> wake{};
-  std::array<int32_t, kLanes> waiting_for{};    // task a blocked lane waits for, or -1
-  std::array<double, kLanes> busy{};            // seconds each lane spent running tasks
-  // A lane of several slots (Program::lane_slots) runs one actor per slot. Its tasks start in id
-  // order: an actor whose task is not next waits on its own semaphore in `turn` until it is.
-  struct SlotLane {
-    size_t claimed = 0, started = 0;
-    int running = 0;
-    double busy_since = 0;
-    std::vector<std::pair<size_t, sg4::Semaphore*>> turn;
+  // Each lane starts its tasks in lane order, at most `slots` at once (Program::lane_slots); a lane
+  // whose next task is not ready waits for it: the task that ends its last dependency starts it.
+  struct LaneRun {
+    size_t next = 0;       // index in the lane's task list of the next task to start
+    int running = 0;       // tasks of the lane running now
+    double busy_since = 0;  // when `running` last went from 0 to 1
+    double busy = 0;        // seconds with at least one task running
   };
-  std::array<SlotLane, kLanes> slot_lanes{};
+  std::array<LaneRun, kLanes> lanes{};
+  std::array<int32_t, kLanes> waiting_for{};    // task a lane waits to start, or -1
   std::array<double, kTiers> live{};
   std::array<double, kTiers> peak{};
   double flops = 0;
   double compute_since_sync = 0;                // kernel seconds since the rank's last collective
+  double gpu_time_factor = 1;                   // this GPU's kernel time relative to the profile's
   bool record = false;
 };
 
@@ -61,9 +61,9 @@ public:
         ranks_(program.ranks()),
         nodes_((program.ranks() + hw.node.gpus - 1) / hw.node.gpus),
         fold_(options.fold_symmetric_nodes && nodes_ > 1 && program.ranks() % hw.node.gpus == 0 &&
-              program.partitioning() == core::Partitioning::BandwidthCentric),
+              program.partitioning() == core::Partitioning::BandwidthCentric && !hw.fabric.is_tree()),
         sim_ranks_(fold_ ? hw.node.gpus : ranks_),
-        platform_(hw, fold_ ? 2 : nodes_),
+        platform_(hw, fold_ ? 2 : nodes_, options.seed == 0 ? 1 : options.seed),
         cost_(hw),
         core_share_(hw.node.profiled_core_share()) {
     if (program.ranks() < 1) throw std::invalid_argument("the Program has no ranks");
@@ -83,6 +83,9 @@ public:
     for (const auto& t : tasks)
       for (int32_t d : program.deps(t)) dependents_[static_cast<size_t>(fill[static_cast<size_t>(d)]++)] = t.id;
     for (const auto& t : tasks) lane_tasks_[static_cast<size_t>(t.lane)].push_back(t.id);
+    for (int l = 0; l < kLanes; ++l) slots_[static_cast<size_t>(l)] = std::max(1, program.lane_slots(static_cast<Lane>(l)));
+    gpu_exclusive_ = !platform_.cores(0) && gpu_work_on_one_lane();
+    nvlink_exclusive_ = collectives_on_one_lane();
 
     std::vector<int32_t> initial(tasks.size());
     for (const auto& t : tasks) initial[static_cast<size_t>(t.id)] = static_cast<int32_t>(t.deps_count);
@@ -97,6 +100,7 @@ public:
       rs.record = options.timeline_all_ranks ||
                   std::find(options.timeline_ranks.begin(), options.timeline_ranks.end(), r) != options.timeline_ranks.end();
     }
+    assign_gpu_rates(hw.node.gpu);
     node_live_.assign(static_cast<size_t>(platform_.nodes()), {});
     node_peak_.assign(static_cast<size_t>(platform_.nodes()), {});
     for (int r = 0; r < sim_ranks_; ++r)
@@ -107,109 +111,103 @@ public:
       }
   }
 
+  ~Simulation() {
+    for (auto& [key, rv] : rendezvous_)  // parked on a collective that never ran (an unfinished step)
+      for (auto h : rv.waiting) h.destroy();
+  }
+
   SimReport run() {
     for (int r = 0; r < sim_ranks_; ++r)
-      for (int l = 0; l < kLanes; ++l) {
-        if (lane_tasks_[static_cast<size_t>(l)].empty()) continue;
-        auto* host = static_cast<Lane>(l) == Lane::CpuOptim ? platform_.cpu_of(r) : platform_.gpu(r);
-        ranks_state_[static_cast<size_t>(r)].wake[static_cast<size_t>(l)] = sg4::Semaphore::create(0);
-        const int slots = std::max(1, program_.lane_slots(static_cast<Lane>(l)));
-        if (slots == 1) {
-          ++lanes_running_;
-          sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] {
-            run_lane(r, static_cast<Lane>(l));
-            --lanes_running_;
-          });
-          continue;
-        }
-        for (int k = 0; k < slots; ++k) {
-          ++lanes_running_;
-          sg4::Actor::create(core::to_string(static_cast<Lane>(l)), host, [this, r, l] {
-            run_lane_slot(r, static_cast<Lane>(l));
-            --lanes_running_;
-          });
-        }
-      }
+      for (int l = 0; l < kLanes; ++l) start_ready(r, static_cast<Lane>(l));
     start_background();
     platform_.engine().run();
-    // Lanes still waiting when the engine stops (SimGrid reports a deadlock), or a clock past what
-    // a double resolves, mean the simulation did not finish: an error, never a step time.
-    if (lanes_running_ != 0 || !std::isfinite(sg4::Engine::get_clock()))
+    if (auto e = events_.failure()) std::rethrow_exception(e);
+    // Tasks not run when the engine stops (nothing left that could start them), or a clock past
+    // what a double resolves, mean the simulation did not finish: an error, never a step time.
+    const int64_t unfinished = int64_t(program_.tasks().size()) * sim_ranks_ - int64_t(tasks_run_);
+    if (unfinished != 0 || !std::isfinite(sg4::Engine::get_clock()))
       throw std::runtime_error(fmt::format(
-          "the simulation did not finish ({} lanes still waiting, clock {} s): the hardware profile's rates are "
+          "the simulation did not finish ({} tasks not run, clock {} s): the hardware profile's rates are "
           "too small for SimGrid to resolve, or the Program has a cycle{}",
-          int(lanes_running_), sg4::Engine::get_clock(), describe_waits()));
+          unfinished, sg4::Engine::get_clock(), describe_waits()));
     return report();
   }
 
 private:
-  void run_lane(int rank, Lane lane) {
-    auto& rs = ranks_state_[static_cast<size_t>(rank)];
-    const auto li = static_cast<size_t>(lane);
-    for (int32_t id : lane_tasks_[li]) {
-      if (rs.pending[static_cast<size_t>(id)] > 0) {
-        rs.waiting_for[li] = id;
-        block(rs.wake[li].get());
-      }
-      const double start = sg4::Engine::get_clock();
-      const double end = run_task(rank, id);
-      rs.busy[li] += end - start;
-    }
+  // Each simulated rank's kernel-time factor (SimOptions::seed).
+  void assign_gpu_rates(const core::GpuSpec& gpu) {
+    if (!gpu.has_variability()) return;
+    const uint64_t seed = options_.seed;
+    const double all = seed == 0 ? expected_slowest_gpu(gpu, ranks_) : fold_ ? slowest_gpu(gpu, seed, ranks_) : 0.0;
+    for (int r = 0; r < sim_ranks_; ++r)
+      ranks_state_[static_cast<size_t>(r)].gpu_time_factor = all > 0 ? all : gpu_time_factor(gpu, seed, r);
   }
 
-  // One actor of a lane with several slots: it claims the lane's next task, waits until the task
-  // before it has started and its dependencies have ended, and runs it while the lane's other
-  // actors run theirs (NVMe transfers in flight together share the drive's bandwidth).
-  void run_lane_slot(int rank, Lane lane) {
+  // Whether every task that works on a GPU runs on the compute lane: then the GPU's host never has
+  // two execs at once, and a kernel takes its time exactly, as a timer instead of an Exec.
+  bool gpu_work_on_one_lane() const {
+    for (const auto& t : program_.tasks()) {
+      if (t.lane == Lane::Compute) continue;
+      if (core::is_compute(t.kind)) return false;
+      if ((t.kind == TaskKind::GradNorm || t.kind == TaskKind::OptimizerStep) && t.lane != Lane::CpuOptim) return false;
+    }
+    return true;
+  }
+
+  // Whether every collective runs on one lane: then a rank takes part in one collective at a time
+  // (its task ends when the collective's last phase does), and since only collectives use NVLink,
+  // a phase's flows have their GPUs' NVLink ports to themselves.
+  bool collectives_on_one_lane() const {
+    int lane = -1;
+    for (const auto& t : program_.tasks()) {
+      if (!core::is_collective(t.kind)) continue;
+      if (lane >= 0 && lane != static_cast<int>(t.lane)) return false;
+      lane = static_cast<int>(t.lane);
+    }
+    return true;
+  }
+
+  // Starts the lane's next tasks while they are ready and the lane has a free slot.
+  void start_ready(int rank, Lane lane) {
     auto& rs = ranks_state_[static_cast<size_t>(rank)];
     const auto li = static_cast<size_t>(lane);
-    auto& L = rs.slot_lanes[li];
+    auto& L = rs.lanes[li];
     const auto& ids = lane_tasks_[li];
-    auto my_turn = sg4::Semaphore::create(0);
-    while (L.claimed < ids.size()) {
-      const size_t mine = L.claimed++;
-      const int32_t id = ids[mine];
-      if (L.started != mine) {
-        L.turn.emplace_back(mine, my_turn.get());
-        block(my_turn.get());
-      }
+    while (L.next < ids.size() && L.running < slots_[li]) {
+      const int32_t id = ids[L.next];
       if (rs.pending[static_cast<size_t>(id)] > 0) {
         rs.waiting_for[li] = id;
-        block(rs.wake[li].get());
+        return;
       }
-      ++L.started;
-      // Out of `turn` before the release: releasing is a simcall, during which another slot of the
-      // lane may run and append to `turn` (an iterator held across it would be stale).
-      for (auto it = L.turn.begin(); it != L.turn.end(); ++it)
-        if (it->first == L.started) {
-          auto* next = it->second;
-          L.turn.erase(it);
-          unblock(next);
-          break;
-        }
-      const double start = sg4::Engine::get_clock();
-      if (L.running++ == 0) L.busy_since = start;
-      const double end = run_task(rank, id);
-      if (--L.running == 0) rs.busy[li] += end - L.busy_since;
+      rs.waiting_for[li] = -1;
+      ++L.next;
+      if (L.running++ == 0) L.busy_since = sg4::Engine::get_clock();
+      ++active_;
+      events_.spawn(run_task(rank, lane, id));
     }
   }
 
-  // Runs task `id` on `rank` now: its memory events, its work, its timeline event. Returns its end.
-  double run_task(int rank, int32_t id) {
+  // Runs task `id` on `rank`: its memory events, its work, its timeline event; then starts what
+  // its end made ready.
+  Job run_task(int rank, Lane lane, int32_t id) {
     auto& rs = ranks_state_[static_cast<size_t>(rank)];
     const Task& t = program_.task(id);
     const double start = sg4::Engine::get_clock();
+    const bool active = program_.active(t, rank);
     memory(rank, program_.allocs(t, rank), +1);
-    if (program_.active(t, rank)) execute(t, rank);
+    if (active) co_await execute(t, rank);
     const double end = sg4::Engine::get_clock();
     memory(rank, program_.frees(t, rank), -1);
     last_end_ = std::max(last_end_, end);
     ++tasks_run_;
-    if (core::is_compute(t.kind) && program_.active(t, rank)) rs.flops += t.flops;
-    if (rs.record && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free && program_.active(t, rank))
+    --active_;
+    if (core::is_compute(t.kind) && active) rs.flops += t.flops;
+    if (rs.record && t.kind != TaskKind::Alloc && t.kind != TaskKind::Free && active)
       timeline_.events.push_back({rank, t.lane, t.id, t.kind, program_.label(t), start, end, t.bytes, t.flops});
+    auto& L = rs.lanes[static_cast<size_t>(lane)];
+    if (--L.running == 0) L.busy += end - L.busy_since;
     complete(rank, id);
-    return end;
+    start_ready(rank, lane);
   }
 
   void complete(int rank, int32_t id) {
@@ -220,11 +218,8 @@ private:
     for (size_t i = b; i < e; ++i) {
       const int32_t d = dependents_[i];
       if (--rs.pending[static_cast<size_t>(d)] == 0) {
-        const auto l = static_cast<size_t>(program_.task(d).lane);
-        if (rs.waiting_for[l] == d) {
-          rs.waiting_for[l] = -1;
-          unblock(rs.wake[l].get());
-        }
+        const auto l = program_.task(d).lane;
+        if (rs.waiting_for[static_cast<size_t>(l)] == d) start_ready(rank, l);
       }
     }
   }
@@ -243,18 +238,7 @@ private:
     }
   }
 
-  // A lane actor waits on `s`; whoever releases it calls unblock(). `blocked_` counts the waiting,
-  // so that lanes_running_ == blocked_ means no lane can ever move again.
-  void block(sg4::Semaphore* s) {
-    ++blocked_;
-    s->acquire();
-  }
-  void unblock(sg4::Semaphore* s) {
-    --blocked_;
-    s->release();
-  }
-
-  // For an unfinished simulation: on the first rank with a blocked lane, the task each lane waits
+  // For an unfinished simulation: on the first rank with a waiting lane, the task each lane waits
   // to start and those of its dependencies that have not ended, so that the cycle can be traced.
   std::string describe_waits() const {
     for (int r = 0; r < sim_ranks_; ++r) {
@@ -278,166 +262,247 @@ private:
   }
 
   // Other processes' threads on a shared core pool (the profile's background_threads, measured):
-  // ceil(b) actors that keep an exec running, each weighing b / ceil(b) of a thread in SimGrid's
-  // max-min share of the cores, until the last lane ends: the ranks' threads get what a fair
+  // ceil(b) loops that keep an exec running, each weighing b / ceil(b) of a thread in SimGrid's
+  // max-min share of the cores, while any task is running: the ranks' threads get what a fair
   // scheduler gives them beside b other threads, as while the profile was measured.
   void start_background() {
     const double b = platform_.hw().node.background_threads;
     if (b <= 0 || !platform_.cores(0)) return;
     background_ = true;
-    const int actors = static_cast<int>(std::ceil(b));
-    for (int n = 0; n < platform_.nodes(); ++n) {
-      auto* pool = platform_.cores(n);
-      if (!pool) continue;
-      for (int i = 0; i < actors; ++i)
-        sg4::Actor::create("background", pool, [this, pool, weight = b / actors] {
-          // Short execs back to back: the share is continuous, and the last one ends at most a
-          // millisecond after the step (whose time is the last task's end). They stop too once
-          // every lane is blocked on another (a deadlock), so that SimGrid sees it and run() says so.
-          while (lanes_running_ > blocked_)
-            sg4::Exec::init()->set_host(pool)->set_flops_amount(1e-3)->set_priority(weight)->set_bound(weight)->start()->wait();
-        });
+    const int loops = static_cast<int>(std::ceil(b));
+    for (int n = 0; n < platform_.nodes(); ++n)
+      if (auto* pool = platform_.cores(n))
+        for (int i = 0; i < loops; ++i) events_.spawn(background(pool, b / loops));
+  }
+
+  // Short execs back to back: the share is continuous, and the last one ends at most a
+  // millisecond after the step (whose time is the last task's end). It stops too when no task is
+  // running (nothing is left, or every lane waits on another: a deadlock, which run() reports).
+  Job background(sg4::Host* pool, double weight) {
+    while (active_ > 0 && !events_.failure()) {
+      const sg4::ActivityPtr e = start_exec(pool, 1e-3, weight, weight);
+      co_await events_.wait(e);
     }
+  }
+
+  // An exec started now (bound 0: none). Activities awaited are named variables, never temporaries
+  // of the co_await expression, which GCC 12 destroys twice.
+  static sg4::ActivityPtr start_exec(sg4::Host* host, double flops, double bound = 0, double priority = 1) {
+    auto e = sg4::Exec::init();
+    e->set_host(host)->set_flops_amount(flops)->set_priority(priority);
+    if (bound > 0) e->set_bound(bound);
+    e->start();
+    return e;
   }
 
   // Work a thread of the rank does on its node's shared core pool: `seconds` as the profile
   // measured it (one thread at the profiled core share), run as an exec SimGrid time-shares with
   // every other thread on those cores. Without a shared pool, on `fallback` for `seconds`.
-  void host_work(int rank, sg4::Host* fallback, double seconds) {
+  Job host_work(int rank, sg4::Host* fallback, double seconds) {
+    if (seconds <= 0) co_return;
+    ++activities_;
     if (auto* pool = platform_.cores(platform_.node_of(rank))) {
-      if (seconds <= 0) return;
-      ++activities_;
-      sg4::Exec::init()->set_host(pool)->set_flops_amount(seconds * core_share_)->set_bound(1.0)->start()->wait();
-      return;
+      const sg4::ActivityPtr e = start_exec(pool, seconds * core_share_, 1.0);
+      co_await events_.wait(e);
+    } else if (gpu_exclusive_ && fallback == platform_.gpu(rank)) {
+      co_await events_.delay(seconds);
+    } else {
+      const sg4::ActivityPtr e = start_exec(fallback, seconds * fallback->get_speed());
+      co_await events_.wait(e);
     }
-    wait_exec(fallback, seconds);
   }
 
-  void wait_exec(sg4::Host* host, double seconds) {
-    if (seconds <= 0) return;
-    ++activities_;
-    sg4::Exec::init()->set_host(host)->set_flops_amount(seconds * host->get_speed())->start()->wait();
-  }
-
-  void latency(double seconds) {
-    if (seconds <= 0) return;
-    ++activities_;
-    sg4::this_actor::sleep_for(seconds);
-  }
-
-  void flow(sg4::Host* from, sg4::Host* to, double bytes, double lat) {
-    if (bytes <= 0) return;
-    latency(lat);
-    ++activities_;
-    sg4::Comm::sendto_async(from, to, static_cast<uint64_t>(bytes))->wait();
+  Job flow(sg4::Host* from, sg4::Host* to, double bytes, double lat) {
+    if (bytes <= 0) co_return;
+    activities_ += lat > 0 ? 2 : 1;
+    co_await events_.delay(lat);
+    sg4::ActivityPtr comm = sg4::Comm::sendto_async(from, to, static_cast<uint64_t>(bytes));
+    co_await events_.wait(comm);
   }
 
   // NVMe <-> GPU over GPUDirect Storage: the drives' I/O and the PCIe flow to the GPU run together
   // (the transfer streams in chunks), so it takes the longer of the two; host memory is not touched.
-  void gds_transfer(const Task& t, int rank) {
+  Job gds_transfer(const Task& t, int rank) {
     auto* endpoint = platform_.gds_endpoint(platform_.node_of(rank));
     if (!endpoint)
       throw std::runtime_error(fmt::format("{}: moves NVMe <-> device directly, but the profile has no node.gds path",
                                            program_.label(t)));
     const bool read = t.kind == TaskKind::NvmeRead;
-    auto* disk = platform_.nvme(platform_.node_of(rank));
-    latency(cost_.nvme_in_step(read) * cost_.nvme_latency());
-    activities_ += 2;
-    const auto bytes = static_cast<sg_size_t>(t.bytes * cost_.nvme_in_step(read));
-    auto io = read ? disk->read_async(bytes) : disk->write_async(bytes);
-    auto comm = read ? sg4::Comm::sendto_async(endpoint, platform_.gpu(rank), static_cast<uint64_t>(t.bytes))
-                     : sg4::Comm::sendto_async(platform_.gpu(rank), endpoint, static_cast<uint64_t>(t.bytes));
-    io->wait();
-    comm->wait();
+    const int node = platform_.node_of(rank);
+    activities_ += 3;
+    co_await events_.delay(cost_.nvme_in_step(read) * cost_.nvme_latency());
+    const double bytes = t.bytes * cost_.nvme_in_step(read);
+    std::vector<sg4::ActivityPtr> both;
+    if (read) {
+      both.push_back(platform_.nvme_read(node, bytes));
+      both.push_back(sg4::Comm::sendto_async(endpoint, platform_.gpu(rank), static_cast<uint64_t>(t.bytes)));
+    } else {
+      both.push_back(platform_.nvme_write(node, bytes));
+      both.push_back(sg4::Comm::sendto_async(platform_.gpu(rank), endpoint, static_cast<uint64_t>(t.bytes)));
+    }
+    co_await events_.wait_all(both);
   }
 
-  void execute(const Task& t, int rank) {
+  Job nvme_transfer(const Task& t, int rank) {
+    if (t.bytes <= 0) co_return;
+    if (t.from == core::Tier::Device || t.to == core::Tier::Device) {
+      co_await gds_transfer(t, rank);
+      co_return;
+    }
+    const int node = platform_.node_of(rank);
+    const bool read = t.kind == TaskKind::NvmeRead;
+    const double slowdown = cost_.nvme_in_step(read);
+    double amount = t.bytes * slowdown;
+    const auto& n = platform_.hw().node;
+    if (cost_.nvme_serial_requests()) {  // the latency occupies the drive: as many bytes as it could move meanwhile
+      amount += slowdown * cost_.nvme_latency() * (read ? n.nvme_read_bandwidth : n.nvme_write_bandwidth);
+    } else {
+      ++activities_;
+      co_await events_.delay(slowdown * cost_.nvme_latency());
+    }
+    ++activities_;
+    const sg4::ActivityPtr io = read ? platform_.nvme_read(node, amount) : platform_.nvme_write(node, amount);
+    co_await events_.wait(io);
+  }
+
+  Job execute(const Task& t, int rank) {
+    auto& rs = ranks_state_[static_cast<size_t>(rank)];
     switch (t.kind) {
       case TaskKind::Forward:
       case TaskKind::Recompute:
       case TaskKind::Backward: {
-        const double seconds = cost_.kernel_seconds(program_, t);
-        ranks_state_[static_cast<size_t>(rank)].compute_since_sync += seconds;
-        host_work(rank, platform_.gpu(rank), seconds);
+        const double seconds = cost_.kernel_seconds(program_, t) * rs.gpu_time_factor;
+        rs.compute_since_sync += seconds;
+        co_await host_work(rank, platform_.gpu(rank), seconds);
         break;
       }
       case TaskKind::CopyH2D:
       case TaskKind::CopyD2H:
         // A host<->device copy on the CPU backend is a memcpy by the lane's thread, not a DMA.
         if (platform_.cores(platform_.node_of(rank))) {
-          if (t.bytes > 0) host_work(rank, nullptr, cost_.pcie_latency() + t.bytes / platform_.pcie_bandwidth());
+          if (t.bytes > 0) co_await host_work(rank, nullptr, cost_.pcie_latency() + t.bytes / platform_.pcie_bandwidth());
         } else if (t.kind == TaskKind::CopyH2D) {
-          flow(platform_.cpu_of(rank), platform_.gpu(rank), t.bytes, cost_.pcie_latency());
+          co_await flow(platform_.cpu_of(rank), platform_.gpu(rank), t.bytes, cost_.pcie_latency());
         } else {
-          flow(platform_.gpu(rank), platform_.cpu_of(rank), t.bytes, cost_.pcie_latency());
+          co_await flow(platform_.gpu(rank), platform_.cpu_of(rank), t.bytes, cost_.pcie_latency());
         }
         break;
       case TaskKind::NvmeRead:
-      case TaskKind::NvmeWrite: {
-        if (t.bytes <= 0) break;
-        if (t.from == core::Tier::Device || t.to == core::Tier::Device) {
-          gds_transfer(t, rank);
-          break;
-        }
-        auto* disk = platform_.nvme(platform_.node_of(rank));
-        const bool read = t.kind == TaskKind::NvmeRead;
-        const double slowdown = cost_.nvme_in_step(read);
-        double amount = t.bytes * slowdown;
-        if (cost_.nvme_serial_requests())  // the latency occupies the drive: as many bytes as it could move meanwhile
-          amount += slowdown * cost_.nvme_latency() * (read ? disk->get_read_bandwidth() : disk->get_write_bandwidth());
-        else
-          latency(slowdown * cost_.nvme_latency());
-        ++activities_;
-        auto bytes = static_cast<sg_size_t>(amount);
-        (t.kind == TaskKind::NvmeRead ? disk->read_async(bytes) : disk->write_async(bytes))->wait();
-        break;
-      }
+      case TaskKind::NvmeWrite: co_await nvme_transfer(t, rank); break;
       case TaskKind::AllGather:
       case TaskKind::ReduceScatter:
       case TaskKind::AllReduce:
       case TaskKind::Broadcast:
       case TaskKind::Reduce:
-        collective(t, rank);
+        co_await collective(t, rank);
         // A CPU-backend device's widening or scaling beside the transfer (0 on a GPU profile).
         if (const double s = core::collective_host_seconds(program_, t, rank, platform_.hw()); s > 0)
-          host_work(rank, platform_.gpu(rank), s);
+          co_await host_work(rank, platform_.gpu(rank), s);
         // The copies the Program states beside the transfer (a DeepSpeed release's list collectives),
-        // on the collective's stream.
-        latency(core::collective_device_seconds(program_, t, platform_.hw()));
+        // on the collective's stream: a timer after the collective's flows.
+        if (const double copies = core::collective_device_seconds(program_, t, platform_.hw()); copies > 0) {
+          ++activities_;
+          co_await events_.delay(copies);
+        }
         break;
       case TaskKind::GradNorm:
         if (t.lane == Lane::CpuOptim)
-          host_work(rank, platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));
+          co_await host_work(rank, platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));
         else
-          host_work(rank, platform_.gpu(rank), cost_.device_stream_seconds(t.bytes));
+          co_await host_work(rank, platform_.gpu(rank), cost_.device_stream_seconds(t.bytes) * rs.gpu_time_factor);
         break;
       case TaskKind::OptimizerStep:
         if (t.lane == Lane::CpuOptim)  // the fused update, then any further passes over host memory
-          host_work(rank, platform_.cpu_of(rank),
-                    cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)) +
-                        cost_.cpu_stream_seconds(core::optimizer_extra_host_bytes(t)));
+          co_await host_work(rank, platform_.cpu_of(rank),
+                             cost_.cpu_adam_seconds(static_cast<double>(t.sg_count)) +
+                                 cost_.cpu_stream_seconds(core::optimizer_extra_host_bytes(t)));
         else
-          host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(program_, t));
+          co_await host_work(rank, platform_.gpu(rank), cost_.kernel_seconds(program_, t) * rs.gpu_time_factor);
         break;
       case TaskKind::Alloc:
       case TaskKind::Free: break;
     }
   }
 
-  void collective(const Task& t, int rank) {
-    if (t.participants > 1 && t.participants < ranks_ && t.owner < 0) return group_collective(t, rank);
+  // Parks the calling task at a rendezvous until the member that arrives last has run the
+  // collective for all of them.
+  auto park(Rendezvous& rv) {
+    struct Awaiter {
+      Rendezvous& rv;
+      int& active;
+      bool await_ready() const noexcept { return false; }
+      void await_suspend(std::coroutine_handle<> h) {
+        rv.waiting.push_back(h);
+        --active;
+      }
+      void await_resume() const noexcept {}
+    };
+    return Awaiter{rv, active_};
+  }
+
+  void release(int64_t key) {
+    auto waiting = std::move(rendezvous_[key].waiting);
+    rendezvous_.erase(key);
+    for (auto h : waiting) {
+      ++active_;
+      events_.resume_soon(h);
+    }
+  }
+
+  // A phase inside one node whose flows each own their NVLink ports: every GPU sends at most one
+  // flow and receives at most one, and no other traffic can be on those ports (nvlink_exclusive_),
+  // so each flow runs at the port's full rate and the phase takes its largest flow's bytes over
+  // it, exactly; -1 when the phase must be simulated as flows.
+  double nvlink_alone_seconds(const CollectivePhase& p) {
+    if (!nvlink_exclusive_ || p.crosses_nodes || p.flows.empty()) return -1;
+    port_out_.resize(size_t(platform_.ranks()), 0);
+    port_in_.resize(size_t(platform_.ranks()), 0);
+    bool alone = true;
+    double largest = 0;
+    size_t marked = 0;
+    for (; marked < p.flows.size() && alone; ++marked) {
+      const auto& f = p.flows[marked];
+      alone = platform_.node_of(f.src) == platform_.node_of(f.dst) && !port_out_[size_t(f.src)] && !port_in_[size_t(f.dst)];
+      port_out_[size_t(f.src)] = port_in_[size_t(f.dst)] = 1;
+      largest = std::max(largest, f.bytes);
+    }
+    for (size_t i = 0; i < marked; ++i) port_out_[size_t(p.flows[i].src)] = port_in_[size_t(p.flows[i].dst)] = 0;
+    return alone ? std::floor(largest) / platform_.hw().node.nvlink_bandwidth : -1;
+  }
+
+  Job run_phases(const std::vector<CollectivePhase>& phases, bool fabric_time) {
+    for (const auto& p : phases) {
+      const double begin = sg4::Engine::get_clock();
+      if (p.latency > 0) ++activities_;
+      co_await events_.delay(p.latency);
+      if (const double alone = nvlink_alone_seconds(p); alone >= 0) {
+        ++activities_;
+        co_await events_.delay(alone);
+      } else {
+        auto flows = start_flows(platform_, p);
+        activities_ += flows.size();
+        co_await events_.wait_all(flows);
+      }
+      if (fabric_time && p.crosses_nodes) fabric_busy_ += sg4::Engine::get_clock() - begin;
+    }
+  }
+
+  Job collective(const Task& t, int rank) {
+    if (t.participants > 1 && t.participants < ranks_ && t.owner < 0) {
+      co_await group_collective(t, rank);
+      co_return;
+    }
     const int members = t.owner >= 0 ? 1 : sim_ranks_;
-    if (members < 2 || t.participants < 2 || t.bytes <= 0) return;
+    if (members < 2 || t.participants < 2 || t.bytes <= 0) co_return;
     if (t.participants != ranks_)
       throw std::runtime_error("collective task " + std::to_string(t.id) + " has " + std::to_string(t.participants) +
                                " participants; the simulator supports collectives over all " +
                                std::to_string(ranks_) + " ranks or over groups of consecutive ranks inside a node");
-    auto& rv = rendezvous_[int64_t{t.id} << 20];
-    auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
+    const int64_t key = int64_t{t.id} << 20;
+    auto& rv = rendezvous_[key];
     if (++rv.arrived < members) {
-      rv.waiting.push_back(wake);
-      block(wake);
-      return;
+      co_await park(rv);
+      co_return;
     }
     const int G = std::min(platform_.gpus_per_node(), ranks_);
     // Ranks that share cores drift apart between collectives: the last one arrives late by the
@@ -448,7 +513,8 @@ private:
         since += rs.compute_since_sync / double(ranks_state_.size());
         rs.compute_since_sync = 0;
       }
-      latency(skew * since);
+      ++activities_;
+      co_await events_.delay(skew * since);
     }
     // Under tensor parallelism T, ZeRO's collectives run in T strided data-parallel groups at once.
     const int stride = program_.tensor_parallel();
@@ -460,48 +526,38 @@ private:
       apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, ranks_ / stride,
                                                     ranks_ > G ? G / stride : ranks_ / stride));
     if (fold_) phases = fold(phases, G);
-    for (const auto& p : phases) {
-      const double begin = sg4::Engine::get_clock();
-      activities_ += execute_phase(platform_, p);
-      if (p.crosses_nodes) fabric_busy_ += sg4::Engine::get_clock() - begin;
-    }
-    auto waiting = std::move(rv.waiting);
-    rendezvous_.erase(int64_t{t.id} << 20);
-    for (auto* w : waiting) unblock(w);
+    co_await run_phases(phases, true);
+    release(key);
   }
 
   // A collective among `participants` consecutive ranks inside one node (a tensor-parallel group):
   // every group of the node runs its own, at the same time, over the node's NVLink.
-  void group_collective(const Task& t, int rank) {
+  Job group_collective(const Task& t, int rank) {
     const int k = t.participants;
     const int G = platform_.gpus_per_node();
     if (G % k != 0 || ranks_ % k != 0)
       throw std::runtime_error("collective task " + std::to_string(t.id) + ": a group of " + std::to_string(k) +
                                " ranks must divide the node's " + std::to_string(G) + " GPUs and the " +
                                std::to_string(ranks_) + " ranks");
-    if (t.bytes <= 0) return;
+    if (t.bytes <= 0) co_return;
     const int group = rank / k;
-    auto& rv = rendezvous_[(int64_t{t.id} << 20) + 1 + group];
-    auto* wake = ranks_state_[static_cast<size_t>(rank)].wake[static_cast<size_t>(t.lane)].get();
+    const int64_t key = (int64_t{t.id} << 20) + 1 + group;
+    auto& rv = rendezvous_[key];
     if (++rv.arrived < k) {
-      rv.waiting.push_back(wake);
-      block(wake);
-      return;
+      co_await park(rv);
+      co_return;
     }
     auto phases = collective_phases({t.kind, k, k, t.bytes, std::max(0, t.root)}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
     if (platform_.hw().nccl.enabled()) apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, k, k));
     const int base = group * k;
-    for (auto& p : phases) {
+    for (auto& p : phases)
       for (auto& f : p.flows) {
         f.src += base;
         f.dst += base;
       }
-      activities_ += execute_phase(platform_, p);
-    }
-    auto waiting = std::move(rv.waiting);
-    rendezvous_.erase((int64_t{t.id} << 20) + 1 + group);
-    for (auto* w : waiting) unblock(w);
+    co_await run_phases(phases, false);
+    release(key);
   }
 
   // Node 0's view of a collective over identical nodes: the flows node 0's GPUs send and receive,
@@ -527,6 +583,8 @@ private:
     r.ranks = ranks_;
     r.nodes = nodes_;
     r.folded = fold_;
+    r.slowest_gpu = 0;
+    for (const auto& rs : ranks_state_) r.slowest_gpu = std::max(r.slowest_gpu, rs.gpu_time_factor);
     // The step ends with the last task, not with the background's last exec.
     r.step_time = background_ ? last_end_ : sg4::Engine::get_clock();
     r.activities = activities_;
@@ -540,7 +598,7 @@ private:
     }
     auto lane_busy = [&](Lane l) {
       double s = 0;
-      for (const auto& rs : ranks_state_) s += rs.busy[static_cast<size_t>(l)];
+      for (const auto& rs : ranks_state_) s += rs.lanes[static_cast<size_t>(l)].busy;
       return r.step_time > 0 ? s / sim_ranks_ / r.step_time : 0.0;
     };
     r.busy = {{"gpu", lane_busy(Lane::Compute)},         {"pcie_h2d", lane_busy(Lane::H2D)},
@@ -571,16 +629,20 @@ private:
   int ranks_;
   int nodes_;
   bool fold_;
-  int sim_ranks_;  // ranks with actors: all, or node 0's when folded
+  int sim_ranks_;  // ranks simulated: all, or node 0's when folded
   Platform platform_;
+  Events events_;  // after the platform: needs its engine
   CostModel cost_;
   bool background_ = false;
-  int lanes_running_ = 0;
-  int blocked_ = 0;  // lane actors waiting on a semaphore
+  bool gpu_exclusive_ = false;  // kernels as timers (gpu_work_on_one_lane)
+  bool nvlink_exclusive_ = false;  // NVLink phases as timers (collectives_on_one_lane)
+  std::vector<uint8_t> port_out_, port_in_;  // scratch of nvlink_alone_seconds
+  int active_ = 0;              // tasks running and not parked at a rendezvous
   double last_end_ = 0;
   double core_share_;  // of one core, per thread, when the profile was measured (1: no shared pool)
   std::vector<int32_t> dependents_begin_, dependents_;
   std::array<std::vector<int32_t>, kLanes> lane_tasks_;
+  std::array<int, kLanes> slots_{};
   std::vector<RankState> ranks_state_;
   std::vector<std::array<double, kTiers>> node_live_, node_peak_;
   std::unordered_map<int64_t, Rendezvous> rendezvous_;  // task << 20, plus 1 + group for a group's
@@ -611,6 +673,7 @@ std::string report_to_json(const SimReport& r) {
                       {"nvme_per_node", r.peak_nvme_per_node}};
   j["within_budget"] = r.within_budget;
   j["folded"] = r.folded;
+  j["slowest_gpu"] = r.slowest_gpu;
   j["activities"] = r.activities;
   j["tasks_run"] = r.tasks_run;
   return j.dump();
@@ -633,6 +696,7 @@ SimReport report_from_json(const std::string& text) {
   r.peak_nvme_per_node = j.at("peak_memory").at("nvme_per_node");
   r.within_budget = j.at("within_budget");
   r.folded = j.at("folded");
+  r.slowest_gpu = j.value("slowest_gpu", 1.0);
   r.activities = j.at("activities");
   r.tasks_run = j.at("tasks_run");
   return r;

@@ -37,7 +37,14 @@ struct SimOptions {
   // node 0's ranks with every link of node 0 loaded exactly as in the full run, and the other
   // nodes' GPUs folded onto one mirror node as the ends of node 0's inter-node flows. Exact for
   // the ring and hierarchical algorithms on a full-bisection fabric; off: every rank is simulated.
+  // Off as well on a fat-tree fabric, whose static routes make nodes differ.
   bool fold_symmetric_nodes = true;
+  // GPU-to-GPU variability (the profile's node.gpu.variability) and the placement of nodes on a
+  // scattered fat tree. 0: every simulated rank's kernels take the expected slowest of all ranks'
+  // times (an order statistic: what a job that waits for its slowest GPU at every collective sees
+  // on average). A seed: rank r's kernels take gpu_time_factor(seed, r) times the profile's time,
+  // and a folded run gives node 0's ranks the slowest of all ranks' factors for that seed.
+  uint64_t seed = 0;
 };
 
 // Busy fraction of one resource: the time it was in use divided by the step time, averaged over
@@ -62,6 +69,7 @@ struct SimReport {
   double peak_nvme_per_node = 0;
   bool within_budget = true;      // every rank's peaks within the Program's per-rank budgets
   bool folded = false;            // identical nodes were folded (SimOptions::fold_symmetric_nodes)
+  double slowest_gpu = 1;         // the largest kernel-time factor of the simulated ranks (GPU variability)
   core::Timeline timeline;
   uint64_t activities = 0;        // SimGrid activities started (execs, flows, I/Os, latency waits)
   uint64_t tasks_run = 0;         // task executions over all ranks

@@ -88,10 +88,22 @@ class Counting(unittest.TestCase):
                 {"id": "c", "kind": "calibration", "status": "ok", "measured_tflops": 39, "predicted_tflops": 39.0,
                  "error": 0.0, "tensor_parallel": 2, "measured_range": "", "in_range": False}]
         text = published.table(rows)
-        self.assertIn("| a | calibration | 70 | 83.0 | +19 % | published range 62-78: OUTSIDE |", text)
-        self.assertIn("| b | calibration | 70 | 71.0 | +1 % | published range 62-78: inside |", text)
-        self.assertIn("| c | calibration | 39 | 39.0 | +0 % | TP 2 |", text)
+        self.assertIn("| a | calibration | 70 | 83.0 |  | +19 % | published range 62-78: OUTSIDE |", text)
+        self.assertIn("| b | calibration | 70 | 71.0 |  | +1 % | published range 62-78: inside |", text)
+        self.assertIn("| c | calibration | 39 | 39.0 |  | +0 % | TP 2 |", text)
         self.assertIn("1 of 2 inside their published range", text)
+
+    def test_table_shows_the_band_and_what_moves_the_point(self):
+        rows = [{"id": "p", "kind": "prediction", "status": "ok", "measured_tflops": 49, "predicted_tflops": 58.0,
+                 "band_p10": 56.0, "band_p90": 59.5, "error": 0.18, "tensor_parallel": 4, "slowest_gpu": 1.046,
+                 "tree_tflops": 47.0},
+                {"id": "q", "kind": "prediction", "status": "ok", "measured_tflops": 49, "predicted_tflops": 58.0,
+                 "band_p10": 56.0, "band_p90": 59.5, "error": 0.18, "tensor_parallel": 1, "slowest_gpu": 1.0}]
+        text = published.table(rows)
+        # The tree reaches below the measurement while the non-blocking band stays above it: the range covers it.
+        self.assertIn("| p | prediction | 49 | 58.0 | 56.0-59.5 | +18 % | TP 4; band covers the measurement; "
+                      "slowest GPU x1.046; tree 47.0 |", text)
+        self.assertIn("| q | prediction | 49 | 58.0 | 56.0-59.5 | +18 % | band misses the measurement |", text)
 
 
 if __name__ == "__main__":

@@ -80,9 +80,9 @@ TEST_CASE("eight GPUs copying at once share the host-memory link") {
 }
 
 TEST_CASE("NVMe reads and writes run at the profile's read and write bandwidths") {
-  double r = simulate(profile(8, 1, "0"), 1, [](sim::Platform& p) { p.nvme(0)->read_async(8'000'000'000)->wait(); });
+  double r = simulate(profile(8, 1, "0"), 1, [](sim::Platform& p) { p.nvme_read(0, 8e9)->wait(); });
   CHECK(r == Approx(1.0).epsilon(0.01));
-  double w = simulate(profile(8, 1, "0"), 1, [](sim::Platform& p) { p.nvme(0)->write_async(4'000'000'000)->wait(); });
+  double w = simulate(profile(8, 1, "0"), 1, [](sim::Platform& p) { p.nvme_write(0, 4e9)->wait(); });
   CHECK(w == Approx(1.0).epsilon(0.01));
 }
 

@@ -2,11 +2,18 @@
 """Simulates every published point of points.yaml with `zinf sim` and compares it with what was measured.
 
     /usr/bin/python3 experiments/published/run.py [--zinf build/zinf] [--out analysis/published] [--only ID ...]
+                                                  [--seeds K] [--fabric-range]
 
 Writes OUT/published.csv (one row per point), OUT/published.md (the table docs/results/published.md shows),
-OUT/scatter.{png,pdf} (predicted against measured, calibration and prediction points apart) and
-OUT/panels.{png,pdf} (one panel per published figure). A point whose configuration zinf refuses
-(the memory model says it does not fit) is a row with the reason, drawn as refused, never dropped.
+OUT/scatter.{png,pdf} (predicted against measured, calibration and prediction points apart),
+OUT/panels.{png,pdf} (one panel per published figure) and OUT/fig5b.{png,pdf} (the 1T scaling series
+against the published measurements). A point whose configuration zinf refuses (the memory model says it
+does not fit) is a row with the reason, drawn as refused, never dropped.
+
+Each point is simulated over seeds 1..K of GPU-to-GPU variability (the profile's node.gpu.variability,
+`zinf sim --seeds K`): the value is the median seed's TFLOP/s, the band p10-p90. --fabric-range also
+simulates every multi-node point on points.yaml's plausible_fabric (a fat tree with static routing,
+every rank simulated, seed 1) beside the profile's non-blocking fabric.
 """
 import argparse
 import csv
@@ -104,7 +111,7 @@ def write_inputs(point, folder):
 
 
 # Point fields that change the profile it is simulated on.
-PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory")
+PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory", "fabric")
 
 
 def with_overrides(profile, point):
@@ -116,6 +123,9 @@ def with_overrides(profile, point):
     if "gpu_memory" in point:
         p["node"]["gpu"]["memory"] = point["gpu_memory"]
         p["name"] = f"{p['name']}-{point['gpu_memory'].replace(' ', '')}"
+    if "fabric" in point:
+        p["fabric"] = point["fabric"]
+        p["name"] = f"{p['name']}-{point['fabric'].get('topology', 'fabric')}"
     return p
 
 
@@ -126,22 +136,36 @@ def shown_command(cmd, folder):
     return " ".join(shown)
 
 
-def simulate(point, zinf, folder):
-    paths = write_inputs(point, folder)
+def sim_command(zinf, paths, point, seeds=0, seed=0, jobs=1):
     cmd = [zinf, "sim", "--model", paths["model"], "--hw", paths["hw"], "--nodes", str(point["nodes"]),
            "--config", paths["config"], "--json"]
+    if seeds > 0:
+        cmd += ["--seeds", str(seeds), "--jobs", str(jobs)]
+    elif seed > 0:
+        cmd += ["--seed", str(seed)]
+    return cmd
+
+
+def read_report(run):
+    """zinf sim --json's report, or None when it printed none."""
+    text = run.stdout.strip()
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def simulate(point, zinf, folder, seeds=0, jobs=1):
+    paths = write_inputs(point, folder)
+    cmd = sim_command(zinf, paths, point, seeds, jobs=jobs)
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     row = {"id": point["id"], "kind": point["kind"], "figure": point["figure"], "measured_tflops": point["measured_tflops"],
            "tensor_parallel": point["tensor_parallel"], "flops": point["flops"], "source": point["source"],
            "assumed": point.get("assumed", ""), "command": shown_command(cmd, folder), "in_range": False,
            "measured_range": "-".join(str(v) for v in point["measured_range"]) if "measured_range" in point else ""}
-    text = run.stdout.strip()
-    report = None
-    if text.startswith("{"):
-        try:
-            report = json.loads(text)
-        except json.JSONDecodeError:
-            report = None
+    report = read_report(run)
     if run.returncode != 0 or report is None:
         reason = (run.stderr.strip() or run.stdout.strip() or f"exit {run.returncode}").splitlines()
         refused = any("plan refused" in line or "does not fit" in line for line in reason)
@@ -154,8 +178,14 @@ def simulate(point, zinf, folder):
         return row
     gpus = report["ranks"]
     pred = predicted_tflops(point, report["samples_per_s"], gpus)
-    row.update(status="ok", reason="", predicted_tflops=round(pred, 2), step_time=report["step_time"],
-               error=round(pred / point["measured_tflops"] - 1.0, 4))
+    band = report.get("band")
+    if band:  # TFLOP/s is inverse to the step: the median step's value, the slow seeds' p90 step as p10
+        per_step = pred * report["step_time"]
+        pred = per_step / band["step_time"]["median"]
+        row.update(band_p10=round(per_step / band["step_time"]["p90"], 2),
+                   band_p90=round(per_step / band["step_time"]["p10"], 2), seeds=band["seeds"])
+    row.update(status="ok", reason="", predicted_tflops=round(pred, 2), step_time=report["step_time"], gpus=gpus,
+               error=round(pred / point["measured_tflops"] - 1.0, 4), slowest_gpu=report.get("slowest_gpu", 1.0))
     if "measured_range" in point:
         lo, hi = point["measured_range"]
         row["in_range"] = lo <= pred <= hi
@@ -164,6 +194,27 @@ def simulate(point, zinf, folder):
             (f"tensor parallel {point['tensor_parallel']} (Megatron-style, inside a node), ZeRO-3 over the rest; "
              "vocabulary padded to a multiple of 128 x the degree; checkpoints partitioned over the group")
     return row
+
+
+def simulate_on_tree(point, zinf, folder, fabric):
+    """TFLOP/s per GPU of a multi-node point on `fabric` (every rank simulated, seed 1), or None."""
+    p = dict(point, fabric=fabric)
+    paths = write_inputs(p, folder)
+    run = subprocess.run(sim_command(zinf, paths, point, seed=1), capture_output=True, text=True, cwd=ROOT)
+    report = read_report(run)
+    if run.returncode != 0 or report is None or not report.get("within_budget", True):
+        return None
+    return round(predicted_tflops(point, report["samples_per_s"], report["ranks"]), 2)
+
+
+def mechanisms(row):
+    """What moves the point, as the simulation saw it: the slowest GPU a collective waits for, the fabric."""
+    out = []
+    if row.get("slowest_gpu") and abs(row["slowest_gpu"] - 1) > 1e-6:
+        out.append(f"slowest GPU x{row['slowest_gpu']:.3f}")
+    if row.get("tree_tflops"):
+        out.append(f"tree {row['tree_tflops']:.1f}")
+    return "; ".join(out)
 
 
 def summary(rows, kind):
@@ -175,17 +226,24 @@ def summary(rows, kind):
 
 
 def table(rows):
-    lines = ["| point | kind | measured | zinf | error | note |", "|---|---|---|---|---|---|"]
+    lines = ["| point | kind | measured | zinf | band p10-p90 | error | note |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["status"] == "ok":
             pred, err = f"{r['predicted_tflops']:.1f}", f"{100 * r['error']:+.0f} %"
+            band = f"{r['band_p10']:.1f}-{r['band_p90']:.1f}" if r.get("band_p10") else ""
         else:
-            pred, err = r["status"], ""
+            pred, err, band = r["status"], "", ""
         notes = ["TP " + str(r["tensor_parallel"])] if r["tensor_parallel"] > 1 else []
         if r.get("measured_range"):
             notes.append(f"published range {r['measured_range']}: {'inside' if r['in_range'] else 'OUTSIDE'}")
+        if r.get("band_p10") and r["kind"] == "prediction":
+            ends = [r["band_p10"], r["band_p90"]] + ([r["tree_tflops"]] if r.get("tree_tflops") else [])
+            covered = min(ends) <= r["measured_tflops"] <= max(ends)
+            notes.append("band covers the measurement" if covered else "band misses the measurement")
+        if mechanisms(r):
+            notes.append(mechanisms(r))
         note = "; ".join(notes)
-        lines.append(f"| {r['id']} | {r['kind']} | {r['measured_tflops']} | {pred} | {err} | {note} |")
+        lines.append(f"| {r['id']} | {r['kind']} | {r['measured_tflops']} | {pred} | {band} | {err} | {note} |")
     for kind in ("calibration", "prediction"):
         s = summary(rows, kind)
         ranged = [r for r in rows if r["kind"] == kind and r.get("measured_range")]
@@ -256,6 +314,42 @@ def plot(rows, out):
     save_figure(fig, out, "panels")
 
 
+def scaling_figure(rows, out):
+    """Fig 5(b): per-GPU TFLOP/s of the 1T series against GPUs, published and simulated (median, p10-p90,
+    the plausible tree where simulated), and each side's slope from the fewest GPUs to the most."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sel = sorted([r for r in rows if r.get("series") == "fig5b-1t" and r["status"] == "ok"], key=lambda r: r["gpus"])
+    if len(sel) < 2:
+        return None
+    g = [r["gpus"] for r in sel]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    measured = [r["measured_tflops"] for r in sel]
+    pred = [r["predicted_tflops"] for r in sel]
+    ax.plot(g, measured, "ks-", label=f"published (ZeRO-Infinity Fig 5b): {100 * (measured[-1] / measured[0] - 1):+.0f} %")
+    lo = [p - r.get("band_p10", p) for p, r in zip(pred, sel)]
+    hi = [r.get("band_p90", p) - p for p, r in zip(pred, sel)]
+    ax.errorbar(g, pred, yerr=[lo, hi], fmt="o-", color="tab:red", capsize=3,
+                label=f"zinf, non-blocking fabric (median, p10-p90 over seeds): {100 * (pred[-1] / pred[0] - 1):+.0f} %")
+    tree = [r.get("tree_tflops") or None for r in sel]
+    if all(tree):
+        ax.plot(g, tree, "v--", color="tab:orange",
+                label=f"zinf, plausible fat tree (seed 1): {100 * (tree[-1] / tree[0] - 1):+.0f} %")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(g)
+    ax.set_xticklabels([str(x) for x in g])
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("TFLOP/s per GPU")
+    ax.set_ylim(bottom=0)
+    ax.set_title("1T model, 64 to 512 V100 GPUs (ZeRO-Infinity Fig 5b)", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    save_figure(fig, out, "fig5b")
+    return {"measured": measured[-1] / measured[0] - 1, "zinf": pred[-1] / pred[0] - 1}
+
+
 # Where save_figure writes PNGs when not beside the PDFs: the results pages' images (--img).
 IMAGES = {"dir": None}
 
@@ -283,10 +377,15 @@ def suite_arguments(ap):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     suite_arguments(ap)
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of GPU variability per point (0: the expected slowest)")
+    ap.add_argument("--jobs", type=int, default=2, help="seeds simulated at once")
+    ap.add_argument("--fabric-range", action="store_true",
+                    help="also simulate multi-node points on points.yaml's plausible_fabric (every rank: slow)")
     a = ap.parse_args(argv)
     IMAGES["dir"] = a.img
     with open(a.points) as f:
-        points = expand(yaml.safe_load(f))
+        spec = yaml.safe_load(f)
+    points = expand(spec)
     if a.only:
         points = [p for p in points if p["id"] in a.only]
     os.makedirs(a.out, exist_ok=True)
@@ -296,12 +395,16 @@ def main(argv=None):
             folder = os.path.join(tmp, p["id"])
             os.makedirs(folder)
             print(f"[{i}/{len(points)}] {p['id']} ...", end=" ", flush=True)
-            r = simulate(p, a.zinf, folder)
-            print(f"{r['predicted_tflops']} TFLOP/s (measured {r['measured_tflops']})" if r["status"] == "ok"
-                  else f"{r['status']}: {r['reason'][:160]}", flush=True)
+            r = simulate(p, a.zinf, folder, a.seeds, a.jobs)
+            r["series"] = p.get("series", "")
+            if a.fabric_range and p["nodes"] > 1 and r["status"] == "ok":
+                r["tree_tflops"] = simulate_on_tree(p, a.zinf, folder, spec["plausible_fabric"])
+            print(f"{r['predicted_tflops']} TFLOP/s (measured {r['measured_tflops']}){' ' + mechanisms(r) if mechanisms(r) else ''}"
+                  if r["status"] == "ok" else f"{r['status']}: {r['reason'][:160]}", flush=True)
             rows.append(r)
-    fields = ["id", "kind", "figure", "status", "measured_tflops", "measured_range", "predicted_tflops", "error", "step_time",
-              "tensor_parallel", "flops", "reason", "assumed", "source", "command"]
+    fields = ["id", "kind", "figure", "status", "measured_tflops", "measured_range", "predicted_tflops", "band_p10",
+              "band_p90", "seeds", "slowest_gpu", "tree_tflops", "error", "step_time", "tensor_parallel", "flops", "reason",
+              "assumed", "source", "command"]
     with open(os.path.join(a.out, "published.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -314,7 +417,15 @@ def main(argv=None):
     print(text)
     if rows:
         plot(rows, a.out)
-    print(f"\nwrote {a.out}/published.csv, published.md, scatter.pdf, panels.pdf; scatter.png, panels.png in {a.img or a.out}")
+        slopes = scaling_figure(rows, a.out)
+        if slopes:
+            line = (f"\nFig 5(b) slope, 64 to 512 GPUs (TFLOP/s per GPU): published {100 * slopes['measured']:+.1f} %, "
+                    f"zinf {100 * slopes['zinf']:+.1f} %")
+            print(line)
+            with open(os.path.join(a.out, "published.md"), "a") as f:
+                f.write(line.lstrip("\n") + "\n")
+    print(f"\nwrote {a.out}/published.csv, published.md, scatter.pdf, panels.pdf, fig5b.pdf; "
+          f"scatter.png, panels.png, fig5b.png in {a.img or a.out}")
     return 0
 
 
