@@ -97,8 +97,13 @@ D=$(fresh swap)
 RUN=$!
 if wait_for_step "$D/log"; then
   sleep 0.5
-  head -c 65536 /dev/zero | dd of="$D/nv/rank0/master.zt" bs=4096 seek=4 conv=notrunc status=none
-  for _ in $(seq 1 60); do kill -0 $RUN 2>/dev/null || break; sleep 0.5; done
+  # The run rewrites master.zt every step: zeros that land between a step's read and its write are
+  # overwritten unseen, so they are written again until the run stops (or 30 s pass).
+  for _ in $(seq 1 60); do
+    kill -0 $RUN 2>/dev/null || break
+    head -c 65536 /dev/zero | dd of="$D/nv/rank0/master.zt" bs=4096 seek=4 conv=notrunc status=none
+    sleep 0.5
+  done
   kill -0 $RUN 2>/dev/null && { kill -9 $RUN; rc=running; } || { wait $RUN; rc=$?; }
 else
   rc=none; kill -9 $RUN
