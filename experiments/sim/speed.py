@@ -8,7 +8,7 @@ Runs each case --repeat times (alternating with the reference binary when one is
 see the same load) and prints, per binary and case, the medians of the wall time and of the CPU time
 (user + system, which a loaded machine inflates less than the wall time), the tasks and SimGrid
 activities simulated, and the peak resident memory. The workload is the published 512-GPU 1T point
-(experiments/published/points.yaml, fig5a-1t: tensor parallel 4, parameters and optimizer on NVMe),
+(experiments/published/points.yaml, fig5a-1t: tensor parallel 4, its release and offload as configured there),
 on dgx2-v100 with GPU variability at its expected slowest (no seed), at 32 and 256 nodes.
 """
 import argparse
