@@ -11,6 +11,7 @@ PACKAGES=(
   liburing-dev libsimgrid-dev libboost-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev
+  libtcmalloc-minimal4
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-matplotlib python3-numpy python3-yaml python3-regex
   fio fortunes
