@@ -49,13 +49,14 @@ trap 'rm -rf "$work" "$NVME"/rank* "$NVME"/checkpoints' EXIT
 
 ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 free_disk=$(df -B1 --output=avail "$NVME" | tail -n 1)
-hidden=${HIDDEN:-3200}
-heads=${HEADS:-25}
+hidden=$MW_HIDDEN
+heads=$MW_HEADS
 vocab=50257
 seq=128
 per_layer=$((16 * 12 * hidden * hidden))           # bytes of model states per layer (16 B/param)
 embed=$((16 * (vocab + seq) * hidden))             # the token and position embeddings' states
 layers=$(python3 -c "import math; print(max(1, math.ceil(($MW_FACTOR * $ram - $embed) / $per_layer)))")
+[ "$MW_LAYERS" = 0 ] || layers=$MW_LAYERS
 # The states once (and two checkpoints of master, m and v: 24 B/param more) must fit the disk with
 # reserve_gb left for everyone else on it.
 scale=16
@@ -101,13 +102,13 @@ echo "memory_wall: $layers layers x hidden $hidden: $(python3 -c "print(round($s
      "$(numfmt --to=iec $states) of states ($(python3 -c "print(round($states / 1e9, 1))") GB, embeddings included) = $(python3 -c "print(round($states / $ram, 2))") x RAM ($(numfmt --to=iec "$ram"))"
 compute_alone=0
 if [ "$MW_COMPUTE_ALONE" != 0 ]; then
-  python3 experiments/memory_wall/compute_alone.py --zinf "$ZINF" --layers "$layers" --hidden "$hidden" --heads 25 \
+  python3 experiments/memory_wall/compute_alone.py --zinf "$ZINF" --layers "$layers" --hidden "$hidden" --heads "$heads" \
     --seq "$seq" --vocab "$vocab" --tiling "$MW_TILING" --grad-clip "$MW_GRAD_CLIP" --sub-group-size "$MW_SUB_GROUP_SIZE" \
     --hw "$work/hw.yaml" --work "$work" --steps "$MW_ALONE_STEPS" | tee "$work/alone.txt" || echo "memory_wall: no compute-alone reference"
   compute_alone=$(awk '/^compute_alone_s/ {print $2}' "$work/alone.txt")
   compute_alone=${compute_alone:-0}
 fi
-[ "$MW_PLAN" = 0 ] || "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(total|fits)"
+[ "$MW_PLAN" = 0 ] || "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" | grep -E "^(peak|fits)"
 ckpt_args=()
 [ "$MW_CHECKPOINT" = 0 ] || ckpt_args=(--checkpoint-dir "$NVME/checkpoints")
 sampler=
@@ -115,7 +116,9 @@ if [ "$MW_THREAD_CPU" != 0 ]; then
   python3 experiments/memory_wall/thread_cpu.py "$work/model.yaml" "$OUT/threads.csv" &
   sampler=$!
 fi
-if ! /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
+cap=()
+[ -z "$MW_MEMORY_CAP" ] || cap=(bash experiments/memory_wall/memory_cap.sh "$MW_MEMORY_CAP" "$work/cap.txt")
+if ! /usr/bin/time -v "${cap[@]}" "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
   --nvme-dir "$NVME" --steps "$MW_STEPS" --timeline "$OUT/timeline.csv" "${ckpt_args[@]}" 2> "$work/time.txt" | tee "$work/train.txt"; then
   grep -v -E '^\s' "$work/time.txt" | head -n 20
   [ ! -f "$work/cap.txt" ] || echo "memory_wall: memory cap: $(cat "$work/cap.txt")"
@@ -124,6 +127,19 @@ fi
 [ -z "$sampler" ] || wait "$sampler"
 rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 * 1024}' "$work/time.txt")
 echo "peak RSS: $(numfmt --to=iec "$rss")"
+if [ -n "$MW_MEMORY_CAP" ]; then
+  read -r kind _ _ _ limit _ peak < "$work/cap.txt" || true
+  if [ "$kind" = cgroup ]; then
+    echo "memory_wall: memory cap: a cgroup of $(numfmt --to=iec "$limit") ($(cut -d' ' -f2 "$work/cap.txt")); its peak usage $(numfmt --to=iec "$peak") (page cache included)"
+  else
+    echo "memory_wall: memory cap: $(cat "$work/cap.txt"); only the plan's RAM check bounds the run"
+  fi
+fi
+echo "memory_wall: states $(numfmt --to=iec $states) over peak RSS $(numfmt --to=iec "$rss"): $(python3 -c "print(f'{$states / $rss:.1f}')")x"
+if [ "$MW_SIM" != 0 ]; then
+  "$ZINF" sim --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" > "$work/sim.txt" 2>&1 &&
+    echo "memory_wall: simulated: $(grep -m1 -E '^step' "$work/sim.txt")" || { echo "memory_wall: zinf sim failed:"; tail -n 5 "$work/sim.txt"; }
+fi
 # The disk on the run's own files, right after it: fio reads each state file the run left (the sizes
 # and the recency the step read), then rewrites it in place, with the run's block size and queue depth
 # (io_uring, O_DIRECT, registered buffers). The run is over: the rewrite loses nothing it needs (a

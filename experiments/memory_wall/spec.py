@@ -25,7 +25,7 @@ DRIVER = {
     "factor": (2.5, float, "the model's states as a multiple of this machine's RAM (embeddings included)"),
     "steps": (3, int, "training steps; the last one is reported"),
     "checkpoint": (True, bool, "save a checkpoint, resume from it in a new process for one step, save again"),
-    "plan": (True, bool, "print `zinf plan`'s totals first (its `auto` resolution can take minutes)"),
+    "plan": (True, bool, "print `zinf plan`'s peaks (the Program's, per tier) and its verdict first"),
     "io_bench": (True, bool, "measure the disk with `zinf io-bench` on 2 GiB before training (the reference)"),
     "store_fio": (True, bool, "after training, fio reads and rewrites the run's own state files"),
     "big_bench": (True, bool, "after training, io-bench on a file the states' size (needs checkpoint: false)"),
@@ -39,6 +39,11 @@ DRIVER = {
     "realtime_priority": (0, int, "run under `chrt -r N` when N > 0 (zinf keeps real time for its NVMe threads)"),
     "reserve_gb": (8, int, "GB of the disk left free for others; the model is scaled down to fit the rest"),
     "device_gib": (8, int, "the device arena (GiB) of the run's hwprofile"),
+    "hidden": (3200, int, "the model's hidden size"),
+    "heads": (25, int, "the model's attention heads"),
+    "layers": (0, int, "the model's layers; 0: as many as `factor` asks for"),
+    "memory_cap": ("", str, "run training in a memory cgroup of this limit (e.g. 2500M) where the machine allows"),
+    "sim": (True, bool, "after training, `zinf sim` predicts the same step (model, profile, config)"),
 }
 
 BASE_CONFIG = {
