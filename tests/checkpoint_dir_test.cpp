@@ -39,19 +39,52 @@ public:
     if (fd >= 0) paths_[fd] = p;
     return fd;
   }
+  int open_at(int dir, const std::string& name, int f, mode_t m) override {
+    int fd = real().open_at(dir, name, f, m);
+    std::lock_guard lock(mu_);
+    if (fd >= 0) paths_[fd] = paths_[dir] + "/" + name;
+    return fd;
+  }
   int fsync(int fd) override {
     std::lock_guard lock(mu_);
     if (!fail_fsync_of.empty() && paths_[fd].find(fail_fsync_of) != std::string::npos) return -EIO;
     if (paths_[fd] == fail_fsync_exact) return -EIO;
     return real().fsync(fd);
   }
-  int exchange(const std::string& a, const std::string& b) override {
-    return fail_exchange ? -EIO : real().exchange(a, b);
+  int exchange_at(int dir, const std::string& a, const std::string& b) override {
+    return fail_exchange ? -EIO : real().exchange_at(dir, a, b);
   }
 
 private:
   std::mutex mu_;
   std::map<int, std::string> paths_;
+};
+
+// Swaps the checkpoint directory's path for a link to `target` just before the first call whose
+// name is `at` (one made through the directory's handle), the way another process could between
+// a save's check of the path and its writes.
+class RacingEnv final : public test::ForwardingIoEnv {
+public:
+  std::string root, target, at;
+  bool armed = false, swapped = false;
+  void swap_if(const std::string& name) {
+    if (!armed || swapped || name != at) return;
+    swapped = true;
+    fs::rename(root, root + ".moved");
+    fs::create_directory_symlink(target, root);
+  }
+  int make_dir_at(int d, const std::string& n, mode_t m) override {
+    swap_if(n);
+    return real().make_dir_at(d, n, m);
+  }
+  int open_at(int d, const std::string& n, int f, mode_t m) override {
+    swap_if(n);
+    return real().open_at(d, n, f, m);
+  }
+  int rename_at(int d, const std::string& a, const std::string& b) override {
+    swap_if(b);
+    return real().rename_at(d, a, b);
+  }
 };
 
 std::string slurp(const fs::path& p) {
@@ -296,6 +329,28 @@ TEST_CASE("a checkpoint directory replaced by a link mid-run gets nothing writte
   fs::create_directory_symlink(target, root);
   CHECK_THROWS_WITH(dir.save("step-00000002", "two", meta(2)), Contains(root) && Contains("symbolic link"));
   CHECK(fs::is_empty(target));
+}
+
+TEST_CASE("a checkpoint directory swapped for a link between a save's check and its writes gets nothing through it",
+          "[checkpoint]") {
+  // Each point of a save where the swap lands: the step directory's creation, its state file,
+  // its rename into place, `latest`. The writes go to the directory locked (now at ck.moved);
+  // the save refuses, naming the path; the link's target stays empty.
+  for (const char* at : {"step-00000002.tmp", "state.safetensors", "step-00000002", "latest.tmp"}) {
+    TempDir tmp;
+    RacingEnv env;
+    env.root = (tmp.path / "ck").string();
+    env.target = (tmp.path / "target").string();
+    env.at = at;
+    fs::create_directory(env.target);
+    engine::CheckpointDir dir(env, env.root);
+    dir.save("step-00000001", "one", meta(1));
+    env.armed = true;
+    CHECK_THROWS_WITH(dir.save("step-00000002", "two", meta(2)), Contains(env.root) && Contains("symbolic link"));
+    CHECK(env.swapped);
+    CHECK(fs::is_empty(env.target));
+    CHECK(slurp(tmp.path / "ck.moved" / "latest") == (std::string(at) == "latest.tmp" ? "step-00000002\n" : "step-00000001\n"));
+  }
 }
 
 TEST_CASE("a checkpoint directory under an ancestor every user may write is refused unless it is sticky",

@@ -22,6 +22,13 @@ public:
   int truncate(int fd, uint64_t n) override { return real().truncate(fd, n); }
   int rename(const std::string& a, const std::string& b) override { return real().rename(a, b); }
   int exchange(const std::string& a, const std::string& b) override { return real().exchange(a, b); }
+  int open_at(int d, const std::string& n, int f, mode_t m) override { return real().open_at(d, n, f, m); }
+  int make_dir_at(int d, const std::string& n, mode_t m) override { return real().make_dir_at(d, n, m); }
+  int lstat_at(int d, const std::string& n, engine::FileInfo& o) override { return real().lstat_at(d, n, o); }
+  int remove_at(int d, const std::string& n, bool dir) override { return real().remove_at(d, n, dir); }
+  int rename_at(int d, const std::string& a, const std::string& b) override { return real().rename_at(d, a, b); }
+  int exchange_at(int d, const std::string& a, const std::string& b) override { return real().exchange_at(d, a, b); }
+  int list_at(int d, std::vector<std::string>& n) override { return real().list_at(d, n); }
   uid_t user() override { return real().user(); }
   std::string process() override { return real().process(); }
   std::unique_ptr<engine::IoRing> make_ring(unsigned entries, int& error) override {

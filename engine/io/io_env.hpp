@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace zinf::engine {
 
@@ -83,6 +84,17 @@ public:
   // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE); -EINVAL where the file
   // system cannot.
   virtual int exchange(const std::string& a, const std::string& b) = 0;
+  // The same calls relative to an open directory `dir` (openat, mkdirat, fstatat without following,
+  // unlinkat, renameat and renameat2 within it): a path swapped for a link after the directory was
+  // opened cannot redirect them. Each `name` is one component, never followed if it is a link.
+  virtual int open_at(int dir, const std::string& name, int flags, mode_t mode) = 0;
+  virtual int make_dir_at(int dir, const std::string& name, mode_t mode) = 0;  // -EEXIST if there
+  virtual int lstat_at(int dir, const std::string& name, FileInfo& out) = 0;
+  virtual int remove_at(int dir, const std::string& name, bool directory) = 0;  // an empty directory
+  virtual int rename_at(int dir, const std::string& from, const std::string& to) = 0;
+  virtual int exchange_at(int dir, const std::string& a, const std::string& b) = 0;
+  // The names in the open directory `dir`, without "." and "..", in no particular order.
+  virtual int list_at(int dir, std::vector<std::string>& names) = 0;
   virtual uid_t user() = 0;              // the effective user id files must belong to
   virtual std::string process() = 0;     // "pid N on host H": who holds a lock
   // A ring with room for `entries` ops in flight, or nullptr with `error` set to -errno.

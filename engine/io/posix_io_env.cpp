@@ -1,5 +1,6 @@
 // The real IoEnv: thin wrappers over POSIX calls and liburing, nothing more, so that what the
 // fault-injection tests replace is exactly the system boundary.
+#include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/file.h>
@@ -171,6 +172,48 @@ public:
   }
   int exchange(const std::string& a, const std::string& b) override {
     return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0 ? 0 : neg_errno();
+  }
+  int open_at(int dir, const std::string& name, int flags, mode_t mode) override {
+    int fd = ::openat(dir, name.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, mode);
+    return fd >= 0 ? fd : neg_errno();
+  }
+  int make_dir_at(int dir, const std::string& name, mode_t mode) override {
+    return ::mkdirat(dir, name.c_str(), mode) == 0 ? 0 : neg_errno();
+  }
+  int lstat_at(int dir, const std::string& name, FileInfo& out) override {
+    struct stat st;
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return neg_errno();
+    out = info(st);
+    return 0;
+  }
+  int remove_at(int dir, const std::string& name, bool directory) override {
+    return ::unlinkat(dir, name.c_str(), directory ? AT_REMOVEDIR : 0) == 0 ? 0 : neg_errno();
+  }
+  int rename_at(int dir, const std::string& from, const std::string& to) override {
+    return ::renameat(dir, from.c_str(), dir, to.c_str()) == 0 ? 0 : neg_errno();
+  }
+  int exchange_at(int dir, const std::string& a, const std::string& b) override {
+    return ::renameat2(dir, a.c_str(), dir, b.c_str(), RENAME_EXCHANGE) == 0 ? 0 : neg_errno();
+  }
+  int list_at(int dir, std::vector<std::string>& names) override {
+    // A descriptor of its own for the listing: fdopendir takes it over, and closedir closes it.
+    int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return neg_errno();
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      int e = errno;
+      ::close(fd);
+      return -e;
+    }
+    names.clear();
+    errno = 0;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    int e = errno;
+    ::closedir(d);
+    return -e;
   }
   uid_t user() override { return ::geteuid(); }
   std::string process() override {

@@ -67,6 +67,7 @@ public:
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
+  int fd() const { return fd_; }  // the open <dir>/.lock: which file the lock is on
 
 private:
   IoEnv& env_;

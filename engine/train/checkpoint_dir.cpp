@@ -32,9 +32,8 @@ struct Fd {
   }
 };
 
-// CRC32C and size of a file, read in pieces.
-std::pair<uint32_t, uint64_t> file_crc(IoEnv& env, const std::string& path) {
-  Fd f{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, kWho)};
+// CRC32C and size of an open file (`path` names it in errors), read in pieces.
+std::pair<uint32_t, uint64_t> file_crc(IoEnv& env, const Fd& f, const std::string& path) {
   std::vector<char> buf(1 << 20);
   uint32_t crc = 0;
   uint64_t off = 0;
@@ -48,15 +47,22 @@ std::pair<uint32_t, uint64_t> file_crc(IoEnv& env, const std::string& path) {
   return {crc, off};
 }
 
+std::pair<uint32_t, uint64_t> file_crc(IoEnv& env, const std::string& path) {
+  return file_crc(env, Fd{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, kWho)}, path);
+}
+
+// The step name `latest` holds (read from `path`), checked to be one.
+std::string parse_latest(std::string name, const std::string& path) {
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (!is_step_name(name))
+    throw FileError(kWho, "read", path, EINVAL,
+                    fmt::format("it must name a step-NNNNNNNN directory, not '{}'", name.substr(0, 64)));
+  return name;
+}
+
 bool exists(IoEnv& env, const std::string& path) {
   FileInfo st;
   return env.lstat(path, st) == 0;
-}
-
-void remove_tree(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);  // removes links themselves, never what they point to
-  if (ec) throw FileError(kWho, "remove", path, ec.value());
 }
 
 // The names in a directory, links and all (nothing followed).
@@ -67,17 +73,6 @@ std::vector<std::string> entries(const std::string& dir) {
   if (ec) throw FileError(kWho, "list", dir, ec.value());
   std::sort(names.begin(), names.end());
   return names;
-}
-
-// A new file in a step directory being written: created, written whole, fsynced.
-void write_new_file(IoEnv& env, const std::string& path, const std::string& bytes) {
-  Fd f{env, open_own_file(env, path, O_WRONLY | O_CREAT | O_EXCL, 0600, kWho)};
-  int64_t w = env.pwrite(f.fd, bytes.data(), bytes.size(), 0);
-  if (w < 0) throw FileError(kWho, "write", path, int(-w));
-  if (uint64_t(w) != bytes.size()) throw FileError(kWho, "write", path, EIO, "the write was short");
-  fsync_checked(env, f.fd, path, kWho);
-  int r = env.close(std::exchange(f.fd, -1));
-  if (r < 0) throw FileError(kWho, "close", path, -r);
 }
 
 // Verifies step directory `dir` whole against its checksums.json: every entry is a regular file
@@ -161,12 +156,7 @@ std::vector<std::pair<std::string, std::pair<uint64_t, uint32_t>>> parse_checksu
 std::string latest_checkpoint_name(IoEnv& env, const std::string& root) {
   const std::string path = root + "/latest";
   if (!exists(env, path)) return "";
-  std::string name = read_own_file(env, path, kWho, kLatestBytes);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (!is_step_name(name))
-    throw FileError(kWho, "read", path, EINVAL,
-                    fmt::format("it must name a step-NNNNNNNN directory, not '{}'", name.substr(0, 64)));
-  return name;
+  return parse_latest(read_own_file(env, path, kWho, kLatestBytes), path);
 }
 
 LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root, bool accept_unverified) {
@@ -209,9 +199,16 @@ CheckpointDir::CheckpointDir(IoEnv& env, std::string root) : env_(env), root_(st
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
   ensure_own_directory(env_, root_, kWho);
   lock_ = std::make_unique<DirLock>(env_, root_, kWho);
-  FileInfo st;
-  const int r = env_.lstat(root_, st);
-  if (r < 0) throw FileError(kWho, "stat directory", root_, -r);
+  // Opened once, after the lock: every write from here on goes through this handle, so the path
+  // replaced by a link later redirects nothing. It must be the directory locked: its .lock is the
+  // very file the lock is on.
+  dir_ = std::make_unique<DirHandle>(DirHandle::open(env_, root_, kWho));
+  FileInfo locked, here;
+  const int r = env_.fstat(lock_->fd(), locked);
+  if (r < 0) throw FileError(kWho, "stat", root_ + "/.lock", -r);
+  if (dir_->stat(".lock", here) != 0 || here.device != locked.device || here.inode != locked.inode)
+    throw FileError(kWho, "use directory", root_, EXDEV, "it was replaced while zinf locked it; nothing was written");
+  const FileInfo st = dir_->stat_self();
   device_ = st.device;
   inode_ = st.inode;
 }
@@ -229,11 +226,9 @@ void CheckpointDir::check_still_locked() const {
 }
 
 bool CheckpointDir::holds_checkpoints() const {
-  if (exists(env_, root_ + "/latest")) return true;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root_, ec))
-    if (is_step_name(e.path().filename().string())) return true;
-  return false;
+  if (dir_->exists("latest")) return true;
+  const auto names = dir_->list();
+  return std::any_of(names.begin(), names.end(), is_step_name);
 }
 
 std::vector<std::string> CheckpointDir::save(const std::string& name, const std::string& state_bytes,
@@ -265,17 +260,16 @@ std::vector<std::string> CheckpointDir::save(const std::string& name, const Stat
 std::vector<std::string> CheckpointDir::save_checked(const std::string& name, const StateWriter& write_state,
                                                      const Files& files, Latest latest) {
   std::vector<std::string> notes;
-  const std::string tmp = root_ + "/" + name + ".tmp", final_dir = root_ + "/" + name;
-  remove_tree(tmp);  // what a crash mid-save left
-  int r = env_.make_dir(tmp, 0700);
-  if (r < 0) throw FileError(kWho, "create directory", tmp, -r);
-  ensure_own_directory(env_, tmp, kWho);
+  const std::string tmp = name + ".tmp";
+  dir_->remove_tree(tmp);  // what a crash mid-save left
+  dir_->make_dir(tmp);
+  const DirHandle step = dir_->open_dir(tmp);
   nlohmann::json sums = nlohmann::json::object();
   {
-    const std::string path = tmp + "/state.safetensors";
+    const std::string path = step.path_of("state.safetensors");
     uint32_t crc = 0;
     uint64_t bytes = 0;
-    Fd f{env_, open_own_file(env_, path, O_WRONLY | O_CREAT | O_EXCL, 0600, kWho)};
+    Fd f{env_, step.open_file("state.safetensors", O_WRONLY | O_CREAT | O_EXCL, 0600)};
     write_state([&](const char* data, size_t n) {
       size_t done = 0;
       while (done < n) {  // a short write is continued; an error or no progress is a failure
@@ -288,47 +282,50 @@ std::vector<std::string> CheckpointDir::save_checked(const std::string& name, co
       bytes += n;
     });
     fsync_checked(env_, f.fd, path, kWho);
-    r = env_.close(std::exchange(f.fd, -1));
+    const int r = env_.close(std::exchange(f.fd, -1));
     if (r < 0) throw FileError(kWho, "close", path, -r);
     sums["state.safetensors"] = {{"bytes", bytes}, {"crc32c", crc}};
   }
   for (const auto& [file, bytes] : files) {
-    write_new_file(env_, tmp + "/" + file, bytes);
+    step.write_new_file(file, bytes);
     sums[file] = {{"bytes", uint64_t(bytes.size())}, {"crc32c", crc32c(bytes.data(), bytes.size())}};
   }
   // The list is made from the directory as it stands: a file that got there any other way is
   // covered too (read back for its checksum), so the checksums never leave a file of the step out.
-  for (const std::string& file : entries(tmp)) {
+  for (const std::string& file : step.list()) {
     if (sums.contains(file)) continue;
-    auto [crc, bytes] = file_crc(env_, tmp + "/" + file);
+    auto [crc, bytes] = file_crc(env_, Fd{env_, step.open_file(file, O_RDONLY | O_NONBLOCK, 0)}, step.path_of(file));
     sums[file] = {{"bytes", bytes}, {"crc32c", crc}};
   }
-  write_new_file(env_, tmp + "/" + kChecksumsFile, nlohmann::json{{"format", "zinf-checksums-1"}, {"files", sums}}.dump(2));
-  fsync_directory(env_, tmp, kWho);
+  step.write_new_file(kChecksumsFile, nlohmann::json{{"format", "zinf-checksums-1"}, {"files", sums}}.dump(2));
+  step.fsync();
 
-  const std::string named = latest_checkpoint_name(env_, root_);
-  if (exists(env_, final_dir)) {
+  const std::string named =
+      dir_->exists("latest") ? parse_latest(dir_->read_small_file("latest", kLatestBytes), dir_->path_of("latest")) : "";
+  if (dir_->exists(name)) {
     // Swap, so that at every instant <name> is a whole checkpoint: the old one until the swap,
     // the new one after it.
-    r = env_.exchange(tmp, final_dir);
-    if (r < 0) throw FileError(kWho, "swap " + tmp + " with", final_dir, -r);
-    fsync_directory(env_, root_, kWho);
+    dir_->exchange(tmp, name);
+    dir_->fsync();
     if (named == name) {
-      remove_tree(tmp);  // `latest` now names the new one, whole and durable
+      dir_->remove_tree(tmp);  // `latest` now names the new one, whole and durable
     } else {
       std::string aside;
-      for (int k = 1; aside.empty() || exists(env_, aside); ++k) aside = fmt::format("{}.replaced-{}", final_dir, k);
-      r = env_.rename(tmp, aside);
-      if (r < 0) throw FileError(kWho, "rename " + tmp + " to", aside, -r);
-      notes.push_back(fmt::format("an earlier {} (not the one `latest` named) was kept as {}", final_dir, aside));
+      for (int k = 1; aside.empty() || dir_->exists(aside); ++k) aside = fmt::format("{}.replaced-{}", name, k);
+      dir_->rename(tmp, aside);
+      notes.push_back(fmt::format("an earlier {} (not the one `latest` named) was kept as {}", dir_->path_of(name),
+                                  dir_->path_of(aside)));
     }
   } else {
-    r = env_.rename(tmp, final_dir);
-    if (r < 0) throw FileError(kWho, "rename " + tmp + " to", final_dir, -r);
+    dir_->rename(tmp, name);
   }
-  fsync_directory(env_, root_, kWho);
-  check_still_locked();  // `latest` is written through the path: not into a link's target
-  if (latest == Latest::Move) write_file_durable(env_, root_ + "/latest", name + "\n", kWho);
+  dir_->fsync();
+  // The handle cannot be redirected, but a path that now leads elsewhere is an error the user must
+  // hear of: checked before `latest` moves (then it stays) and after (the save is in the directory
+  // locked, wherever it now is, and nothing went through the path).
+  check_still_locked();
+  if (latest == Latest::Move) dir_->write_file_durable("latest", name + "\n");
+  check_still_locked();
   return notes;
 }
 
@@ -336,22 +333,20 @@ void CheckpointDir::publish(const std::string& name) {
   if (!is_step_name(name)) throw std::invalid_argument("checkpoint: bad checkpoint name '" + name + "'");
   check_still_locked();
   FileInfo st;
-  const int r = env_.lstat(root_ + "/" + name, st);
+  const int r = dir_->stat(name, st);
   if (r < 0 || st.kind != FileInfo::Kind::Directory)
-    throw FileError(kWho, "point latest at", root_ + "/" + name, r < 0 ? -r : ENOTDIR);
-  write_file_durable(env_, root_ + "/latest", name + "\n", kWho);
+    throw FileError(kWho, "point latest at", dir_->path_of(name), r < 0 ? -r : ENOTDIR);
+  dir_->write_file_durable("latest", name + "\n");
 }
 
 std::string CheckpointDir::set_aside(const std::string& name, const std::string& why) {
   if (!is_step_name(name)) throw std::invalid_argument("checkpoint: bad checkpoint name '" + name + "'");
   check_still_locked();
-  const std::string from = root_ + "/" + name;
   std::string aside;
-  for (int k = 1; aside.empty() || exists(env_, aside); ++k) aside = fmt::format("{}.{}-{}", from, why, k);
-  const int r = env_.rename(from, aside);
-  if (r < 0) throw FileError(kWho, "rename " + from + " to", aside, -r);
-  fsync_directory(env_, root_, kWho);
-  return aside;
+  for (int k = 1; aside.empty() || dir_->exists(aside); ++k) aside = fmt::format("{}.{}-{}", name, why, k);
+  dir_->rename(name, aside);
+  dir_->fsync();
+  return dir_->path_of(aside);
 }
 
 }  // namespace zinf::engine

@@ -10,8 +10,10 @@
 // exists, rename otherwise), the directory fsynced, and only then `latest` replaced durably (or
 // later, by publish(), when the caller waits for a step to confirm the state). A step directory
 // that `latest` does not name is never deleted: it is kept as <name>.replaced-K, or set aside as
-// <name>.<why>-K. Holding a CheckpointDir locks the directory (one run at a time); each save first
-// checks the directory is still the one it locked (not replaced by a link or another directory).
+// <name>.<why>-K. Holding a CheckpointDir locks the directory (one run at a time) and opens it once
+// (O_DIRECTORY | O_NOFOLLOW): every save, `latest` and rename goes through that handle (openat,
+// mkdirat, renameat), so a path swapped for a link mid-run redirects no write; each save also checks
+// the path still names the directory locked, and refuses (naming it) when it does not.
 // All file system writes go through an IoEnv, so tests can fail each one; every fsync is checked.
 // One object per process (rank 0 writes); not thread-safe.
 // The state file is written as it streams in (save with a StateWriter): the checksum is computed on
@@ -24,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/io/dir_handle.hpp"
 #include "engine/io/io_env.hpp"
 #include "engine/io/safe_files.hpp"
 #include "engine/model/safetensors.hpp"
@@ -100,6 +103,7 @@ private:
   IoEnv& env_;
   std::string root_;
   std::unique_ptr<DirLock> lock_;
+  std::unique_ptr<DirHandle> dir_;  // the directory locked, opened once; all writes go through it
   uint64_t device_ = 0, inode_ = 0;  // the directory locked
 };
 
