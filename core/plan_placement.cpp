@@ -4,6 +4,7 @@
 #include "core/plan_state.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -99,7 +100,41 @@ void place(PlanState& ps) {
 // the first the planner accepts is the plan. So `auto` finds a fitting combination whenever one
 // exists among these choices (tests/planner_test.cpp checks it against an exhaustive search). A
 // combination whose states alone are too large is refused before any scheduling, so the search
-// costs little more than the greedy attempt unless many combinations nearly fit.
+// costs little more than the greedy attempt unless many combinations nearly fit. A combination
+// that cannot fit where a refused one did not is not planned at all (see `dominated`).
+namespace {
+
+// A refusal that rules out more than its own combination: short on `tier` by more than
+// kRefusalMargin of its budget, either on the states alone (their bytes on a tier only grow as
+// more states go there) or at the device's scheduled peak (which hardly moves when states go
+// between host and NVMe: the same units are gathered, the same gradients reduced). Any
+// combination that puts on `tier` every auto state this one put there is refused too.
+constexpr double kRefusalMargin = 0.01;
+struct Refusal {
+  Tier tier;
+  std::vector<bool> there;  // per auto state: on `tier` in the refused combination
+};
+
+std::optional<Refusal> refusal_of(const PlanError& e, const std::vector<Tier>& combo) {
+  const Fit* f = e.fit();
+  if (!f || f->verdict != Verdict::Short) return std::nullopt;
+  if (f->accounting.scheduled && f->tier != Tier::Device) return std::nullopt;
+  if (!(f->shortfall > kRefusalMargin * f->accounting.at(f->tier).budget)) return std::nullopt;
+  Refusal r{f->tier, {}};
+  for (Tier t : combo) r.there.push_back(t == f->tier);
+  return r;
+}
+
+bool dominated(const std::vector<Tier>& combo, const std::vector<Refusal>& refusals) {
+  return std::any_of(refusals.begin(), refusals.end(), [&](const Refusal& r) {
+    for (size_t k = 0; k < combo.size(); ++k)
+      if (r.there[k] && combo[k] != r.tier) return false;
+    return true;
+  });
+}
+
+}  // namespace
+
 PlanResult search_auto_tiers(const RunConfig& config, const PlanError& greedy,
                              const std::function<PlanResult(const RunConfig&)>& plan) {
   struct Auto {
@@ -130,8 +165,13 @@ PlanResult search_auto_tiers(const RunConfig& config, const PlanError& greedy,
     return std::pair{off, rank};
   };
   std::stable_sort(combos.begin(), combos.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
-  int tried = 0;
+  int tried = 0, skipped = 0;
+  std::vector<Refusal> refusals;
   for (const auto& combo : combos) {
+    if (dominated(combo, refusals)) {
+      ++skipped;
+      continue;
+    }
     RunConfig c = config;
     for (size_t k = 0; k < autos.size(); ++k) c.*autos[k].field = {false, combo[k]};
     ++tried;
@@ -142,11 +182,15 @@ PlanResult search_auto_tiers(const RunConfig& config, const PlanError& greedy,
           if (d.state == a.state) {
             d.automatic = true;
             d.reason = fmt::format("the greedy choice was refused ({}); the first of {} combinations of the auto "
-                                   "tiers that the planner accepts, fastest first ({} tried)",
-                                   greedy.what(), combos.size(), tried);
+                                   "tiers that the planner accepts, fastest first ({} tried{})",
+                                   greedy.what(), combos.size(), tried,
+                                   skipped ? fmt::format(", {} not planned: they put on a tier all that a "
+                                                         "refused one did", skipped)
+                                           : "");
           }
       return r;
-    } catch (const PlanError&) {
+    } catch (const PlanError& e) {
+      if (auto refusal = refusal_of(e, combo)) refusals.push_back(std::move(*refusal));
     }
   }
   throw greedy;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -514,6 +515,70 @@ TEST_CASE("auto finds a fitting combination whenever an exhaustive search of the
   CHECK(grids == 30);
   CHECK(fitting > 3);  // the grid has both fitting and refused points
   CHECK(fitting < grids);
+}
+
+TEST_CASE("auto's search skips only combinations the planner would refuse: it picks the first accepted, fastest first",
+          "[planner][placement][auto]") {
+  // search_auto_tiers does not plan a combination that puts on a tier all that a refused one put
+  // there. Planned one by one in the search's order (fewest states off the device, then host
+  // before NVMe), the first combination the planner accepts must be the one auto picks.
+  const ModelGraph g = zinf::models::build_gpt(tiny_spec(2, 64));
+  RunConfig autos;
+  autos.params = autos.gradients = autos.optimizer = autos.checkpoints = {true, Tier::Device};
+  autos.checkpoint_interval = 1;
+  autos.tiling_factor = 0;
+  const std::vector<Tier> tiers{Tier::Device, Tier::Host, Tier::Nvme};
+  std::vector<std::array<Tier, 4>> order;  // params, gradients, checkpoints, optimizer
+  for (Tier p : tiers)
+    for (Tier gr : tiers)
+      for (Tier ck : tiers)
+        for (Tier o : tiers) order.push_back({p, gr, ck, o});
+  const auto cost = [](const std::array<Tier, 4>& c) {
+    int off = 0, rank = 0;
+    for (Tier t : c) {
+      off += t != Tier::Device;
+      rank += t == Tier::Nvme ? 2 : t == Tier::Host ? 1 : 0;
+    }
+    return std::pair{off, rank};
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) { return cost(a) < cost(b); });
+  int searched = 0;
+  for (double device : {6e5, 1.5e6, 4e6})
+    for (double host : {1e5, 3e6, 1e8})
+      for (double nvme : {1e5, 1e9}) {
+        HwProfile hw = roomy_hw();
+        hw.node.gpu.memory = device;
+        hw.node.host_memory = host;
+        hw.node.nvme_capacity = nvme;
+        hw.reserve = {};
+        PlanResult r;
+        try {
+          r = make_plan(g, hw, autos, 2);
+        } catch (const PlanError&) {
+          continue;  // refused: the exhaustive test above checks no combination fits
+        }
+        if (r.plan.placements.empty() || r.plan.placements[0].reason.find("greedy choice was refused") == std::string::npos)
+          continue;  // the greedy choice decided; no search ran
+        ++searched;
+        std::string first;
+        for (const auto& c : order) {
+          RunConfig fixed = autos;
+          fixed.params = {false, c[0]};
+          fixed.gradients = {false, c[1]};
+          fixed.checkpoints = {false, c[2]};
+          fixed.optimizer = {false, c[3]};
+          try {
+            make_plan(g, hw, fixed, 2);
+            first = fmt::format("{} {} {} {}", to_string(c[0]), to_string(c[1]), to_string(c[2]), to_string(c[3]));
+            break;
+          } catch (const PlanError&) {
+          }
+        }
+        INFO("device " << device << ", host " << host << ", nvme " << nvme << "; " << r.plan.placements[0].reason);
+        CHECK(fmt::format("{} {} {} {}", to_string(r.plan.params), to_string(r.plan.gradients), to_string(r.plan.checkpoints),
+                          to_string(r.plan.optimizer)) == first);
+      }
+  CHECK(searched > 0);
 }
 
 TEST_CASE("the planner admits ZeRO-Infinity's 20T run: 512 V100, tensor parallel 8, states on NVMe", "[planner][tensor-parallel][paper]") {

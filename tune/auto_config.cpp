@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "core/errors.hpp"
@@ -65,6 +66,26 @@ RunConfig with_tiers(RunConfig config, const RunConfig& chosen) {
   return config;
 }
 
+// Which model states a config keeps on the device (params, gradients, optimizer, checkpoints).
+using DeviceStates = std::array<bool, 4>;
+DeviceStates on_device(const RunConfig& c) {
+  return {c.params.tier == Tier::Device, c.gradients.tier == Tier::Device, c.optimizer.tier == Tier::Device,
+          c.checkpoints.tier == Tier::Device};
+}
+
+// A candidate that keeps on the device every state a refused one kept there, the refusal short on
+// the device by more than kSkipMargin of its budget, is skipped unplanned: states moved between
+// host and NVMe leave the device's peak within a fraction of a percent of where it was (the same
+// units are gathered, the same gradients reduced; tests/tuner_test.cpp checks it), so the planner
+// would refuse it too, after as many schedules (an `auto` tiling factor is doubled three times).
+bool keeps_all_of_a_refused(const DeviceStates& candidate, const std::vector<DeviceStates>& refused) {
+  return std::any_of(refused.begin(), refused.end(), [&](const DeviceStates& r) {
+    for (size_t i = 0; i < r.size(); ++i)
+      if (r[i] && !candidate[i]) return false;
+    return true;
+  });
+}
+
 std::string chosen_text(const RunConfig& asked, const RunConfig& b, int64_t tiling) {
   std::vector<std::string> parts;
   if (asked.params.automatic) parts.push_back(fmt::format("params {}", core::to_string(b.params.tier)));
@@ -97,11 +118,16 @@ AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile&
     return r;  // no candidate to order (a batch the ranks cannot split): the planner says why
   }
   const int ranks = nodes * hw.node.gpus;
-  size_t tried = 0;
+  size_t tried = 0, skipped = 0;
+  std::vector<DeviceStates> device_short;  // what refused candidates kept on the device, short there
   for (const TuneEntry& e : ranked) {
     if (tried == kPlansTried) break;
-    ++tried;
     const RunConfig c = with_tiers(config, e.candidate.config);
+    if (keeps_all_of_a_refused(on_device(c), device_short)) {
+      ++skipped;
+      continue;
+    }
+    ++tried;
     try {
       auto planned = std::make_shared<models::GptPlan>(models::plan_gpt(model, hw, c, ranks));
       r.config = c;
@@ -109,12 +135,17 @@ AutoResolution resolve_auto(const core::ModelSpec& model, const core::HwProfile&
       r.planned = std::move(planned);
       r.searched = true;
       r.summary = fmt::format("auto, by the closed form: {} — the {} of {} combinations by estimated step ({:.4g} s), "
-                              "the first the planner accepts ({} planned){}",
+                              "the first the planner accepts ({} planned{}){}",
                               chosen_text(config, c, r.config.tiling_factor), e.memory_fits ? "fastest fitting" : "closest",
                               ranked.size(), e.estimate.step_time, tried,
+                              skipped ? fmt::format(", {} skipped: they keep on the device all that a refused one did", skipped) : "",
                               config.tiling_factor == 0 ? "; tiling by the planner's own rule" : "");
       return r;
-    } catch (const core::PlanError&) {
+    } catch (const core::PlanError& err) {
+      const core::Fit* fit = err.fit();
+      if (fit && !fit->fits() && fit->tier == Tier::Device &&
+          fit->shortfall > kSkipMargin * fit->accounting.at(Tier::Device).budget)
+        device_short.push_back(on_device(c));
     }
   }
   return r;  // none of the first few: the planner's own auto decides, or says why not

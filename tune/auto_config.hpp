@@ -8,7 +8,9 @@
 // everything else held at the config's values): those the memory model admits first, by the lane
 // estimate's step time, then the others, closest to fitting first. The planner decides: the first
 // combination it accepts is the answer, its tiling factor left to the planner's own rule where the
-// config says `auto`. When none of the first few is accepted, the config goes to the planner
+// config says `auto`. A combination that keeps on the device all that a refused one kept there,
+// that one short on the device by more than kSkipMargin of its budget, is not planned: moving
+// states between host and NVMe leaves the device's peak as it was, within far less. When none of the first few is accepted, the config goes to the planner
 // unchanged, whose own `auto` (greedy, then every tier combination) decides or refuses with its
 // reason (core/fit.hpp). Activation offload's `tier: auto` is left to the activation pass.
 //
@@ -36,6 +38,8 @@ struct AutoResolution {
   // same run: absent when nothing was planned.
   std::shared_ptr<const models::GptPlan> planned;
 };
+
+inline constexpr double kSkipMargin = 0.01;
 
 bool has_auto_knobs(const core::RunConfig& config);
 // The lifetime policy with the path left to the activation pass (activation_offload.tier: auto).
