@@ -225,7 +225,13 @@ corrupt_mid_run() {  # DIR CONFIG
     > "$d/log" 2>&1 &
   local job=$!
   wait_step "$d/log"; sleep 1
-  head -c 65536 /dev/zero | dd of="$d/nv/rank0/master.zt" bs=4096 seek=4 conv=notrunc status=none
+  # The run rewrites master.zt every step: zeros that land between a step's read and its rewrite are
+  # overwritten unseen, so they are written again every half second until the run stops (15 s at most).
+  for _ in $(seq 1 30); do
+    kill -0 $job 2>/dev/null || break
+    head -c 65536 /dev/zero | dd of="$d/nv/rank0/master.zt" bs=4096 seek=4 conv=notrunc status=none
+    sleep 0.5
+  done
   wait_gone $job 30 || { kill -TERM $job; wait $job; return 1; }
   wait $job; rc=$?
 }
