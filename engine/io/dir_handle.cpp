@@ -8,16 +8,6 @@
 namespace zinf::engine {
 namespace {
 
-// Closes a descriptor when the scope ends unless released.
-struct Fd {
-  IoEnv& env;
-  int fd;
-  ~Fd() {
-    if (fd >= 0) env.close(fd);
-  }
-  int release() { return std::exchange(fd, -1); }
-};
-
 // Checks an open descriptor is a directory of this user; throws FileError naming `path`.
 void check_own_directory(IoEnv& env, int fd, const std::string& path, const std::string& who) {
   FileInfo st;
@@ -40,7 +30,7 @@ FileError open_error(const std::string& who, const std::string& path, int error)
 DirHandle DirHandle::open(IoEnv& env, const std::string& path, const std::string& who) {
   const int fd = env.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
   if (fd < 0) throw open_error(who, path, -fd);
-  Fd guard{env, fd};
+  ScopedFd guard{env, fd};
   check_own_directory(env, fd, path, who);
   return DirHandle(env, guard.release(), path, who);
 }
@@ -53,7 +43,7 @@ DirHandle DirHandle::open_dir(const std::string& name) const {
   const std::string path = path_of(name);
   const int fd = env_.open_at(fd_, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
   if (fd < 0) throw open_error(who_, path, -fd);
-  Fd guard{env_, fd};
+  ScopedFd guard{env_, fd};
   check_own_directory(env_, fd, path, who_);
   return DirHandle(env_, guard.release(), path, who_);
 }
@@ -67,7 +57,7 @@ int DirHandle::open_file(const std::string& name, int flags, mode_t mode) const 
   const std::string path = path_of(name);
   const int fd = env_.open_at(fd_, name, flags | O_NOFOLLOW, mode);
   if (fd < 0) throw open_error(who_, path, -fd);
-  Fd guard{env_, fd};
+  ScopedFd guard{env_, fd};
   FileInfo st;
   const int r = env_.fstat(fd, st);
   if (r < 0) throw FileError(who_, "stat", path, -r);
@@ -103,7 +93,7 @@ std::vector<std::string> DirHandle::list() const {
 
 void DirHandle::write_new_file(const std::string& name, const std::string& bytes) const {
   const std::string path = path_of(name);
-  Fd f{env_, open_file(name, O_WRONLY | O_CREAT | O_EXCL, 0600)};
+  ScopedFd f{env_, open_file(name, O_WRONLY | O_CREAT | O_EXCL, 0600)};
   const int64_t w = env_.pwrite(f.fd, bytes.data(), bytes.size(), 0);
   if (w < 0) throw FileError(who_, "write", path, int(-w));
   if (uint64_t(w) != bytes.size()) throw FileError(who_, "write", path, EIO, "the write was short");
@@ -124,7 +114,7 @@ void DirHandle::write_file_durable(const std::string& name, const std::string& t
 std::string DirHandle::read_small_file(const std::string& name, uint64_t limit) const {
   const std::string path = path_of(name);
   // O_NONBLOCK: opening a FIFO with no writer would otherwise block before open_file can refuse it.
-  Fd f{env_, open_file(name, O_RDONLY | O_NONBLOCK, 0)};
+  ScopedFd f{env_, open_file(name, O_RDONLY | O_NONBLOCK, 0)};
   FileInfo st;
   const int r = env_.fstat(f.fd, st);
   if (r < 0) throw FileError(who_, "stat", path, -r);

@@ -21,16 +21,6 @@ std::string message(const std::string& who, const std::string& op, const std::st
   return m;
 }
 
-// Closes a descriptor when the scope ends unless released.
-struct Fd {
-  IoEnv& env;
-  int fd;
-  ~Fd() {
-    if (fd >= 0) env.close(fd);
-  }
-  int release() { return std::exchange(fd, -1); }
-};
-
 std::string parent_of(const std::string& path) {
   auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -100,7 +90,7 @@ int open_own_file(IoEnv& env, const std::string& path, int flags, mode_t mode, c
   int fd = env.open(path, flags | O_NOFOLLOW, mode);
   if (fd == -ELOOP) throw FileError(who, "open", path, ELOOP, "it is a symbolic link; zinf does not follow links here");
   if (fd < 0) throw FileError(who, "open", path, -fd);
-  Fd guard{env, fd};
+  ScopedFd guard{env, fd};
   FileInfo st;
   int r = env.fstat(fd, st);
   if (r < 0) throw FileError(who, "stat", path, -r);
@@ -120,7 +110,7 @@ void fsync_checked(IoEnv& env, int fd, const std::string& path, const std::strin
 void fsync_directory(IoEnv& env, const std::string& dir, const std::string& who) {
   int fd = env.open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
   if (fd < 0) throw FileError(who, "open directory to fsync", dir, -fd);
-  Fd guard{env, fd};
+  ScopedFd guard{env, fd};
   fsync_checked(env, fd, dir, who);
 }
 
@@ -129,7 +119,7 @@ void write_file_durable(IoEnv& env, const std::string& path, const std::string& 
   int r = env.remove(tmp);  // a leftover of a crash; O_EXCL below refuses anything put there since
   if (r < 0 && r != -ENOENT) throw FileError(who, "remove", tmp, -r);
   {
-    Fd f{env, open_own_file(env, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, who)};
+    ScopedFd f{env, open_own_file(env, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, who)};
     int64_t w = env.pwrite(f.fd, text.data(), text.size(), 0);
     if (w < 0) throw FileError(who, "write", tmp, int(-w));
     fsync_checked(env, f.fd, tmp, who);
@@ -143,7 +133,7 @@ void write_file_durable(IoEnv& env, const std::string& path, const std::string& 
 
 std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who, uint64_t limit) {
   // O_NONBLOCK: opening a FIFO with no writer would otherwise block before open_own_file can refuse it.
-  Fd f{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, who)};
+  ScopedFd f{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, who)};
   FileInfo st;
   int r = env.fstat(f.fd, st);
   if (r < 0) throw FileError(who, "stat", path, -r);
@@ -163,7 +153,7 @@ std::string read_own_file(IoEnv& env, const std::string& path, const std::string
 
 DirLock::DirLock(IoEnv& env, const std::string& dir, const std::string& who) : env_(env) {
   const std::string path = dir + "/.lock";
-  Fd f{env, open_own_file(env, path, O_RDWR | O_CREAT, 0600, who)};
+  ScopedFd f{env, open_own_file(env, path, O_RDWR | O_CREAT, 0600, who)};
   int r = env.lock(f.fd);
   if (r == -EWOULDBLOCK) {
     std::vector<char> holder(256, '\0');

@@ -8,12 +8,23 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/io/io_env.hpp"
 
 namespace zinf::engine {
 
 // A failed file operation: "<who>: <op> <path>: <reason>".
+// Closes a descriptor (through its IoEnv) when the scope ends, unless released.
+struct ScopedFd {
+  IoEnv& env;
+  int fd;
+  ~ScopedFd() {
+    if (fd >= 0) env.close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
 class FileError : public std::runtime_error {
 public:
   FileError(const std::string& who, const std::string& op, const std::string& path, int error,
