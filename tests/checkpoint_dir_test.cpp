@@ -318,6 +318,44 @@ TEST_CASE("latest can wait for publish; a step set aside is out of reach", "[che
   CHECK(engine::latest_checkpoint_name(env, root) == "step-00000002");
 }
 
+TEST_CASE("without latest, resume finds the newest step that verifies whole, unconfirmed", "[checkpoint]") {
+  TempDir tmp;
+  auto& env = engine::default_io_env();
+  const std::string root = tmp.path.string();
+  engine::CheckpointDir dir(env, root);
+  dir.save("step-00000001", "one", meta(1), engine::CheckpointDir::Latest::Keep);
+  dir.save("step-00000002", "two", meta(2), engine::CheckpointDir::Latest::Keep);
+  // No latest yet: what a run stopped by kill -9 before any step confirmed a checkpoint leaves.
+  REQUIRE(engine::latest_checkpoint_name(env, root).empty());
+  auto c = engine::load_latest_checkpoint(env, root);
+  CHECK(c.name == "step-00000002");
+  CHECK(c.dir == root + "/step-00000002");
+  CHECK_FALSE(c.confirmed);
+  CHECK(c.verified);
+  CHECK(c.skipped.empty());
+  // A damaged newest one is passed over, and said.
+  {
+    std::fstream f(root + "/step-00000002/state.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.put('T');
+  }
+  c = engine::load_latest_checkpoint(env, root);
+  CHECK(c.name == "step-00000001");
+  REQUIRE(c.skipped.size() == 1);
+  CHECK_THAT(c.skipped[0], Contains("step-00000002/state.safetensors") && Contains("damaged"));
+  // So is one without checksums, and one that is not a directory; with none left, nothing to resume.
+  fs::remove(root + "/step-00000001/" + engine::kChecksumsFile);
+  std::ofstream(root + "/step-00000003") << "a file";
+  CHECK_THROWS_WITH(engine::load_latest_checkpoint(env, root),
+                    Contains("no checkpoint has been saved there") && Contains("step-00000003: not a directory") &&
+                        Contains("step-00000002/state.safetensors") && Contains("step-00000001: no checksums.json"));
+  // With latest, the step it names is taken, confirmed, though a newer one exists.
+  dir.save("step-00000004", "four", meta(4));
+  dir.save("step-00000005", "five", meta(5), engine::CheckpointDir::Latest::Keep);
+  c = engine::load_latest_checkpoint(env, root);
+  CHECK(c.name == "step-00000004");
+  CHECK(c.confirmed);
+}
+
 TEST_CASE("a checkpoint directory replaced by a link mid-run gets nothing written through the link", "[checkpoint]") {
   TempDir tmp;
   auto& env = engine::default_io_env();

@@ -159,10 +159,46 @@ std::string latest_checkpoint_name(IoEnv& env, const std::string& root) {
   return parse_latest(read_own_file(env, path, kWho, kLatestBytes), path);
 }
 
+namespace {
+
+// The newest step directory under `root` that verifies whole, for a directory without `latest`;
+// `skipped` collects the newer ones passed over. "" when there is none.
+std::string newest_whole_step(IoEnv& env, const std::string& root, std::vector<std::string>& skipped) {
+  if (!exists(env, root)) return "";
+  auto names = entries(root);
+  std::erase_if(names, [](const std::string& n) { return !is_step_name(n); });
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    const std::string dir = root + "/" + *it;
+    FileInfo st;
+    if (env.lstat(dir, st) != 0 || st.kind != FileInfo::Kind::Directory) {
+      skipped.push_back(dir + ": not a directory");
+      continue;
+    }
+    try {
+      if (verify_step(env, dir)) return *it;
+      skipped.push_back(fmt::format("{}: no {} to verify it against", dir, kChecksumsFile));
+    } catch (const std::exception& e) {
+      skipped.push_back(e.what());
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root, bool accept_unverified) {
-  const std::string name = latest_checkpoint_name(env, root);
-  if (name.empty()) throw FileError(kWho, "resume from", root + "/latest", ENOENT, "no checkpoint has been saved there");
   LoadedCheckpoint c;
+  std::string name = latest_checkpoint_name(env, root);
+  if (name.empty()) {
+    name = newest_whole_step(env, root, c.skipped);
+    c.confirmed = false;
+  }
+  if (name.empty()) {
+    std::string why;
+    for (const auto& s : c.skipped) why += "; passed over " + s;
+    throw FileError(kWho, "resume from", root + "/latest", ENOENT, "no checkpoint has been saved there" + why);
+  }
+  c.name = name;
   c.dir = root + "/" + name;
   FileInfo st;
   int r = env.lstat(c.dir, st);
@@ -170,7 +206,7 @@ LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root, boo
   if (st.kind != FileInfo::Kind::Directory) throw FileError(kWho, "open", c.dir, ENOTDIR, "a link or a file, not a directory");
   c.meta_path = c.dir + "/meta.json";
   c.state_path = c.dir + "/state.safetensors";
-  c.verified = verify_step(env, c.dir);
+  c.verified = c.confirmed ? verify_step(env, c.dir) : true;  // an unconfirmed one was found by verifying it
   c.meta = parse_checkpoint_meta(read_own_file(env, c.meta_path, kWho), c.meta_path);
   if (!c.verified) {
     // An older zinf recorded the state file's checksum in meta.json only: check what it covers.

@@ -35,18 +35,28 @@ namespace zinf::engine {
 
 inline constexpr const char* kChecksumsFile = "checksums.json";
 
-// A checkpoint found by `latest`, verified whole (or accepted unverified when asked).
+// A checkpoint found by `latest`, verified whole (or accepted unverified when asked); or, when
+// there is no `latest`, the newest step directory that verifies whole.
 struct LoadedCheckpoint {
+  std::string name;        // step-NNNNNNNN
   std::string dir;         // <root>/step-NNNNNNNN
   std::string state_path;  // <dir>/state.safetensors
   std::string meta_path;   // <dir>/meta.json
   nlohmann::json meta;
   bool verified = false;   // false only when accepted without checksums.json
+  // False when no `latest` named it: a run saves a step and points `latest` at it only once the
+  // next step's figures confirmed it, so a run stopped in between (kill -9, power loss) leaves
+  // its newest checkpoint unconfirmed. The resumed run's first step confirms it or sets it aside.
+  bool confirmed = true;
+  std::vector<std::string> skipped;  // newer step directories passed over, each with why
 };
 
 // Reads <root>/latest and the checkpoint it names; throws std::runtime_error naming the file at
 // fault (missing, a link, not a step directory, bad JSON, a file not covered by the checksums, a
-// size or checksum mismatch, no checksums.json unless `accept_unverified`).
+// size or checksum mismatch, no checksums.json unless `accept_unverified`). Without `latest`, the
+// newest step-NNNNNNNN directory that verifies whole against its checksums (unconfirmed; damaged
+// or unverifiable ones are passed over and listed in `skipped`); none: "no checkpoint has been
+// saved there".
 LoadedCheckpoint load_latest_checkpoint(IoEnv& env, const std::string& root, bool accept_unverified = false);
 
 // The name in <root>/latest, or "" when there is none (a missing root counts as none).

@@ -351,7 +351,9 @@ struct Trainer::Impl {
           const std::string latest = latest_checkpoint_name(env, checkpoints->root());
           error = fmt::format("checkpoint directory {} already holds checkpoints of a run{}; pass --resume to "
                               "continue it, --overwrite-checkpoints to start over in it, or another directory",
-                              opt.checkpoint_dir, latest.empty() ? "" : " (latest: " + latest + ")");
+                              opt.checkpoint_dir, latest.empty() ? " (no `latest`: it stopped before a step confirmed its "
+                                                  "newest checkpoint, which --resume verifies and continues from)"
+                                                : " (latest: " + latest + ")");
         }
       } catch (const std::exception& e) {
         error = e.what();
@@ -461,7 +463,8 @@ struct Trainer::Impl {
           std::string aside;
           if (!pending.empty()) aside = checkpoints->set_aside(pending, "diverged");
           const std::string latest = latest_checkpoint_name(env, checkpoints->root());
-          kept = latest.empty() ? "no checkpoint was kept (none was confirmed by a step after it)"
+          kept = latest.empty() ? "no checkpoint was kept as `latest` (none was confirmed by a step after it); --resume "
+                                  "takes the newest whole step directory left there, if any"
                                 : fmt::format("the last checkpoint kept is {}/{}, which a step after it confirmed",
                                               opt.checkpoint_dir, latest);
           if (!aside.empty())
@@ -661,6 +664,12 @@ struct Trainer::Impl {
   void resume() {
     const LoadedCheckpoint c = load_latest_checkpoint(env, opt.checkpoint_dir, opt.accept_unverified);
     const auto& meta = c.meta;
+    for (const auto& s : c.skipped) note("passed over a damaged or unverifiable checkpoint: " + s);
+    if (!c.confirmed && !opt.sampling) pending = c.name;  // its first step confirms it or sets it aside
+    if (!c.confirmed)
+      note(fmt::format("{} has no `latest`: the run that saved {} stopped before a step confirmed it; resuming from it "
+                       "(verified whole), and the first step from it confirms it or sets it aside",
+                       opt.checkpoint_dir, c.dir));
     // Training data cut differently (a held-out tail added, dropped or resized) changes the windows the
     // loader deals from the checkpoint's position on: said, then used.
     if (meta.contains("held_out") && meta["held_out"] != held_out_record() && !opt.sampling)  // sampling trains on nothing

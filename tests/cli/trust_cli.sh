@@ -37,6 +37,30 @@ WANT=$(sed -n 's/.*step 4\/30 | loss \([0-9.]*\).*/\1/p' "$D/log")
 expect "the kept checkpoint's first step trains on with the diverging settings, at the loss that confirmed it" 0 \
   "step 4/4 \| loss ${WANT:-none} " "$D/r.log" $rc
 
+# A run stopped (kill -9, power loss) after saving a step but before the next step confirmed it
+# leaves a step directory and no `latest`; removing `latest` makes that state without a race. A
+# fresh start is refused pointing at --resume, which verifies the newest step, continues from it
+# bitwise and confirms it; an unconfirmed step whose first step diverges is set aside.
+D=$(fresh unconfirmed)
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nv" --steps 4 --export "$D/ref.st" > "$D/ref.log" 2>&1
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nv" --steps 2 --checkpoint-dir "$D/ck" > "$D/a.log" 2>&1
+rm "$D/ck/latest"
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nv" --steps 4 --checkpoint-dir "$D/ck" > "$D/f.log" 2>&1; rc=$?
+expect "no latest: a fresh start is refused, pointing at --resume" 1 "no .latest.*--resume verifies" "$D/f.log" $rc
+"$ZINF" train "${TINY[@]}" --nvme-dir "$D/nv" --steps 4 --checkpoint-dir "$D/ck" --resume --export "$D/out.st" \
+  > "$D/log" 2>&1; rc=$?
+expect "no latest: --resume continues from the newest whole step, said" 0 "step-00000002 stopped before a step confirmed" "$D/log" $rc
+cmp -s "$D/ref.st" "$D/out.st" && [ "$(cat "$D/ck/latest" 2>/dev/null)" = step-00000004 ] \
+  && pass "... ending bitwise equal to an uninterrupted run, latest on step 4" || fail "resumed without latest: not bitwise, or latest wrong" "$D/log"
+D=$BASE/diverge
+# The resumed run above saved a sound step 4 over it: the exploded one takes its place.
+rm -rf "$D/ck/step-00000004" && mv "$D/ck/step-00000004.diverged-1" "$D/ck/step-00000004" && rm "$D/ck/latest"
+"$ZINF" train --model gpt-tiny --config "$BASE/hot.yaml" --nvme-dir "$D/nv" --steps 6 --checkpoint-dir "$D/ck" \
+  --resume --print-every 1 > "$D/u.log" 2>&1; rc=$?
+expect "no latest, the newest step holds exploded weights: its first step stops with exit 4" 4 "step 5: loss" "$D/u.log" $rc
+[ -d "$D/ck/step-00000004.diverged-1" ] && [ ! -e "$D/ck/step-00000004" ] && [ ! -e "$D/ck/latest" ] \
+  && pass "... and sets it aside, pointing latest at nothing" || fail "the unconfirmed diverged step was not set aside" "$D/u.log"
+
 # Signals: each stops after the step with a checkpoint; a closed output pipe does not end training.
 for sig in HUP QUIT USR1; do
   D=$(fresh "sig-$sig")
