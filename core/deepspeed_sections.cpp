@@ -12,15 +12,12 @@
 #include "core/config_reader.hpp"
 #include "core/lr_schedule_reader.hpp"
 #include "core/program.hpp"
+#include "core/run_config_bounds.hpp"
 
 namespace zinf::core::deepspeed {
 
 namespace {
 
-constexpr int64_t kMaxAccumulation = 1024;  // RunConfig's bounds, refused up front with the figure
-constexpr int64_t kMaxMicroBatch = 65536;
-constexpr int64_t kMaxTensorParallel = 64;
-constexpr int64_t kMaxParams = int64_t(1) << 50;
 
 std::string placement_word(Tier t) { return t == Tier::Device ? "none" : t == Tier::Host ? "cpu" : "nvme"; }
 
@@ -343,11 +340,11 @@ void Reader::read_batch() {
   if (*mb > kMaxMicroBatch)
     unsupported("train_micro_batch_size_per_gpu",
                 fmt::format("micro-batch {} is above zinf's bound of {} sequences per GPU", *mb, kMaxMicroBatch));
-  if (*ga > kMaxAccumulation)
+  if (*ga > kMaxGradientAccumulation)
     unsupported(derived == "gradient_accumulation_steps" ? "train_batch_size" : "gradient_accumulation_steps",
                 fmt::format("{} gradient accumulation steps{} are above zinf's bound of {} (every micro-batch is a "
                             "set of tasks in the plan); lower train_batch_size or raise the micro-batch",
-                            *ga, derived == "gradient_accumulation_steps" ? " (derived)" : "", kMaxAccumulation));
+                            *ga, derived == "gradient_accumulation_steps" ? " (derived)" : "", kMaxGradientAccumulation));
   c_.micro_batch = static_cast<int64_t>(*mb);
   c_.gradient_accumulation = static_cast<int64_t>(*ga);
   out_.world_size = ctx_.ranks;

@@ -10,6 +10,7 @@
 #include "core/bounded_input.hpp"
 #include "core/config_reader.hpp"
 #include "core/deepspeed_config.hpp"
+#include "core/run_config_bounds.hpp"
 
 namespace zinf::core {
 
@@ -45,10 +46,6 @@ constexpr int64_t kMaxQueueDepth = 65536;
 constexpr int64_t kMaxRings = 64;
 constexpr int64_t kMaxTasksInFlight = 64;
 constexpr int64_t kMaxSubGroupsInFlight = 4096;
-constexpr int64_t kMaxParams = int64_t(1) << 50;
-constexpr int64_t kMaxAccumulation = 1024;
-constexpr int64_t kMaxMicroBatch = 65536;
-constexpr int64_t kMaxTensorParallel = 64;
 constexpr double kMinEps = 1e-30;
 
 const std::vector<std::string> kTierWords = {"none", "device", "cpu", "host", "nvme", "auto"};
@@ -177,7 +174,7 @@ RunConfig read_yaml(ConfigReader& r) {
   r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (core/lr_schedule_reader.hpp)
   if (const std::string p = r.choice("precision", {"auto", "bf16", "fp16", "fp32"}, "auto"); p != "auto")
     c.precision = parse_precision(p);
-  c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxAccumulation, 1);
+  c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxGradientAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
   c.reserve_nvme_for_checkpoint = r.boolean("reserve_nvme_for_checkpoint", true);

@@ -145,6 +145,12 @@ TEST_CASE("the batch triple is derived, or refused with DeepSpeed's message and 
   CHECK(r.config.micro_batch == 4);
   r = read(R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5})", 2);
   CHECK(r.train_batch_size == 30);
+  // A recipe written for a node, run on one GPU: DeepSpeed derives 2048 steps, and so does zinf.
+  r = read(R"({"train_batch_size": 2048, "train_micro_batch_size_per_gpu": 1})", 1);
+  CHECK(r.config.gradient_accumulation == 2048);
+  CHECK_THROWS_WITH(read(R"({"train_batch_size": 4194304, "train_micro_batch_size_per_gpu": 1})", 1),
+                    Contains("train_batch_size") && Contains("4194304 gradient accumulation steps (derived)") &&
+                        Contains("zinf's bound of 1048576"));
   CHECK_THROWS_WITH(read(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1})", 8),
                     Contains("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size") &&
                         Contains("16 != 4 * 1 * 8") && Contains("world size 8 (8 GPUs)"));

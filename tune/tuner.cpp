@@ -14,6 +14,7 @@
 #include "core/errors.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
+#include "core/run_config_bounds.hpp"
 #include "core/timeline.hpp"
 #include "core/units.hpp"
 #include "models/gpt.hpp"
@@ -29,7 +30,6 @@ using core::Tier;
 
 namespace {
 
-constexpr int64_t kMaxAccumulation = 1024;  // the run config's own bound
 constexpr int kOwnerBasedMaxRanks = 16;     // owner-based programs are scheduled rank by rank
 constexpr size_t kPlanBatch = 4;            // candidates handed to the evaluators at once
 
@@ -289,7 +289,7 @@ std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, in
       for (int64_t mb : s.micro_batches) {
         if (global_batch % (dp * mb) != 0) continue;
         const int64_t ga = global_batch / (dp * mb);
-        if (ga < 1 || ga > kMaxAccumulation) continue;
+        if (ga < 1 || ga > core::kMaxGradientAccumulation) continue;
         for (Partitioning part : s.partitionings)
           if (part != Partitioning::OwnerBased || (dp > 1 && tp == 1)) shapes.push_back({nodes, tp, mb, ga, part});
       }
@@ -437,7 +437,7 @@ private:
     if (all_.empty())
       throw std::invalid_argument(fmt::format(
           "global batch {} cannot be split into micro-batches of {} on {} rank(s) with at most {} accumulation steps",
-          rep_.global_batch, fmt::join(space_.micro_batches, "/"), req_.nodes * req_.hw.node.gpus, kMaxAccumulation));
+          rep_.global_batch, fmt::join(space_.micro_batches, "/"), req_.nodes * req_.hw.node.gpus, core::kMaxGradientAccumulation));
     rep_.enumerated = all_.size();
     for (const auto& e : all_) rep_.memory_fit += e.fits ? 1 : 0;
     rep_.seconds_enumerate = since(t0_);
