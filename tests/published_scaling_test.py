@@ -59,7 +59,8 @@ class Arithmetic(unittest.TestCase):
 class EndToEnd(unittest.TestCase):
     def test_64_gpu_point(self):
         with tempfile.TemporaryDirectory() as out:
-            rc = scaling.main(["--zinf", os.environ["ZINF_BINARY"], "--out", out, "--only", "fig5b-1t-64", "--no-variants"])
+            rc = scaling.main(["--zinf", os.environ["ZINF_BINARY"], "--out", out, "--only", "fig5b-1t-64", "--no-variants",
+                               "--tree", "--tree-seeds", "2"])
             self.assertEqual(rc, 0)
             with open(os.path.join(out, "scaling.md")) as f:
                 text = f.read()
@@ -70,6 +71,11 @@ class EndToEnd(unittest.TestCase):
         self.assertAlmostEqual(fb + after, step, delta=1.0)
         # 1T's model states on four nodes' NVMe: the optimizer phase is a large share of the step.
         self.assertGreater(after, 0.2 * step)
+        # On the tree: two placements, each a TFLOP/s figure, and seed 1's phases adding up as well.
+        line = next(l for l in text.splitlines() if l.startswith("| fig5b-1t-64 |") and "/" in l.split("|")[2])
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        self.assertEqual(len(cells[1].split(" / ")), 2)
+        self.assertGreater(float(cells[3].split()[0]), 0.5 * step)
         with self.assertRaises(SystemExit):
             scaling.main(["--zinf", os.environ["ZINF_BINARY"], "--only", "no-such-point"])
 
