@@ -38,6 +38,7 @@
 #include "engine/io/crc32c.hpp"
 #include "engine/io/safe_files.hpp"
 #include "engine/machine_info.hpp"
+#include "engine/memory/heap_release.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/train/metrics_log.hpp"
 #include "engine/train/trainer.hpp"
@@ -202,7 +203,7 @@ void write_timeline(const core::Timeline& t, const std::string& csv, const std::
 }
 
 void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
-                engine::MetricsLog* metrics);
+                const engine::HeapRelease& heap, engine::MetricsLog* metrics);
 
 // The held-out loss now, printed on its own line (after a progress bar on a terminal) and recorded.
 void evaluate(engine::Trainer& trainer, engine::MetricsLog* metrics, bool lead, bool after_bar) {
@@ -315,8 +316,10 @@ void run_train(const TrainArgs& a) {
     // be written is refused before training, not after.
     std::unique_ptr<engine::MetricsLog> metrics;
     if (!a.metrics.empty() && comm->rank() == 0) metrics = std::make_unique<engine::MetricsLog>(a.metrics, a.resume);
+    // Before the homes are built: what a step frees must leave the process, or peak RSS outgrows the plan.
+    const engine::HeapRelease heap = engine::release_freed_memory_promptly(std::getenv("ZINF_HEAP_RELEASE"));
     engine::Trainer trainer(o, *comm);
-    train_loop(a, o, trainer, *comm, metrics.get());
+    train_loop(a, o, trainer, *comm, heap, metrics.get());
   } catch (const ExitCode&) {
     throw;
   } catch (const engine::TrainingDiverged&) {
@@ -334,7 +337,7 @@ void run_train(const TrainArgs& a) {
 }
 
 void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
-                engine::MetricsLog* metrics) {
+                const engine::HeapRelease& heap, engine::MetricsLog* metrics) {
   const bool lead = comm.rank() == 0;
   const auto& plan = trainer.plan();
   if (lead) {
@@ -361,6 +364,7 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     // The GEMMs' BLAS threads, as main pinned them: what a profile of this machine must be measured with.
     if (std::string(trainer.backend()) == "cpu")
       print_line("{}\n", engine::describe(engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"))));
+    print_line("{}\n", engine::describe(heap));
     if (trainer.step_count() > 0)
       print_line("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
                  core::format_bytes(engine::peak_rss()),
@@ -412,7 +416,8 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
   // The held-out loss of the model as trained (not after a stop signal: the user wants it to end).
   if (trainer.evaluates() && !stopped) evaluate(trainer, metrics, lead, false);
   if (lead) {
-    const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak, engine::peak_rss());
+    const auto mem = engine::compare_memory(plan.peak_bytes, std::string(trainer.backend()) == "cpu", arena_peak,
+                                            engine::peak_rss(), trainer.rss_before_homes());
     print_line("{}\n", mem.text);
     // Device tensors and host staging share one cache of mapped blocks, reused by size class and
     // held within the plan's host (+ device) bytes: it unmaps free blocks rather than map beyond.

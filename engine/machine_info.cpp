@@ -148,12 +148,21 @@ double peak_rss_since_reset() {
   return 0;
 }
 
+double current_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;  // "VmRSS:  1234 kB"
+  return 0;
+}
+
 double planned_ram(const core::PerTier& peak, bool device_in_host_memory) {
   return peak[size_t(core::Tier::Host)] + (device_in_host_memory ? peak[size_t(core::Tier::Device)] : 0.0) +
          kProcessOverhead;
 }
 
-MemoryComparison compare_memory(const core::PerTier& peak, bool device_in_host_memory, double arena_peak, double rss) {
+MemoryComparison compare_memory(const core::PerTier& peak, bool device_in_host_memory, double arena_peak, double rss,
+                                double rss_before_homes) {
   const double device = peak[size_t(core::Tier::Device)];
   const double ram = planned_ram(peak, device_in_host_memory);
   MemoryComparison c;
@@ -161,6 +170,10 @@ MemoryComparison compare_memory(const core::PerTier& peak, bool device_in_host_m
            (arena_peak >= 0 ? core::format_bytes(arena_peak) : std::string("(none)")) + "; RAM " + core::format_bytes(ram) +
            " (" + (device_in_host_memory ? "device + " : "") + "host + " + core::format_bytes(kProcessOverhead) +
            " overhead) vs peak RSS " + core::format_bytes(rss);
+  if (rss_before_homes > 0)
+    c.text += "; the run's own RAM " + core::format_bytes(ram - kProcessOverhead) + " (" +
+              (device_in_host_memory ? "device + " : "") + "host) vs " + core::format_bytes(rss - rss_before_homes) +
+              " (peak RSS less the " + core::format_bytes(rss_before_homes) + " held before the homes were built)";
   std::string why;
   if (arena_peak > 1.1 * device) why += " the device arena held " + core::format_bytes(arena_peak) + ", the plan counts " + core::format_bytes(device) + ";";
   if (rss > 1.1 * ram) why += " the process peaked at " + core::format_bytes(rss) + " of RAM, the plan counts " + core::format_bytes(ram) + ";";

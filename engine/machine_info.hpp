@@ -32,19 +32,25 @@ double peak_rss();
 // is refused; peak_rss_since_reset() reads VmHWM from /proc/self/status (0 when unreadable).
 bool reset_peak_rss();
 double peak_rss_since_reset();
+// This process's resident set size now (VmRSS of /proc/self/status; 0 when unreadable).
+double current_rss();
 // The RAM a plan counts per rank: the host tier, the device arena when it is in host memory (the
 // CPU backend), and kProcessOverhead.
 double planned_ram(const core::PerTier& per_rank_peak, bool device_in_host_memory);
 
 // The planned and the measured memory of a run side by side, per rank: the plan's device and host
 // peaks, the device arena's measured peak (-1: no arena) and the process's peak RSS against the
-// plan's RAM (device arena on the CPU backend + host tier + kProcessOverhead). `over` is set when a
-// measured figure exceeds its planned one by more than 10 %.
+// plan's RAM (device arena on the CPU backend + host tier + kProcessOverhead). With the RSS the
+// process held before the run built its homes (`rss_before_homes`, -1: not known), also the run's
+// own RAM, peak RSS less that, against the plan's host (+ device) peak without the overhead: the
+// Program's bytes measured, not bounded. `over` is set when a measured figure exceeds its planned
+// one by more than 10 %.
 struct MemoryComparison {
   std::string text;
   bool over = false;
 };
-MemoryComparison compare_memory(const core::PerTier& planned_peak, bool device_in_host_memory, double arena_peak, double rss);
+MemoryComparison compare_memory(const core::PerTier& planned_peak, bool device_in_host_memory, double arena_peak, double rss,
+                                double rss_before_homes = -1);
 
 // The features recorded: SIMD levels, FMA, F16C, CRC32C, AVX-512 BF16/FP16 and AMX, as
 // /proc/cpuinfo names them.

@@ -74,10 +74,8 @@ ParallelGroups split_parallel_groups(const TrainerOptions& o, Collectives& world
                                             "under mpirun -np with a multiple of {} ranks",
                                             o.config_source, t, world.size(), world.size() == 1 ? "" : "s", t));
   const core::ParallelPlace at = core::parallel_place(world.rank(), t);
-  ParallelGroups g;
-  g.tensor = world.split(at.data, at.tensor, "tensor-parallel group");  // the ranks of one data-parallel place
-  g.data = world.split(at.tensor, at.data, "data-parallel group");
-  return g;
+  // The tensor-parallel group (the ranks of one data-parallel place) first: a braced list runs in order.
+  return {world.split(at.data, at.tensor, "tensor-parallel group"), world.split(at.tensor, at.data, "data-parallel group")};
 }
 
 struct Trainer::Impl {
@@ -117,6 +115,7 @@ struct Trainer::Impl {
   DivergenceRule rule;
   DataIdentity data;
   std::string pending;  // a checkpoint saved but not yet `latest`: the next step's figures confirm it
+  double rss_before_homes = 0;  // the process's RSS just before the backend built the homes
 
   Impl(TrainerOptions o, Collectives& c)
       : opt(std::move(o)), given_config(config_fields(opt.config)), comm(c), inputs_agreed(agree_on_inputs()), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
@@ -170,6 +169,7 @@ struct Trainer::Impl {
     }
     bo.config = opt.config;
     bo.adam_threads = opt.adam_threads;
+    rss_before_homes = current_rss();
     if (groups.tensor) bo.norm_comm = &comm;  // each tensor-parallel rank holds other gradients
     if (kind == BackendKind::Cuda) {
       std::string why;
@@ -666,10 +666,8 @@ struct Trainer::Impl {
     const auto& meta = c.meta;
     for (const auto& s : c.skipped) note("passed over a damaged or unverifiable checkpoint: " + s);
     if (!c.confirmed && !opt.sampling) pending = c.name;  // its first step confirms it or sets it aside
-    if (!c.confirmed)
-      note(fmt::format("{} has no `latest`: the run that saved {} stopped before a step confirmed it; resuming from it "
-                       "(verified whole), and the first step from it confirms it or sets it aside",
-                       opt.checkpoint_dir, c.dir));
+    if (!c.confirmed) note(fmt::format("{} has no `latest`: the run that saved {} stopped before a step confirmed it; "
+                                       "resuming from it (verified whole)", opt.checkpoint_dir, c.dir));
     // Training data cut differently (a held-out tail added, dropped or resized) changes the windows the
     // loader deals from the checkpoint's position on: said, then used.
     if (meta.contains("held_out") && meta["held_out"] != held_out_record() && !opt.sampling)  // sampling trains on nothing
@@ -746,6 +744,7 @@ const core::Plan& Trainer::plan() const { return impl_->planned.plan; }
 const core::Program& Trainer::program() const { return impl_->planned.program; }
 int64_t Trainer::step_count() const { return impl_->steps_done; }
 const char* Trainer::backend() const { return to_string(impl_->kind); }
+double Trainer::rss_before_homes() const { return impl_->rss_before_homes; }
 const core::LrSchedule& Trainer::lr_schedule() const { return impl_->schedule; }
 StepStats Trainer::step() { return impl_->step(); }
 bool Trainer::evaluates() const { return impl_->evaluator != nullptr; }

@@ -126,6 +126,7 @@ public:
   const core::Program& program() const;
   int64_t step_count() const;  // steps done so far (including those before a resume)
   const char* backend() const;  // "cpu" or "cuda": the backend running the steps
+  double rss_before_homes() const;  // this process's RSS just before the backend built the homes
   // The run's learning-rate schedule, its `auto` lengths decided (core/lr_schedule.hpp).
   const core::LrSchedule& lr_schedule() const;
 

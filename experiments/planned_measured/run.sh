@@ -55,7 +55,7 @@ echo "planned_measured: $layers layers x hidden $hidden, $(python3 -c "print(rou
 sed -n '/^the Program.s memory/,/^fits/p' "$work/plan.txt"
 "$ZINF" plan --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" --json > "$work/plan.json"
 /usr/bin/time -v "$ZINF" train --model "$work/model.yaml" --hw "$work/hw.yaml" --config "$work/config.yaml" \
-  --nvme-dir "$NVME" --steps "$STEPS" 2> "$work/time.txt" | tee "$work/train.txt" | grep -E "^(memory per rank|warning|buffers)"
+  --nvme-dir "$NVME" --steps "$STEPS" 2> "$work/time.txt" | tee "$work/train.txt" | grep -E "^(memory per rank|warning|buffers|heap)"
 python3 - "$work/plan.json" "$work/train.txt" "$work/time.txt" <<'PY'
 import json, re, sys
 plan = json.load(open(sys.argv[1]))
@@ -68,6 +68,10 @@ device, host = plan["memory"]["device"]["peak"], plan["memory"]["host"]["peak"] 
 ram = device + host + overhead
 print(f"plan (zinf plan): device {device / 1e9:.2f} GB, host {host / 1e9:.2f} GB; + overhead {overhead / 1e9:.2f} GB = {ram / 1e9:.2f} GB")
 print(f"measured: arena {arena / 1e9:.2f} GB ({arena / device:.3f} x plan), peak RSS {rss / 1e9:.2f} GB ({rss / ram:.3f} x plan + overhead)")
+own = re.search(r"the run's own RAM ([0-9.]+) (B|kB|MB|GB|TB) \(device \+ host\) vs ([0-9.]+) (B|kB|MB|GB|TB)", train)
+if own:  # peak RSS less what the process held before the homes were built, against the Program's host + device
+    planned_own, measured_own = float(own.group(1)) * units[own.group(2)], float(own.group(3)) * units[own.group(4)]
+    print(f"the run's own RAM: {measured_own / 1e9:.2f} GB ({measured_own / planned_own:.3f} x the Program's {planned_own / 1e9:.2f} GB)")
 ok = 0.9 * device <= arena <= 1.1 * device and rss <= ram
 print("planned_measured:", "within" if ok else "OUTSIDE", "(arena within 10 % of the device peak, RSS within host + device + overhead)")
 sys.exit(0 if ok else 1)

@@ -34,6 +34,11 @@ v = [float(m.group(i)) * units[m.group(i + 1)] for i in range(1, 11, 2)]
 device, arena, ram, overhead, rss = v
 print(f"  device {device / 1e6:.1f} MB, arena {arena / 1e6:.1f} MB ({arena / device:.3f}x); "
       f"RAM planned {ram / 1e6:.0f} MB (overhead {overhead / 1e6:.0f} MB), peak RSS {rss / 1e6:.0f} MB ({rss / ram:.3f}x)")
+own = re.search(r"the run's own RAM " + q + r" \((?:device \+ )?host\) vs " + q, text)
+assert own, "no 'the run's own RAM' figure"
+planned_own, measured_own = (float(own.group(i)) * units[own.group(i + 1)] for i in (1, 3))
+print(f"  the run's own RAM: planned {planned_own / 1e6:.0f} MB, measured {measured_own / 1e6:.0f} MB "
+      f"({measured_own / planned_own:.3f}x; peak RSS less the RSS before the homes were built)")
 assert 0.9 * device <= arena <= 1.1 * device, "arena not within 10 % of the Program's device peak"
 assert rss <= ram * 1.005, "peak RSS over the Program's host + device + overhead"  # 0.5 %: the figures' 3 digits
 assert "measured memory is over the plan" not in text, "zinf train warned"
