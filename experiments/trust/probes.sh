@@ -207,7 +207,9 @@ check "resume with a changed config refused, naming the key" '[ $rc != 0 ] && gr
 again; timeout -k 5 60 "$Z" train --model gpt-tiny --config "$D/lr2.yaml" --nvme-dir "$D/nv" --steps 3 --checkpoint-dir "$D/ck" --resume --allow-changes > "$D/log" 2>&1; rc=$?
 check "... and resumes with --allow-changes, naming the change" '[ $rc = 0 ] && grep -q "lr" "$D/log"' "$D/log"
 D=$(fresh kill9)
-has_steps() { compgen -G "$1/step-*" > /dev/null; }  # what the refusal of a fresh start says: --resume
+# What a fresh start's refusal says: --resume where a whole step directory exists (not a save's
+# step-NNNNNNNN.tmp, which a kill mid-save leaves and a fresh start ignores).
+has_steps() { compgen -G "$1/step-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]" > /dev/null; }
 "$Z" train "${TINY[@]}" --nvme-dir "$D/nv" --steps 12 --export "$D/ref.st" > "$D/ref.log" 2>&1
 ok=1
 for delay in 0.7 1.1 1.6 2.2; do
