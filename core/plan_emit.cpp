@@ -82,6 +82,8 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   t.root = owner;
   if (ps.owner_based()) {
     t.buffer = f.gathered_buf;
+    // What the owner broadcasts: what its host-to-device copy put in the buffer, or (none) its home.
+    if (f.h2d_task >= 0) t.source = f.gathered_buf;
     f.last_task = ps.builder_.add(t, {prev_compute, f.last_task}, {}, {});
     return;
   }

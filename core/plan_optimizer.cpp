@@ -81,23 +81,30 @@ public:
     const double gb = ps.moved_grad_bytes() * n;
     if (ps.plan_.gradients != where) {
       s.grad_buf = ps.builder_.buffer();
+      // Each stage names the buffer it fills (Task::buffer) and the one an earlier stage filled that
+      // it reads (Task::source; -1: the gradients' home).
       if (ps.plan_.gradients == Tier::Nvme) {
         const Tier land = Tier::Host;
-        int32_t t = ps.builder_.add(base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, gb), deps,
-                           {{land, s.grad_buf, gb}}, {});
+        Task r = base(TaskKind::NvmeRead, Lane::NvmeRead, Data::Grad, Tier::Nvme, land, gb);
+        r.buffer = s.grad_buf;
+        int32_t t = ps.builder_.add(r, deps, {{land, s.grad_buf, gb}}, {});
         if (where == Tier::Device) {
           const int64_t dbuf = ps.builder_.buffer();
-          t = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb), {t},
-                     {{Tier::Device, dbuf, gb}}, {{Tier::Host, s.grad_buf, gb}});
+          Task c = base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb);
+          c.buffer = dbuf;
+          c.source = s.grad_buf;
+          t = ps.builder_.add(c, {t}, {{Tier::Device, dbuf, gb}}, {{Tier::Host, s.grad_buf, gb}});
           s.grad_buf = dbuf;
         }
         s.in_grads = t;
       } else if (ps.plan_.gradients == Tier::Device) {
-        s.in_grads = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, gb),
-                            deps, {{Tier::Host, s.grad_buf, gb}}, {});
+        Task c = base(TaskKind::CopyD2H, Lane::D2H, Data::Grad, Tier::Device, Tier::Host, gb);
+        c.buffer = s.grad_buf;
+        s.in_grads = ps.builder_.add(c, deps, {{Tier::Host, s.grad_buf, gb}}, {});
       } else {  // host -> device for a device optimizer
-        s.in_grads = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb),
-                            deps, {{Tier::Device, s.grad_buf, gb}}, {});
+        Task c = base(TaskKind::CopyH2D, Lane::H2D, Data::Grad, Tier::Host, Tier::Device, gb);
+        c.buffer = s.grad_buf;
+        s.in_grads = ps.builder_.add(c, deps, {{Tier::Device, s.grad_buf, gb}}, {});
       }
     }
     s.stage = 1;
@@ -123,6 +130,8 @@ public:
     Task t = base(TaskKind::OptimizerStep, cpu ? Lane::CpuOptim : Lane::Compute, Data::OptimizerState,
                   ps.plan_.optimizer, ps.plan_.optimizer, ps.optimizer_host_bytes() * n);
     t.flops = kAdamFlopsPerParam * n;
+    t.source = s.grad_buf;   // the gradients moved to where it runs (-1: their home is there)
+    t.buffer = s.param_buf;  // where it writes the updated parameters (-1: their home is there)
     s.adam = ps.builder_.add(t, deps, allocs, frees);
     s.stage = 2;
     return true;
@@ -150,25 +159,32 @@ public:
     int32_t param_done = s.adam;
     if (ps.plan_.params != where) {
       const double pb = ps.updated_param_bytes() * n;
+      // Each stage reads the buffer the one before filled (Task::source) and fills its own
+      // (Task::buffer), or writes the parameters' home (-1).
+      auto stage = [&](TaskKind k, Lane l, Tier from, Tier to, int64_t source, int64_t buffer) {
+        Task t = base(k, l, Data::Param, from, to, pb);
+        t.source = source;
+        t.buffer = buffer;
+        return t;
+      };
       if (ps.plan_.params == Tier::Device) {
-        param_done = ps.builder_.add(base(TaskKind::CopyH2D, Lane::H2D, Data::Param, Tier::Host, Tier::Device, pb),
+        param_done = ps.builder_.add(stage(TaskKind::CopyH2D, Lane::H2D, Tier::Host, Tier::Device, s.param_buf, -1),
                                      {s.adam}, {}, {{Tier::Host, s.param_buf, pb}});
       } else if (ps.plan_.params == Tier::Nvme) {
         int64_t buf = s.param_buf;
         int32_t t = s.adam;
         if (where == Tier::Device) {
           const int64_t hbuf = ps.builder_.buffer();
-          t = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb), {t},
-                     {{Tier::Host, hbuf, pb}}, {{Tier::Device, buf, pb}});
+          t = ps.builder_.add(stage(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host, buf, hbuf), {t},
+                              {{Tier::Host, hbuf, pb}}, {{Tier::Device, buf, pb}});
           buf = hbuf;
         }
         std::vector<int32_t> pdeps = gate;
         pdeps.push_back(t);
-        param_done =
-            ps.builder_.add(base(TaskKind::NvmeWrite, Lane::NvmeWrite, Data::Param, Tier::Host, Tier::Nvme, pb), pdeps,
-                            {}, {{Tier::Host, buf, pb}});
+        param_done = ps.builder_.add(stage(TaskKind::NvmeWrite, Lane::NvmeWrite, Tier::Host, Tier::Nvme, buf, -1),
+                                     pdeps, {}, {{Tier::Host, buf, pb}});
       } else {  // host params, device optimizer
-        param_done = ps.builder_.add(base(TaskKind::CopyD2H, Lane::D2H, Data::Param, Tier::Device, Tier::Host, pb),
+        param_done = ps.builder_.add(stage(TaskKind::CopyD2H, Lane::D2H, Tier::Device, Tier::Host, s.param_buf, -1),
                                      {s.adam}, {}, {{Tier::Device, s.param_buf, pb}});
       }
       s.outs.push_back(param_done);

@@ -294,8 +294,9 @@ private:
     }
   }
 
-  // Invariant 6: what a backend reads off the Program is stated there. A fetch stage's source is
-  // the buffer of a stage of the same unit it depends on directly; every checkpointed run covers
+  // Invariant 6: what a backend reads off the Program is stated there. A task's source (a parameter
+  // fetch stage's, an optimizer stage's) is the buffer of a task of the same unit and sub-group it
+  // depends on directly, other than an Alloc (which fills nothing); every checkpointed run covers
   // blocks, and its forward ends, per micro-batch, at a forward task of that run, after which no
   // other forward of the run comes.
   void stated_fields() {
@@ -304,10 +305,10 @@ private:
       bool stated = false;
       for (int32_t d : p.deps(t)) {
         const Task& dt = p.task(d);
-        stated |= dt.unit == t.unit && dt.data == Data::Param && dt.buffer == t.source;
+        stated |= dt.buffer == t.source && dt.unit == t.unit && dt.sub_group == t.sub_group && dt.kind != TaskKind::Alloc;
       }
       if (!stated)
-        error(fmt::format("task {} ({}) reads buffer {}, which no fetch stage of its unit it depends on fills", t.id,
+        error(fmt::format("task {} ({}) reads buffer {}, which no task of its unit or sub-group it depends on fills", t.id,
                           p.label(t), t.source));
     }
     std::map<std::pair<int32_t, int32_t>, int32_t> last_forward;  // (checkpoint, micro-batch) -> task

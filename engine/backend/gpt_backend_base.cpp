@@ -33,17 +33,17 @@ uint64_t device_arena_bytes(const core::Program& program, uint64_t device_free, 
 
 GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& pl, const core::ModelGraph& g, int r,
                                Collectives& c, GptBackendOptions options, const char* device_name)
-    : P(&program), plan(pl), graph(g), rank(r), comm(c), opt(std::move(options)),
+    : P(&program), graph(g), rank(r), comm(c), opt(std::move(options)),
       owner_based(program.partitioning() == core::Partitioning::OwnerBased), space(program.shard_space(r)),
       index(program, g), built_for_(program), adam_options_(AdamOptions::from_run_config(opt.config)) {
-  if (plan.zero_stage != 3)
+  if (pl.zero_stage != 3)
     throw std::invalid_argument(fmt::format(
         "the {} training backend runs ZeRO stage 3 only (the run config asks for stage {}); use zero_stage: 3",
-        device_name, plan.zero_stage));
+        device_name, pl.zero_stage));
   if (comm.size() != P->data_parallel() || comm.rank() != rank)
     throw std::invalid_argument(fmt::format("the Program is for {} ranks, but this process is rank {} of {}",
                                             P->data_parallel(), comm.rank(), comm.size()));
-  if (uses_nvme()) {
+  if (uses_nvme(pl)) {
     if (opt.nvme_dir.empty())
       throw std::invalid_argument("the plan puts a state on NVMe: give an NVMe directory (--nvme-dir)");
     store = std::make_unique<NvmeStore>(NvmeStoreOptions::from_run_config(opt.config, opt.nvme_dir));
@@ -54,7 +54,7 @@ GptBackendBase::GptBackendBase(const core::Program& program, const core::Plan& p
 
 GptBackendBase::~GptBackendBase() = default;
 
-bool GptBackendBase::uses_nvme() const {
+bool GptBackendBase::uses_nvme(const core::Plan& plan) const {
   if (!trains()) return plan.params == Tier::Nvme;  // the parameters are all it keeps
   return plan.params == Tier::Nvme || plan.gradients == Tier::Nvme || plan.optimizer == Tier::Nvme ||
          plan.checkpoints == Tier::Nvme ||
@@ -196,10 +196,10 @@ void GptBackendBase::release(const Task& t) {
 }
 
 void GptBackendBase::drop_checkpoints(const Task& t, const std::function<void(int block)>& drop) {
-  if (plan.checkpoints == Tier::Device) return;
   const int32_t mb = t.micro_batch;
-  std::lock_guard<std::mutex> lock(mu);
   const size_t copies = P->backward_starts()[size_t(mb)].checkpoint_copies.size();
+  if (copies == 0) return;  // the Program copies no checkpoint off the device: they stay
+  std::lock_guard<std::mutex> lock(mu);
   if (size_t(ckpt_saved_[size_t(mb)]) < copies)
     throw std::logic_error(fmt::format("{}: {} of the micro-batch's {} checkpoint copies are done; the Program must "
                                        "make its first backward depend on them",
@@ -207,6 +207,13 @@ void GptBackendBase::drop_checkpoints(const Task& t, const std::function<void(in
   // A checkpoint the Program already brought back (loaded ahead of its recompute) stays.
   for (size_t c = 0; c < index.ckpt_first_block.size(); ++c)
     if (!ckpt_restored_.count({int32_t(c), mb})) drop(index.ckpt_first_block[c]);
+}
+
+void GptBackendBase::require_home(const Task& t, Tier home, Tier stated, const char* what) const {
+  if (home != stated)
+    throw std::logic_error(fmt::format("{}: reads or writes the {} at their home as if it were on the {} tier, but it "
+                                       "is on the {} tier: the Program states no transfer between them",
+                                       P->label(t), what, core::to_string(stated), core::to_string(home)));
 }
 
 NvmeStore::TensorId GptBackendBase::checkpoint_tensor(int32_t c, int32_t mb, size_t bytes) {

@@ -61,7 +61,9 @@ uint64_t device_arena_bytes(const core::Program& program, uint64_t device_free, 
 
 class GptBackendBase : public TrainingBackend, protected ActivationDevice {
 public:
-  // `device_name` names the backend in error messages ("CPU", "CUDA").
+  // `device_name` names the backend in error messages ("CPU", "CUDA"). The plan is read here, and in
+  // a device's constructor, only to set up the homes (which tier each state lives on); the backend
+  // keeps no reference to it: every task it runs is read off the Program.
   GptBackendBase(const core::Program& program, const core::Plan& plan, const core::ModelGraph& graph, int rank,
                  Collectives& comm, GptBackendOptions options, const char* device_name);
   ~GptBackendBase() override;
@@ -122,8 +124,13 @@ protected:
   int64_t grad_buffer_count(const core::ParamUnit& u) const {
     return owner_based ? u.numel : u.shard_numel * int64_t(P->data_parallel());
   }
-  // Whether the plan puts any state this backend keeps (or an activation segment) on NVMe.
-  bool uses_nvme() const;
+  // Whether the plan puts any state this backend keeps (or an activation segment) on NVMe: set-up
+  // (the NVMe store the homes need).
+  bool uses_nvme(const core::Plan& plan) const;
+  // Refuses a task that reads or writes a state's home (no staged buffer: Task::source or
+  // Task::buffer -1) where that home is not on the tier the task states it moves from or to: the
+  // Program would have the device move data no task states.
+  void require_home(const core::Task& t, core::Tier home, core::Tier stated, const char* what) const;
   // Whether the backend keeps gradients and optimizer states (built for a training step's Program),
   // or the parameters alone (built for a forward-only one).
   bool trains() const { return !built_for_.forward_only(); }
@@ -275,7 +282,6 @@ protected:
   // The Program the Executor runs now: the one the backend was built for, or between begin_forward
   // and the next begin_step a forward-only one over the same units; `index` is read off it.
   const core::Program* P;
-  const core::Plan& plan;
   const core::ModelGraph& graph;
   const int rank;
   Collectives& comm;

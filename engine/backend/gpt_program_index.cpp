@@ -19,6 +19,19 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
     for (int32_t id : c.forward_end)
       if (id >= 0) last_forward_of_run.insert(id);
   }
+  for (const auto& t : P.tasks()) {
+    if (t.data == core::Data::Checkpoint && t.kind == core::TaskKind::CopyD2H) ckpt_copied_off.insert({t.checkpoint, t.micro_batch});
+    if (t.data != core::Data::Grad || t.phase != core::Phase::Backward) continue;
+    const bool copy = t.kind == core::TaskKind::CopyD2H, write = t.kind == core::TaskKind::NvmeWrite;
+    if (!copy && !write) continue;
+    for (int32_t d : P.deps(t)) {
+      const core::Task& dt = P.task(d);
+      if (dt.unit != t.unit || dt.data != core::Data::Grad) continue;
+      if ((copy && (dt.kind == core::TaskKind::ReduceScatter || dt.kind == core::TaskKind::Reduce)) ||
+          (write && dt.kind == core::TaskKind::CopyD2H))
+        grad_moved_on.insert(d);
+    }
+  }
   std::map<std::pair<int32_t, int>, int32_t> last, last_op;  // (micro-batch, block or operator) -> task
   for (const auto& t : P.tasks()) {
     if (t.kind != core::TaskKind::Backward) continue;

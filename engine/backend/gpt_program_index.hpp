@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "core/graph.hpp"
@@ -29,6 +30,13 @@ struct GptProgramIndex {
   // The last backward task of each operator outside the blocks in each micro-batch: of a tiled one
   // (the embedding, the head), its last tile's.
   std::set<int32_t> last_backward_outside_blocks;
+  // The gradient tasks of the backward (a reduction, a device-to-host copy) whose result a later
+  // store of the same unit takes, as the Program states it by a direct dependency: a device-to-host
+  // copy's on a reduction, an NVMe write's on a device-to-host copy. The others accumulate into the
+  // gradients' home.
+  std::set<int32_t> grad_moved_on;
+  // (checkpoint, micro-batch) the Program copies off the device.
+  std::set<std::pair<int32_t, int32_t>> ckpt_copied_off;
 };
 
 }  // namespace zinf::engine

@@ -19,12 +19,13 @@ GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const
                              GptBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o), "CPU"), model_(mdl),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads), arena_(core::at(p.budget(), Tier::Device)) {
-  params_.init(plan.params, space, store.get(), arena_, "params");
+  // The homes, on the tiers the plan puts them (set-up: the plan is read nowhere else).
+  params_.init(pl.params, space, store.get(), arena_, "params");
   if (!trains()) return;  // a forward pass alone reads the parameters, nothing else
-  grads_.init(plan.gradients, space, store.get(), arena_, "grads");
-  master_.init(plan.optimizer, space, store.get(), arena_, "master");
-  m_.init(plan.optimizer, space, store.get(), arena_, "adam_m");
-  v_.init(plan.optimizer, space, store.get(), arena_, "adam_v");
+  grads_.init(pl.gradients, space, store.get(), arena_, "grads");
+  master_.init(pl.optimizer, space, store.get(), arena_, "master");
+  m_.init(pl.optimizer, space, store.get(), arena_, "adam_m");
+  v_.init(pl.optimizer, space, store.get(), arena_, "adam_v");
 }
 
 GptCpuBackend::~GptCpuBackend() = default;
@@ -71,6 +72,8 @@ void GptCpuBackend::fetch(const Task& t) {
       if (t.source >= 0) {  // the NVMe read's staging (Task::source), not the home on the host
         host = take(host_param_, t.source, P->label(t) + ": the NVMe read of " + u.name);
         src = host.data();
+      } else {
+        require_home(t, params_.tier, t.from, "parameters");
       }
       if (owner_based) {  // the owner's whole unit, straight into the gathered buffer it broadcasts
         std::memcpy(cpu::upper_half_as_bf16(gathered_data(t), u.numel), src, size_t(n) * sizeof(bf16));
@@ -86,6 +89,8 @@ void GptCpuBackend::fetch(const Task& t) {
       if (t.source >= 0) {  // the host-to-device copy's shard (Task::source), not the home on the device
         held = take(dev_param_, t.source, P->label(t) + ": the host-to-device copy of " + u.name);
         shard = held.data();
+      } else {
+        require_home(t, params_.tier, Tier::Device, "parameters");
       }
       // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
       // widened in place: the device holds the working size the Program counts, no bf16 copy.
@@ -104,8 +109,10 @@ void GptCpuBackend::fetch(const Task& t) {
     case TaskKind::Broadcast: {
       float* whole = gathered_data(t);
       bf16* landing = cpu::upper_half_as_bf16(whole, u.numel);
-      if (u.owner == rank && plan.params == Tier::Device)
+      if (u.owner == rank && t.source < 0) {  // no copy filled the buffer (Task::source): the owner's home
+        require_home(t, params_.tier, Tier::Device, "parameters");
         std::memcpy(landing, params_.mem.data() + off, size_t(u.numel) * sizeof(bf16));
+      }
       comm.broadcast(landing, size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
       cpu::widen_upper_half_in_place(whole, u.numel);
       return;
@@ -198,7 +205,7 @@ void GptCpuBackend::drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
     a.drop_block(b);
     if (b != first) Gpt2Activations::release(a.x[size_t(b)]);
   }
-  if (plan.checkpoints == Tier::Device) return;
+  if (!index.ckpt_copied_off.count({c, mb})) return;  // the checkpoint stays on the device
   std::lock_guard<std::mutex> lock(mu);
   ckpt_forward_done_.insert({c, mb});
   if (ckpt_copied_.count({c, mb})) Gpt2Activations::release(a.x[size_t(first)]);
@@ -317,10 +324,10 @@ void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int6
   if (!holds(u)) return;
   if (const float s = grad_scale(); s != 1.0f)  // one rank, one micro-batch: nothing to scale
     for (float& g : shard) g *= s;
-  if (plan.gradients == Tier::Device)
-    return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first_micro_batch(t),
-                           last_micro_batch(t));
-  stage(grad_shard_, key, std::move(shard));
+  if (index.grad_moved_on.count(t.id)) return stage(grad_shard_, key, std::move(shard));  // a copy takes it on
+  require_home(t, grads_.tier, Tier::Device, "gradients");
+  accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first_micro_batch(t),
+                  last_micro_batch(t));
 }
 
 void GptCpuBackend::gradient(const Task& t) {
@@ -333,9 +340,10 @@ void GptCpuBackend::gradient(const Task& t) {
     case TaskKind::Reduce: return reduce_task(t, key, off, n);
     case TaskKind::CopyD2H: {
       DeviceVector<float> shard = take(grad_shard_, key, P->label(t) + ": the reduced gradient");
-      if (plan.gradients == Tier::Host)
-        return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
-      return stage(grad_host_, key, Staging<float>(shard.begin(), shard.end()));  // on its way to NVMe
+      if (index.grad_moved_on.count(t.id))  // on its way to NVMe: the write takes it
+        return stage(grad_host_, key, Staging<float>(shard.begin(), shard.end()));
+      require_home(t, grads_.tier, t.to, "gradients");
+      return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
     }
     case TaskKind::NvmeRead: {
       Staging<bf16> partial = staging<bf16>(n);
@@ -385,58 +393,100 @@ void GptCpuBackend::optimizer(const Task& t) {
     return;
   }
   if (t.data == Data::Grad) {  // gradients to where the optimizer runs
-    if (t.kind != TaskKind::NvmeRead && plan.gradients == Tier::Nvme) return;  // staged by the NVMe read
+    if (t.kind == TaskKind::CopyH2D) {
+      DeviceVector<bf16> g(size_t(n), device<bf16>());
+      if (t.source >= 0) {  // what the NVMe read staged on the host (Task::source)
+        Staging<bf16> host = take(opt_host_, t.source, P->label(t) + ": the gradients read from NVMe");
+        std::copy_n(host.data(), n, g.data());
+      } else {
+        require_home(t, grads_.tier, t.from, "gradients");
+        grads_.read(off, n, g.data());
+      }
+      return stage(opt_dev_, t.buffer, std::move(g));
+    }
+    require_home(t, grads_.tier, t.from, "gradients");  // an NVMe read or a device-to-host copy of the home
     Staging<bf16> g = staging<bf16>(n);
-    if (t.kind == TaskKind::NvmeRead) grads_.read(off, n, g.data());
-    else std::copy_n(grads_.mem.data() + off, n, g.data());
-    return stage(sg_grad_, sg, std::move(g));
+    grads_.read(off, n, g.data());
+    return stage(opt_host_, t.buffer, std::move(g));
   }
   if (t.kind == TaskKind::OptimizerStep) return adam_step(t);
-  if (t.data == Data::Param) {  // updated parameters back to their tier
-    if (t.kind == TaskKind::CopyD2H && plan.params == Tier::Nvme) {  // staged for the NVMe write
-      std::lock_guard<std::mutex> lock(mu);
-      if (!sg_param_.count(sg)) throw std::logic_error(fmt::format("{}: no updated parameters staged", P->label(t)));
-      return;
-    }
-    Staging<bf16> p = take(sg_param_, sg, P->label(t) + ": the updated parameters");
-    params_.write(off, n, p.data());
+  if (t.data == Data::Param) {  // updated parameters on their way home, from the buffer the stage before filled
+    if (t.source < 0) throw std::logic_error(fmt::format("{}: moves updated parameters from no buffer", P->label(t)));
+    const std::string what = P->label(t) + ": the updated parameters";
+    Staging<bf16> host;
+    DeviceVector<bf16> dev;
+    const bf16* src = nullptr;
+    if (t.from == Tier::Device) src = (dev = take(opt_dev_, t.source, what)).data();
+    else src = (host = take(opt_host_, t.source, what)).data();
+    if (t.buffer >= 0) return put(t.to, t.buffer, src, n);  // staged for the next stage
+    require_home(t, params_.tier, t.to, "parameters");
+    params_.write(off, n, src);
     return;
   }
   throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P->label(t)));
 }
 
+// n updated parameters into a new buffer of the optimizer's pipeline on `tier`, under the Program's id.
+void GptCpuBackend::put(Tier tier, int64_t buffer, const bf16* src, int64_t n) {
+  if (tier == Tier::Device) {
+    DeviceVector<bf16> d(size_t(n), device<bf16>());
+    std::copy_n(src, n, d.data());
+    return stage(opt_dev_, buffer, std::move(d));
+  }
+  Staging<bf16> h = staging<bf16>(n);
+  std::copy_n(src, n, h.data());
+  stage(opt_host_, buffer, std::move(h));
+}
+
+// Adam over one sub-group where the task runs (the device when its states are there, else the host):
+// states from their home or (on NVMe) what the read staged; gradients from what the stage before
+// filled (Task::source) or their home; the parameters into a new buffer (Task::buffer) or their home.
 void GptCpuBackend::adam_step(const Task& t) {
   const int32_t sg = t.sub_group;
   const int64_t off = t.sg_offset, n = t.sg_count;
+  const Tier where = t.from == Tier::Device ? Tier::Device : Tier::Host;
   float *pm, *pmm, *pv;
-  {
+  if (t.from == Tier::Nvme) {
     std::lock_guard<std::mutex> lock(mu);
-    if (plan.optimizer == Tier::Nvme) {
-      pm = sg_master_.at(sg).data();
-      pmm = sg_m_.at(sg).data();
-      pv = sg_v_.at(sg).data();
-    } else {
-      pm = master_.resident(off);
-      pmm = m_.resident(off);
-      pv = v_.resident(off);
-    }
+    pm = sg_master_.at(sg).data();
+    pmm = sg_m_.at(sg).data();
+    pv = sg_v_.at(sg).data();
+  } else {
+    require_home(t, master_.tier, t.from, "optimizer states");
+    pm = master_.resident(off);
+    pmm = m_.resident(off);
+    pv = v_.resident(off);
   }
-  Staging<bf16> gstage = take_if(sg_grad_, sg);
-  const bf16* g = gstage.empty() ? grads_.resident(off) : gstage.data();
-  if (!g) throw std::logic_error(fmt::format("{}: gradients are not staged", P->label(t)));
+  Staging<bf16> ghost;
+  DeviceVector<bf16> gdev;
+  const bf16* g = nullptr;
+  const std::string what = P->label(t) + ": the gradients";
+  if (t.source < 0) {
+    require_home(t, grads_.tier, where, "gradients");
+    g = grads_.resident(off);
+  } else if (where == Tier::Device) {
+    g = (gdev = take(opt_dev_, t.source, what)).data();
+  } else {
+    g = (ghost = take(opt_host_, t.source, what)).data();
+  }
   std::vector<bf16> scaled;
   g = clipped_host(g, n, scaled);
-  const bool params_here = (plan.params == Tier::Host && plan.optimizer != Tier::Device) ||
-                           (plan.params == Tier::Device && plan.optimizer == Tier::Device);
-  if (params_here) {
+  if (t.buffer < 0) {
+    require_home(t, params_.tier, where, "parameters");
     adam_.step(step(), size_t(n), pm, pmm, pv, g, params_.resident(off));
     count_nonfinite(pm, n);
     return;
   }
+  if (where == Tier::Device) {
+    DeviceVector<bf16> out(size_t(n), device<bf16>());
+    adam_.step(step(), size_t(n), pm, pmm, pv, g, out.data());
+    count_nonfinite(pm, n);
+    return stage(opt_dev_, t.buffer, std::move(out));
+  }
   Staging<bf16> out = staging<bf16>(n);
   adam_.step(step(), size_t(n), pm, pmm, pv, g, out.data());
   count_nonfinite(pm, n);
-  stage(sg_param_, sg, std::move(out));
+  stage(opt_host_, t.buffer, std::move(out));
 }
 
 }  // namespace zinf::engine

@@ -77,6 +77,7 @@ private:
   void begin_backward(const core::Task& t);
   void reduce_task(const core::Task& t, const Key& key, int64_t off, int64_t n);
   void adam_step(const core::Task& t);
+  void put(core::Tier tier, int64_t buffer, const bf16* src, int64_t n);
 
   const Gpt2& model_;
   CpuAdam adam_;
@@ -100,7 +101,10 @@ private:
   std::map<Key, Staging<bf16>> grad_partial_;             // (unit, mb): earlier mbs' sum from NVMe
   std::map<Key, Staging<float>> ckpt_host_;               // (checkpoint, mb)
   std::map<int32_t, Staging<float>> sg_master_, sg_m_, sg_v_;  // by sub-group
-  std::map<int32_t, Staging<bf16>> sg_grad_, sg_param_;
+  // The optimizer's gradients and updated parameters on their way, by the buffer the Program says
+  // a stage fills (Task::buffer) and the next one takes (Task::source), on the host or the device.
+  std::map<int64_t, Staging<bf16>> opt_host_;
+  std::map<int64_t, DeviceVector<bf16>> opt_dev_;
   // (checkpoint, mb) copied off the device, and whose run's forward is done: an offloaded
   // checkpoint leaves the device when both are (the Program frees it after its copy; its run's
   // forward, which reads it too, counts it among that run's activations).

@@ -68,12 +68,13 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
     warn_no_cufile();
   arena_ = std::make_unique<CudaDeviceArena>(arena_budget(*P, device_));
   model_ = std::make_unique<GptCudaModel>(graph, *arena_);
-  params_.init(*arena_, plan.params, space, store.get(), "params");
+  // The homes, on the tiers the plan puts them (set-up: the plan is read nowhere else).
+  params_.init(*arena_, pl.params, space, store.get(), "params");
   if (!trains()) return;  // a forward pass alone reads the parameters, nothing else
-  grads_.init(*arena_, plan.gradients, space, store.get(), "grads");
-  master_.init(*arena_, plan.optimizer, space, store.get(), "master");
-  m_.init(*arena_, plan.optimizer, space, store.get(), "adam_m");
-  v_.init(*arena_, plan.optimizer, space, store.get(), "adam_v");
+  grads_.init(*arena_, pl.gradients, space, store.get(), "grads");
+  master_.init(*arena_, pl.optimizer, space, store.get(), "master");
+  m_.init(*arena_, pl.optimizer, space, store.get(), "adam_m");
+  v_.init(*arena_, pl.optimizer, space, store.get(), "adam_v");
 }
 
 GptCudaBackend::~GptCudaBackend() {
@@ -117,12 +118,12 @@ void GptCudaBackend::write_state(int64_t off, int64_t n, StateTensor which, cons
 
 // ---- parameters ---------------------------------------------------------------------------------------
 
-// The shard a gather stage sends: its home on the device, or what the host-to-device copy staged
-// (the Program's Task::source; owner-based, the copy fills the broadcast's own buffer).
+// The shard a gather stage sends: what the host-to-device copy staged (the Program's Task::source;
+// owner-based, the copy fills the broadcast's own buffer), or (none) its home, on the device.
 DeviceBlock GptCudaBackend::staged_shard(const Task& t, const core::ParamUnit& u) {
-  const int64_t from = t.kind == TaskKind::Broadcast ? (plan.params == Tier::Device ? -1 : t.buffer) : t.source;
-  if (from < 0) return {};
-  return take(dev_param_, from, P->label(t) + ": the host-to-device copy of " + u.name);
+  if (t.source >= 0) return take(dev_param_, t.source, P->label(t) + ": the host-to-device copy of " + u.name);
+  require_home(t, params_.tier, Tier::Device, "parameters");
+  return {};
 }
 
 void GptCudaBackend::fetch(const Task& t) {
@@ -142,10 +143,9 @@ void GptCudaBackend::fetch(const Task& t) {
       if (t.source >= 0) {
         staged = take(host_param_, t.source, P->label(t) + ": the NVMe read of " + u.name);
         src = staged.as<bf16>();
+      } else {
+        require_home(t, params_.tier, t.from, "parameters");
       }
-      if (!src)
-        throw std::logic_error(fmt::format("{}: parameters on the {} tier are not copied to the device", P->label(t),
-                                           core::to_string(plan.params)));
       DeviceBlock dst = arena_->allocate(bytes, "parameter shard " + u.name);
       ZINF_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, bytes, cudaMemcpyHostToDevice, ctx.stream));
       sync(ctx);
@@ -355,8 +355,10 @@ void GptCudaBackend::reduce_task(const Task& t, const Key& key, int64_t off, int
   full.reset();
   if (!holds(u)) return;
   scale(shard.as<float>(), grad_scale(), n, ctx.stream);
-  if (plan.gradients == Tier::Device)
+  if (!index.grad_moved_on.count(t.id)) {  // no copy takes it on: into the home
+    require_home(t, grads_.tier, Tier::Device, "gradients");
     return accumulate_device(grads_.device(off), shard.as<float>(), n, first_micro_batch(t), last_micro_batch(t), ctx);
+  }
   sync(ctx);
   stage(grad_shard_, key, std::move(shard));
 }
@@ -379,7 +381,8 @@ void GptCudaBackend::gradient(const Task& t) {
   if (t.kind == TaskKind::ReduceScatter || t.kind == TaskKind::Reduce) return reduce_task(t, key, off, n);
   if (t.kind == TaskKind::CopyD2H) {
     PinnedLoan host = shard_to_host(t, key, n, ctx);
-    if (plan.gradients != Tier::Host) return stage(grad_shard_host_, key, std::move(host));  // on its way to NVMe
+    if (index.grad_moved_on.count(t.id)) return stage(grad_shard_host_, key, std::move(host));  // the NVMe write's
+    require_home(t, grads_.tier, t.to, "gradients");
     return accumulate_host(u, grads_.host_ptr(off), grads_.host_ptr(off), host.as<float>(), n, first, last);
   }
   if (t.kind == TaskKind::NvmeRead) {
@@ -388,8 +391,7 @@ void GptCudaBackend::gradient(const Task& t) {
     return stage(grad_partial_, key, std::move(partial));
   }
   if (t.kind == TaskKind::NvmeWrite) {
-    PinnedLoan shard = take_if(grad_shard_host_, key);
-    if (!shard) shard = shard_to_host(t, key, n, ctx);  // no copy task before the write
+    PinnedLoan shard = take(grad_shard_host_, key, P->label(t) + ": the reduced gradient copied to the host");
     PinnedLoan partial;
     if (!first) partial = take(grad_partial_, key, P->label(t) + ": the partial gradient");
     PinnedLoan out = pinned_.acquire(size_t(n) * sizeof(bf16));
@@ -437,48 +439,81 @@ void GptCudaBackend::optimizer(const Task& t) {
     return;
   }
   if (t.data == Data::Grad) {  // gradients to where the optimizer runs
-    if (t.kind != TaskKind::NvmeRead && plan.gradients == Tier::Nvme) return;  // staged by the NVMe read
+    if (t.kind == TaskKind::CopyH2D) {
+      PinnedLoan staged;
+      const bf16* src = nullptr;
+      if (t.source >= 0) {  // what the NVMe read staged on the host (Task::source)
+        src = (staged = take(opt_host_, t.source, P->label(t) + ": the gradients read from NVMe")).as<bf16>();
+      } else {
+        require_home(t, grads_.tier, t.from, "gradients");
+        src = grads_.host_ptr(off);
+      }
+      DeviceBlock g = arena_->allocate(hbytes, "gradients for the device Adam");
+      ZINF_CUDA_CHECK(cudaMemcpyAsync(g.data(), src, hbytes, cudaMemcpyHostToDevice, ctx.stream));
+      sync(ctx);
+      return stage(opt_dev_, t.buffer, std::move(g));
+    }
+    require_home(t, grads_.tier, t.from, "gradients");  // an NVMe read or a device-to-host copy of the home
     PinnedLoan g = pinned_.acquire(hbytes);
     grads_.read(off, n, g.as<bf16>(), ctx.stream);
-    return stage(sg_grad_, sg, std::move(g));
+    return stage(opt_host_, t.buffer, std::move(g));
   }
-  if (t.kind == TaskKind::OptimizerStep) return plan.optimizer == Tier::Device ? adam_device(t) : adam_host(t);
+  if (t.kind == TaskKind::OptimizerStep) return t.from == Tier::Device ? adam_device(t) : adam_host(t);
   if (t.data != Data::Param) throw std::logic_error(fmt::format("{}: no optimizer task of this kind", P->label(t)));
-  // Updated parameters back to their tier; before an NVMe write, the copy leaves them staged.
+  // Updated parameters on their way home, from the buffer the stage before filled (Task::source).
+  if (t.source < 0) throw std::logic_error(fmt::format("{}: moves updated parameters from no buffer", P->label(t)));
   const std::string what = P->label(t) + ": the updated parameters";
-  if (t.kind == TaskKind::CopyD2H && plan.params == Tier::Nvme) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!sg_param_.count(sg)) throw std::logic_error(what + " are not staged");
-    return;
+  const bool from_device = t.from == Tier::Device;
+  DeviceBlock dev;
+  PinnedLoan host;
+  const bf16* src = from_device ? (dev = take(opt_dev_, t.source, what)).as<bf16>()
+                                : (host = take(opt_host_, t.source, what)).as<bf16>();
+  if (t.buffer >= 0) {  // staged for the next stage, on the host (the planner stages nothing else)
+    if (t.to != Tier::Host) throw std::logic_error(what + " are staged on the " + core::to_string(t.to) + " tier");
+    PinnedLoan out = pinned_.acquire(hbytes);
+    ZINF_CUDA_CHECK(cudaMemcpyAsync(out.as<bf16>(), src, hbytes, from_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost,
+                                    ctx.stream));
+    sync(ctx);
+    return stage(opt_host_, t.buffer, std::move(out));
   }
-  PinnedLoan p = take(sg_param_, sg, what);
-  params_.write(off, n, p.as<bf16>(), ctx.stream);
+  require_home(t, params_.tier, t.to, "parameters");
+  if (!from_device) return params_.write(off, n, src, ctx.stream);  // to the device or NVMe home
+  ZINF_CUDA_CHECK(cudaMemcpyAsync(params_.host_ptr(off), src, hbytes, cudaMemcpyDeviceToHost, ctx.stream));
+  sync(ctx);
 }
 
-// CPU Adam on states in pinned host memory or staged from NVMe.
+// CPU Adam where the states are on the host or staged from NVMe: gradients from what the stage
+// before filled (Task::source) or their home on the host; parameters into a new host buffer
+// (Task::buffer) or their home on the host.
 void GptCudaBackend::adam_host(const Task& t) {
-  const CudaContext& ctx = lane(t);
   const int32_t sg = t.sub_group;
   const int64_t off = t.sg_offset, n = t.sg_count;
   float* states[3] = {master_.host_ptr(off), m_.host_ptr(off), v_.host_ptr(off)};
-  if (plan.optimizer == Tier::Nvme) {
+  if (t.from == Tier::Nvme) {
     std::lock_guard<std::mutex> lock(mu);
     states[0] = sg_master_.at(sg).as<float>();
     states[1] = sg_m_.at(sg).as<float>();
     states[2] = sg_v_.at(sg).as<float>();
+  } else {
+    require_home(t, master_.tier, t.from, "optimizer states");
   }
-  PinnedLoan gstage = take_if(sg_grad_, sg);
-  if (!gstage && plan.gradients != Tier::Host) {
-    gstage = pinned_.acquire(size_t(n) * sizeof(bf16));
-    grads_.read(off, n, gstage.as<bf16>(), ctx.stream);
+  PinnedLoan gstage;
+  const bf16* g = nullptr;
+  if (t.source >= 0) {
+    g = (gstage = take(opt_host_, t.source, P->label(t) + ": the gradients")).as<bf16>();
+  } else {
+    require_home(t, grads_.tier, Tier::Host, "gradients");
+    g = grads_.host_ptr(off);
   }
   std::vector<bf16> scratch;
-  const bf16* g = clipped_host(gstage ? gstage.as<bf16>() : grads_.host_ptr(off), n, scratch);
-  if (plan.params == Tier::Host)
+  g = clipped_host(g, n, scratch);
+  if (t.buffer < 0) {
+    require_home(t, params_.tier, Tier::Host, "parameters");
     return adam_.step(step(), size_t(n), states[0], states[1], states[2], g, params_.host_ptr(off));
+  }
   PinnedLoan out = pinned_.acquire(size_t(n) * sizeof(bf16));
   adam_.step(step(), size_t(n), states[0], states[1], states[2], g, out.as<bf16>());
-  stage(sg_param_, sg, std::move(out));
+  stage(opt_host_, t.buffer, std::move(out));
 }
 
 AdamCoeffs GptCudaBackend::coeffs() const {
@@ -490,40 +525,38 @@ AdamCoeffs GptCudaBackend::coeffs() const {
           o.decoupled_weight_decay ? 0.0f : float(o.weight_decay)};
 }
 
-// Adam on the device: states in the arena, the bf16 parameters written in the same pass.
+// Adam on the device: states in the arena, gradients from what the stage before filled
+// (Task::source) or their home on the device, the bf16 parameters written in the same pass into a
+// new device buffer (Task::buffer) or their home on the device.
 void GptCudaBackend::adam_device(const Task& t) {
   const CudaContext& ctx = lane(t);
-  const int32_t sg = t.sub_group;
   const int64_t off = t.sg_offset, n = t.sg_count;
   const size_t hbytes = size_t(n) * sizeof(bf16);
+  require_home(t, master_.tier, Tier::Device, "optimizer states");
   DeviceBlock gdev, scaled, pout;
-  const bf16* g = grads_.device(off);
-  if (PinnedLoan staged = take_if(sg_grad_, sg); staged || !g) {
-    if (!staged) {
-      staged = pinned_.acquire(hbytes);
-      grads_.read(off, n, staged.as<bf16>(), ctx.stream);
-    }
-    gdev = arena_->allocate(hbytes, "gradients for the device Adam");
-    ZINF_CUDA_CHECK(cudaMemcpyAsync(gdev.data(), staged.as<bf16>(), hbytes, cudaMemcpyHostToDevice, ctx.stream));
-    sync(ctx);
-    g = gdev.as<bf16>();
+  const bf16* g = nullptr;
+  if (t.source >= 0) {
+    g = (gdev = take(opt_dev_, t.source, P->label(t) + ": the gradients")).as<bf16>();
+  } else {
+    require_home(t, grads_.tier, Tier::Device, "gradients");
+    g = grads_.device(off);
   }
   if (clip_scale() != 1.0) {
     scaled = arena_->allocate(hbytes, "clipped gradients");
     scale_bf16(scaled.as<bf16>(), g, float(clip_scale()), n, ctx.stream);
     g = scaled.as<bf16>();
   }
-  bf16* out = params_.device(off);
-  if (!out) {
+  bf16* out = nullptr;
+  if (t.buffer >= 0) {
     pout = arena_->allocate(hbytes, "updated parameters");
     out = pout.as<bf16>();
+  } else {
+    require_home(t, params_.tier, Tier::Device, "parameters");
+    out = params_.device(off);
   }
   adam_step(coeffs(), master_.device(off), m_.device(off), v_.device(off), g, out, n, ctx.stream);
-  if (!pout) return sync(ctx);
-  PinnedLoan host = pinned_.acquire(hbytes);
-  ZINF_CUDA_CHECK(cudaMemcpyAsync(host.as<bf16>(), out, hbytes, cudaMemcpyDeviceToHost, ctx.stream));
   sync(ctx);
-  stage(sg_param_, sg, std::move(host));
+  if (pout) stage(opt_dev_, t.buffer, std::move(pout));
 }
 
 }  // namespace zinf::engine::cuda

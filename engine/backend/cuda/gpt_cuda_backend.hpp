@@ -115,7 +115,11 @@ private:
   std::map<Key, PinnedLoan> grad_shard_host_;  // (unit, mb): reduced fp32 shard, on the host
   std::map<Key, PinnedLoan> grad_partial_;     // (unit, mb): earlier micro-batches' bf16 sum from NVMe
   std::map<Key, PinnedLoan> ckpt_host_;        // (checkpoint, mb): fp32
-  std::map<int32_t, PinnedLoan> sg_master_, sg_m_, sg_v_, sg_grad_, sg_param_;  // by sub-group, on the host
+  std::map<int32_t, PinnedLoan> sg_master_, sg_m_, sg_v_;  // by sub-group, on the host
+  // The optimizer's gradients and updated parameters on their way, by the buffer the Program says a
+  // stage fills (Task::buffer) and the next one takes (Task::source), on the host or the device.
+  std::map<int64_t, PinnedLoan> opt_host_;
+  std::map<int64_t, DeviceBlock> opt_dev_;
 
   std::vector<CudaActivations> acts_;
 };
