@@ -1,5 +1,7 @@
 #include "engine/backend/backend_select.hpp"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -29,9 +31,16 @@ bool cuda_device_available(std::string* why) {
   return false;
 }
 
+bool cuda_driver_present() {
+  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!driver) return false;
+  ::dlclose(driver);
+  return true;
+}
+
 BackendKind select_backend(const std::string& name) {
   if (name == "cpu") return BackendKind::Cpu;
-  if (name == "auto") return cuda_device_available() ? BackendKind::Cuda : BackendKind::Cpu;
+  if (name == "auto") return cuda_built() && cuda_driver_present() && cuda_device_available() ? BackendKind::Cuda : BackendKind::Cpu;
   if (name == "cuda") {
     std::string why;
     if (!cuda_device_available(&why))  // without the plugin, why says what is missing: the build, the file

@@ -20,6 +20,11 @@ bool cuda_built();
 // "cudaGetDeviceCount: no CUDA-capable device is detected".
 bool cuda_device_available(std::string* why = nullptr);
 
+// Whether the CUDA driver library (libcuda.so.1) can be loaded: without it no device can be used,
+// and `auto` answers cpu without loading the CUDA plugin (cuBLAS, NCCL: about 160 MB of RSS and a
+// second of start-up on a machine with no GPU).
+bool cuda_driver_present();
+
 // "cpu", "cuda" or "auto" (cuda when the build has it and a device is present, else cpu).
 // Throws std::invalid_argument with a message a user can act on: an unknown name, or `cuda`
 // asked for without CUDA in the build or without a device.
