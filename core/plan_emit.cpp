@@ -702,6 +702,8 @@ void finish_program(PlanState& ps) {
   } else {
     ps.builder_.static_bytes() = {static_bytes_for(ps, 0)};
   }
+  ps.builder_.compute_ends() =
+      compute_ends_of(ps.builder_.program().tasks(), ps.builder_.ops(), static_cast<int>(ps.plan_.micro_batches));
 }
 
 void account(PlanState& ps) {

@@ -112,6 +112,7 @@ public:
   auto& activations() { return p_.activations_; }
   auto& checkpoint_runs() { return p_.checkpoint_runs_; }
   auto& backward_starts() { return p_.backward_starts_; }
+  auto& compute_ends() { return p_.compute_ends_; }
   auto& static_bytes() { return p_.static_bytes_; }
   auto& peak() { return p_.peak_; }
   auto& lane_slots() { return p_.lane_slots_; }

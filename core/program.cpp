@@ -101,6 +101,28 @@ std::span<const MemEvent> Program::frees(const Task& t, int rank) const {
   return {events_.data() + t.frees_begin, t.frees_count};
 }
 
+std::vector<ComputeEnds> compute_ends_of(const std::vector<Task>& tasks, const std::vector<OpInfo>& ops,
+                                         int micro_batches) {
+  int32_t blocks = 0;
+  for (const auto& o : ops) blocks = std::max(blocks, o.block + 1);
+  ComputeEnds none;
+  none.block_forward.assign(static_cast<size_t>(blocks), -1);
+  none.block_backward.assign(static_cast<size_t>(blocks), -1);
+  none.op_backward.assign(ops.size(), -1);
+  std::vector<ComputeEnds> ends(static_cast<size_t>(std::max(0, micro_batches)), none);
+  for (const auto& t : tasks) {  // in id order: the last one seen is the highest id
+    if (t.micro_batch < 0 || t.micro_batch >= micro_batches || t.op < 0 || static_cast<size_t>(t.op) >= ops.size())
+      continue;
+    auto& e = ends[static_cast<size_t>(t.micro_batch)];
+    const int32_t block = ops[static_cast<size_t>(t.op)].block;
+    if (t.kind == TaskKind::Forward && block >= 0) e.block_forward[static_cast<size_t>(block)] = t.id;
+    if (t.kind != TaskKind::Backward) continue;
+    if (block >= 0) e.block_backward[static_cast<size_t>(block)] = t.id;
+    else e.op_backward[static_cast<size_t>(t.op)] = t.id;
+  }
+  return ends;
+}
+
 Task Program::task_for_rank(int32_t id, int rank) const {
   Task t = task(id);
   if (!active(t, rank)) {

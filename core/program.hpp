@@ -161,6 +161,18 @@ struct BackwardStart {
   std::vector<int32_t> checkpoint_copies;
 };
 
+// Where one micro-batch's compute ends, block by block and for each operator outside the blocks:
+// after a block's last backward task a backend frees the block's activations (its intermediates and
+// their gradients, its input and output), in a forward-only Program after its last forward task; after
+// an operator's last backward task outside the blocks (of a tiled one, its last tile's), what that
+// operator kept. The planner states them from the order it emitted (the compute lane runs its tasks in
+// id order: the last is the highest id); -1 where there is none. Not part of the JSON dump, which lists
+// the tasks they follow from.
+struct ComputeEnds {
+  std::vector<int32_t> block_forward;   // per block
+  std::vector<int32_t> block_backward;  // per block
+  std::vector<int32_t> op_backward;     // per operator (OpInfo id); -1 for the operators in blocks
+};
 // Host memory traffic per parameter of one fused CPU Adam update, what a profile's cpu_adam_rate
 // covers: the bf16 gradient read (2), the fp32 master, m and v read and written (24), the bf16
 // parameter written (2). A host OptimizerStep whose `bytes` exceed this per parameter makes further
@@ -235,6 +247,10 @@ struct Task {
   uint32_t frees_begin = 0, frees_count = 0;
 };
 
+// The compute ends `tasks` have over `ops` (blocks as OpInfo::block says), per micro-batch.
+std::vector<ComputeEnds> compute_ends_of(const std::vector<Task>& tasks, const std::vector<OpInfo>& ops,
+                                         int micro_batches);
+
 // Bytes of host memory passes a CPU OptimizerStep makes beyond the fused update (0 for any other task).
 inline double optimizer_extra_host_bytes(const Task& t) {
   if (t.kind != TaskKind::OptimizerStep || t.lane != Lane::CpuOptim) return 0;
@@ -290,6 +306,8 @@ public:
   const std::vector<CheckpointRun>& checkpoint_runs() const { return checkpoint_runs_; }
   // Per micro-batch.
   const std::vector<BackwardStart>& backward_starts() const { return backward_starts_; }
+  // Per micro-batch.
+  const std::vector<ComputeEnds>& compute_ends() const { return compute_ends_; }
   // Operator ids in the forward order the program was built from (graph order or a recorded one).
   const std::vector<int32_t>& op_order() const { return op_order_; }
   // Elements of `rank`'s shard space (sum of its shards; owner-based: of the units it owns).
@@ -338,6 +356,7 @@ private:
   std::vector<ActivationSegment> activations_;
   std::vector<CheckpointRun> checkpoint_runs_;
   std::vector<BackwardStart> backward_starts_;
+  std::vector<ComputeEnds> compute_ends_;
   std::vector<int32_t> op_order_;
   std::vector<int64_t> shard_space_;     // per rank (owner-based) or one entry (bandwidth-centric)
   std::vector<PerTier> static_bytes_;    // per rank (owner-based) or one entry (bandwidth-centric)

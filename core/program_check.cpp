@@ -50,6 +50,7 @@ public:
     lane_slots();
     stated_fields();
     stated_backward_starts();
+    stated_compute_ends();
     budget();
     return std::move(errors);
   }
@@ -340,6 +341,24 @@ private:
       if (block < c.first_block || block > c.last_block)
         error(fmt::format("task {} ({}) runs block {}, outside its checkpointed run {} [{}, {}]", t.id, p.label(t), block,
                           c.id, c.first_block, c.last_block));
+    }
+  }
+
+  // Invariant 6, continued: the stated compute ends are each block's last forward and backward task,
+  // and each operator's outside the blocks, in each micro-batch.
+  void stated_compute_ends() {
+    const auto ends = compute_ends_of(tasks, p.ops(), p.micro_batches());
+    if (p.compute_ends().size() != ends.size()) {
+      error(fmt::format("the Program states compute ends for {} micro-batches, not {}", p.compute_ends().size(), ends.size()));
+      return;
+    }
+    for (size_t mb = 0; mb < ends.size(); ++mb) {
+      const ComputeEnds& s = p.compute_ends()[mb];
+      if (s.block_forward != ends[mb].block_forward || s.block_backward != ends[mb].block_backward ||
+          s.op_backward != ends[mb].op_backward)
+        error(fmt::format("micro-batch {} states compute ends that are not its blocks' and operators' last compute "
+                          "tasks (block backward ends [{}], the tasks' [{}])",
+                          mb, fmt::join(s.block_backward, ", "), fmt::join(ends[mb].block_backward, ", ")));
     }
   }
 

@@ -32,6 +32,7 @@ inline core::Program with_deps(const core::Program& p,
   b.activations() = p.activations();
   b.checkpoint_runs() = p.checkpoint_runs();
   b.backward_starts() = p.backward_starts();
+  b.compute_ends() = p.compute_ends();
   b.op_order() = p.op_order();
   b.shard_space() = {p.shard_space(0)};
   b.static_bytes() = {p.static_bytes(0)};
@@ -88,6 +89,7 @@ inline core::Program without_task(const core::Program& p, int32_t drop,
   b.budget() = p.budget();
   b.peak() = p.peak_bytes();
   for (int l = 0; l < core::kLaneCount; ++l) b.lane_slots()[static_cast<size_t>(l)] = p.lane_slots(static_cast<core::Lane>(l));
+  b.compute_ends() = core::compute_ends_of(out.tasks(), out.ops(), out.micro_batches());
   return out;
 }
 

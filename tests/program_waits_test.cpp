@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/plan.hpp"
 #include "core/plan_state.hpp"  // ProgramBuilder, to make a Program that lacks a dependency
@@ -259,6 +260,41 @@ TEST_CASE("validate_program fails a source no dependency fills and a misstated c
   const auto errors = fmt::format("{}", fmt::join(validate_program(misstated), "\n"));
   CHECK_THAT(errors, Contains("as its forward's end in micro-batch 0"));
   CHECK_THAT(errors, Contains("covers blocks"));
+}
+
+TEST_CASE("each block's and operator's last compute task per micro-batch is stated, and checked", "[program]") {
+  const PlanResult r = plan_tiny(kHostCheckpoints);
+  const Program& p = r.program;
+  REQUIRE(validate_program(p).empty());
+  REQUIRE(p.compute_ends().size() == 2);
+  // What the ends must be, found by scanning the tasks: the last backward (and forward) of each block,
+  // the last backward of each operator outside the blocks.
+  std::map<std::tuple<int32_t, int32_t, bool>, int32_t> last;  // (micro-batch, block or -1 - op, forward)
+  for (const Task& t : p.tasks()) {
+    if (t.kind != TaskKind::Backward && t.kind != TaskKind::Forward) continue;
+    const int32_t block = p.ops()[size_t(t.op)].block;
+    if (t.kind == TaskKind::Forward && block < 0) continue;
+    last[{t.micro_batch, block >= 0 ? block : -1 - t.op, t.kind == TaskKind::Forward}] = t.id;
+  }
+  size_t stated = 0;
+  for (int32_t mb = 0; mb < 2; ++mb) {
+    const ComputeEnds& e = p.compute_ends()[size_t(mb)];
+    for (size_t b = 0; b < e.block_backward.size(); ++b) {
+      CHECK(e.block_backward[b] == last.at({mb, int32_t(b), false}));
+      CHECK(e.block_forward[b] == last.at({mb, int32_t(b), true}));
+      stated += 2;
+    }
+    for (size_t op = 0; op < e.op_backward.size(); ++op)
+      if (e.op_backward[op] >= 0) {
+        CHECK(e.op_backward[op] == last.at({mb, -1 - int32_t(op), false}));
+        ++stated;
+      }
+  }
+  CHECK(stated == last.size());
+  Program misstated = without_deps(p, -1, {});
+  ProgramBuilder(misstated).compute_ends()[1].block_backward[0] -= 1;
+  CHECK_THAT(fmt::format("{}", fmt::join(validate_program(misstated), "\n")),
+             Contains("micro-batch 1 states compute ends that are not its blocks' and operators' last compute tasks"));
 }
 
 TEST_CASE("each micro-batch's backward start is stated with the checkpoint copies before it, and checked",

@@ -32,23 +32,18 @@ GptProgramIndex::GptProgramIndex(const core::Program& P, const core::ModelGraph&
         grad_moved_on.insert(d);
     }
   }
-  std::map<std::pair<int32_t, int>, int32_t> last, last_op;  // (micro-batch, block or operator) -> task
-  for (const auto& t : P.tasks()) {
-    if (t.kind != core::TaskKind::Backward) continue;
-    const int block = graph.ops[size_t(t.op)].block;
-    auto& id = block >= 0 ? last[{t.micro_batch, block}] : last_op[{t.micro_batch, t.op}];
-    id = std::max(id, t.id);
+  // Where each block's and operator's compute ends: the Program's.
+  if (P.compute_ends().size() != size_t(P.micro_batches()))
+    throw std::logic_error("the Program does not state where each micro-batch's compute ends");
+  for (const auto& e : P.compute_ends()) {
+    for (size_t b = 0; b < e.block_backward.size(); ++b)
+      if (e.block_backward[b] >= 0) last_backward_of_block[e.block_backward[b]] = int(b);
+    for (int32_t id : e.op_backward)
+      if (id >= 0) last_backward_outside_blocks.insert(id);
+    if (P.forward_only())
+      for (size_t b = 0; b < e.block_forward.size(); ++b)
+        if (e.block_forward[b] >= 0) last_forward_of_block[e.block_forward[b]] = int(b);
   }
-  for (const auto& [key, id] : last) last_backward_of_block[id] = key.second;
-  for (const auto& [key, id] : last_op) last_backward_outside_blocks.insert(id);
-  if (!P.forward_only()) return;
-  last.clear();
-  for (const auto& t : P.tasks())
-    if (t.kind == core::TaskKind::Forward && graph.ops[size_t(t.op)].block >= 0) {
-      auto& id = last[{t.micro_batch, graph.ops[size_t(t.op)].block}];
-      id = std::max(id, t.id);
-    }
-  for (const auto& [key, id] : last) last_forward_of_block[id] = key.second;
 }
 
 }  // namespace zinf::engine

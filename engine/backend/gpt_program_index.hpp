@@ -2,8 +2,8 @@
 // Program once, at construction, in the form it looks things up: each parameter group's units; the
 // blocks of each checkpointed run and the tasks that end their forwards, as the Program states them
 // (Program::checkpoint_runs); the last backward task of each block, and of each operator outside the
-// blocks, in each micro-batch (lanes run in id order: the highest id), and in a forward-only Program
-// the last forward task of each block. Where each micro-batch's backward starts, and the checkpoint copies
+// blocks, in each micro-batch, and in a forward-only Program the last forward task of each block, as
+// the Program states them (Program::compute_ends). Where each micro-batch's backward starts, and the checkpoint copies
 // before it, the backend reads from Program::backward_starts itself. Immutable after construction,
 // so safe to read from every lane thread.
 #pragma once
