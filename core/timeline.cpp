@@ -371,9 +371,8 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
       const int per_node = t.participants <= n.gpus ? parts : std::max(1, n.gpus / T);
       return host + collective_seconds(hw, t.kind, t.bytes, parts, per_node);
     }
-    case TaskKind::GradNorm:
-      return t.lane == Lane::CpuOptim ? t.bytes / (n.host_memory_bandwidth / G)
-                                      : n.gpu.kernel_launch + t.bytes / n.gpu.memory_bandwidth;
+    case TaskKind::GradNorm:  // the squares were summed as each gradient shard became final: no work here
+      return 0;
     case TaskKind::OptimizerStep:
       if (t.lane == Lane::CpuOptim)
         return double(t.sg_count) / (n.cpu_adam_rate / G) + optimizer_extra_host_bytes(t) / (n.host_memory_bandwidth / G);

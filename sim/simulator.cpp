@@ -406,11 +406,7 @@ private:
         }
         break;
       case TaskKind::GradNorm:
-        if (t.lane == Lane::CpuOptim)
-          co_await host_work(rank, platform_.cpu_of(rank), cost_.cpu_stream_seconds(t.bytes));
-        else
-          co_await host_work(rank, platform_.gpu(rank), cost_.device_stream_seconds(t.bytes) * rs.gpu_time_factor);
-        break;
+        break;  // the squares were summed as each gradient shard became final (the stores'): no work here
       case TaskKind::OptimizerStep:
         if (t.lane == Lane::CpuOptim)  // the fused update, then any further passes over host memory
           co_await host_work(rank, platform_.cpu_of(rank),
