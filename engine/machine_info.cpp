@@ -140,21 +140,21 @@ bool reset_peak_rss() {
   return bool(f);
 }
 
-double peak_rss_since_reset() {
+namespace {
+
+// A "Vm...:  1234 kB" line of /proc/self/status in bytes (0 when unreadable).
+double status_bytes(const std::string& field) {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;  // "VmHWM:  1234 kB"
+    if (line.rfind(field, 0) == 0) return std::atof(line.c_str() + field.size()) * 1024.0;
   return 0;
 }
 
-double current_rss() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;  // "VmRSS:  1234 kB"
-  return 0;
-}
+}  // namespace
+
+double peak_rss_since_reset() { return status_bytes("VmHWM:"); }
+double current_rss() { return status_bytes("VmRSS:"); }
 
 double planned_ram(const core::PerTier& peak, bool device_in_host_memory) {
   return peak[size_t(core::Tier::Host)] + (device_in_host_memory ? peak[size_t(core::Tier::Device)] : 0.0) +

@@ -1,6 +1,8 @@
 // The CUDA plugin (engine/backend/cuda_plugin.hpp) on any machine, GPU or not: nothing of CUDA is in
 // the process until CUDA is asked for; the plugin this build wrote loads with every symbol resolved
-// and reports the devices (or why there are none); wrong files are refused by name.
+// and reports the devices (or why there are none); wrong files are refused by name; `auto` without
+// the CUDA driver answers cpu without loading the plugin (its libraries would hold about 160 MB of a
+// CPU run's RAM); backend names are checked.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -72,4 +74,17 @@ TEST_CASE("cuda plugin: a missing file or a library that is no plugin is refused
   // A real shared library without the entry point: the C library itself.
   CHECK(load_cuda_plugin("libc.so.6", &why) == nullptr);
   CHECK_THAT(why, Contains("not a zinf CUDA plugin"));
+}
+
+TEST_CASE("backend auto without a CUDA driver is cpu, and loads no CUDA library", "[plugin]") {
+  if (cuda_driver_present()) ZINF_SKIP("a CUDA driver is installed here: auto loads the plugin to count the devices");
+  REQUIRE(mapped_files().find("libcublas") == std::string::npos);
+  CHECK(select_backend("auto") == BackendKind::Cpu);
+  CHECK_THAT(mapped_files(), !Contains("libzinf_cuda") && !Contains("libcublas") && !Contains("libcudart"));
+}
+
+TEST_CASE("backend names: cpu always, cuda only with a device, nothing else", "[plugin]") {
+  CHECK(select_backend("cpu") == BackendKind::Cpu);
+  CHECK_THROWS_WITH(select_backend("gpu"), Contains("--backend 'gpu': expected cpu, cuda or auto"));
+  if (!cuda_device_available()) CHECK_THROWS_WITH(select_backend("cuda"), Contains("--backend cuda"));
 }
