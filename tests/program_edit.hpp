@@ -11,21 +11,15 @@
 
 namespace zinf::test {
 
-inline core::Program with_deps(const core::Program& p,
-                               const std::function<std::vector<int32_t>(const core::Task&, std::vector<int32_t>)>& deps_of) {
-  REQUIRE(p.ranks() == 1);
-  core::Program out;
-  core::ProgramBuilder b(out);
-  for (const auto& t : p.tasks()) {
-    auto d = p.deps(t);
-    auto al = p.allocs(t, 0), fr = p.frees(t, 0);
-    b.add(t, deps_of(t, std::vector<int32_t>(d.begin(), d.end())), std::vector<core::MemEvent>(al.begin(), al.end()),
-          std::vector<core::MemEvent>(fr.begin(), fr.end()));
-  }
+// Everything of one-rank Program `p` but its tasks, into `b`.
+inline void copy_tables(const core::Program& p, core::ProgramBuilder& b) {
   b.ranks() = p.ranks();
   b.gpus_per_node() = p.gpus_per_node();
   b.partitioning() = p.partitioning();
+  b.tensor_parallel() = p.tensor_parallel();
   b.micro_batches() = p.micro_batches();
+  b.gather_device_passes() = p.gather_device_passes();
+  b.reduce_device_passes() = p.reduce_device_passes();
   b.units() = p.units();
   b.sub_groups() = p.sub_groups();
   b.ops() = p.ops();
@@ -39,6 +33,20 @@ inline core::Program with_deps(const core::Program& p,
   b.budget() = p.budget();
   b.peak() = p.peak_bytes();
   for (int l = 0; l < core::kLaneCount; ++l) b.lane_slots()[static_cast<size_t>(l)] = p.lane_slots(static_cast<core::Lane>(l));
+}
+
+inline core::Program with_deps(const core::Program& p,
+                               const std::function<std::vector<int32_t>(const core::Task&, std::vector<int32_t>)>& deps_of) {
+  REQUIRE(p.ranks() == 1);
+  core::Program out;
+  core::ProgramBuilder b(out);
+  for (const auto& t : p.tasks()) {
+    auto d = p.deps(t);
+    auto al = p.allocs(t, 0), fr = p.frees(t, 0);
+    b.add(t, deps_of(t, std::vector<int32_t>(d.begin(), d.end())), std::vector<core::MemEvent>(al.begin(), al.end()),
+          std::vector<core::MemEvent>(fr.begin(), fr.end()));
+  }
+  copy_tables(p, b);
   return out;
 }
 
@@ -64,31 +72,13 @@ inline core::Program without_task(const core::Program& p, int32_t drop,
     auto al = p.allocs(t, 0), fr = p.frees(t, 0);
     b.add(e, deps, std::vector<core::MemEvent>(al.begin(), al.end()), std::vector<core::MemEvent>(fr.begin(), fr.end()));
   }
-  b.ranks() = p.ranks();
-  b.gpus_per_node() = p.gpus_per_node();
-  b.partitioning() = p.partitioning();
-  b.tensor_parallel() = p.tensor_parallel();
-  b.micro_batches() = p.micro_batches();
-  b.gather_device_passes() = p.gather_device_passes();
-  b.reduce_device_passes() = p.reduce_device_passes();
-  b.units() = p.units();
-  b.sub_groups() = p.sub_groups();
-  b.ops() = p.ops();
-  b.activations() = p.activations();
-  b.checkpoint_runs() = p.checkpoint_runs();
+  copy_tables(p, b);  // then the task ids in them follow the renumbering
   for (auto& c : b.checkpoint_runs())
     for (int32_t& id : c.forward_end) id = renumber(id);
-  b.backward_starts() = p.backward_starts();
   for (auto& s : b.backward_starts()) {
     s.task = renumber(s.task);
     for (int32_t& id : s.checkpoint_copies) id = renumber(id);
   }
-  b.op_order() = p.op_order();
-  b.shard_space() = {p.shard_space(0)};
-  b.static_bytes() = {p.static_bytes(0)};
-  b.budget() = p.budget();
-  b.peak() = p.peak_bytes();
-  for (int l = 0; l < core::kLaneCount; ++l) b.lane_slots()[static_cast<size_t>(l)] = p.lane_slots(static_cast<core::Lane>(l));
   b.compute_ends() = core::compute_ends_of(out.tasks(), out.ops(), out.micro_batches());
   return out;
 }
