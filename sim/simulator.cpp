@@ -12,6 +12,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/events.hpp"
 #include "sim/gpu_variability.hpp"
+#include "sim/nvlink.hpp"
 #include "sim/platform.hpp"
 
 namespace zinf::sim {
@@ -64,6 +65,7 @@ public:
               program.partitioning() == core::Partitioning::BandwidthCentric && !hw.fabric.is_tree()),
         sim_ranks_(fold_ ? hw.node.gpus : ranks_),
         platform_(hw, fold_ ? 2 : nodes_, options.seed == 0 ? 1 : options.seed),
+        nvlink_(events_, platform_.ranks(), hw.node.nvlink_bandwidth),
         cost_(hw),
         core_share_(hw.node.profiled_core_share()) {
     if (program.ranks() < 1) throw std::invalid_argument("the Program has no ranks");
@@ -475,9 +477,17 @@ private:
         ++activities_;
         co_await events_.delay(alone);
       } else {
-        auto flows = start_flows(platform_, p);
-        activities_ += flows.size();
-        co_await events_.wait_all(flows);
+        // Inside a node on NVLink's own solver (sim/nvlink.hpp), across nodes as SimGrid flows.
+        NvlinkPorts::Group inside;
+        std::vector<sg4::ActivityPtr> across;
+        for (const auto& f : p.flows)
+          if (platform_.node_of(f.src) == platform_.node_of(f.dst))
+            nvlink_.start(f.src, f.dst, f.bytes, inside);
+          else
+            across.push_back(sg4::Comm::sendto_async(platform_.gpu(f.src), platform_.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
+        activities_ += p.flows.size();
+        co_await events_.wait_all(across);
+        co_await nvlink_.wait(inside);
       }
       if (fabric_time && p.crosses_nodes) fabric_busy_ += sg4::Engine::get_clock() - begin;
     }
@@ -628,6 +638,7 @@ private:
   int sim_ranks_;  // ranks simulated: all, or node 0's when folded
   Platform platform_;
   Events events_;  // after the platform: needs its engine
+  NvlinkPorts nvlink_;  // transfers inside a node
   CostModel cost_;
   bool background_ = false;
   bool gpu_exclusive_ = false;  // kernels as timers (gpu_work_on_one_lane)
