@@ -11,17 +11,25 @@
 using zinf::engine::Staging;
 using zinf::engine::StagingCache;
 
-TEST_CASE("staging sizes round to classes that hold whole pages", "[staging]") {
-  CHECK(StagingCache::size_class(1) == 4096);
-  CHECK(StagingCache::size_class(4096) == 4096);
-  CHECK(StagingCache::size_class(4097) == 8192);
-  CHECK(StagingCache::size_class(300000) == 512 * 1024);
-  CHECK(StagingCache::size_class(2u << 20) == (2u << 20));
-  CHECK(StagingCache::size_class((2u << 20) + 1) == (4u << 20));
-  CHECK(StagingCache::size_class(24'000'000) == 12 * (2u << 20));
-  for (size_t b : {1ul, 5000ul, 70000ul, 3ul << 20, 9'000'001ul}) {
-    CHECK(StagingCache::size_class(b) >= b);
-    CHECK(StagingCache::size_class(b) % 4096 == 0);
+TEST_CASE("staging sizes round to classes of whole pages, a little over what is asked", "[staging]") {
+  const size_t KiB = 1u << 10, MiB = 1u << 20;
+  CHECK(StagingCache::size_class(1) == 4 * KiB);
+  CHECK(StagingCache::size_class(4 * KiB) == 4 * KiB);
+  CHECK(StagingCache::size_class(4 * KiB + 1) == 8 * KiB);
+  CHECK(StagingCache::size_class(20 * KiB + 1) == 24 * KiB);          // whole pages up to 32 KiB
+  CHECK(StagingCache::size_class(100'000) == 104 * KiB);              // then eighths: 64 KiB + 5 x 8 KiB
+  CHECK(StagingCache::size_class(300000) == 296 * KiB);               // over 256 KiB, 32nds: 37 x 8 KiB
+  CHECK(StagingCache::size_class(MiB + 2 * KiB) == MiB + 32 * KiB);
+  CHECK(StagingCache::size_class(2 * MiB) == 2 * MiB);
+  CHECK(StagingCache::size_class(3 * MiB + 6 * KiB) == 3 * MiB + 64 * KiB);
+  CHECK(StagingCache::size_class(24'000'000) == 46 * 512 * KiB);
+  CHECK(StagingCache::size_class(100'000'000) == 48 * 2 * MiB);       // from 64 MiB, whole 2 MiB pages
+  for (size_t b = 1; b < 256 * MiB; b = b * 9 / 8 + 4093) {
+    const size_t c = StagingCache::size_class(b);
+    CHECK(c >= b);
+    CHECK(c % (4 * KiB) == 0);
+    CHECK(c - b < std::max(b / (b <= 256 * KiB ? 8 : 32), 4 * KiB));  // or under a page, below 32 KiB
+    CHECK(StagingCache::size_class(c) == c);  // a class is its own class
   }
 }
 
@@ -50,7 +58,7 @@ TEST_CASE("a released block is handed out again, aligned, and a repeated pattern
 TEST_CASE("small blocks are carved from one slab and trim returns only whole free mappings", "[staging]") {
   StagingCache cache;
   std::vector<void*> held;
-  for (int i = 0; i < 16; ++i) held.push_back(cache.allocate(100'000));  // 16 x 128 KiB = one 2 MiB slab
+  for (int i = 0; i < 16; ++i) held.push_back(cache.allocate(100'000));  // 16 x 104 KiB: one 2 MiB slab holds 19
   CHECK(cache.stats().maps == 1);
   for (size_t i = 0; i < held.size(); ++i)
     for (size_t j = i + 1; j < held.size(); ++j) CHECK(held[i] != held[j]);
@@ -59,6 +67,49 @@ TEST_CASE("small blocks are carved from one slab and trim returns only whole fre
   cache.trim();
   CHECK(cache.stats().mapped_bytes == (2u << 20));  // a block is still out: the slab stays
   for (void* p : held) cache.release(p, 100'000);
+  cache.trim();
+  CHECK(cache.stats().mapped_bytes == 0);
+}
+
+TEST_CASE("blocks of 2 MiB and under share slabs whatever their class, and a slab goes when all its blocks are back", "[staging]") {
+  StagingCache cache;
+  const size_t KiB = 1u << 10, MiB = 1u << 20;
+  // 1056 + 768 + 208 KiB = 2032 KiB: one slab (in powers of two, 2 MiB + 1 MiB + 256 KiB: three).
+  auto* a = static_cast<std::byte*>(cache.allocate(MiB + 2 * KiB));
+  auto* b = static_cast<std::byte*>(cache.allocate(768 * KiB));
+  auto* c = static_cast<std::byte*>(cache.allocate(200 * KiB));
+  CHECK(cache.stats().maps == 1);
+  CHECK(cache.stats().mapped_bytes == 2 * MiB);
+  CHECK(cache.stats().in_use_bytes == 2032 * KiB);
+  CHECK(reinterpret_cast<uintptr_t>(a) % (2 * MiB) == 0);
+  CHECK(b >= a + MiB + 32 * KiB);
+  CHECK(c >= b + 768 * KiB);
+  std::memset(a, 1, MiB + 2 * KiB);
+  std::memset(b, 2, 768 * KiB);
+  std::memset(c, 3, 200 * KiB);
+  CHECK((a[MiB + 2 * KiB - 1] == std::byte{1} && b[0] == std::byte{2} && b[768 * KiB - 1] == std::byte{2}));
+  // 16 KiB are left in the slab: a 12 KiB block takes them, a 20 KiB one needs a second slab.
+  void* d = cache.allocate(12 * KiB);
+  CHECK(cache.stats().maps == 1);
+  void* e = cache.allocate(20 * KiB);
+  CHECK(cache.stats().maps == 2);
+  cache.release(a, MiB + 2 * KiB);
+  CHECK(cache.allocate(MiB + 30 * KiB) == a);  // the same class: the free block again
+  cache.release(a, MiB + 30 * KiB);
+  cache.release(b, 768 * KiB);
+  cache.release(c, 200 * KiB);
+  cache.trim();
+  CHECK(cache.stats().mapped_bytes == 4 * MiB);  // a 12 KiB block of the first slab is still out
+  cache.release(d, 12 * KiB);
+  cache.trim();
+  CHECK(cache.stats().mapped_bytes == 2 * MiB);
+  // What the trimmed slab held is not handed out again: a new block comes from the second slab.
+  auto* f = static_cast<std::byte*>(cache.allocate(MiB + 2 * KiB));
+  CHECK(f == static_cast<std::byte*>(e) + 20 * KiB);
+  CHECK(cache.stats().maps == 2);
+  std::memset(f, 4, MiB + 2 * KiB);
+  cache.release(f, MiB + 2 * KiB);
+  cache.release(e, 20 * KiB);
   cache.trim();
   CHECK(cache.stats().mapped_bytes == 0);
 }

@@ -15,9 +15,10 @@ namespace {
 
 constexpr size_t kPage = core::kIoAlignmentBytes;
 constexpr size_t kHuge = 2u << 20;
+constexpr size_t kEighthsMax = 256u << 10;  // classes up to this are eight per doubling, then 32
 
-// A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of 2 MiB), advised as huge pages and
-// touched, or nullptr.
+// A 2 MiB-aligned anonymous mapping of `bytes` (whole pages), advised as huge pages and touched,
+// or nullptr.
 std::byte* map_huge(size_t bytes) {
   const size_t span = bytes + kHuge;
   void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -45,8 +46,9 @@ StagingCache& StagingCache::instance() {
 
 size_t StagingCache::size_class(size_t bytes) {
   if (bytes <= kPage) return kPage;
-  if (bytes <= kHuge) return std::bit_ceil(bytes);
-  return (bytes + kHuge - 1) / kHuge * kHuge;
+  const size_t per_doubling = bytes <= kEighthsMax ? 8 : 32;
+  const size_t step = std::clamp(std::bit_floor(bytes) / per_doubling, kPage, kHuge);
+  return (bytes + step - 1) / step * step;
 }
 
 void StagingCache::make_room(size_t bytes) {
@@ -64,15 +66,30 @@ void StagingCache::make_room(size_t bytes) {
   }
 }
 
-void StagingCache::map_class(size_t cls) {
-  make_room(kHuge);
-  std::byte* base = map_huge(kHuge);
-  if (!base) throw std::bad_alloc();
-  mappings_[base] = {kHuge, cls};
-  ++stats_.maps;
-  stats_.mapped_bytes += kHuge;
-  auto& list = free_[cls];
-  for (size_t off = 0; off + cls <= kHuge; off += cls) list.push_back(base + off);
+std::byte* StagingCache::carve(size_t cls) {
+  // The smallest remnant the block fits in, else a new slab.
+  auto best = remnants_.end();
+  for (auto it = remnants_.begin(); it != remnants_.end(); ++it)
+    if (it->second >= cls && (best == remnants_.end() || it->second < best->second)) best = it;
+  if (best == remnants_.end()) {
+    make_room(kHuge);
+    std::byte* base = map_huge(kHuge);
+    if (!base) throw std::bad_alloc();
+    mappings_[base] = {kHuge, true, 0};
+    ++stats_.maps;
+    stats_.mapped_bytes += kHuge;
+    best = remnants_.emplace(remnants_.end(), base, kHuge);
+  }
+  std::byte* p = best->first;
+  best->first += cls;
+  best->second -= cls;
+  if (best->second == 0) remnants_.erase(best);
+  return p;
+}
+
+StagingCache::Mapping& StagingCache::slab_of(const std::byte* p) {
+  auto it = mappings_.upper_bound(const_cast<std::byte*>(p));
+  return std::prev(it)->second;
 }
 
 std::byte* StagingCache::cut_larger_free(size_t cls) {
@@ -80,8 +97,8 @@ std::byte* StagingCache::cut_larger_free(size_t cls) {
     if (it->second.empty()) continue;
     std::byte* p = it->second.back();
     it->second.pop_back();
-    // Large classes are whole 2 MiB pages from a 2 MiB-aligned base: the tail goes back to the
-    // kernel on a huge-page boundary and the head keeps its pages.
+    // A large block starts on a 2 MiB boundary and classes are whole pages: the tail goes back to
+    // the kernel and the head keeps its touched pages (a huge page the cut falls in is split).
     const size_t tail = it->first - cls;
     munmap(p + cls, tail);
     mappings_[p].bytes = cls;
@@ -97,7 +114,7 @@ std::byte* StagingCache::map_large(size_t cls) {
   make_room(cls);
   std::byte* base = map_huge(cls);
   if (!base) throw std::bad_alloc();
-  mappings_[base] = {cls, 0};
+  mappings_[base] = {cls, false, 0};
   ++stats_.maps;
   stats_.mapped_bytes += cls;
   return base;
@@ -116,10 +133,9 @@ void* StagingCache::allocate(size_t bytes) {
     if (stats_.mapped_bytes + cls > limit()) p = cut_larger_free(cls);
     if (!p) p = map_large(cls);
   } else {
-    map_class(cls);
-    p = list.back();
-    list.pop_back();
+    p = carve(cls);
   }
+  if (cls <= kHuge) ++slab_of(p).out;
   stats_.in_use_bytes += cls;
   stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
   ++stats_.allocations;
@@ -130,6 +146,7 @@ void StagingCache::release(void* p, size_t bytes) {
   if (!p) return;
   const size_t cls = size_class(bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  if (cls <= kHuge) --slab_of(static_cast<std::byte*>(p)).out;
   free_[cls].push_back(static_cast<std::byte*>(p));
   stats_.in_use_bytes -= cls;
 }
@@ -149,17 +166,26 @@ void StagingCache::trim() {
   for (auto it = mappings_.begin(); it != mappings_.end();) {
     std::byte* const base = it->first;
     const Mapping m = it->second;
-    auto& list = free_[m.block == 0 ? m.bytes : m.block];
     const auto inside = [&](std::byte* b) { return b >= base && b < base + m.bytes; };
-    const size_t blocks = m.block == 0 ? 1 : m.bytes / m.block;
-    if (size_t(std::count_if(list.begin(), list.end(), inside)) == blocks) {
-      list.erase(std::remove_if(list.begin(), list.end(), inside), list.end());
-      munmap(base, m.bytes);
-      stats_.mapped_bytes -= m.bytes;
-      it = mappings_.erase(it);
+    if (!m.slab) {
+      auto& list = free_[m.bytes];
+      const auto found = std::find(list.begin(), list.end(), base);
+      if (found == list.end()) {
+        ++it;
+        continue;
+      }
+      list.erase(found);
+    } else if (m.out == 0) {
+      for (auto& [cls, list] : free_)
+        if (cls <= kHuge) list.erase(std::remove_if(list.begin(), list.end(), inside), list.end());
+      std::erase_if(remnants_, [&](const auto& r) { return inside(r.first); });
     } else {
       ++it;
+      continue;
     }
+    munmap(base, m.bytes);
+    stats_.mapped_bytes -= m.bytes;
+    it = mappings_.erase(it);
   }
 }
 

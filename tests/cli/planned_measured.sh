@@ -3,9 +3,11 @@
 # train` prints its Program's device and host peaks against what the run held (the device arena's
 # peak, the process's peak RSS), and here the arena is within 10 % of the Program's device peak and
 # the peak RSS within the Program's host + device peak plus the stated fixed overhead
-# (engine::kProcessOverhead, 512 MiB: libraries, the corpus, BLAS buffers), with no warning. A
-# model of 12.6M parameters (200 MB of model states) so that the Program's bytes, not the overhead,
-# make most of the RSS where states live in host memory. Configurations: every state on the device;
+# (engine::kProcessOverhead, 512 MiB: libraries, the corpus, BLAS buffers), with no warning; and the
+# run's own RAM (peak RSS less what the process held before the homes were built) within 10 % of
+# the Program's host + device peak. A model of 12.6M parameters (200 MB of model states) so that the
+# Program's bytes, not the overhead, make most of the RSS where states live in host memory.
+# Configurations: every state on the device;
 # states on the host; every state on NVMe with checkpoints there; tiled linears; activations offloaded
 # to the host; and, under mpirun, tensor parallel 2 and owner-based partitioning over 2 ranks.
 # `zinf plan` prints the same peaks for the same run (the Program's accounting).
@@ -41,6 +43,7 @@ print(f"  the run's own RAM: planned {planned_own / 1e6:.0f} MB, measured {measu
       f"({measured_own / planned_own:.3f}x; peak RSS less the RSS before the homes were built)")
 assert 0.9 * device <= arena <= 1.1 * device, "arena not within 10 % of the Program's device peak"
 assert rss <= ram * 1.005, "peak RSS over the Program's host + device + overhead"  # 0.5 %: the figures' 3 digits
+assert 0.9 * planned_own <= measured_own <= 1.1 * planned_own, "the run's own RAM not within 10 % of the Program's"
 assert "measured memory is over the plan" not in text, "zinf train warned"
 PY
   then pass "$name: planned equals measured"; else fail "$name" "$log"; fi
