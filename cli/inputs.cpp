@@ -17,6 +17,10 @@ void add_input_options(CLI::App& cmd, InputOptions& o) {
   cmd.add_option("--model,-m", o.model, "Model name (models/NAME.yaml) or path")->capture_default_str();
   cmd.add_option("--hw", o.hw, "Hardware profile name (hwprofiles/NAME.yaml) or path")->capture_default_str();
   cmd.add_option("--nodes,-n", o.nodes, "Number of nodes")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--gpus-per-node", o.gpus_per_node,
+                 "GPUs per node in place of the profile's (on a CPU profile: the MPI ranks zinf train runs on one "
+                 "machine)")
+      ->check(CLI::Range(1, 65536));
   cmd.add_option("--config,-c", o.config, "Run config name (configs/NAME.yaml), path, or DeepSpeed JSON")
       ->capture_default_str();
 }
@@ -36,7 +40,8 @@ Inputs load_inputs(const InputOptions& o, bool for_tune) {
   const std::string root = core::zinf_root(source_dir());
   Inputs in;
   in.model = models::find_model(o.model, source_dir());
-  const core::HwProfile hw = core::load_hwprofile(core::resolve_config(o.hw, "hwprofiles", root));
+  core::HwProfile hw = core::load_hwprofile(core::resolve_config(o.hw, "hwprofiles", root));
+  if (o.gpus_per_node > 0) hw.node.gpus = o.gpus_per_node;
   std::string path = core::resolve_config(o.config, "configs", root);
   std::ifstream f(path);
   if (!f) throw core::ConfigError(path, "", "cannot open file for reading");

@@ -1,5 +1,6 @@
-// The inputs most subcommands share: --model, --hw, --nodes, --config, resolved and loaded, with
-// the DeepSpeed reader's lines (HF autos, DeepSpeed's defaults, keys not honoured) printed to stderr.
+// The inputs most subcommands share: --model, --hw, --nodes, --gpus-per-node, --config, resolved
+// and loaded, with the DeepSpeed reader's lines (HF autos, DeepSpeed's defaults, keys not
+// honoured) printed to stderr.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -19,6 +20,7 @@ struct InputOptions {
   std::string model = "gpt-1t";
   std::string hw = "dgx2-v100";
   int nodes = 1;
+  int gpus_per_node = 0;  // 0: the profile's
   std::string config = "infinity-nvme";
 };
 
@@ -32,9 +34,10 @@ struct Inputs {
 };
 
 void add_input_options(CLI::App& cmd, InputOptions& o);
-// Loads the three files; a DeepSpeed config is read for --nodes x the profile's GPUs, and the
-// profile is seen as the config's precision runs on it (core::for_precision). `for_tune`: a
-// DeepSpeed-autotuner config is read as the space to search instead of refused.
+// Loads the three files; a DeepSpeed config is read for --nodes x the node's GPUs (the profile's,
+// or --gpus-per-node), and the profile is seen as the config's precision runs on it
+// (core::for_precision). `for_tune`: a DeepSpeed-autotuner config is read as the space to search
+// instead of refused.
 Inputs load_inputs(const InputOptions& o, bool for_tune = false);
 // What zinf knows of a run that a DeepSpeed config's batch triple and HF "auto" depend on.
 core::DeepSpeedContext deepspeed_context(const core::ModelSpec& model, const core::HwProfile& hw, int nodes);

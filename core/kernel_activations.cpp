@@ -7,11 +7,15 @@
 
 namespace zinf::core {
 
-double block_forward_elements(const ModelSpec& s) {
-  return 10.0 * double(s.hidden) + 2.0 * double(s.ffn_hidden()) + 4.0 + double(s.heads) * double(s.seq);
+double block_forward_elements(const ModelSpec& s, int64_t tensor_parallel) {
+  const double t = double(std::max<int64_t>(1, tensor_parallel)), h = double(s.hidden);
+  return 6.0 * h + 4.0 + (4.0 * h + 2.0 * double(s.ffn_hidden()) + double(s.heads) * double(s.seq)) / t;
 }
 
-double block_backward_elements(const ModelSpec& s) { return 11.0 * double(s.hidden) + 2.0 * double(s.ffn_hidden()); }
+double block_backward_elements(const ModelSpec& s, int64_t tensor_parallel) {
+  const double t = double(std::max<int64_t>(1, tensor_parallel)), h = double(s.hidden);
+  return 7.0 * h + (4.0 * h + 2.0 * double(s.ffn_hidden())) / t;
+}
 
 RunActivations run_activation_elements(const ModelGraph& g, const std::vector<int32_t>& ops, bool recompute) {
   const auto& s = g.spec;
@@ -36,16 +40,17 @@ RunActivations run_activation_elements(const ModelGraph& g, const std::vector<in
     }
   }
   if (!blocks.empty()) {
-    r.forward += T * double(blocks.size()) * block_forward_elements(s);
-    r.backward += T * block_backward_elements(s);
+    r.forward += T * double(blocks.size()) * block_forward_elements(s, tp);
+    r.backward += T * block_backward_elements(s, tp);
   }
   if (recompute) r.forward += TC;
   return r;
 }
 
 std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, int64_t tensor_parallel) {
+  const double tp = double(std::max<int64_t>(1, tensor_parallel));
   const double h = double(s.hidden), f = double(s.ffn_hidden()), probs = double(s.heads) * double(s.seq);
-  // Elements per token as the fp32 kernels keep them (block_forward_elements).
+  // Elements per token as the fp32 kernels keep them on one rank (block_forward_elements).
   std::vector<BlockTensor> t = {
       {"ln1", OpRole::Ln1, -1, h + 2},  {"qkv", OpRole::CAttn, 0, 3 * h},     {"attn", OpRole::Attn, 1, h + probs},
       {"attproj", OpRole::AttnProj, 2, h}, {"res1", OpRole::Res1, 3, h},   {"ln2", OpRole::Ln2, 4, h + 2},
@@ -53,7 +58,6 @@ std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, in
       {"out", OpRole::Res2, 8, h}};
   if (bf16_formula) {
     // block_activation_bytes_per_token: the probabilities at 2 bytes per element, the rest hidden-sized.
-    const double tp = double(std::max<int64_t>(1, tensor_parallel));
     const double total = block_activation_bytes_per_token(s, tensor_parallel), p = 2.0 * probs / tp;
     double hidden_elems = 0;
     for (auto& x : t) hidden_elems += x.share - (std::string_view(x.name) == "attn" ? probs : 0);
@@ -63,7 +67,11 @@ std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, in
     }
     return t;
   }
-  const double total = block_forward_elements(s);
+  // A tensor-parallel rank keeps its share of qkv, the attention and the MLP's inner activations.
+  for (auto& x : t)
+    if (x.producer == OpRole::CAttn || x.producer == OpRole::Attn || x.producer == OpRole::Fc || x.producer == OpRole::Gelu)
+      x.share /= tp;
+  const double total = block_forward_elements(s, tensor_parallel);
   for (auto& x : t) x.share /= total;
   return t;
 }

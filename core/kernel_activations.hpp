@@ -15,8 +15,11 @@ namespace zinf::core {
 // block's output), the MLP's inner activation before and after GELU (ffn each) and mlp.c_proj's
 // output, plus the heads x seq attention probabilities. Backward: the gradient of each
 // hidden-sized one, of qkv and of the MLP's two, the block's input gradient and the incoming one.
-double block_forward_elements(const ModelSpec& s);
-double block_backward_elements(const ModelSpec& s);
+// Under tensor parallelism t a rank keeps 1/t of qkv, of the attention's output and probabilities
+// and of the MLP's inner two, and of their gradients (engine/model/gpt2's column-parallel shares);
+// the rest is whole on every rank.
+double block_forward_elements(const ModelSpec& s, int64_t tensor_parallel = 1);
+double block_backward_elements(const ModelSpec& s, int64_t tensor_parallel = 1);
 
 // A run of operators (a checkpointed segment, or the operators outside the blocks): elements held
 // through its forward (through its backward when not recomputed), and the activation gradients its

@@ -10,7 +10,8 @@
 # Configurations: every state on the device;
 # states on the host; every state on NVMe with checkpoints there; tiled linears; activations offloaded
 # to the host; and, under mpirun, tensor parallel 2 and owner-based partitioning over 2 ranks.
-# `zinf plan` prints the same peaks for the same run (the Program's accounting).
+# `zinf plan` prints the same peaks for the same run (the Program's accounting; for the ranks
+# mpirun starts on this machine, with --gpus-per-node).
 # Usage: planned_measured.sh ZINF_BINARY [MPIEXEC]. Prints "N passed, M failed".
 set -u
 ZINF=$1
@@ -81,6 +82,12 @@ if [ -n "$MPIEXEC" ]; then
       > "$D/$name.log" 2>&1 || { fail "$name: mpirun -np 2 zinf train failed" "$D/$name.log"; continue; }
     check "$name over 2 ranks" "$D/$name.log"
   done
+  # zinf plan, told the node's two ranks, prints the device peak the tensor-parallel run checked.
+  "$ZINF" plan --model "$D/mid.yaml" --hw cpu-dev --config "$D/tp2.yaml" --gpus-per-node 2 > "$D/plan-tp2.log" 2>&1
+  planned=$(sed -n 's/^peak  *\([0-9.]* [kMGT]\?B\) .*/\1/p' "$D/plan-tp2.log")
+  trained=$(sed -n 's/.*planned vs measured: device \([0-9.]* [kMGT]\?B\) vs.*/\1/p' "$D/tp2.log")
+  if [ -n "$planned" ] && [ "$planned" = "$trained" ]; then pass "zinf plan --gpus-per-node 2 prints the device peak of tp2 over 2 ranks ($planned)"
+  else fail "zinf plan --gpus-per-node 2's device peak '$planned' is not zinf train's '$trained'" "$D/plan-tp2.log"; fi
 fi
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

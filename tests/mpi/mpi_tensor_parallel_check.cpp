@@ -8,9 +8,8 @@
 // host and on NVMe), and degree N over all N ranks with a vocabulary
 // the degree does not divide (padded), and an untied LM head. In the first, a checkpoint saved at step 3
 // resumes bitwise on the same ranks and, re-sharded, in one process at tensor_parallel 1, and the
-// exported weights equal tensor_parallel 1's within the same tolerance. In every case no rank's
-// device arena peaks over the Program's device peak by more than 10 % (at this size the arena stays
-// 15-25 % under it; where the Program over-counts is not yet found).
+// exported weights equal tensor_parallel 1's within the same tolerance. In every case every rank's
+// device arena peaks within 10 % of the Program's device peak.
 // Usage: mpirun -np N mpi_tensor_parallel_check (N = 2 or 4). Prints "N passed, M failed".
 #include <fmt/format.h>
 #include <unistd.h>
@@ -113,11 +112,12 @@ int main() {
           if (first && s == 2) t.save_checkpoint();
         }
         if (first) t.export_safetensors((dir / "tp2.safetensors").string());
-        // No rank's device arena over the Program's device peak by more than 10 %.
+        // Every rank's device arena within 10 % of the Program's device peak.
         double arena = 0;
         for (const auto& st : tp) arena = std::max(arena, double(st.device_arena_peak));
         const double planned = core::at(t.plan().peak_bytes, core::Tier::Device);
-        expect(arena <= 1.1 * planned,
+        fmt::print("  {}: rank {}: device arena {:.3f} x the Program's device peak\n", c.name, comm->rank(), arena / planned);
+        expect(arena <= 1.1 * planned && arena >= 0.9 * planned,
                fmt::format("{}: rank {}'s device arena peaked at {:.0f} bytes, the Program counts {:.0f}", c.name,
                            comm->rank(), arena, planned));
       }
