@@ -63,7 +63,21 @@ sg4::Host* Platform::add_host(const std::string& host_name, double speed, Endpoi
 
 std::pair<ClusterZone::LinkImpl*, ClusterZone::LinkImpl*> Platform::duplex(const std::string& link_name, double bandwidth) {
   auto* l = zone_->get_iface()->create_split_duplex_link(link_name, bandwidth)->set_latency(0)->seal();
-  return {zone_->one_way(l, Dir::UP), zone_->one_way(l, Dir::DOWN)};
+  return {known(zone_->one_way(l, Dir::UP), bandwidth), known(zone_->one_way(l, Dir::DOWN), bandwidth)};
+}
+
+ClusterZone::LinkImpl* Platform::known(ClusterZone::LinkImpl* link, double bandwidth) {
+  link_id_.emplace(link, static_cast<int>(link_bandwidth_.size()));
+  link_bandwidth_.push_back(bandwidth);
+  return link;
+}
+
+void Platform::links_between(const sg4::Host* from, const sg4::Host* to, std::vector<int>& ids) const {
+  thread_local ClusterZone::Links links;
+  links.clear();
+  route(from->get_netpoint()->id(), to->get_netpoint()->id(), links);
+  ids.clear();
+  for (const auto* l : links) ids.push_back(link_id_.at(l));
 }
 
 void Platform::build_node(int n) {
@@ -83,7 +97,7 @@ void Platform::build_node(int n) {
                   ->set_sharing_policy(sg4::Link::SharingPolicy::SHARED)
                   ->set_latency(0)
                   ->seal();
-    L.memory.push_back(zone_->one_way(m, Dir::NONE));
+    L.memory.push_back(known(zone_->one_way(m, Dir::NONE), node.host_memory_bandwidth / node.cpu_sockets));
   }
   const int per_switch = std::max(1, std::min(node.gpus_per_pcie_switch, node.gpus));
   const int switches = (node.gpus + per_switch - 1) / per_switch;
@@ -104,7 +118,7 @@ void Platform::build_node(int n) {
   nvme_.push_back(add_host(name(n, "nvme"), 1.0, {Kind::Nvme, n, 0}));
   auto shared = [&](const std::string& what, double bw) {
     auto* l = zone_->get_iface()->create_link(name(n, what), bw)->set_sharing_policy(sg4::Link::SharingPolicy::SHARED)->set_latency(0)->seal();
-    return zone_->one_way(l, Dir::NONE);
+    return known(zone_->one_way(l, Dir::NONE), bw);
   };
   L.nvme_read = shared("nvme_read", node.nvme_read_bandwidth);
   L.nvme_write = shared("nvme_write", node.nvme_write_bandwidth);

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/hwprofile.hpp"
@@ -73,11 +74,19 @@ public:
   // its disk activities, started outside an actor, are never released in SimGrid 3.32).
   sg4::ActivityPtr nvme_read(int node, double bytes) const;
   sg4::ActivityPtr nvme_write(int node, double bytes) const;
+  // The node's NVMe array as a host: transfers from it are reads into socket 0, to it writes.
+  sg4::Host* nvme(int node) const { return nvme_[node]; }
   // The NVMe array's end of the GPUDirect Storage routes, or nullptr when the profile has no GDS.
   sg4::Host* gds_endpoint(int node) const { return gds_.empty() ? nullptr : gds_[node]; }
   // The node's shared core pool, or nullptr when the profile's device has cores of its own.
   sg4::Host* cores(int node) const { return cores_.empty() ? nullptr : cores_[node]; }
   sg4::Engine& engine() { return *engine_; }
+
+  // The links of the route from `from` to `to`, as ids 0 .. link_count()-1 (one per direction of a
+  // split-duplex link), each with the bandwidth SimGrid shares (sim/flows.hpp solves with them).
+  void links_between(const sg4::Host* from, const sg4::Host* to, std::vector<int>& ids) const;
+  int link_count() const { return static_cast<int>(link_bandwidth_.size()); }
+  double link_bandwidth(int id) const { return link_bandwidth_[static_cast<size_t>(id)]; }
 
   // Latency charged per transfer along a path (from the profile).
   double latency(Path p) const;
@@ -104,6 +113,7 @@ private:
   };
 
   sg4::Host* add_host(const std::string& name, double speed, Endpoint who);
+  ClusterZone::LinkImpl* known(ClusterZone::LinkImpl* link, double bandwidth);
   Duplex duplex(const std::string& name, double bandwidth);
   void build_node(int n);
   void build_tree(uint64_t seed);
@@ -124,6 +134,8 @@ private:
   std::vector<sg4::Host*> cpus_;
   std::vector<sg4::Host*> nvme_;
   std::vector<sg4::Host*> cores_;
+  std::unordered_map<const ClusterZone::LinkImpl*, int> link_id_;
+  std::vector<double> link_bandwidth_;
 };
 
 }  // namespace zinf::sim

@@ -12,7 +12,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/events.hpp"
 #include "sim/gpu_variability.hpp"
-#include "sim/nvlink.hpp"
+#include "sim/flows.hpp"
 #include "sim/platform.hpp"
 
 namespace zinf::sim {
@@ -65,7 +65,7 @@ public:
               program.partitioning() == core::Partitioning::BandwidthCentric && !hw.fabric.is_tree()),
         sim_ranks_(fold_ ? hw.node.gpus : ranks_),
         platform_(hw, fold_ ? 2 : nodes_, options.seed == 0 ? 1 : options.seed),
-        nvlink_(events_, platform_.ranks(), hw.node.nvlink_bandwidth),
+        flows_(events_, platform_),
         cost_(hw),
         core_share_(hw.node.profiled_core_share()) {
     if (program.ranks() < 1) throw std::invalid_argument("the Program has no ranks");
@@ -318,8 +318,9 @@ private:
     if (bytes <= 0) co_return;
     activities_ += lat > 0 ? 2 : 1;
     co_await events_.delay(lat);
-    sg4::ActivityPtr comm = sg4::Comm::sendto_async(from, to, static_cast<uint64_t>(bytes));
-    co_await events_.wait(comm);
+    Flows::Group transfer;
+    flows_.start(from, to, bytes, transfer);
+    co_await flows_.wait(transfer);
   }
 
   // NVMe <-> GPU over GPUDirect Storage: the drives' I/O and the PCIe flow to the GPU run together
@@ -334,15 +335,15 @@ private:
     activities_ += 3;
     co_await events_.delay(cost_.nvme_in_step(read) * cost_.nvme_latency());
     const double bytes = t.bytes * cost_.nvme_in_step(read);
-    std::vector<sg4::ActivityPtr> both;
+    Flows::Group both;
     if (read) {
-      both.push_back(platform_.nvme_read(node, bytes));
-      both.push_back(sg4::Comm::sendto_async(endpoint, platform_.gpu(rank), static_cast<uint64_t>(t.bytes)));
+      flows_.start(platform_.nvme(node), platform_.cpu(node, 0), bytes, both);
+      flows_.start(endpoint, platform_.gpu(rank), t.bytes, both);
     } else {
-      both.push_back(platform_.nvme_write(node, bytes));
-      both.push_back(sg4::Comm::sendto_async(platform_.gpu(rank), endpoint, static_cast<uint64_t>(t.bytes)));
+      flows_.start(platform_.cpu(node, 0), platform_.nvme(node), bytes, both);
+      flows_.start(platform_.gpu(rank), endpoint, t.bytes, both);
     }
-    co_await events_.wait_all(both);
+    co_await flows_.wait(both);
   }
 
   Job nvme_transfer(const Task& t, int rank) {
@@ -363,8 +364,12 @@ private:
       co_await events_.delay(slowdown * cost_.nvme_latency());
     }
     ++activities_;
-    const sg4::ActivityPtr io = read ? platform_.nvme_read(node, amount) : platform_.nvme_write(node, amount);
-    co_await events_.wait(io);
+    Flows::Group io;
+    if (read)
+      flows_.start(platform_.nvme(node), platform_.cpu(node, 0), amount, io);
+    else
+      flows_.start(platform_.cpu(node, 0), platform_.nvme(node), amount, io);
+    co_await flows_.wait(io);
   }
 
   Job execute(const Task& t, int rank) {
@@ -477,17 +482,10 @@ private:
         ++activities_;
         co_await events_.delay(alone);
       } else {
-        // Inside a node on NVLink's own solver (sim/nvlink.hpp), across nodes as SimGrid flows.
-        NvlinkPorts::Group inside;
-        std::vector<sg4::ActivityPtr> across;
-        for (const auto& f : p.flows)
-          if (platform_.node_of(f.src) == platform_.node_of(f.dst))
-            nvlink_.start(f.src, f.dst, f.bytes, inside);
-          else
-            across.push_back(sg4::Comm::sendto_async(platform_.gpu(f.src), platform_.gpu(f.dst), static_cast<uint64_t>(f.bytes)));
+        Flows::Group phase;
+        for (const auto& f : p.flows) flows_.start(platform_.gpu(f.src), platform_.gpu(f.dst), f.bytes, phase);
         activities_ += p.flows.size();
-        co_await events_.wait_all(across);
-        co_await nvlink_.wait(inside);
+        co_await flows_.wait(phase);
       }
       if (fabric_time && p.crosses_nodes) fabric_busy_ += sg4::Engine::get_clock() - begin;
     }
@@ -638,7 +636,7 @@ private:
   int sim_ranks_;  // ranks simulated: all, or node 0's when folded
   Platform platform_;
   Events events_;  // after the platform: needs its engine
-  NvlinkPorts nvlink_;  // transfers inside a node
+  Flows flows_;    // every transfer: over the platform's links, solved by sim/flows.hpp
   CostModel cost_;
   bool background_ = false;
   bool gpu_exclusive_ = false;  // kernels as timers (gpu_work_on_one_lane)
