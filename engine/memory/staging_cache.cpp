@@ -71,15 +71,7 @@ std::byte* StagingCache::carve(size_t cls) {
   auto best = remnants_.end();
   for (auto it = remnants_.begin(); it != remnants_.end(); ++it)
     if (it->second >= cls && (best == remnants_.end() || it->second < best->second)) best = it;
-  if (best == remnants_.end()) {
-    make_room(kHuge);
-    std::byte* base = map_huge(kHuge);
-    if (!base) throw std::bad_alloc();
-    mappings_[base] = {kHuge, true, 0};
-    ++stats_.maps;
-    stats_.mapped_bytes += kHuge;
-    best = remnants_.emplace(remnants_.end(), base, kHuge);
-  }
+  if (best == remnants_.end()) best = remnants_.emplace(remnants_.end(), map_new(kHuge, true), kHuge);
   std::byte* p = best->first;
   best->first += cls;
   best->second -= cls;
@@ -110,13 +102,13 @@ std::byte* StagingCache::cut_larger_free(size_t cls) {
   return nullptr;
 }
 
-std::byte* StagingCache::map_large(size_t cls) {
-  make_room(cls);
-  std::byte* base = map_huge(cls);
+std::byte* StagingCache::map_new(size_t bytes, bool slab) {
+  make_room(bytes);
+  std::byte* base = map_huge(bytes);
   if (!base) throw std::bad_alloc();
-  mappings_[base] = {cls, false, 0};
+  mappings_[base] = {bytes, slab, 0};
   ++stats_.maps;
-  stats_.mapped_bytes += cls;
+  stats_.mapped_bytes += bytes;
   return base;
 }
 
@@ -131,7 +123,7 @@ void* StagingCache::allocate(size_t bytes) {
     list.pop_back();
   } else if (cls > kHuge) {
     if (stats_.mapped_bytes + cls > limit()) p = cut_larger_free(cls);
-    if (!p) p = map_large(cls);
+    if (!p) p = map_new(cls, false);
   } else {
     p = carve(cls);
   }

@@ -88,7 +88,8 @@ private:
   std::byte* carve(size_t cls);
   // The slab that a carved block lies in.
   Mapping& slab_of(const std::byte* p);
-  std::byte* map_large(size_t cls);
+  // A new mapping of `bytes`, a slab or one large block, within the limit where free large blocks allow.
+  std::byte* map_new(size_t bytes, bool slab);
   // Unmaps free large blocks, largest first, until `bytes` more fit within the limit or none is left.
   void make_room(size_t bytes);
   uint64_t limit() const { return stats_.budget_bytes > 0 ? stats_.budget_bytes : high_water_; }
