@@ -15,10 +15,11 @@
 # profile and a measurement of its own; the report prints every pass's figures as well.
 # hwprofiles/local.yaml is left holding the last pass's profile.
 #
-# OPENBLAS_NUM_THREADS=1 for every run (profile and training alike): this machine has 2 cores and is
-# shared; OpenBLAS's spinning worker threads turned a 30 MFLOP attention call into 0.7 s when other
-# processes held the cores, which no profile can predict. One BLAS thread per rank is what N ranks
-# on 2 cores use anyway.
+# OPENBLAS_NUM_THREADS=1 for every run (profile and training alike) unless it is set: this machine
+# has 2 cores and is shared; OpenBLAS's spinning worker threads turned a 30 MFLOP attention call into
+# 0.7 s when other processes held the cores, which no profile can predict. One BLAS thread per rank
+# is what N ranks on 2 cores use anyway, and what `zinf train` pins when the variable is unset.
+# OPENBLAS_NUM_THREADS=2 runs the suite as a user who sets it does (profile and runs alike).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${ZINF_BUILD:-build}
@@ -34,7 +35,8 @@ if [ -z "${SCRATCH:-}" ]; then
   SCRATCH=$(mktemp -d /tmp/zinf-validation.XXXXXX)
   trap 'rm -rf "$SCRATCH"' EXIT
 fi
-export OPENBLAS_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+echo "OpenBLAS: $OPENBLAS_NUM_THREADS thread(s) per process, for the profile and every run"
 cd "$ROOT"
 
 [ -x "$ZINF" ] || { echo "no $ZINF: build first (cmake --build $BUILD --target zinf)" >&2; exit 1; }
