@@ -257,6 +257,7 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                 {"micro_batch", in.config.micro_batch.value_or(in.model.micro_batch)}};
   j["hwprofile"] = in.hw.name;
   j["nodes"] = nodes;
+  j["gpus_per_node"] = in.hw.node.gpus;
   j["ranks"] = rep.ranks;
   j["tiling_factor"] = rep.tiling_factor;
   const RunConfig& c = f.config;

@@ -74,6 +74,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
     auto j = nlohmann::json::parse(sim::report_to_json(r));
     j["model"] = in.model.name;
     j["hwprofile"] = in.hw.name;
+    j["gpus_per_node"] = in.hw.node.gpus;
     j["config"] = in.config_name;
     j["collective"] = o.collective;
     j["ideal_step_time"] = res.ideal_step_time;

@@ -163,8 +163,8 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   MemoryRow awm{"activation working memory", {}, MemCategory::ActivationsKept};
   if (!kernel_tensors) {
     awm.bytes.device = wb / 2.0 * bsz * seq * ci * block_activation_bytes_per_token(m, t);
-  } else {  // ci blocks' activations and one block's gradients as the fp32 kernels keep them (tensor parallel 1)
-    awm.bytes.device = wb * bsz * seq * (ci * block_forward_elements(m) + block_backward_elements(m));
+  } else {  // ci blocks' activations and one block's gradients as the fp32 kernels keep them on a rank
+    awm.bytes.device = wb * bsz * seq * (ci * block_forward_elements(m, t) + block_backward_elements(m, t));
   }
   r.rows.push_back(awm);
   MemoryRow mswm{"model-state working memory", {}, MemCategory::WorkingMemory};

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/hwprofile.hpp"
+#include "core/kernel_activations.hpp"
 #include "core/memory_model.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
@@ -221,4 +222,29 @@ TEST_CASE("a block's activations per token on a tensor-parallel rank: replicated
   CHECK(block_activation_bytes_per_token(m, 1) == Approx(16.0 * 1024 + 2.0 * 16 * 512));
   // t = 4: 10 of the 34 bytes per hidden unit stay whole, 24 split; the scores split with the heads.
   CHECK(block_activation_bytes_per_token(m, 4) == Approx(16.0 * 1024 * (10.0 + 24.0 / 4) / 34 + 2.0 * 16 * 512 / 4));
+}
+
+TEST_CASE("on an fp32 device a tensor-parallel rank's activation working memory is what its kernels keep", "[memory][tp]") {
+  MemoryModelInput in;
+  in.model = load_model_spec(source("models/gpt-mini.yaml"));
+  in.hw = load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  in.hw.node.gpus = 2;
+  in.hw.node.gpu.working_bytes = 4;  // the CPU backend's kernels (fp32)
+  in.nodes = 1;
+  in.config = parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 1}\n", "test");
+  auto awm = [&](int t) {
+    in.config.tensor_parallel = t;
+    for (const auto& x : memory_requirement(in).rows)
+      if (x.what == "activation working memory") return x.bytes.device;
+    FAIL("no activation working memory row");
+    return 0.0;
+  };
+  const ModelSpec& m = in.model;
+  const double h = double(m.hidden), f = double(m.ffn_hidden()), probs = double(m.heads) * double(m.seq);
+  const double tokens = double(m.micro_batch) * double(m.seq);
+  // One block's forward and one block's gradients: at t = 2 a rank keeps half of qkv, of the
+  // attention's output and probabilities and of the MLP's two inner tensors, and of their gradients.
+  CHECK(awm(1) == Approx(4.0 * tokens * ((10 * h + 2 * f + 4 + probs) + (11 * h + 2 * f))));
+  CHECK(awm(2) == Approx(4.0 * tokens * ((6 * h + 4 + (4 * h + 2 * f + probs) / 2) + (7 * h + (4 * h + 2 * f) / 2))));
+  CHECK(block_forward_elements(m, 2) == Approx(6 * h + 4 + (4 * h + 2 * f + probs) / 2));
 }

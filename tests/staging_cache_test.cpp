@@ -24,6 +24,7 @@ TEST_CASE("staging sizes round to classes of whole pages, a little over what is 
   CHECK(StagingCache::size_class(3 * MiB + 6 * KiB) == 3 * MiB + 64 * KiB);
   CHECK(StagingCache::size_class(24'000'000) == 46 * 512 * KiB);
   CHECK(StagingCache::size_class(100'000'000) == 48 * 2 * MiB);       // from 64 MiB, whole 2 MiB pages
+  CHECK_THROWS_AS(StagingCache::size_class(SIZE_MAX), std::bad_alloc);  // rounding up would wrap
   for (size_t b = 1; b < 256 * MiB; b = b * 9 / 8 + 4093) {
     const size_t c = StagingCache::size_class(b);
     CHECK(c >= b);

@@ -46,6 +46,7 @@ StagingCache& StagingCache::instance() {
 
 size_t StagingCache::size_class(size_t bytes) {
   if (bytes <= kPage) return kPage;
+  if (bytes > (size_t(1) << 62)) throw std::bad_alloc();  // no class: rounding up would wrap
   const size_t per_doubling = bytes <= kEighthsMax ? 8 : 32;
   const size_t step = std::clamp(std::bit_floor(bytes) / per_doubling, kPage, kHuge);
   return (bytes + step - 1) / step * step;

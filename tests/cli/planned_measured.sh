@@ -88,6 +88,10 @@ if [ -n "$MPIEXEC" ]; then
   trained=$(sed -n 's/.*planned vs measured: device \([0-9.]* [kMGT]\?B\) vs.*/\1/p' "$D/tp2.log")
   if [ -n "$planned" ] && [ "$planned" = "$trained" ]; then pass "zinf plan --gpus-per-node 2 prints the device peak of tp2 over 2 ranks ($planned)"
   else fail "zinf plan --gpus-per-node 2's device peak '$planned' is not zinf train's '$trained'" "$D/plan-tp2.log"; fi
+  # --json records the node it planned for, so the result can be made again.
+  if "$ZINF" plan --model "$D/mid.yaml" --hw cpu-dev --config "$D/tp2.yaml" --gpus-per-node 2 --json 2>/dev/null |
+    python3 -c 'import json, sys; j = json.load(sys.stdin); sys.exit(not (j["gpus_per_node"] == 2 and j["ranks"] == 2))'
+  then pass "zinf plan --json records --gpus-per-node"; else fail "zinf plan --json lacks gpus_per_node 2" "$D/plan-tp2.log"; fi
 fi
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]
