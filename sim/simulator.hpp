@@ -71,7 +71,7 @@ struct SimReport {
   bool folded = false;            // identical nodes were folded (SimOptions::fold_symmetric_nodes)
   double slowest_gpu = 1;         // the largest kernel-time factor of the simulated ranks (GPU variability)
   core::Timeline timeline;
-  uint64_t activities = 0;        // SimGrid activities started (execs, flows, I/Os, latency waits)
+  uint64_t activities = 0;        // activities started: execs, transfers (sim/flows.hpp), timed waits
   uint64_t tasks_run = 0;         // task executions over all ranks
 };
 
