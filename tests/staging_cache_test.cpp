@@ -115,6 +115,47 @@ TEST_CASE("blocks of 2 MiB and under share slabs whatever their class, and a sla
   CHECK(cache.stats().mapped_bytes == 0);
 }
 
+TEST_CASE("at the limit a carved block is cut from a larger free one, and slabs with nothing out are unmapped", "[staging]") {
+  StagingCache cache;
+  const size_t KiB = 1u << 10, MiB = 1u << 20;
+  cache.add_budget(4 * MiB);
+  // Phase one: two 1 MiB blocks fill a slab, a 1.5 MiB one takes a second.
+  auto* a = static_cast<std::byte*>(cache.allocate(MiB));
+  auto* b = static_cast<std::byte*>(cache.allocate(MiB));
+  auto* c = static_cast<std::byte*>(cache.allocate(1536 * KiB));
+  CHECK(cache.stats().maps == 2);
+  std::memset(c, 5, 1536 * KiB);
+  cache.release(a, MiB);
+  cache.release(c, 1536 * KiB);
+  // Phase two asks for 768 KiB blocks, which the second slab's 512 KiB remnant cannot hold: at the
+  // 4 MiB limit the smallest larger free block is cut (a, then c; each tail a remnant of its slab)
+  // rather than a third slab mapped, and c's tail takes the third.
+  auto* d = static_cast<std::byte*>(cache.allocate(768 * KiB));
+  auto* e = static_cast<std::byte*>(cache.allocate(768 * KiB));
+  auto* f = static_cast<std::byte*>(cache.allocate(768 * KiB));
+  CHECK(d == a);
+  CHECK(e == c);
+  CHECK(f == c + 768 * KiB);
+  CHECK(c[768 * KiB] == std::byte{5});  // cut blocks keep their touched pages
+  CHECK(cache.stats().maps == 2);
+  CHECK(cache.stats().cut_to_size == 2);
+  // Nothing free is large enough for a fourth: a slab is mapped, over the limit (b, d, e, f are out).
+  auto* g = static_cast<std::byte*>(cache.allocate(768 * KiB));
+  CHECK(cache.stats().maps == 3);
+  CHECK(cache.stats().mapped_bytes == 6 * MiB);
+  // Phase three: everything back but g; a large block over the limit unmaps the two empty slabs.
+  for (auto [p, n] : {std::pair{b, MiB}, {d, 768 * KiB}, {e, 768 * KiB}, {f, 768 * KiB}}) cache.release(p, n);
+  void* big = cache.allocate(3 * MiB);
+  CHECK(cache.stats().mapped_bytes == 2 * MiB + 3 * MiB);  // g's slab and the new block
+  CHECK(cache.stats().unmapped_for_limit == 4 * MiB);
+  std::memset(g, 6, 768 * KiB);  // g's slab stayed
+  cache.release(big, 3 * MiB);
+  cache.release(g, 768 * KiB);
+  cache.trim();
+  CHECK(cache.stats().mapped_bytes == 0);
+  cache.remove_budget(4 * MiB);
+}
+
 TEST_CASE("large blocks are reused by exact size, and a new size unmaps free blocks rather than map beyond the most in use", "[staging]") {
   StagingCache cache;
   const size_t MiB = 1u << 20;

@@ -65,6 +65,28 @@ void StagingCache::make_room(size_t bytes) {
     stats_.mapped_bytes -= it->first;
     stats_.unmapped_for_limit += it->first;
   }
+  // Then slabs none of whose blocks is out.
+  for (auto it = mappings_.begin(); it != mappings_.end() && stats_.mapped_bytes + bytes > limit();) {
+    if (it->second.slab && it->second.out == 0) {
+      stats_.unmapped_for_limit += it->second.bytes;
+      it = unmap_slab(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::map<std::byte*, StagingCache::Mapping>::iterator StagingCache::unmap_slab(
+    std::map<std::byte*, Mapping>::iterator it) {
+  std::byte* const base = it->first;
+  const size_t bytes = it->second.bytes;
+  const auto inside = [&](std::byte* b) { return b >= base && b < base + bytes; };
+  for (auto& [cls, list] : free_)
+    if (cls <= kHuge) list.erase(std::remove_if(list.begin(), list.end(), inside), list.end());
+  std::erase_if(remnants_, [&](const auto& r) { return inside(r.first); });
+  munmap(base, bytes);
+  stats_.mapped_bytes -= bytes;
+  return mappings_.erase(it);
 }
 
 std::byte* StagingCache::carve(size_t cls) {
@@ -72,7 +94,20 @@ std::byte* StagingCache::carve(size_t cls) {
   auto best = remnants_.end();
   for (auto it = remnants_.begin(); it != remnants_.end(); ++it)
     if (it->second >= cls && (best == remnants_.end() || it->second < best->second)) best = it;
-  if (best == remnants_.end()) best = remnants_.emplace(remnants_.end(), map_new(kHuge, true), kHuge);
+  if (best == remnants_.end()) {
+    // At the limit, the smallest larger free block is cut to size (its tail a remnant) before a new
+    // slab is mapped, so what a phase freed serves the next phase's sizes.
+    if (stats_.mapped_bytes + kHuge > limit())
+      for (auto it = free_.upper_bound(cls); it != free_.end() && it->first <= kHuge; ++it)
+        if (!it->second.empty()) {
+          std::byte* p = it->second.back();
+          it->second.pop_back();
+          remnants_.emplace_back(p + cls, it->first - cls);
+          ++stats_.cut_to_size;
+          return p;
+        }
+    best = remnants_.emplace(remnants_.end(), map_new(kHuge, true), kHuge);
+  }
   std::byte* p = best->first;
   best->first += cls;
   best->second -= cls;
@@ -159,23 +194,17 @@ void StagingCache::trim() {
   for (auto it = mappings_.begin(); it != mappings_.end();) {
     std::byte* const base = it->first;
     const Mapping m = it->second;
-    const auto inside = [&](std::byte* b) { return b >= base && b < base + m.bytes; };
-    if (!m.slab) {
-      auto& list = free_[m.bytes];
-      const auto found = std::find(list.begin(), list.end(), base);
-      if (found == list.end()) {
-        ++it;
-        continue;
-      }
-      list.erase(found);
-    } else if (m.out == 0) {
-      for (auto& [cls, list] : free_)
-        if (cls <= kHuge) list.erase(std::remove_if(list.begin(), list.end(), inside), list.end());
-      std::erase_if(remnants_, [&](const auto& r) { return inside(r.first); });
-    } else {
+    if (m.slab) {
+      it = m.out == 0 ? unmap_slab(it) : std::next(it);
+      continue;
+    }
+    auto& list = free_[m.bytes];
+    const auto found = std::find(list.begin(), list.end(), base);
+    if (found == list.end()) {
       ++it;
       continue;
     }
+    list.erase(found);
     munmap(base, m.bytes);
     stats_.mapped_bytes -= m.bytes;
     it = mappings_.erase(it);

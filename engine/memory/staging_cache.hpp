@@ -18,11 +18,12 @@
 // for the same class. What is mapped is bounded by a limit: the sum of the budgets the users of the
 // cache declare (a Trainer declares its Program's host peak, plus its device peak on the CPU
 // backend), or, when none is declared, the most ever in use at once. Before a new mapping would
-// take the mapped bytes over the limit, free large blocks are unmapped (largest first) until it
-// fits. So the mapped bytes stay within max(limit, in use + the request) plus the free carved
-// blocks and the slabs' remnants. When a large block is asked for at the limit and a larger one is
-// free, the larger one is cut to size instead (its tail unmapped; the head keeps its touched huge
-// pages), so a size that follows a larger one reuses memory rather than unmap and fault in a fresh
+// take the mapped bytes over the limit, free large blocks are unmapped (largest first), then slabs
+// none of whose blocks is out, until it fits. So the mapped bytes stay within max(limit, in use +
+// the request) plus the free blocks and remnants of slabs that still have a block out. When a
+// block is asked for at the limit and a larger one of its kind (carved or large) is free, the
+// larger one is cut to size instead (a carved block's tail becomes a remnant of its slab; a large
+// block's tail is unmapped and its head keeps its touched huge pages), so a size that follows a larger one reuses memory rather than unmap and fault in a fresh
 // mapping. A step whose buffers change size from phase to phase still re-maps some of them instead
 // of keeping every size's most at once (carving many sizes out of shared mappings fragmented:
 // 8.1 GB mapped for 6.4 GB in use at 2.5x RAM). Memory is also unmapped by trim() and when the
@@ -86,6 +87,8 @@ private:
   };
   // A block of class `cls` (2 MiB or under) from the smallest slab remnant it fits in, or a new slab.
   std::byte* carve(size_t cls);
+  // Unmaps a slab none of whose blocks is out, with its free blocks and remnants; the next mapping.
+  std::map<std::byte*, Mapping>::iterator unmap_slab(std::map<std::byte*, Mapping>::iterator it);
   // The slab that a carved block lies in.
   Mapping& slab_of(const std::byte* p);
   // A new mapping of `bytes`, a slab or one large block, within the limit where free large blocks allow.
