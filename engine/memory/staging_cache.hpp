@@ -72,8 +72,9 @@ public:
     uint64_t maps = 0;             // mmap calls so far: stops growing once steps repeat
     uint64_t allocations = 0;
     uint64_t budget_bytes = 0;     // the declared budgets' sum (0: none declared)
-    uint64_t unmapped_for_limit = 0;  // bytes of free blocks unmapped to stay within the limit
-    uint64_t cut_to_size = 0;      // large blocks handed out by cutting a larger free one (its tail counts above)
+    uint64_t unmapped_for_limit = 0;  // bytes of free blocks and empty slabs unmapped to stay within the limit
+    uint64_t cut_to_size = 0;      // blocks handed out by cutting a larger free one (a large block's tail
+                                   // counts above; a carved block's becomes a remnant of its slab)
   };
   Stats stats() const;
   // Starts peak_in_use_bytes again from what is handed out now.
