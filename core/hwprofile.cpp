@@ -35,9 +35,9 @@ double NodeSpec::pcie_bandwidth_all_active() const {
   return std::min(pcie_bandwidth, share);
 }
 
-double NodeSpec::profiled_core_share() const {
+double NodeSpec::profiled_core_share(double threads) const {
   if (!device_shares_host_cores) return 1.0;
-  return std::min(1.0, core_capacity() / (1.0 + background_threads));
+  return std::min(1.0, core_capacity() / (threads + background_threads));
 }
 
 namespace {
@@ -113,6 +113,24 @@ void read_fabric(ConfigReader& f, FabricSpec& fabric) {
   }
 }
 
+// The GPU's curves: efficiencies in (0, 1], and the cores a kernel keeps busy, at least one.
+void read_curves(ConfigReader& g, GpuSpec& gpu) {
+  auto curve = [&g](const char* key, Curve& into, bool threads) {
+    if (!g.has(key)) return;
+    into.points = g.curve(key);
+    for (const auto& [x, y] : into.points) {
+      if (threads && (y < 1 || y > 4096)) g.fail(key, "every thread count must be in [1, 4096] (cores a kernel keeps busy)");
+      if (!threads && (y <= 0 || y > 1)) g.fail(key, "every efficiency must be in (0, 1]");
+    }
+  };
+  curve("gemm_efficiency", gpu.gemm_efficiency, false);
+  curve("gemm_forward_efficiency", gpu.gemm_forward_efficiency, false);
+  curve("attention_forward_efficiency", gpu.attention_forward_efficiency, false);
+  curve("attention_backward_efficiency", gpu.attention_backward_efficiency, false);
+  curve("gemm_threads", gpu.gemm_threads, true);
+  curve("attention_threads", gpu.attention_threads, true);
+}
+
 HwProfile read(ConfigReader& r) {
   using U = UnitKind;
   HwProfile hw;
@@ -143,20 +161,11 @@ HwProfile read(ConfigReader& r) {
   hw.node.gpu.peak_flops = g.number_in("peak_flops", U::FlopsPerSecond, kMinRate, 1e21);
   hw.node.gpu.memory_bandwidth = g.number_in("memory_bandwidth", U::BytesPerSecond, kMinRate, 1e18);
   hw.node.gpu.kernel_launch = g.non_negative_number("kernel_launch", U::Seconds, 5e-6);
-  auto efficiency_curve = [&g](const char* key, Curve& into) {
-    if (!g.has(key)) return;
-    into.points = g.curve(key);
-    for (const auto& [x, y] : into.points)
-      if (y <= 0 || y > 1) g.fail(key, "every efficiency must be in (0, 1]");
-  };
-  efficiency_curve("gemm_efficiency", hw.node.gpu.gemm_efficiency);
+  read_curves(g, hw.node.gpu);
   hw.node.gpu.elementwise_efficiency = g.fraction("elementwise_efficiency", 0.8);
   hw.node.gpu.vector_flops = g.non_negative_number("vector_flops", U::FlopsPerSecond, 0.0);
-  efficiency_curve("gemm_forward_efficiency", hw.node.gpu.gemm_forward_efficiency);
   hw.node.gpu.working_bytes = g.choice("working_precision", {"bf16", "fp32"}, "bf16") == "fp32" ? 4 : 2;
   read_precisions(g, hw.node.gpu);
-  efficiency_curve("attention_forward_efficiency", hw.node.gpu.attention_forward_efficiency);
-  efficiency_curve("attention_backward_efficiency", hw.node.gpu.attention_backward_efficiency);
   if (auto v = g.maybe_child("variability")) read_variability(*v, hw.node.gpu);
   if (auto s = g.maybe_child("in_step_slowdown")) {
     for (const auto& key : in_step_keys()) {
@@ -334,6 +343,18 @@ double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double byte
   const double compute = flops / (g.peak_flops * std::max(1e-3, efficiency));
   const double memory = bytes / (g.memory_bandwidth * g.elementwise_efficiency);
   return g.kernel_launch + slowdown * std::max(compute, memory);
+}
+
+double kernel_threads(const GpuSpec& g, Kernel kernel, int64_t curve_dim) {
+  const Curve* c = nullptr;
+  switch (kernel) {
+    case Kernel::GemmForward:
+    case Kernel::GemmBackward: c = &g.gemm_threads; break;
+    case Kernel::AttentionForward:
+    case Kernel::AttentionBackward: c = &g.attention_threads; break;
+    case Kernel::Elementwise: break;
+  }
+  return c && !c->points.empty() ? std::max(1.0, c->at(double(curve_dim))) : 1.0;
 }
 
 }  // namespace zinf::core

@@ -40,6 +40,14 @@ struct GpuSpec {
   // head size (the smallest dimension of its per-head GEMMs). No curve: 1.
   Curve attention_forward_efficiency;
   Curve attention_backward_efficiency;
+  // CPU backend with OpenBLAS running several threads per process (measured_on.blas_threads > 1):
+  // how many cores a kernel keeps busy, its time on one BLAS thread over its time as profiled, by
+  // the same argument as the curves above (gemm_intensity_dim for a linear's forward and backward
+  // together; the head size for the attention core). OpenBLAS splits a GEMM only above a size, so
+  // small ones stay on one core. No curve: one core (one BLAS thread, or a GPU). Every other kernel
+  // runs on one thread.
+  Curve gemm_threads;
+  Curve attention_threads;
   // How many times longer each kind of kernel runs inside a training step than alone in a loop
   // (caches shared with the step's other work, operands evicted between uses, the backend's own
   // work around the kernel), keyed "<op kind>_forward" or "<op kind>_backward" (the op kinds of
@@ -103,6 +111,9 @@ enum class Kernel { Elementwise, GemmForward, GemmBackward, AttentionForward, At
 // The one kernel cost the simulator and the idealized scheduler share.
 double kernel_seconds(const GpuSpec& g, Kernel kernel, double flops, double bytes, int64_t curve_dim, double slowdown = 1.0);
 
+// The cores one such kernel keeps busy (GpuSpec::gemm_threads, attention_threads; at least 1).
+double kernel_threads(const GpuSpec& g, Kernel kernel, int64_t curve_dim);
+
 struct NodeSpec {
   int gpus = 1;
   GpuSpec gpu;
@@ -130,7 +141,9 @@ struct NodeSpec {
   double core_capacity() const { return parallel_throughput > 0 ? parallel_throughput : double(std::max(1, cpu_cores)); }
   // The share of one core a single thread got while the profile measured its rates (with
   // background_threads competing): every rate above is that of one thread at this share.
-  double profiled_core_share() const;
+  // A kernel on `threads` threads got min(threads, capacity · threads / (threads + background))
+  // cores: this share of one core per thread.
+  double profiled_core_share(double threads = 1) const;
   double nvme_capacity = 0;          // bytes, whole node
   int nvme_drives = 1;
   double nvme_read_bandwidth = 0;    // bytes/s, whole node

@@ -134,6 +134,8 @@ void write_gpu(ProfileEmitter& e, const GpuSpec& g) {
   e.number("vector_flops", g.vector_flops);
   e.curve("attention_forward_efficiency", g.attention_forward_efficiency);
   e.curve("attention_backward_efficiency", g.attention_backward_efficiency);
+  e.curve("gemm_threads", g.gemm_threads);
+  e.curve("attention_threads", g.attention_threads);
   if (g.has_variability()) {
     e.open("variability");
     e.number("spread", g.variability_spread);

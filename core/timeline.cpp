@@ -212,14 +212,24 @@ TimelineCheck check_timeline(const Program& p, const Timeline& tl, double tol) {
   return out;
 }
 
-double task_kernel_seconds(const GpuSpec& gpu, const Program& p, const Task& t) {
+namespace {
+
+Kernel task_kernel(const Program& p, const Task& t) {
   const bool backward = t.kind == TaskKind::Backward;
-  Kernel k = Kernel::Elementwise;
   if (t.op >= 0 && p.ops()[static_cast<size_t>(t.op)].kind == "attention")
-    k = backward ? Kernel::AttentionBackward : Kernel::AttentionForward;
-  else if (t.gemm_dim > 0)
-    k = backward ? Kernel::GemmBackward : Kernel::GemmForward;
-  return kernel_seconds(gpu, k, t.flops, t.bytes, t.gemm_dim, gpu.in_step(in_step_key(p, t)));
+    return backward ? Kernel::AttentionBackward : Kernel::AttentionForward;
+  if (t.gemm_dim > 0) return backward ? Kernel::GemmBackward : Kernel::GemmForward;
+  return Kernel::Elementwise;
+}
+
+}  // namespace
+
+double task_kernel_seconds(const GpuSpec& gpu, const Program& p, const Task& t) {
+  return kernel_seconds(gpu, task_kernel(p, t), t.flops, t.bytes, t.gemm_dim, gpu.in_step(in_step_key(p, t)));
+}
+
+double task_kernel_threads(const GpuSpec& gpu, const Program& p, const Task& t) {
+  return kernel_threads(gpu, task_kernel(p, t), t.gemm_dim);
 }
 
 std::string in_step_key(const Program& p, const Task& t) {

@@ -75,6 +75,9 @@ NcclCall collective_call(const HwProfile& hw, TaskKind kind, double bytes, int p
 // the kernel class its kind and operator give (forward or backward GEMM or attention, elementwise),
 // at the kernel's in_step_slowdown.
 double task_kernel_seconds(const GpuSpec& gpu, const Program& program, const Task& task);
+// The cores that kernel keeps busy (core::kernel_threads: more than 1 only for a CPU backend's GEMMs
+// and attention under several OpenBLAS threads).
+double task_kernel_threads(const GpuSpec& gpu, const Program& program, const Task& task);
 // The GpuSpec::in_step_slowdown key of a compute or optimizer task ("linear_backward", "optimizer").
 std::string in_step_key(const Program& program, const Task& task);
 // The host-memory work a collective of a CPU-backend device (node.device_shares_host_cores) does

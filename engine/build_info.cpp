@@ -68,6 +68,12 @@ BlasThreads pin_blas_threads(const char* blas_threads_env) {
   return b;
 }
 
+ScopedBlasThreads::ScopedBlasThreads(int threads) : before_(openblas_get_num_threads()) {
+  openblas_set_num_threads(std::max(1, threads));
+}
+
+ScopedBlasThreads::~ScopedBlasThreads() { openblas_set_num_threads(before_); }
+
 std::string describe(const BlasThreads& b) {
   return "OpenBLAS: " + std::to_string(b.threads) + (b.threads == 1 ? " thread" : " threads") +
          (b.pinned ? " per process (pinned by zinf; set OPENBLAS_NUM_THREADS to choose, and profile with the same)"

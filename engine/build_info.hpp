@@ -40,4 +40,18 @@ struct BlasThreads {
 BlasThreads pin_blas_threads(const char* blas_threads_env);
 std::string describe(const BlasThreads& b);
 
+// OpenBLAS on `threads` threads in this process while it lives (profile-hw measures one thread's
+// rates beside the pinned count's); the count it found is restored after. Not for use while another
+// thread is inside a BLAS call.
+class ScopedBlasThreads {
+public:
+  explicit ScopedBlasThreads(int threads);
+  ~ScopedBlasThreads();
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+private:
+  int before_;
+};
+
 }  // namespace zinf::engine

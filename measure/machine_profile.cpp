@@ -331,6 +331,7 @@ struct Alone {
   double membw = 0;
   Elementwise elementwise;
   std::vector<AttentionPoint> attention;
+  KernelThreads kernel_threads;  // cores those kernels keep busy (several BLAS threads per process)
   LinearFit copy;
   DiskFit disk;
   bool serial_requests = false;
@@ -356,6 +357,11 @@ void measure_compute(const ProfileOptions& a, Alone& m) {
   m.attention = measure_attention(a.quick);
   fmt::print("  attention core         {:.2f} / {:.2f} of the GEMM peak forward / backward at head size {}\n",
              m.attention.back().forward / m.peak, m.attention.back().backward / m.peak, m.attention.back().head);
+  m.kernel_threads = measure_kernel_threads(m.gemm, m.attention, a.quick);
+  if (!m.kernel_threads.gemm.empty())
+    fmt::print("  cores a kernel keeps   GEMM {:.2f}..{:.2f}, attention {:.2f}..{:.2f} (several BLAS threads per process)\n",
+               m.kernel_threads.gemm.front().second, m.kernel_threads.gemm.back().second,
+               m.kernel_threads.attention.front().second, m.kernel_threads.attention.back().second);
   m.copy = measure_copy(a.quick);
   fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(m.copy.bandwidth),
              core::format_seconds(m.copy.latency));
@@ -434,6 +440,8 @@ core::HwProfile profile_alone(const ProfileOptions& a, const Alone& m) {
     hw.node.gpu.attention_forward_efficiency.points.push_back(of_peak(double(p.head), p.forward));
     hw.node.gpu.attention_backward_efficiency.points.push_back(of_peak(double(p.head), p.backward));
   }
+  hw.node.gpu.gemm_threads.points = m.kernel_threads.gemm;
+  hw.node.gpu.attention_threads.points = m.kernel_threads.attention;
   hw.node.gpu.elementwise_efficiency = std::clamp(m.elementwise.bandwidth / m.membw, 0.001, 1.0);
   hw.node.gpu.vector_flops = m.elementwise.vector_flops;
   return hw;
@@ -466,6 +474,8 @@ core::HwProfileNotes profile_notes(const Alone& m, double executor_task, double 
       {"node.gpu.elementwise_efficiency", "residual add, bf16-counted bytes, of memory_bandwidth"},
       {"node.gpu.vector_flops", "layernorm and GELU, graph-counted FLOPs (geometric mean)"},
       {"node.gpu.attention_forward_efficiency", "attention core by head size, graph-counted FLOPs, of peak_flops"},
+      {"node.gpu.gemm_threads", "cores a linear's GEMMs keep busy: their time on one BLAS thread over their time above"},
+      {"node.gpu.attention_threads", "the same for the attention core, by head size"},
       {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")"},
       {"node.host.adam_params_per_s", "CpuAdam, 1 thread, bf16 gradients"},
       {"node.host.device_shares_cores", "the CPU backend: compute, Adam and copies share these cores"},

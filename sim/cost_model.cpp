@@ -13,6 +13,10 @@ double CostModel::kernel_seconds(const core::Program& program, const core::Task&
   return core::task_kernel_seconds(hw_.node.gpu, program, task);
 }
 
+double CostModel::kernel_threads(const core::Program& program, const core::Task& task) const {
+  return core::task_kernel_threads(hw_.node.gpu, program, task);
+}
+
 double CostModel::cpu_adam_seconds(double params) const {
   return params / (hw_.node.cpu_adam_rate / hw_.node.cpu_sockets);
 }

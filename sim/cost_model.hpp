@@ -19,6 +19,8 @@ public:
   double gemm_efficiency(double dim) const;
   // A compute task, or an optimizer step on the device, as one GPU kernel (core::task_kernel_seconds).
   double kernel_seconds(const core::Program& program, const core::Task& task) const;
+  // The cores that kernel keeps busy on a shared core pool (core::task_kernel_threads).
+  double kernel_threads(const core::Program& program, const core::Task& task) const;
   // Adam over `params` parameters on one CPU socket when it runs alone (sockets time-share).
   double cpu_adam_seconds(double params) const;
   // A pass over `bytes` of host memory on one socket (gradient norm of host-resident shards).

@@ -297,14 +297,17 @@ private:
     return e;
   }
 
-  // Work a thread of the rank does on its node's shared core pool: `seconds` as the profile
-  // measured it (one thread at the profiled core share), run as an exec SimGrid time-shares with
-  // every other thread on those cores. Without a shared pool, on `fallback` for `seconds`.
-  Job host_work(int rank, sg4::Host* fallback, double seconds) {
+  // Work the rank does on its node's shared core pool: `seconds` as the profile measured it, on
+  // `threads` threads (a multi-threaded BLAS kernel keeps several cores busy) at the share of a core
+  // each got while profiled, run as an exec SimGrid time-shares with every other thread on those
+  // cores: bounded at `threads` cores, weighted as that many threads. Without a shared pool, on
+  // `fallback` for `seconds`.
+  Job host_work(int rank, sg4::Host* fallback, double seconds, double threads = 1) {
     if (seconds <= 0) co_return;
     ++activities_;
     if (auto* pool = platform_.cores(platform_.node_of(rank))) {
-      const sg4::ActivityPtr e = start_exec(pool, seconds * core_share_, 1.0);
+      const double share = threads == 1 ? core_share_ : platform_.hw().node.profiled_core_share(threads);
+      const sg4::ActivityPtr e = start_exec(pool, seconds * threads * share, threads, threads);
       co_await events_.wait(e);
     } else if (gpu_exclusive_ && fallback == platform_.gpu(rank)) {
       co_await events_.delay(seconds);
@@ -380,7 +383,7 @@ private:
       case TaskKind::Backward: {
         const double seconds = cost_.kernel_seconds(program_, t) * rs.gpu_time_factor;
         rs.compute_since_sync += seconds;
-        co_await host_work(rank, platform_.gpu(rank), seconds);
+        co_await host_work(rank, platform_.gpu(rank), seconds, cost_.kernel_threads(program_, t));
         break;
       }
       case TaskKind::CopyH2D:

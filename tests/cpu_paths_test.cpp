@@ -1,7 +1,7 @@
 // The engine's CPU-dependent choices: the paths reported by `zinf --version` are the ones the
 // dispatchers take. tests/emulated_cpu.sh runs this and the other CPU-dependent tests (crc32c_test,
 // cpu_adam_test, cpu_kernels_test) again on emulated CPUs without AVX-512 and without AVX2. The
-// BLAS threads zinf pins for every command.
+// BLAS threads zinf pins for every command, and what profile-hw measures of them.
 #include <catch2/catch.hpp>
 #include <cblas.h>
 
@@ -10,6 +10,7 @@
 #include "engine/build_info.hpp"
 #include "engine/io/crc32c.hpp"
 #include "engine/optim/cpu_adam.hpp"
+#include "engine/probe/machine_probe.hpp"
 
 using namespace zinf::engine;
 
@@ -53,4 +54,57 @@ TEST_CASE("zinf pins OpenBLAS to one thread unless OPENBLAS_NUM_THREADS names a 
   CHECK(openblas_get_num_threads() >= 1);
   CHECK_THAT(describe(three), Catch::Contains("3 threads per process (OPENBLAS_NUM_THREADS)"));
   pin_blas_threads(nullptr);
+}
+
+TEST_CASE("ScopedBlasThreads runs OpenBLAS on the count it names and restores the count it found") {
+  pin_blas_threads("2");
+  const int found = openblas_get_num_threads();
+  {
+    const ScopedBlasThreads one(1);
+    CHECK(openblas_get_num_threads() == 1);
+  }
+  CHECK(openblas_get_num_threads() == found);
+  pin_blas_threads("1");
+  {
+    const ScopedBlasThreads none(0);  // below one: one
+    CHECK(openblas_get_num_threads() == 1);
+  }
+  CHECK(openblas_get_num_threads() == 1);
+  pin_blas_threads(nullptr);
+}
+
+TEST_CASE("profile-hw measures the cores per kernel only on several BLAS threads: one core or two on two") {
+  pin_blas_threads("1");
+  const auto gemm1 = probe::measure_gemm(true);
+  const auto attention1 = probe::measure_attention(true);
+  const auto one = probe::measure_kernel_threads(gemm1, attention1, true);
+  CHECK(one.gemm.empty());
+  CHECK(one.attention.empty());
+  pin_blas_threads("2");
+  if (openblas_get_num_threads() < 2) {
+    pin_blas_threads(nullptr);
+    WARN("OpenBLAS runs one thread here: the two-thread measurement was not made");
+    return;
+  }
+  const auto gemm2 = probe::measure_gemm(true);
+  const auto attention2 = probe::measure_attention(true);
+  const auto two = probe::measure_kernel_threads(gemm2, attention2, true);
+  CHECK(openblas_get_num_threads() >= 2);  // the one-thread measurement gave the threads back
+  pin_blas_threads(nullptr);
+  REQUIRE(two.gemm.size() == gemm2.size());
+  REQUIRE(two.attention.size() == attention2.size());
+  for (size_t i = 0; i < gemm2.size(); ++i) {
+    CHECK(two.gemm[i].first == double(gemm2[i].dim));
+    CHECK((two.gemm[i].second >= 1.0 && two.gemm[i].second <= 2.0));
+  }
+  for (size_t i = 0; i < attention2.size(); ++i) {
+    CHECK(two.attention[i].first == double(attention2[i].head));
+    CHECK((two.attention[i].second >= 1.0 && two.attention[i].second <= 2.0));
+  }
+  // The cores' throughput is one BLAS thread's whatever the process runs: between one and the cores.
+  pin_blas_threads("2");
+  const double throughput = probe::measure_parallel_throughput(2, true);
+  CHECK(openblas_get_num_threads() >= 2);
+  pin_blas_threads(nullptr);
+  CHECK((throughput >= 1.0 && throughput <= 2.0));
 }

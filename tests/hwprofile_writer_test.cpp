@@ -36,6 +36,8 @@ void check_same(const HwProfile& a, const HwProfile& b) {
   CHECK(g.vector_flops == h.vector_flops);
   CHECK(g.attention_forward_efficiency.points == h.attention_forward_efficiency.points);
   CHECK(g.attention_backward_efficiency.points == h.attention_backward_efficiency.points);
+  CHECK(g.gemm_threads.points == h.gemm_threads.points);
+  CHECK(g.attention_threads.points == h.attention_threads.points);
   CHECK(g.in_step_slowdown == h.in_step_slowdown);
   const NodeSpec &n = a.node, &m = b.node;
   CHECK(n.host_memory == m.host_memory);
@@ -96,6 +98,8 @@ TEST_CASE("a profile with every field away from its default reads back field by 
   g.gemm_forward_efficiency.points = {{64, 0.125}, {4096, 0.8125}};
   g.attention_forward_efficiency.points = {{64, 0.3}, {128, 0.45}};
   g.attention_backward_efficiency.points = {{64, 0.2}, {128, 0.35}};
+  g.gemm_threads.points = {{12, 1.0}, {512, 1.875}};
+  g.attention_threads.points = {{16, 1.25}, {128, 1.5}};
   g.vector_flops = 1.234567891e12;
   g.in_step_slowdown = {{"linear_forward", 1.0411}, {"optimizer", 2.5}, {"gelu_backward", 4.947}};
   auto& n = hw.node;

@@ -74,6 +74,43 @@ TEST_CASE("a Program's tasks pick their kernel class: attention by head size, GE
   CHECK(seen > 4);
 }
 
+TEST_CASE("a kernel keeps the cores its threads curve gives: GEMMs by intensity, attention by head size, the rest one", "[cost]") {
+  core::GpuSpec g = gpu();
+  // No curves (one BLAS thread, or a GPU): one core for every kernel.
+  for (Kernel k : {Kernel::Elementwise, Kernel::GemmForward, Kernel::GemmBackward, Kernel::AttentionForward, Kernel::AttentionBackward})
+    CHECK(core::kernel_threads(g, k, 256) == 1.0);
+  g.gemm_threads.points = {{32, 1.0}, {256, 1.9}};
+  g.attention_threads.points = {{16, 1.2}, {64, 1.6}};
+  CHECK(core::kernel_threads(g, Kernel::GemmForward, 256) == Approx(1.9));
+  CHECK(core::kernel_threads(g, Kernel::GemmBackward, 32) == Approx(1.0));
+  CHECK(core::kernel_threads(g, Kernel::AttentionForward, 64) == Approx(1.6));
+  CHECK(core::kernel_threads(g, Kernel::AttentionBackward, 16) == Approx(1.2));
+  CHECK(core::kernel_threads(g, Kernel::Elementwise, 256) == 1.0);
+  // A Program's tasks: linears and attention by their curves, layernorm, GELU and the rest one.
+  const auto spec = core::parse_model_spec("name: t\nlayers: 1\nhidden: 128\nheads: 4\nseq: 64\nvocab: 256\nmicro_batch: 1\n",
+                                           "t.yaml");
+  const auto hw = core::load_hwprofile(test::source("hwprofiles/cpu-dev.yaml"));
+  const auto pr = core::make_plan(models::build_gpt(spec), hw, core::parse_run_config("zero_stage: 3\n", "c"), 1);
+  int linears = 0, others = 0;
+  for (const auto& t : pr.program.tasks()) {
+    if (!core::is_compute(t.kind) || t.op < 0) continue;
+    const auto& op = pr.program.ops()[size_t(t.op)];
+    const double threads = core::task_kernel_threads(g, pr.program, t);
+    if (op.kind == "attention") {
+      CHECK(threads == Approx(g.attention_threads.at(32)));
+    } else if (op.kind == "linear") {
+      CHECK(threads == Approx(g.gemm_threads.at(double(t.gemm_dim))));
+      CHECK(threads > 1.0);
+      ++linears;
+    } else if (op.kind == "layernorm" || op.kind == "gelu" || op.kind == "residual") {
+      CHECK(threads == 1.0);
+      ++others;
+    }
+  }
+  CHECK(linears > 2);
+  CHECK(others > 2);
+}
+
 TEST_CASE("a GEMM's curve argument is the side of the square GEMM of the same intensity; a tile keeps most of it", "[cost]") {
   CHECK(core::gemm_intensity_dim(256, 256, 256) == Approx(256));
   CHECK(core::gemm_intensity_dim(512, 32, 128) == Approx(3.0 / (1.0 / 512 + 1.0 / 32 + 1.0 / 128)));

@@ -143,6 +143,54 @@ TEST_CASE("cores that deliver less together than apart slow every busy rank by t
   CHECK(step(profile(true, 2, 0, 2.0), 2) == Approx(one).epsilon(0.02));
 }
 
+TEST_CASE("a kernel on several BLAS threads runs alone at its profiled time and shares the pool as that many threads") {
+  // One BLAS thread: the GEMMs and attention at 100 GFLOP/s, the other kernels at the vector rate.
+  auto pinned = profile(true, 2, 0.0);
+  pinned.node.gpu.vector_flops = 100e9;
+  // Two BLAS threads per process that scale perfectly: twice the GEMM and attention rate, each kernel
+  // keeping two cores busy; the single-threaded kernels as before.
+  auto two_threads = [&](double background) {
+    auto hw = profile(true, 2, background);
+    hw.node.gpu.vector_flops = 100e9;
+    hw.node.gpu.peak_flops = 200e9;
+    hw.node.gpu.gemm_threads.points = {{1, 2.0}, {1e6, 2.0}};
+    hw.node.gpu.attention_threads.points = {{1, 2.0}, {1e6, 2.0}};
+    return hw;
+  };
+  const double pinned_one = step(pinned, 1), pinned_two = step(pinned, 2);
+  const double threaded_one = step(two_threads(0.0), 1), threaded_two = step(two_threads(0.0), 2);
+  REQUIRE(pinned_one > 0);
+  // One rank alone: its GEMMs take two cores and half the time.
+  CHECK(threaded_one < 0.8 * pinned_one);
+  // Without the curves a kernel is one thread: the same rank alone, at the same profiled time.
+  auto one_core_each = two_threads(0.0);
+  one_core_each.node.gpu.gemm_threads.points.clear();
+  one_core_each.node.gpu.attention_threads.points.clear();
+  CHECK(step(one_core_each, 1) == Approx(threaded_one).epsilon(1e-6));
+  // Two ranks on two cores: each rank's GEMMs get one core of the two, as on one BLAS thread. Counted
+  // as one thread each they would run as if alone.
+  CHECK(pinned_two == Approx(pinned_one).epsilon(0.02));
+  CHECK(threaded_two == Approx(pinned_two).epsilon(0.03));
+  CHECK(step(one_core_each, 2) == Approx(threaded_one).epsilon(0.02));
+  // Profiled beside another process's thread (two GEMM threads and it on two cores: two thirds of a
+  // core each), one rank still runs at the profiled time: the other thread is there in the simulation too.
+  CHECK(two_threads(1.0).node.profiled_core_share(2) == Approx(2.0 / 3.0));
+  CHECK(step(two_threads(1.0), 1) == Approx(threaded_one).epsilon(0.02));
+}
+
+TEST_CASE("the threads curves are read, written back and refused below one core") {
+  const std::string base = "name: t\nnode:\n  gpus: 1\n  gpu: {name: g, memory: 32 GB, peak_flops: 100 GFLOP/s, memory_bandwidth: 1 TB/s";
+  const std::string rest = "}\n  host: {memory: 1 TB, memory_bandwidth: 1 TB/s, cores: 2, adam_params_per_s: 1e9}\n"
+                           "  nvme: {capacity: 10 TB, read_bandwidth: 1 GB/s, write_bandwidth: 1 GB/s}\n"
+                           "  pcie: {bandwidth_per_gpu: 10 GB/s}\n  nvlink: {bandwidth_per_gpu: 10 GB/s}\n"
+                           "  nic: {count: 1, bandwidth: 1 GB/s}\nfabric: {topology: full}\n";
+  const auto hw = core::parse_hwprofile(base + ", gemm_threads: [[16, 1], [512, 1.9]], attention_threads: [[32, 1.4]]" + rest, "t.yaml");
+  CHECK(hw.node.gpu.gemm_threads.at(512) == Approx(1.9));
+  CHECK(hw.node.gpu.attention_threads.at(32) == Approx(1.4));
+  CHECK_THROWS_WITH(core::parse_hwprofile(base + ", gemm_threads: [[16, 0.5]]" + rest, "t.yaml"),
+                    Catch::Contains("t.yaml") && Catch::Contains("gemm_threads"));
+}
+
 TEST_CASE("ranks on shared cores drift apart: each collective waits the profile's share of the compute before it") {
   // rank_skew 0.5 at 2 ranks: the comm lane gains half the compute seconds of the step, and the
   // step grows; one rank, and a GPU profile, are untouched.

@@ -1,5 +1,6 @@
 #include "engine/probe/machine_probe.hpp"
 
+#include <cblas.h>
 #include <fmt/format.h>
 #include <time.h>
 
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "core/plan.hpp"
+#include "engine/build_info.hpp"
 #include "engine/backend/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/io/nvme_store.hpp"
@@ -117,6 +119,30 @@ std::vector<AttentionPoint> measure_attention(bool quick) {
     const double flops = 4.0 * double(T) * double(S) * double(C);
     out.push_back({hd, flops / fwd, 2.0 * flops / bwd});
   }
+  return out;
+}
+
+KernelThreads measure_kernel_threads(const std::vector<GemmPoint>& gemm, const std::vector<AttentionPoint>& attention,
+                                     bool quick) {
+  const int threads = openblas_get_num_threads();
+  if (threads <= 1) return {};
+  std::vector<GemmPoint> gemm1;
+  std::vector<AttentionPoint> attention1;
+  {
+    const ScopedBlasThreads one(1);
+    gemm1 = measure_gemm(quick);
+    attention1 = measure_attention(quick);
+  }
+  // Seconds per forward FLOP of a forward and a backward (twice the FLOPs) at these rates.
+  auto both = [](double forward, double backward) { return 1.0 / forward + 2.0 / backward; };
+  auto cores = [threads](double one, double many) { return std::clamp(one / many, 1.0, double(threads)); };
+  KernelThreads out;
+  for (size_t i = 0; i < std::min(gemm.size(), gemm1.size()); ++i)
+    out.gemm.emplace_back(double(gemm[i].dim),
+                          cores(both(gemm1[i].forward, gemm1[i].backward), both(gemm[i].forward, gemm[i].backward)));
+  for (size_t i = 0; i < std::min(attention.size(), attention1.size()); ++i)
+    out.attention.emplace_back(double(attention[i].head), cores(both(attention1[i].forward, attention1[i].backward),
+                                                                both(attention[i].forward, attention[i].backward)));
   return out;
 }
 
@@ -245,6 +271,7 @@ double measure_parallel_throughput(unsigned cores, bool quick) {
     }
     return double(n) * flops / seconds_since(t0);
   };
+  const ScopedBlasThreads one(1);
   const double seconds = quick ? 0.1 : 0.4;
   const double alone = rate_of(seconds);
   std::vector<double> rates(cores, 0.0);

@@ -66,6 +66,17 @@ struct AttentionPoint {
 
 std::vector<AttentionPoint> measure_attention(bool quick);
 
+// How many cores the GEMMs and the attention core keep busy at this process's OpenBLAS threads
+// (core::GpuSpec::gemm_threads, attention_threads): each shape's time on one BLAS thread over its
+// time in `gemm` and `attention` (measured at this process's count), clamped to [1, threads]; a
+// linear's forward and backward together. Keyed as those points are. Empty when OpenBLAS runs one
+// thread per process.
+struct KernelThreads {
+  std::vector<std::pair<double, double>> gemm, attention;
+};
+KernelThreads measure_kernel_threads(const std::vector<GemmPoint>& gemm, const std::vector<AttentionPoint>& attention,
+                                     bool quick);
+
 // STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand, of
 // 4 MiB buffers (the working-set size of the kernels above; the CPU "device" is its caches).
 double measure_memory_bandwidth(bool);
@@ -94,8 +105,8 @@ double measure_task_overhead(const core::HwProfile& hw);
 // How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
 // a mid-sized GEMM (512 x 256 x 256) on buffers of its own: the sum of their rates over the rate of the
 // same loop run alone just before. `cores` on a machine whose cores are independent; less when
-// virtual cores share a physical one (SMT) or the host throttles. OpenBLAS must run one thread per
-// caller (OPENBLAS_NUM_THREADS=1) for this to mean anything.
+// virtual cores share a physical one (SMT) or the host throttles. OpenBLAS runs one thread per caller
+// meanwhile, whatever this process's count: the figure is one thread's rate, as the core pool counts it.
 double measure_parallel_throughput(unsigned cores, bool quick);
 
 // Runnable threads of other processes on this machine's cores: `cores` threads spin for a while
