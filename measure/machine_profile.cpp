@@ -592,10 +592,19 @@ std::string profile_machine_mismatch(const core::HwProfile& hw, const std::strin
     return "hwprofile " + path + " does not say which machine it measured (no measured_on section): its predictions may describe "
            "another machine; " + remedy;
   const auto diffs = core::machine_differences(hw.measured_on, engine::this_machine(disk_dir));
-  if (diffs.empty()) return "";
-  std::string m = "hwprofile " + path + " was measured on another machine; its predictions describe that one:";
-  for (const auto& d : diffs) m += "\n  - " + d;
-  return m + "\n  To predict this machine, " + remedy + ".";
+  std::string m;
+  if (!diffs.empty()) {
+    m = "hwprofile " + path + " was measured on another machine; its predictions describe that one:";
+    for (const auto& d : diffs) m += "\n  - " + d;
+    m += "\n  To predict this machine, " + remedy + ".";
+  }
+  // Measured on several BLAS threads by a profile-hw that did not yet measure the cores each kernel
+  // keeps busy: its core pool counts a two-thread GEMM as one thread.
+  if (hw.node.device_shares_host_cores && hw.measured_on.blas_threads > 1 && hw.node.gpu.gemm_threads.points.empty())
+    m += (m.empty() ? "" : "\n") + fmt::format("hwprofile {} was measured on {} OpenBLAS threads per process without the cores "
+                                                "each kernel keeps busy (node.gpu.gemm_threads): ranks that share the cores are "
+                                                "predicted too long; {}", path, hw.measured_on.blas_threads, remedy);
+  return m;
 }
 
 }  // namespace zinf::measure

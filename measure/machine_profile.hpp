@@ -33,7 +33,8 @@ void collective_worker(const std::string& out_path);
 // For a profile that measured a machine (`measured_on:`) used to predict this one: "" when it was
 // measured here, else a message naming the profile at `path`, each difference, and the
 // `zinf profile-hw` command that measures this machine. A measured-looking profile without the
-// record (written before it existed) gets a message too. `disk_dir`: this run's NVMe directory.
+// record (written before it existed) gets a message too, and so does one measured on several BLAS
+// threads without the cores each kernel keeps busy. `disk_dir`: this run's NVMe directory.
 std::string profile_machine_mismatch(const core::HwProfile& hw, const std::string& path, const std::string& disk_dir);
 
 }  // namespace zinf::measure

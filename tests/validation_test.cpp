@@ -165,6 +165,16 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   text = read_text(check_log);
   CHECK_THAT(text, Catch::Contains(other_path) && Catch::Contains("another machine") && Catch::Contains("cores: 4096 profiled") &&
                        Catch::Contains("zinf profile-hw --out " + other_path));
+  // Measured on two BLAS threads before profile-hw measured the cores each kernel keeps: named too.
+  std::string two = read_text(out);
+  const std::string threads_line = "  blas_threads: 1\n";
+  REQUIRE(two.find(threads_line) != std::string::npos);
+  two.replace(two.find(threads_line), threads_line.size(), "  blas_threads: 2\n");
+  std::ofstream(other_path) << two;
+  CHECK(std::system(("OPENBLAS_NUM_THREADS=2 " + zinf + " profile-hw --check " + other_path + " --nvme-dir " + dir.string() +
+                     " > " + check_log + " 2>&1").c_str()) != 0);
+  text = read_text(check_log);
+  CHECK_THAT(text, Catch::Contains("2 OpenBLAS threads per process without the cores") && !Catch::Contains("another machine"));
   fs::remove(other_path);
   fs::remove(check_log);
   // Nothing left behind on the measured disk but the profile and the log.
