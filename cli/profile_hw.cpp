@@ -70,7 +70,7 @@ void add_profile_hw_command(CLI::App& app) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   cmd->add_option("--check", a->check,
-                  "Measure nothing: say whether the hwprofile at this path was measured on this machine (exit 1 if not)");
+                  "Measure nothing: say whether the hwprofile at this path describes this machine as measured now (exit 1 if not: another machine, or several BLAS threads without the cores each kernel keeps)");
   cmd->add_option("--comm-worker", a->comm_worker, "(internal) one rank of the collective measurement")->group("");
   cmd->callback([a] {
     if (a->check.empty()) return run(*a);

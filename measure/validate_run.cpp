@@ -176,7 +176,7 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
   j["steps"] = a.steps;
   j["warmup"] = a.warmup;
   j["hwprofile"] = core::display_path(a.hw, core::zinf_root(a.source_dir));  // no machine's paths in the report
-  j["profile_machine_mismatch"] = mismatch;  // "" when the profile was measured on this machine
+  j["profile_machine_mismatch"] = mismatch;  // "" when the profile describes this machine as profile-hw measures it now
   j["measured"] = {{"median", meas.median}, {"min", meas.min}, {"max", meas.max}, {"steps", meas.steps},
                    {"all", step_seconds}};
   j["predicted"] = report.step_time;

@@ -35,32 +35,24 @@ class Verdicts(unittest.TestCase):
                    ("s2", "c"): verdict(True),
                    ("s3", "a"): verdict(True), ("s3", "b"): verdict(True), ("s3", "b printed"): verdict(True),
                    ("s3", "c"): verdict(False, "device", 3.0)}
-        with unittest.mock.patch.object(capacity, "reserves", return_value={"device": 0.2, "host": 0.1}):
-            rows = {r["strategy"]: r for r in capacity.verdicts(SPEC, results)}
+        asked = []
+
+        def bound(strategy, model, tier, admit):
+            asked.append((strategy["name"], model, tier, admit))
+            return {("s2", "c", "device", False): 0.25, ("s3", "c", "device", True): 0.1}.get((strategy["name"], model, tier, admit))
+        rows = {r["strategy"]: r for r in capacity.verdicts(SPEC, results, bound)}
+        # Only the disagreements ask: an admitted next model on every tier, a refused run on its short tier.
+        self.assertEqual(sorted(asked), [("s2", "c", "device", False), ("s2", "c", "host", False), ("s3", "c", "device", True)])
         self.assertTrue(rows["s1"]["agrees"])
         self.assertEqual(rows["s1"]["next"], "b")
         # The next size after b is c, not b's printed shape: s2 admits c, beyond its limit.
         self.assertEqual(rows["s2"]["next"], "c")
         self.assertFalse(rows["s2"]["agrees"])
-        self.assertIn("at least", rows["s2"]["to_agree"])
+        self.assertEqual(rows["s2"]["to_agree"], "device reserve at least 25.0 %")
         # s3 refuses what it ran; the last size has no next one.
         self.assertFalse(rows["s3"]["agrees"])
         self.assertEqual(rows["s3"]["next"], "")
         self.assertEqual(rows["s3"]["to_agree"], "device reserve at most 10.0 %")
-
-    def test_reserve_to_agree(self):
-        # Device: 24 GB of budget at a 20 % reserve is 30 GB; 3 GB short needs 27 GB, a reserve of at most 10 %.
-        tier, bound = capacity.reserve_to_agree(verdict(False, "device", 3.0), {"device": 0.2, "host": 0.1}, admit=True)
-        self.assertEqual(tier, "device")
-        self.assertAlmostEqual(bound, 0.1)
-        # Admitted beyond the limit at a peak of 10 GB of those 30 GB: refused from a reserve of 2/3 up.
-        tier, bound = capacity.reserve_to_agree(verdict(True), {"device": 0.2, "host": 0.1}, admit=False)
-        self.assertAlmostEqual(bound, 2.0 / 3.0)
-        # Host, per node: 900 GB at 10 % is 1000 GB; a peak of 950 GB fits from a reserve of at most 5 %.
-        tier, bound = capacity.reserve_to_agree(verdict(False, "host", 2.0, peak={"device": 1.0, "host": 950.0}),
-                                                {"device": 0.2, "host": 0.1}, admit=True)
-        self.assertEqual(tier, "host")
-        self.assertAlmostEqual(bound, 0.05)
 
 
 @unittest.skipUnless(os.environ.get("ZINF_BINARY"), "ZINF_BINARY not set (CTest sets it)")
@@ -80,6 +72,10 @@ class EndToEnd(unittest.TestCase):
         self.assertFalse(fits[("data parallel", "10B")])
         self.assertTrue(fits[("ZeRO-Infinity, NVMe", "1000B")])
         self.assertRegex(text, r"\d of 6 strategies agree with the paper")
+        # A refused run's bound comes from planning it again: at that reserve it fits, a point above it not.
+        for line in text.splitlines():
+            if "refuses what the paper ran" in line:
+                self.assertRegex(line, r"reserve at most \d+\.\d %|no \w+ reserve would do")
 
 
 if __name__ == "__main__":

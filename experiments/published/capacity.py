@@ -12,6 +12,7 @@ Nothing is fitted: the profile's reserves are what its comments source.
 import argparse
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -25,13 +26,15 @@ import run as published  # noqa: E402  (the points' input files, written the sam
 ROOT = published.ROOT
 
 
-def plan(zinf, spec, model, strategy, folder):
+def plan(zinf, spec, model, strategy, folder, hw_path=None):
     """zinf plan's verdict on one model under one strategy: whether it fits, the short tier and by how much
     per GPU, and each tier's peak and budget (per GPU for the device, per node for the host)."""
     tp = model.get("tensor_parallel", 1)
     point = {"id": f"{strategy['name']} {model['name']}", "model": model, "seq": spec["seq"], "vocab": spec["vocab"],
              "batch": model.get("batch", 1) / tp, "tensor_parallel": tp, "config": strategy["config"], "hw": spec["hw"]}
     paths = published.write_inputs(point, folder)
+    if hw_path:
+        paths["hw"] = hw_path
     cmd = [zinf, "plan", "--model", paths["model"], "--hw", paths["hw"], "--config", paths["config"],
            "--nodes", str(spec["nodes"]), "--json"]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -46,34 +49,46 @@ def plan(zinf, spec, model, strategy, folder):
            "budget_gb": {t: memory[t]["budget"] / 1e9 for t in ("device", "host")}}
     if not out["fits"]:
         out["tier"] = fit.get("tier", "")
-        out["short_gb"] = fit.get("shortfall_per_rank", fit.get("shortfall", 0.0)) / 1e9
+        out["short_gb"] = fit["shortfall_per_rank"] / 1e9
     return out
 
 
-def reserves(spec):
-    """The profile's reserve fractions of the device and the host (`reserve: gpu, host`)."""
+def reserve_to_agree(zinf, spec, model, strategy, tier, admit, folder):
+    """The reserve of `tier` at which a model would change sides: the largest that admits it (`admit`: the
+    paper ran it) or the smallest that refuses it, found by planning it again on copies of the profile (a
+    refusal on the states alone schedules no step, so its shortfall is only a lower bound). An explanation
+    to look for, never a fit: the profile keeps its own. None when no reserve in [0, 0.95] does."""
+    key = {"device": "gpu", "host": "host"}[tier]
     with open(os.path.join(ROOT, "hwprofiles", f"{spec['hw']}.yaml")) as f:
-        r = yaml.safe_load(f).get("reserve", {})
-    return {"device": float(r.get("gpu", 0.0)), "host": float(r.get("host", 0.0))}
+        profile = yaml.safe_load(f)
 
+    def fits_at(reserve):
+        profile.setdefault("reserve", {})[key] = round(reserve, 6)
+        sub = tempfile.mkdtemp(dir=folder)
+        hw = os.path.join(sub, "hw.yaml")
+        with open(hw, "w") as f:
+            yaml.safe_dump(profile, f)
+        return plan(zinf, spec, model, strategy, sub, hw_path=hw)["fits"]
 
-def reserve_to_agree(v, reserve, admit):
-    """The reserve at which a model would change sides: the largest that admits it (`admit`: the paper ran
-    it) or the smallest that refuses it. An explanation to look for, never a fit: the profile keeps its own."""
-    tier = v["tier"] if v["tier"] in ("device", "host") else "device"
-    capacity = v["budget_gb"][tier] / (1.0 - reserve[tier])
-    if admit:  # the budget must grow by the shortfall (per GPU; a node's host budget by the node's)
-        needed = v["peak_gb"][tier] if tier == "host" else v["budget_gb"][tier] + v["short_gb"]
-        return tier, 1.0 - needed / capacity
-    return tier, 1.0 - v["peak_gb"][tier] / capacity
+    lo, hi = 0.0, 0.95  # admit: it fits at lo and not at hi; refuse: the other way round
+    if fits_at(lo) != admit or fits_at(hi) == admit:
+        return None
+    for _ in range(12):
+        mid = 0.5 * (lo + hi)
+        if fits_at(mid) == admit:
+            lo = mid
+        else:
+            hi = mid
+    return lo if admit else hi
 
 
 def cell(v):
-    return "fits" if v["fits"] else f"{v['tier']} short {v['short_gb']:.1f} GB"
+    return "fits" if v["fits"] else f"{v['tier']} short {v['short_gb']:.1f} GB per GPU"
 
 
-def verdicts(spec, results):
-    """Per strategy: does the paper's largest fit, and is the next larger model refused?"""
+def verdicts(spec, results, bound=None):
+    """Per strategy: does the paper's largest fit, and is the next larger model refused? `bound(strategy, model,
+    tier, admit)` is the reserve at which a disagreement would turn (reserve_to_agree), or None."""
     # The sizes in order; a model planned only as printed beside its stated count is not a size of its own.
     names = [m["name"] for m in spec["models"] if "printed_shape_of" not in m]
     rows = []
@@ -84,12 +99,14 @@ def verdicts(spec, results):
         refused_next = None if nxt is None else not results[(s["name"], nxt)]["fits"]
         row = {"strategy": s["name"], "largest": s["largest"], "ran_fits": ran["fits"], "next": nxt or "",
                "next_refused": refused_next, "agrees": ran["fits"] and refused_next is not False, "to_agree": ""}
-        if not ran["fits"]:
-            tier, bound = reserve_to_agree(ran, reserves(spec), admit=True)
-            row["to_agree"] = f"{tier} reserve at most {100 * bound:.1f} %" if bound > 0 else f"no {tier} reserve would do"
-        elif refused_next is False:
-            tier, bound = reserve_to_agree(results[(s["name"], nxt)], reserves(spec), admit=False)
-            row["to_agree"] = f"{tier} reserve at least {100 * bound:.1f} %"
+        if bound and not ran["fits"] and ran["tier"] in ("device", "host"):
+            r = bound(s, s["largest"], ran["tier"], True)
+            row["to_agree"] = (f"{ran['tier']} reserve at most {math.floor(1000 * r) / 10:.1f} %" if r is not None
+                               else f"no {ran['tier']} reserve would do")
+        elif bound and refused_next is False:
+            parts = [f"{tier} reserve at least {math.ceil(1000 * r) / 10:.1f} %"
+                     for tier in ("device", "host") if (r := bound(s, nxt, tier, False)) is not None]
+            row["to_agree"] = " or ".join(parts) or "no reserve would do"
         rows.append(row)
     return rows
 
@@ -124,7 +141,11 @@ def main(argv=None):
                 os.makedirs(folder)
                 results[(s["name"], m["name"])] = plan(a.zinf, spec, m, s, folder)
             print(f"  {s['name']}: planned {len(spec['models'])} models", file=sys.stderr)
-    rows = verdicts(spec, results)
+    models = {m["name"]: m for m in spec["models"]}
+    with tempfile.TemporaryDirectory(prefix="zinf-capacity-reserve-") as tmp:
+        def bound(strategy, model, tier, admit):
+            return reserve_to_agree(a.zinf, spec, models[model], strategy, tier, admit, tmp)
+        rows = verdicts(spec, results, bound)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "capacity.csv"), "w", newline="") as f:
         w = csv.writer(f)
