@@ -358,7 +358,7 @@ void measure_compute(const ProfileOptions& a, Alone& m) {
   fmt::print("  attention core         {:.2f} / {:.2f} of the GEMM peak forward / backward at head size {}\n",
              m.attention.back().forward / m.peak, m.attention.back().backward / m.peak, m.attention.back().head);
   m.kernel_threads = measure_kernel_threads(m.gemm, m.attention, a.quick);
-  if (!m.kernel_threads.gemm.empty())
+  if (!m.kernel_threads.gemm.empty() && !m.kernel_threads.attention.empty())
     fmt::print("  cores a kernel keeps   GEMM {:.2f}..{:.2f}, attention {:.2f}..{:.2f} (several BLAS threads per process)\n",
                m.kernel_threads.gemm.front().second, m.kernel_threads.gemm.back().second,
                m.kernel_threads.attention.front().second, m.kernel_threads.attention.back().second);

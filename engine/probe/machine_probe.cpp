@@ -133,16 +133,17 @@ KernelThreads measure_kernel_threads(const std::vector<GemmPoint>& gemm, const s
     gemm1 = measure_gemm(quick);
     attention1 = measure_attention(quick);
   }
-  // Seconds per forward FLOP of a forward and a backward (twice the FLOPs) at these rates.
-  auto both = [](double forward, double backward) { return 1.0 / forward + 2.0 / backward; };
-  auto cores = [threads](double one, double many) { return std::clamp(one / many, 1.0, double(threads)); };
+  // Each shape's forward and backward (twice the FLOPs) on one thread over on `threads`, keyed by `key`.
+  auto ratios = [threads](const auto& many, const auto& one, auto key) {
+    auto seconds = [](const auto& p) { return 1.0 / p.forward + 2.0 / p.backward; };
+    std::vector<std::pair<double, double>> out;
+    for (size_t i = 0; i < std::min(many.size(), one.size()); ++i)
+      out.emplace_back(double(key(many[i])), std::clamp(seconds(one[i]) / seconds(many[i]), 1.0, double(threads)));
+    return out;
+  };
   KernelThreads out;
-  for (size_t i = 0; i < std::min(gemm.size(), gemm1.size()); ++i)
-    out.gemm.emplace_back(double(gemm[i].dim),
-                          cores(both(gemm1[i].forward, gemm1[i].backward), both(gemm[i].forward, gemm[i].backward)));
-  for (size_t i = 0; i < std::min(attention.size(), attention1.size()); ++i)
-    out.attention.emplace_back(double(attention[i].head), cores(both(attention1[i].forward, attention1[i].backward),
-                                                                both(attention[i].forward, attention[i].backward)));
+  out.gemm = ratios(gemm, gemm1, [](const GemmPoint& p) { return p.dim; });
+  out.attention = ratios(attention, attention1, [](const AttentionPoint& p) { return p.head; });
   return out;
 }
 
