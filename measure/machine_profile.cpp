@@ -332,6 +332,7 @@ struct Alone {
   Elementwise elementwise;
   std::vector<AttentionPoint> attention;
   KernelThreads kernel_threads;  // cores those kernels keep busy (several BLAS threads per process)
+  BlasSteadiness steadiness;     // how steadily a shared GEMM keeps them busy: early and late in the profile
   LinearFit copy;
   DiskFit disk;
   bool serial_requests = false;
@@ -362,6 +363,7 @@ void measure_compute(const ProfileOptions& a, Alone& m) {
     fmt::print("  cores a kernel keeps   GEMM {:.2f}..{:.2f}, attention {:.2f}..{:.2f} (several BLAS threads per process)\n",
                m.kernel_threads.gemm.front().second, m.kernel_threads.gemm.back().second,
                m.kernel_threads.attention.front().second, m.kernel_threads.attention.back().second);
+  m.steadiness = measure_blas_steadiness(a.quick ? 0.4 : 1.6);
   m.copy = measure_copy(a.quick);
   fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(m.copy.bandwidth),
              core::format_seconds(m.copy.latency));
@@ -447,6 +449,15 @@ core::HwProfile profile_alone(const ProfileOptions& a, const Alone& m) {
   return hw;
 }
 
+// The shared GEMM's cores over the windows, and a warning when they moved while one thread held.
+void print_steadiness(const BlasSteadiness& s) {
+  const Spread kept = spread(s.cores_kept), one = spread(s.one_thread);
+  fmt::print("  shared GEMM over time  {:.2f}..{:.2f} cores (p10..p90 of {} windows on {} BLAS threads); one thread's rate "
+             "{:.0f} % apart\n", kept.p10, kept.p90, s.cores_kept.size(), s.threads, 100.0 * (one.ratio() - 1.0));
+  const std::string w = steadiness_warning(s);
+  if (!w.empty()) fmt::print("  warning: {}\n", w);
+}
+
 // The notes profile-hw writes beside the fields: where each figure comes from.
 core::HwProfileNotes profile_notes(const Alone& m, double executor_task, double per_task, const InStep& in_step) {
   core::HwProfileNotes notes;
@@ -474,7 +485,8 @@ core::HwProfileNotes profile_notes(const Alone& m, double executor_task, double 
       {"node.gpu.elementwise_efficiency", "residual add, bf16-counted bytes, of memory_bandwidth"},
       {"node.gpu.vector_flops", "layernorm and GELU, graph-counted FLOPs (geometric mean)"},
       {"node.gpu.attention_forward_efficiency", "attention core by head size, graph-counted FLOPs, of peak_flops"},
-      {"node.gpu.gemm_threads", "cores a linear's GEMMs keep busy: their time on one BLAS thread over their time above"},
+      {"node.gpu.gemm_threads", "cores a linear's GEMMs keep busy: their time on one BLAS thread over their time above" +
+                                    steadiness_note(m.steadiness)},
       {"node.gpu.attention_threads", "the same for the attention core, by head size"},
       {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")"},
       {"node.host.adam_params_per_s", "CpuAdam, 1 thread, bf16 gradients"},
@@ -555,6 +567,12 @@ std::string profile_machine(const ProfileOptions& a) {
   hw.node.parallel_throughput = throughput;
   fmt::print("  {} compute threads      {:.2f} one-thread rates together (best of {:.2f}, {:.2f}, {:.2f})\n", m.cores,
              throughput, m.throughput_readings[0], m.throughput_readings[1], m.throughput_readings[2]);
+  if (m.steadiness.threads > 1) {  // a second look, some 20 s after the first
+    const auto later = measure_blas_steadiness(a.quick ? 0.4 : 1.6);
+    m.steadiness.cores_kept.insert(m.steadiness.cores_kept.end(), later.cores_kept.begin(), later.cores_kept.end());
+    m.steadiness.one_thread.insert(m.steadiness.one_thread.end(), later.one_thread.begin(), later.one_thread.end());
+    print_steadiness(m.steadiness);
+  }
   fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
              core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));
   std::string kernels;

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cblas.h>
 
+#include <cmath>
 #include <string>
 
 #include "engine/build_info.hpp"
@@ -107,4 +108,89 @@ TEST_CASE("profile-hw measures the cores per kernel only on several BLAS threads
   CHECK(openblas_get_num_threads() >= 2);
   pin_blas_threads(nullptr);
   CHECK((throughput >= 1.0 && throughput <= 2.0));
+}
+
+TEST_CASE("the cores a kernel keeps are its one-thread time over its time on the process's threads, from one core up to the threads") {
+  // Forward and backward weigh by their FLOPs: time = 1 / forward + 2 / backward.
+  const std::vector<probe::GemmPoint> many = {{24, 10e9, 10e9}, {307, 40e9, 20e9}, {1024, 90e9, 90e9}};
+  const std::vector<probe::GemmPoint> one = {{24, 12e9, 12e9}, {307, 20e9, 16e9}, {1024, 30e9, 30e9}};
+  const std::vector<probe::AttentionPoint> many_att = {{32, 8e9, 4e9}};
+  const std::vector<probe::AttentionPoint> one_att = {{32, 4e9, 4e9}};
+  const probe::KernelThreads k = probe::kernel_threads_from(many, one, many_att, one_att, 2);
+  REQUIRE(k.gemm.size() == 3);
+  CHECK(k.gemm[0] == std::pair<double, double>{24.0, 1.0});  // faster on one thread: never below one core
+  CHECK(k.gemm[1].first == 307.0);
+  // one thread: 1/20 + 2/16 = 0.175; two: 1/40 + 2/20 = 0.125 -> 1.4 cores
+  CHECK(k.gemm[1].second == Approx(1.4));
+  CHECK(k.gemm[2].second == 2.0);  // three times as fast on two threads: at most two cores
+  REQUIRE(k.attention.size() == 1);
+  // one thread: 1/4 + 2/4 = 0.75; two: 1/8 + 2/4 = 0.625 -> 1.2 cores
+  CHECK(k.attention[0].first == 32.0);
+  CHECK(k.attention[0].second == Approx(1.2));
+  // Shapes measured on one side only are left out.
+  CHECK(probe::kernel_threads_from(many, {one[0]}, {}, one_att, 4).gemm.size() == 1);
+}
+
+TEST_CASE("spread gives the nearest-rank 10th and 90th percentiles and the median") {
+  const probe::Spread none = probe::spread({});
+  CHECK(none.p10 == 0.0);
+  CHECK(none.ratio() == 1.0);
+  const probe::Spread ten = probe::spread({10, 1, 9, 2, 8, 3, 7, 4, 6, 5});
+  CHECK(ten.p10 == 1.0);
+  CHECK(ten.median == 5.5);
+  CHECK(ten.p90 == 9.0);
+  CHECK(ten.ratio() == 9.0);
+  const probe::Spread twenty = probe::spread({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20});
+  CHECK(twenty.p10 == 2.0);
+  CHECK(twenty.p90 == 18.0);
+  const probe::Spread one = probe::spread({3});
+  CHECK((one.p10 == 3.0 && one.median == 3.0 && one.p90 == 3.0));
+}
+
+TEST_CASE("profile-hw warns when a shared GEMM's cores move while one thread's rate holds, and tells the two apart") {
+  probe::BlasSteadiness steady;
+  steady.threads = 2;
+  steady.cores_kept = {1.90, 1.92, 1.88, 1.91, 1.93, 1.89, 1.90, 1.92, 1.91, 1.90};
+  steady.one_thread = std::vector<double>(10, 80e9);
+  CHECK(probe::steadiness_warning(steady).empty());
+  CHECK_THAT(probe::steadiness_note(steady), Catch::Contains("1.88..1.92 cores") && Catch::Contains("10 windows"));
+
+  probe::BlasSteadiness flipping = steady;  // two levels, the cores' own speed steady
+  flipping.cores_kept = {1.95, 1.95, 1.96, 1.94, 1.95, 1.40, 1.41, 1.39, 1.40, 1.42};
+  const std::string w = probe::steadiness_warning(flipping);
+  CHECK_THAT(w, Catch::Contains("1.39 cores busy in some windows and 1.95 in others (40 % apart)") &&
+                    Catch::Contains("while one thread's rate held within 0 %") &&
+                    Catch::Contains("OPENBLAS_NUM_THREADS=2") && Catch::Contains("One thread per process"));
+
+  probe::BlasSteadiness loaded = flipping;  // the one-thread reference moved as well
+  loaded.one_thread = {80e9, 80e9, 80e9, 80e9, 80e9, 60e9, 60e9, 60e9, 60e9, 60e9};
+  CHECK_THAT(probe::steadiness_warning(loaded), Catch::Contains("one thread's rate moved by 33 % too"));
+
+  probe::BlasSteadiness single;  // one BLAS thread: nothing measured, nothing said
+  CHECK(probe::steadiness_warning(single).empty());
+  CHECK(probe::steadiness_note(single).empty());
+}
+
+TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of windows on two") {
+  pin_blas_threads("1");
+  const probe::BlasSteadiness one = probe::measure_blas_steadiness(0.2, 0.05);
+  CHECK(one.threads == 1);
+  CHECK(one.cores_kept.empty());
+  pin_blas_threads("2");
+  if (openblas_get_num_threads() < 2) {
+    pin_blas_threads(nullptr);
+    WARN("OpenBLAS runs one thread here: the two-thread measurement was not made");
+    return;
+  }
+  const probe::BlasSteadiness two = probe::measure_blas_steadiness(0.4, 0.05);
+  CHECK(openblas_get_num_threads() == 2);  // each one-thread window gave the threads back
+  pin_blas_threads(nullptr);
+  CHECK(two.threads == 2);
+  REQUIRE(two.cores_kept.size() == 4);  // 0.4 s in pairs of 0.05 s windows
+  REQUIRE(two.one_thread.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(std::isfinite(two.one_thread[i]));  // a rate, however slow the core (under emulation: 0.1 GFLOP/s)
+    CHECK(two.one_thread[i] > 0.0);
+    CHECK(two.cores_kept[i] > 0.0);
+  }
 }

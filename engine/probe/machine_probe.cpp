@@ -122,6 +122,23 @@ std::vector<AttentionPoint> measure_attention(bool quick) {
   return out;
 }
 
+KernelThreads kernel_threads_from(const std::vector<GemmPoint>& many_gemm, const std::vector<GemmPoint>& one_gemm,
+                                  const std::vector<AttentionPoint>& many_attention,
+                                  const std::vector<AttentionPoint>& one_attention, int threads) {
+  // Each shape's forward and backward (twice the FLOPs) on one thread over on `threads`, keyed by `key`.
+  auto ratios = [threads](const auto& many, const auto& one, auto key) {
+    auto seconds = [](const auto& p) { return 1.0 / p.forward + 2.0 / p.backward; };
+    std::vector<std::pair<double, double>> out;
+    for (size_t i = 0; i < std::min(many.size(), one.size()); ++i)
+      out.emplace_back(double(key(many[i])), std::clamp(seconds(one[i]) / seconds(many[i]), 1.0, double(threads)));
+    return out;
+  };
+  KernelThreads out;
+  out.gemm = ratios(many_gemm, one_gemm, [](const GemmPoint& p) { return p.dim; });
+  out.attention = ratios(many_attention, one_attention, [](const AttentionPoint& p) { return p.head; });
+  return out;
+}
+
 KernelThreads measure_kernel_threads(const std::vector<GemmPoint>& gemm, const std::vector<AttentionPoint>& attention,
                                      bool quick) {
   const int threads = openblas_get_num_threads();
@@ -133,18 +150,7 @@ KernelThreads measure_kernel_threads(const std::vector<GemmPoint>& gemm, const s
     gemm1 = measure_gemm(quick);
     attention1 = measure_attention(quick);
   }
-  // Each shape's forward and backward (twice the FLOPs) on one thread over on `threads`, keyed by `key`.
-  auto ratios = [threads](const auto& many, const auto& one, auto key) {
-    auto seconds = [](const auto& p) { return 1.0 / p.forward + 2.0 / p.backward; };
-    std::vector<std::pair<double, double>> out;
-    for (size_t i = 0; i < std::min(many.size(), one.size()); ++i)
-      out.emplace_back(double(key(many[i])), std::clamp(seconds(one[i]) / seconds(many[i]), 1.0, double(threads)));
-    return out;
-  };
-  KernelThreads out;
-  out.gemm = ratios(gemm, gemm1, [](const GemmPoint& p) { return p.dim; });
-  out.attention = ratios(attention, attention1, [](const AttentionPoint& p) { return p.head; });
-  return out;
+  return kernel_threads_from(gemm, gemm1, attention, attention1, threads);
 }
 
 double measure_memory_bandwidth(bool) {
@@ -281,6 +287,78 @@ double measure_parallel_throughput(unsigned cores, bool quick) {
   for (auto& t : threads) t.join();
   const double together = std::accumulate(rates.begin(), rates.end(), 0.0);
   return std::clamp(together / alone, 1.0, double(cores));
+}
+
+Spread spread(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  auto rank = [&v](double q) {  // nearest rank: the ceil(q n)-th smallest
+    return v[std::clamp<size_t>(size_t(std::ceil(q * double(v.size()))), 1, v.size()) - 1];
+  };
+  return {rank(0.1), median(v), rank(0.9)};
+}
+
+BlasSteadiness measure_blas_steadiness(double seconds, double window) {
+  BlasSteadiness out;
+  out.threads = openblas_get_num_threads();
+  if (out.threads <= 1) return out;
+  const int64_t T = 512, x = 256;
+  const double flops = 6.0 * double(T) * double(x) * double(x);
+  auto X = touched(size_t(T * x)), W = touched(size_t(x * x)), B = touched(size_t(x));
+  auto Y = touched(size_t(T * x)), dY = touched(size_t(T * x)), dX = touched(size_t(T * x));
+  auto dW = touched(size_t(x * x)), dB = touched(size_t(x));
+  auto rate_for = [&](double s) {
+    const auto t0 = Clock::now();
+    int64_t n = 0;
+    while (n == 0 || seconds_since(t0) < s) {
+      engine::cpu::linear_forward(Y.data(), X.data(), W.data(), B.data(), T, x, x);
+      engine::cpu::linear_backward(dX.data(), dW.data(), dB.data(), dY.data(), X.data(), W.data(), T, x, x);
+      ++n;
+    }
+    return double(n) * flops / seconds_since(t0);
+  };
+  rate_for(window);  // warm-up: OpenBLAS's workers awake, buffers touched
+  const int pairs = std::max(1, int(std::lround(seconds / (2.0 * window))));
+  for (int i = 0; i < pairs; ++i) {
+    const double shared = rate_for(window);
+    double one = 0;
+    {
+      const ScopedBlasThreads single(1);
+      one = rate_for(window);
+    }
+    out.cores_kept.push_back(shared / one);
+    out.one_thread.push_back(one);
+  }
+  return out;
+}
+
+std::string steadiness_warning(const BlasSteadiness& s) {
+  if (s.threads <= 1 || s.cores_kept.empty()) return "";
+  const Spread kept = spread(s.cores_kept), one = spread(s.one_thread);
+  if (kept.ratio() <= 1.15) return "";
+  const bool held = one.ratio() <= 1.10;
+  return fmt::format(
+      "a GEMM shared by {} BLAS threads kept {:.2f} cores busy in some windows and {:.2f} in others ({:.0f} % apart), {}. "
+      "A step on {} BLAS threads can run at either rate for seconds at a time, and the profile holds the one it measured: "
+      "predictions on this machine at OPENBLAS_NUM_THREADS={} are uncertain by at least that much (smaller GEMMs, which "
+      "synchronize more often per FLOP, can move further). One thread per process "
+      "(zinf's default when OPENBLAS_NUM_THREADS is unset) does not depend on it.",
+      s.threads, kept.p10, kept.p90, 100.0 * (kept.ratio() - 1.0),
+      held ? fmt::format("while one thread's rate held within {:.0f} %: the cores kept their speed, what moved is how "
+                         "cheaply they share data and wait for each other (on a virtual machine, where the host places "
+                         "its virtual cores)",
+                         100.0 * (one.ratio() - 1.0))
+           : fmt::format("and one thread's rate moved by {:.0f} % too: the cores' own speed moved as well (other work "
+                         "competing for them, or the host)",
+                         100.0 * (one.ratio() - 1.0)),
+      s.threads, s.threads);
+}
+
+std::string steadiness_note(const BlasSteadiness& s) {
+  if (s.threads <= 1 || s.cores_kept.empty()) return "";
+  const Spread kept = spread(s.cores_kept);
+  return fmt::format("; over time a shared GEMM (512 x 256 x 256) kept {:.2f}..{:.2f} cores (p10..p90 of {} windows)", kept.p10,
+                     kept.p90, s.cores_kept.size());
 }
 
 double measure_background_threads(unsigned cores, double seconds) {

@@ -76,6 +76,11 @@ struct KernelThreads {
 };
 KernelThreads measure_kernel_threads(const std::vector<GemmPoint>& gemm, const std::vector<AttentionPoint>& attention,
                                      bool quick);
+// The arithmetic of measure_kernel_threads: `many` measured on `threads` BLAS threads, `one` the
+// same shapes on one thread.
+KernelThreads kernel_threads_from(const std::vector<GemmPoint>& many_gemm, const std::vector<GemmPoint>& one_gemm,
+                                  const std::vector<AttentionPoint>& many_attention,
+                                  const std::vector<AttentionPoint>& one_attention, int threads);
 
 // STREAM-style copy: bytes read plus bytes written per second, on memory touched beforehand, of
 // 4 MiB buffers (the working-set size of the kernels above; the CPU "device" is its caches).
@@ -101,6 +106,36 @@ double measure_adam(bool quick);
 // The Executor's own cost per task: a real Program (gpt-tiny, states on the host) run with a
 // backend that does nothing, so the time is lane threads waking on their dependencies.
 double measure_task_overhead(const core::HwProfile& hw);
+
+// Whether a GEMM that several BLAS threads share runs at a steady rate here. The linear fwd+bwd of a
+// mid-sized GEMM (512 x 256 x 256) is run in windows of `window` seconds for `seconds` in all,
+// alternating this process's BLAS threads with one thread: each pair gives the cores the shared
+// GEMM kept busy in that moment (its rate over the one-thread rate of the window beside it), and the
+// one-thread rates are the reference (a core's own speed in the same moments). Empty when OpenBLAS
+// runs one thread per process. On a virtual machine the shared rate can move between two levels
+// for seconds at a time while one thread's rate holds: the cores keep their speed, what changes is
+// how cheaply they share data and wait for each other.
+struct BlasSteadiness {
+  int threads = 1;
+  std::vector<double> cores_kept;  // per window pair: the shared rate over the one-thread rate
+  std::vector<double> one_thread;  // per window pair: the one-thread rate, FLOP/s
+};
+BlasSteadiness measure_blas_steadiness(double seconds, double window = 0.1);
+
+// The 10th percentile, the median and the 90th percentile of `v` (nearest rank; zeros when empty).
+struct Spread {
+  double p10 = 0, median = 0, p90 = 0;
+  // p90 over p10 (1 when empty): how far the figure moved over the windows.
+  double ratio() const { return p10 > 0 ? p90 / p10 : 1.0; }
+};
+Spread spread(std::vector<double> v);
+
+// What profile-hw says of a steadiness measurement: a warning when the shared GEMM's cores moved by
+// more than 15 % (p90 over p10) over the windows, naming whether one thread's rate held meanwhile
+// (empty otherwise, and on one BLAS thread); the note written beside node.gpu.gemm_threads ("; over
+// time ..."; empty on one BLAS thread).
+std::string steadiness_warning(const BlasSteadiness& s);
+std::string steadiness_note(const BlasSteadiness& s);
 
 // How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
 // a mid-sized GEMM (512 x 256 x 256) on buffers of its own: the sum of their rates over the rate of the
