@@ -450,10 +450,23 @@ core::HwProfile profile_alone(const ProfileOptions& a, const Alone& m) {
 }
 
 // The shared GEMM's cores over the windows, and a warning when they moved while one thread held.
-void print_steadiness(const BlasSteadiness& s) {
+void print_steadiness(const BlasSteadiness& s, const KernelThreads& curve) {
   const Spread kept = spread(s.cores_kept), one = spread(s.one_thread);
-  fmt::print("  shared GEMM over time  {:.2f}..{:.2f} cores (p10..p90 of {} windows on {} BLAS threads); one thread's rate "
-             "{:.0f} % apart\n", kept.p10, kept.p90, s.cores_kept.size(), s.threads, 100.0 * (one.ratio() - 1.0));
+  std::string trip;
+  if (!s.round_trip.empty()) {
+    const Spread t = spread(s.round_trip);
+    trip = fmt::format("; a cache line between two cores {:.0f}..{:.0f} ns there and back", 1e9 * t.p10, 1e9 * t.p90);
+  }
+  fmt::print("  shared GEMM over time  {:.2f}..{:.2f} cores (p10..p90 of {} window pairs on {} BLAS threads); one thread's rate "
+             "{:.0f} % apart{}\n", kept.p10, kept.p90, s.cores_kept.size(), s.threads, 100.0 * (one.ratio() - 1.0), trip);
+  // Where the profile's own curve sits at the probe's shape: in a slow moment or a fast one.
+  const double key = std::round(core::gemm_intensity_dim(512.0, double(s.width), double(s.width)));
+  for (const auto& [x, cores] : curve.gemm)
+    if (std::round(x) == key)
+      fmt::print("  the profile's curve    {:.2f} cores at this shape (intensity {:.0f}): {}\n", cores, key,
+                 cores < kept.p10 ? "below the range: measured in a slow moment"
+                 : cores > kept.p90 ? "above the range: measured in a fast moment"
+                                    : "within the range");
   const std::string w = steadiness_warning(s);
   if (!w.empty()) fmt::print("  warning: {}\n", w);
 }
@@ -571,7 +584,8 @@ std::string profile_machine(const ProfileOptions& a) {
     const auto later = measure_blas_steadiness(a.quick ? 0.4 : 1.6);
     m.steadiness.cores_kept.insert(m.steadiness.cores_kept.end(), later.cores_kept.begin(), later.cores_kept.end());
     m.steadiness.one_thread.insert(m.steadiness.one_thread.end(), later.one_thread.begin(), later.one_thread.end());
-    print_steadiness(m.steadiness);
+    m.steadiness.round_trip.insert(m.steadiness.round_trip.end(), later.round_trip.begin(), later.round_trip.end());
+    print_steadiness(m.steadiness, m.kernel_threads);
   }
   fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
              core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));

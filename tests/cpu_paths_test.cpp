@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 #include <cblas.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "engine/build_info.hpp"
 #include "engine/io/crc32c.hpp"
@@ -127,8 +129,12 @@ TEST_CASE("the cores a kernel keeps are its one-thread time over its time on the
   // one thread: 1/4 + 2/4 = 0.75; two: 1/8 + 2/4 = 0.625 -> 1.2 cores
   CHECK(k.attention[0].first == 32.0);
   CHECK(k.attention[0].second == Approx(1.2));
-  // Shapes measured on one side only are left out.
-  CHECK(probe::kernel_threads_from(many, {one[0]}, {}, one_att, 4).gemm.size() == 1);
+  // Shapes pair by their key, not their place; a shape measured on one side only is left out.
+  const probe::KernelThreads partial = probe::kernel_threads_from(many, {one[1]}, {}, one_att, 4);
+  REQUIRE(partial.gemm.size() == 1);
+  CHECK(partial.gemm[0].first == 307.0);
+  CHECK(partial.gemm[0].second == Approx(1.4));
+  CHECK(partial.attention.empty());
 }
 
 TEST_CASE("spread gives the nearest-rank 10th and 90th percentiles and the median") {
@@ -153,7 +159,7 @@ TEST_CASE("profile-hw warns when a shared GEMM's cores move while one thread's r
   steady.cores_kept = {1.90, 1.92, 1.88, 1.91, 1.93, 1.89, 1.90, 1.92, 1.91, 1.90};
   steady.one_thread = std::vector<double>(10, 80e9);
   CHECK(probe::steadiness_warning(steady).empty());
-  CHECK_THAT(probe::steadiness_note(steady), Catch::Contains("1.88..1.92 cores") && Catch::Contains("10 windows"));
+  CHECK_THAT(probe::steadiness_note(steady), Catch::Contains("1.88..1.92 cores") && Catch::Contains("10 window pairs"));
 
   probe::BlasSteadiness flipping = steady;  // two levels, the cores' own speed steady
   flipping.cores_kept = {1.95, 1.95, 1.96, 1.94, 1.95, 1.40, 1.41, 1.39, 1.40, 1.42};
@@ -166,12 +172,51 @@ TEST_CASE("profile-hw warns when a shared GEMM's cores move while one thread's r
   loaded.one_thread = {80e9, 80e9, 80e9, 80e9, 80e9, 60e9, 60e9, 60e9, 60e9, 60e9};
   CHECK_THAT(probe::steadiness_warning(loaded), Catch::Contains("one thread's rate moved by 33 % too"));
 
+  // The round trip beside each pair splits the windows: near (short trip) kept more cores than far.
+  probe::BlasSteadiness placed = flipping;
+  placed.round_trip = {100e-9, 96e-9, 98e-9, 95e-9, 97e-9, 440e-9, 430e-9, 450e-9, 445e-9, 435e-9};
+  const auto split = probe::cores_by_round_trip(placed);
+  REQUIRE(split);
+  CHECK(split->near_cores == Approx(1.95));
+  CHECK(split->far_cores == Approx(1.40));
+  CHECK(split->near_round_trip == Approx(97e-9));
+  CHECK(split->far_round_trip == Approx(440e-9));
+  CHECK_THAT(probe::steadiness_warning(placed),
+             Catch::Contains("back in 97 ns the GEMM kept 1.95 cores, where it took 440 ns 1.40") &&
+                 Catch::Contains("physical cores that share a cache"));
+  CHECK_THAT(probe::steadiness_note(placed), Catch::Contains("round trip between two cores 95..445 ns"));
+  probe::BlasSteadiness placed_loaded = placed;  // one thread moved too: said, and the split still given
+  placed_loaded.one_thread = loaded.one_thread;
+  CHECK_THAT(probe::steadiness_warning(placed_loaded),
+             Catch::Contains("moved by 33 % too") && Catch::Contains("back in 97 ns the GEMM kept 1.95 cores"));
+  // A round trip that held (under 1.5x) or one not measured beside every pair splits nothing.
+  probe::BlasSteadiness steady_trip = flipping;
+  steady_trip.round_trip = std::vector<double>(10, 100e-9);
+  CHECK_FALSE(probe::cores_by_round_trip(steady_trip));
+  CHECK_THAT(probe::steadiness_warning(steady_trip), !Catch::Contains("ns the GEMM kept"));
+  probe::BlasSteadiness short_trip = placed;
+  short_trip.round_trip.pop_back();
+  CHECK_FALSE(probe::cores_by_round_trip(short_trip));
+
+  // The thresholds: the shared GEMM's cores over 15 % apart (p90 over p10), one thread's rate within 10 %.
+  probe::BlasSteadiness edge = steady;
+  edge.cores_kept = {1.0, 1.0, 1.0, 1.0, 1.0, 1.14, 1.14, 1.14, 1.14, 1.14};
+  CHECK(probe::steadiness_warning(edge).empty());
+  edge.cores_kept = {1.0, 1.0, 1.0, 1.0, 1.0, 1.16, 1.16, 1.16, 1.16, 1.16};
+  CHECK_THAT(probe::steadiness_warning(edge), Catch::Contains("(16 % apart)") && Catch::Contains("held within 0 %"));
+  edge.one_thread = {80e9, 80e9, 80e9, 80e9, 80e9, 87.2e9, 87.2e9, 87.2e9, 87.2e9, 87.2e9};  // 9 %
+  CHECK_THAT(probe::steadiness_warning(edge), Catch::Contains("held within 9 %"));
+  edge.one_thread = {80e9, 80e9, 80e9, 80e9, 80e9, 88.8e9, 88.8e9, 88.8e9, 88.8e9, 88.8e9};  // 11 %
+  CHECK_THAT(probe::steadiness_warning(edge), Catch::Contains("moved by 11 % too"));
+
   probe::BlasSteadiness single;  // one BLAS thread: nothing measured, nothing said
   CHECK(probe::steadiness_warning(single).empty());
   CHECK(probe::steadiness_note(single).empty());
 }
 
-TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of windows on two") {
+TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of windows on two", "[native-only]") {
+  CHECK_THROWS_WITH(probe::measure_blas_steadiness(1.0, 0.0), Catch::Contains("window 0"));
+  CHECK_THROWS_WITH(probe::measure_blas_steadiness(1.0, 0.1, 0), Catch::Contains("width 0"));
   pin_blas_threads("1");
   const probe::BlasSteadiness one = probe::measure_blas_steadiness(0.2, 0.05);
   CHECK(one.threads == 1);
@@ -193,4 +238,26 @@ TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of
     CHECK(two.one_thread[i] > 0.0);
     CHECK(two.cores_kept[i] > 0.0);
   }
+  if (std::thread::hardware_concurrency() >= 2) {
+    REQUIRE(two.round_trip.size() == 4);
+    for (double t : two.round_trip) CHECK((std::isfinite(t) && t > 0.0));  // loaded, it can wait for time slices
+  } else {
+    CHECK(two.round_trip.empty());
+  }
+}
+
+TEST_CASE("a cache line's round trip between two threads is timed as its fastest batch") {
+  if (std::thread::hardware_concurrency() < 2) {
+    WARN("one core: the round trip would wait for time slices, and is not measured");
+    return;
+  }
+  // Each batch's time is at least its round trips' own; the fastest of several is no slower than one batch alone.
+  const auto t0 = std::chrono::steady_clock::now();
+  const double one_batch = probe::cache_line_round_trip(1, 50);
+  const double whole = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(one_batch > 0.0);
+  CHECK(one_batch * 50 <= whole);
+  const double fastest = probe::cache_line_round_trip(7, 50);
+  CHECK(fastest > 0.0);
+  CHECK(std::isfinite(fastest));
 }

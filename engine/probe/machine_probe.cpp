@@ -5,11 +5,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <stdexcept>
 #include <thread>
 
 #include "core/plan.hpp"
@@ -125,12 +127,15 @@ std::vector<AttentionPoint> measure_attention(bool quick) {
 KernelThreads kernel_threads_from(const std::vector<GemmPoint>& many_gemm, const std::vector<GemmPoint>& one_gemm,
                                   const std::vector<AttentionPoint>& many_attention,
                                   const std::vector<AttentionPoint>& one_attention, int threads) {
-  // Each shape's forward and backward (twice the FLOPs) on one thread over on `threads`, keyed by `key`.
+  // Each shape's forward and backward (twice the FLOPs) on one thread over on `threads`, keyed by `key`;
+  // a shape measured on one side only is left out.
   auto ratios = [threads](const auto& many, const auto& one, auto key) {
     auto seconds = [](const auto& p) { return 1.0 / p.forward + 2.0 / p.backward; };
     std::vector<std::pair<double, double>> out;
-    for (size_t i = 0; i < std::min(many.size(), one.size()); ++i)
-      out.emplace_back(double(key(many[i])), std::clamp(seconds(one[i]) / seconds(many[i]), 1.0, double(threads)));
+    for (const auto& m : many) {
+      const auto o = std::find_if(one.begin(), one.end(), [&](const auto& p) { return key(p) == key(m); });
+      if (o != one.end()) out.emplace_back(double(key(m)), std::clamp(seconds(*o) / seconds(m), 1.0, double(threads)));
+    }
     return out;
   };
   KernelThreads out;
@@ -298,11 +303,15 @@ Spread spread(std::vector<double> v) {
   return {rank(0.1), median(v), rank(0.9)};
 }
 
-BlasSteadiness measure_blas_steadiness(double seconds, double window) {
+BlasSteadiness measure_blas_steadiness(double seconds, double window, int64_t width) {
+  if (!(window > 0) || !(seconds > 0) || width < 1)
+    throw std::invalid_argument(fmt::format("measure_blas_steadiness: seconds {} and window {} must be positive, width {} at least 1",
+                                            seconds, window, width));
   BlasSteadiness out;
+  out.width = width;
   out.threads = openblas_get_num_threads();
   if (out.threads <= 1) return out;
-  const int64_t T = 512, x = 256;
+  const int64_t T = 512, x = width;
   const double flops = 6.0 * double(T) * double(x) * double(x);
   auto X = touched(size_t(T * x)), W = touched(size_t(x * x)), B = touched(size_t(x));
   auto Y = touched(size_t(T * x)), dY = touched(size_t(T * x)), dX = touched(size_t(T * x));
@@ -328,8 +337,45 @@ BlasSteadiness measure_blas_steadiness(double seconds, double window) {
     }
     out.cores_kept.push_back(shared / one);
     out.one_thread.push_back(one);
+    if (std::thread::hardware_concurrency() >= 2) out.round_trip.push_back(cache_line_round_trip());
   }
   return out;
+}
+
+double cache_line_round_trip(int batches, int per_batch) {
+  alignas(64) std::atomic<int64_t> line{0};  // odd: the other thread's turn; negative: stop
+  std::thread other([&line] {
+    for (int64_t v; (v = line.load(std::memory_order_acquire)) >= 0;)
+      if (v & 1) line.store(v + 1, std::memory_order_release);
+  });
+  std::vector<double> per_trip;
+  for (int b = 0; b < batches; ++b) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < per_batch; ++i) {
+      const int64_t v = line.load(std::memory_order_relaxed);  // even: ours
+      line.store(v + 1, std::memory_order_release);
+      while (line.load(std::memory_order_acquire) == v + 1) {
+      }
+    }
+    per_trip.push_back(seconds_since(t0) / per_batch);
+  }
+  line.store(-1, std::memory_order_release);
+  other.join();
+  return *std::min_element(per_trip.begin(), per_trip.end());
+}
+
+std::optional<CoresByRoundTrip> cores_by_round_trip(const BlasSteadiness& s) {
+  if (s.round_trip.size() != s.cores_kept.size() || s.round_trip.empty()) return std::nullopt;
+  const Spread trip = spread(s.round_trip);
+  if (trip.ratio() <= 1.5) return std::nullopt;
+  const double cut = std::sqrt(trip.p10 * trip.p90);
+  std::vector<double> near, far, near_trip, far_trip;
+  for (size_t i = 0; i < s.round_trip.size(); ++i) {
+    (s.round_trip[i] < cut ? near : far).push_back(s.cores_kept[i]);
+    (s.round_trip[i] < cut ? near_trip : far_trip).push_back(s.round_trip[i]);
+  }
+  if (near.empty() || far.empty()) return std::nullopt;
+  return CoresByRoundTrip{median(near), median(far), median(near_trip), median(far_trip)};
 }
 
 std::string steadiness_warning(const BlasSteadiness& s) {
@@ -337,28 +383,44 @@ std::string steadiness_warning(const BlasSteadiness& s) {
   const Spread kept = spread(s.cores_kept), one = spread(s.one_thread);
   if (kept.ratio() <= 1.15) return "";
   const bool held = one.ratio() <= 1.10;
+  const auto split = cores_by_round_trip(s);
+  std::string why;
+  if (!held)
+    why = fmt::format("and one thread's rate moved by {:.0f} % too: the cores' own speed moved as well (other work "
+                      "competing for them, or the host)",
+                      100.0 * (one.ratio() - 1.0));
+  else if (split)
+    why = fmt::format("while one thread's rate held within {:.0f} %: the cores kept their speed, what moved is how cheaply "
+                      "they share data",
+                      100.0 * (one.ratio() - 1.0));
+  else
+    why = fmt::format("while one thread's rate held within {:.0f} %: the cores kept their speed, what moved is how "
+                      "cheaply they share data or wait for each other (cause not identified here)",
+                      100.0 * (one.ratio() - 1.0));
+  if (split)
+    why += fmt::format(". In the windows where a cache line went from one core to the other and back in {:.0f} ns the GEMM "
+                       "kept {:.2f} cores, where it took {:.0f} ns {:.2f} (on a virtual machine, as when the host moves its "
+                       "virtual cores between physical cores that share a cache and cores that do not)",
+                       1e9 * split->near_round_trip, split->near_cores, 1e9 * split->far_round_trip, split->far_cores);
   return fmt::format(
       "a GEMM shared by {} BLAS threads kept {:.2f} cores busy in some windows and {:.2f} in others ({:.0f} % apart), {}. "
       "A step on {} BLAS threads can run at either rate for seconds at a time, and the profile holds the one it measured: "
       "predictions on this machine at OPENBLAS_NUM_THREADS={} are uncertain by at least that much (smaller GEMMs, which "
       "synchronize more often per FLOP, can move further). One thread per process "
       "(zinf's default when OPENBLAS_NUM_THREADS is unset) does not depend on it.",
-      s.threads, kept.p10, kept.p90, 100.0 * (kept.ratio() - 1.0),
-      held ? fmt::format("while one thread's rate held within {:.0f} %: the cores kept their speed, what moved is how "
-                         "cheaply they share data and wait for each other (on a virtual machine, where the host places "
-                         "its virtual cores)",
-                         100.0 * (one.ratio() - 1.0))
-           : fmt::format("and one thread's rate moved by {:.0f} % too: the cores' own speed moved as well (other work "
-                         "competing for them, or the host)",
-                         100.0 * (one.ratio() - 1.0)),
-      s.threads, s.threads);
+      s.threads, kept.p10, kept.p90, 100.0 * (kept.ratio() - 1.0), why, s.threads, s.threads);
 }
 
 std::string steadiness_note(const BlasSteadiness& s) {
   if (s.threads <= 1 || s.cores_kept.empty()) return "";
   const Spread kept = spread(s.cores_kept);
-  return fmt::format("; over time a shared GEMM (512 x 256 x 256) kept {:.2f}..{:.2f} cores (p10..p90 of {} windows)", kept.p10,
-                     kept.p90, s.cores_kept.size());
+  std::string trip;
+  if (!s.round_trip.empty()) {
+    const Spread t = spread(s.round_trip);
+    trip = fmt::format(", a cache line's round trip between two cores {:.0f}..{:.0f} ns", 1e9 * t.p10, 1e9 * t.p90);
+  }
+  return fmt::format("; over time a shared GEMM (512 x {0} x {0}) kept {1:.2f}..{2:.2f} cores (p10..p90 of {3} window pairs){4}",
+                     s.width, kept.p10, kept.p90, s.cores_kept.size(), trip);
 }
 
 double measure_background_threads(unsigned cores, double seconds) {

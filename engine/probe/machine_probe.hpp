@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,21 +109,41 @@ double measure_adam(bool quick);
 double measure_task_overhead(const core::HwProfile& hw);
 
 // Whether a GEMM that several BLAS threads share runs at a steady rate here. The linear fwd+bwd of a
-// mid-sized GEMM (512 x 256 x 256) is run in windows of `window` seconds for `seconds` in all,
+// GEMM of 512 tokens x `width` x `width` is run in windows of `window` seconds for `seconds` in all,
 // alternating this process's BLAS threads with one thread: each pair gives the cores the shared
 // GEMM kept busy in that moment (its rate over the one-thread rate of the window beside it), and the
 // one-thread rates are the reference (a core's own speed in the same moments). Empty when OpenBLAS
-// runs one thread per process. On a virtual machine the shared rate can move between two levels
-// for seconds at a time while one thread's rate holds: the cores keep their speed, what changes is
-// how cheaply they share data and wait for each other.
+// runs one thread per process. After each pair, on a machine of two cores or more, the round trip
+// of a cache line between two threads (round_trip) says how cheaply the cores share data in that
+// moment. On a virtual machine the shared rate was seen to move between two levels for seconds at a
+// time while one thread's rate held, in step with that round trip (the virtual cores on physical
+// cores that share a cache, or not). Seconds, window and width must be positive.
 struct BlasSteadiness {
   int threads = 1;
+  int64_t width = 256;
   std::vector<double> cores_kept;  // per window pair: the shared rate over the one-thread rate
   std::vector<double> one_thread;  // per window pair: the one-thread rate, FLOP/s
+  std::vector<double> round_trip;  // per window pair: seconds (empty on one core)
 };
-BlasSteadiness measure_blas_steadiness(double seconds, double window = 0.1);
+BlasSteadiness measure_blas_steadiness(double seconds, double window = 0.1, int64_t width = 256);
 
-// The 10th percentile, the median and the 90th percentile of `v` (nearest rank; zeros when empty).
+// Seconds for a cache line to go from this thread to another and back (each writes it in turn): the
+// fastest of `batches` batches of `per_batch` round trips, the one the scheduler interrupted least (on
+// a loaded machine a round trip can wait for the other thread's time slice). Needs two cores: on
+// one, every round trip would.
+double cache_line_round_trip(int batches = 21, int per_batch = 200);
+
+// The shared GEMM's cores split by the round trip beside them, when the round trip moved by more
+// than 1.5x (p90 over p10) over the windows: the median cores of the windows below the geometric
+// mean of p10 and p90 (near) and of those above (far), with the median round trip of each.
+struct CoresByRoundTrip {
+  double near_cores = 0, far_cores = 0;
+  double near_round_trip = 0, far_round_trip = 0;
+};
+std::optional<CoresByRoundTrip> cores_by_round_trip(const BlasSteadiness& s);
+
+// The 10th and 90th percentiles of `v` (nearest rank) and its median (the mean of the middle two
+// for an even count); zeros when empty.
 struct Spread {
   double p10 = 0, median = 0, p90 = 0;
   // p90 over p10 (1 when empty): how far the figure moved over the windows.
@@ -132,7 +153,8 @@ Spread spread(std::vector<double> v);
 
 // What profile-hw says of a steadiness measurement: a warning when the shared GEMM's cores moved by
 // more than 15 % (p90 over p10) over the windows, naming whether one thread's rate held meanwhile
-// (empty otherwise, and on one BLAS thread); the note written beside node.gpu.gemm_threads ("; over
+// and, where the round trip split them, the cores at each round trip (empty otherwise, and on one
+// BLAS thread); the note written beside node.gpu.gemm_threads ("; over
 // time ..."; empty on one BLAS thread).
 std::string steadiness_warning(const BlasSteadiness& s);
 std::string steadiness_note(const BlasSteadiness& s);
