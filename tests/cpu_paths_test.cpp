@@ -41,6 +41,15 @@ TEST_CASE("a warning when OPENBLAS_CORETYPE holds an AVX-512 CPU to narrower ker
   CHECK_FALSE(blas_kernel_warning({"avx512", "sse4.2", "Zen"}, "Zen").empty());
 }
 
+// Pins OpenBLAS to two threads; where it runs only one, unpins, says so and returns false.
+static bool pin_two_blas_threads() {
+  pin_blas_threads("2");
+  if (openblas_get_num_threads() >= 2) return true;
+  pin_blas_threads(nullptr);
+  WARN("OpenBLAS runs one thread here: the two-thread measurement was not made");
+  return false;
+}
+
 TEST_CASE("zinf pins OpenBLAS to one thread unless OPENBLAS_NUM_THREADS names a count") {
   for (const char* unset : {static_cast<const char*>(nullptr), "", "0", "-3", "two", "2x"}) {
     INFO((unset ? unset : "(null)"));
@@ -83,12 +92,7 @@ TEST_CASE("profile-hw measures the cores per kernel only on several BLAS threads
   const auto one = probe::measure_kernel_threads(gemm1, attention1, true);
   CHECK(one.gemm.empty());
   CHECK(one.attention.empty());
-  pin_blas_threads("2");
-  if (openblas_get_num_threads() < 2) {
-    pin_blas_threads(nullptr);
-    WARN("OpenBLAS runs one thread here: the two-thread measurement was not made");
-    return;
-  }
+  if (!pin_two_blas_threads()) return;
   const auto gemm2 = probe::measure_gemm(true);
   const auto attention2 = probe::measure_attention(true);
   const auto two = probe::measure_kernel_threads(gemm2, attention2, true);
@@ -221,12 +225,7 @@ TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of
   const probe::BlasSteadiness one = probe::measure_blas_steadiness(0.2, 0.05);
   CHECK(one.threads == 1);
   CHECK(one.cores_kept.empty());
-  pin_blas_threads("2");
-  if (openblas_get_num_threads() < 2) {
-    pin_blas_threads(nullptr);
-    WARN("OpenBLAS runs one thread here: the two-thread measurement was not made");
-    return;
-  }
+  if (!pin_two_blas_threads()) return;
   const probe::BlasSteadiness two = probe::measure_blas_steadiness(0.4, 0.05);
   CHECK(openblas_get_num_threads() == 2);  // each one-thread window gave the threads back
   pin_blas_threads(nullptr);
