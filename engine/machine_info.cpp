@@ -69,12 +69,6 @@ double mem_total() {
   return total > 0 ? total : double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return int(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 std::string fs_type(unsigned long magic) {
   switch (magic) {
     case 0xEF53: return "ext4";
@@ -200,6 +194,12 @@ core::MachineRecord this_machine(const std::string& disk_dir) {
   m.blas = openblas_get_corename();
   m.blas_threads = openblas_get_num_threads();
   return m;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace zinf::engine

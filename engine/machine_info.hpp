@@ -17,6 +17,9 @@ core::MachineRecord this_machine(const std::string& disk_dir);
 // it cannot be read.
 double available_memory();
 
+// The cores this process may run on (its affinity mask; all online cores if that cannot be read).
+int usable_cores();
+
 // What a run's plan needs of this machine's RAM, checked before anything is allocated: each of the
 // `ranks_on_node` processes holds its host tier and, when the device is an arena in host memory
 // (the CPU backend), its device arena, plus kProcessOverhead. Throws core::PlanError (the run does

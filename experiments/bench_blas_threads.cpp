@@ -23,6 +23,7 @@
 #include <string>
 
 #include "engine/build_info.hpp"
+#include "engine/machine_info.hpp"
 #include "engine/probe/machine_probe.hpp"
 
 namespace {
@@ -73,6 +74,10 @@ BENCHMARK(BM_SharedGemmOverTime)->Args({30, 256})->Args({30, 128})->Iterations(1
 // A cache line's round trip between two threads alone (the probe's, the fastest of 21 batches of 200):
 // run it just before and after another measurement to know which state the cores were in.
 void BM_CacheLineRoundTrip(benchmark::State& state) {
+  if (usable_cores() < 2) {
+    state.SkipWithError("one usable core: each round trip would wait for a time slice");
+    return;
+  }
   double t = 0;
   for (auto _ : state) t = probe::cache_line_round_trip();
   state.counters["round_trip_ns"] = 1e9 * t;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/build_info.hpp"
+#include "engine/machine_info.hpp"
 #include "engine/io/crc32c.hpp"
 #include "engine/optim/cpu_adam.hpp"
 #include "engine/probe/machine_probe.hpp"
@@ -237,7 +238,7 @@ TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of
     CHECK(two.one_thread[i] > 0.0);
     CHECK(two.cores_kept[i] > 0.0);
   }
-  if (std::thread::hardware_concurrency() >= 2) {
+  if (usable_cores() >= 2) {
     REQUIRE(two.round_trip.size() == 4);
     for (double t : two.round_trip) CHECK((std::isfinite(t) && t > 0.0));  // loaded, it can wait for time slices
   } else {
@@ -246,7 +247,9 @@ TEST_CASE("the steadiness probe measures nothing on one BLAS thread and pairs of
 }
 
 TEST_CASE("a cache line's round trip between two threads is timed as its fastest batch") {
-  if (std::thread::hardware_concurrency() < 2) {
+  CHECK_THROWS_WITH(probe::cache_line_round_trip(0, 10), Catch::Contains("0 batches of 10"));
+  CHECK_THROWS_WITH(probe::cache_line_round_trip(3, 0), Catch::Contains("3 batches of 0"));
+  if (usable_cores() < 2) {
     WARN("one core: the round trip would wait for time slices, and is not measured");
     return;
   }

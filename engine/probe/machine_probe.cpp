@@ -16,6 +16,7 @@
 
 #include "core/plan.hpp"
 #include "engine/build_info.hpp"
+#include "engine/machine_info.hpp"
 #include "engine/backend/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/io/nvme_store.hpp"
@@ -337,12 +338,14 @@ BlasSteadiness measure_blas_steadiness(double seconds, double window, int64_t wi
     }
     out.cores_kept.push_back(shared / one);
     out.one_thread.push_back(one);
-    if (std::thread::hardware_concurrency() >= 2) out.round_trip.push_back(cache_line_round_trip());
+    if (usable_cores() >= 2) out.round_trip.push_back(cache_line_round_trip());
   }
   return out;
 }
 
 double cache_line_round_trip(int batches, int per_batch) {
+  if (batches < 1 || per_batch < 1)
+    throw std::invalid_argument(fmt::format("cache_line_round_trip: {} batches of {} round trips: both must be at least 1", batches, per_batch));
   alignas(64) std::atomic<int64_t> line{0};  // odd: the other thread's turn; negative: stop
   std::thread other([&line] {
     for (int64_t v; (v = line.load(std::memory_order_acquire)) >= 0;)
