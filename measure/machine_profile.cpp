@@ -582,9 +582,7 @@ std::string profile_machine(const ProfileOptions& a) {
              throughput, m.throughput_readings[0], m.throughput_readings[1], m.throughput_readings[2]);
   if (m.steadiness.threads > 1) {  // a second look, some 20 s after the first
     const auto later = measure_blas_steadiness(a.quick ? 0.4 : 1.6);
-    m.steadiness.cores_kept.insert(m.steadiness.cores_kept.end(), later.cores_kept.begin(), later.cores_kept.end());
-    m.steadiness.one_thread.insert(m.steadiness.one_thread.end(), later.one_thread.begin(), later.one_thread.end());
-    m.steadiness.round_trip.insert(m.steadiness.round_trip.end(), later.round_trip.begin(), later.round_trip.end());
+    append_steadiness(m.steadiness, later);
     print_steadiness(m.steadiness, m.kernel_threads);
   }
   fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",

@@ -202,6 +202,20 @@ TEST_CASE("profile-hw warns when a shared GEMM's cores move while one thread's r
   probe::BlasSteadiness short_trip = placed;
   short_trip.round_trip.pop_back();
   CHECK_FALSE(probe::cores_by_round_trip(short_trip));
+  // A side of a single window pair splits nothing either.
+  probe::BlasSteadiness lone = placed;
+  lone.round_trip = {100e-9, 96e-9, 98e-9, 95e-9, 97e-9, 99e-9, 96e-9, 97e-9, 98e-9, 440e-9};
+  CHECK_FALSE(probe::cores_by_round_trip(lone));
+  // The round trip split the windows but the cores did not follow it: said, and not given as the cause.
+  probe::BlasSteadiness unrelated = flipping;
+  unrelated.round_trip = {100e-9, 96e-9, 440e-9, 430e-9, 450e-9, 98e-9, 97e-9, 445e-9, 435e-9, 442e-9};
+  const auto level = probe::cores_by_round_trip(unrelated);
+  REQUIRE(level);
+  CHECK(level->near_cores == Approx(1.68));  // (1.41 + 1.95) / 2 over windows 0, 1, 5, 6
+  CHECK(level->far_cores == Approx(1.68));   // (1.42 + 1.94) / 2 over the rest
+  const std::string u = probe::steadiness_warning(unrelated);
+  CHECK_THAT(u, Catch::Contains("cause not identified here") && Catch::Contains("does not explain the spread") &&
+                    !Catch::Contains("physical cores that share a cache"));
 
   // The thresholds: the shared GEMM's cores over 15 % apart (p90 over p10), one thread's rate within 10 %.
   probe::BlasSteadiness edge = steady;
@@ -253,13 +267,43 @@ TEST_CASE("a cache line's round trip between two threads is timed as its fastest
     WARN("one core: the round trip would wait for time slices, and is not measured");
     return;
   }
-  // Each batch's time is at least its round trips' own; the fastest of several is no slower than one batch alone.
+  // Each batch's time is at least its round trips' own; a cache line between two cores takes tens of
+  // nanoseconds at the least (two cache-to-cache transfers), so a figure under 10 ns did not wait for the other thread.
   const auto t0 = std::chrono::steady_clock::now();
-  const double one_batch = probe::cache_line_round_trip(1, 50);
+  const auto one_batch = probe::cache_line_round_trip(1, 50);
   const double whole = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(one_batch > 0.0);
-  CHECK(one_batch * 50 <= whole);
-  const double fastest = probe::cache_line_round_trip(7, 50);
-  CHECK(fastest > 0.0);
-  CHECK(std::isfinite(fastest));
+  REQUIRE(one_batch);
+  CHECK(*one_batch > 10e-9);
+  CHECK(*one_batch * 50 <= whole);
+  const auto fastest = probe::cache_line_round_trip(7, 50);
+  REQUIRE(fastest);
+  CHECK(*fastest > 10e-9);
+  CHECK(std::isfinite(*fastest));
+  // The deadline: a batch of a billion round trips (a minute or more) is given up after 50 ms, and the
+  // other thread stops although it may be answering when told to.
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_FALSE(probe::cache_line_round_trip(1, 1'000'000'000, 0.05));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 5.0);
+  CHECK_FALSE(probe::cache_line_round_trip(3, 10, 0.0));  // no batch starts
+}
+
+TEST_CASE("two steadiness measurements join, keeping the round trips only where both have one beside every pair") {
+  probe::BlasSteadiness early, late;
+  early.threads = late.threads = 2;
+  early.cores_kept = {1.9, 1.8};
+  early.one_thread = {80e9, 81e9};
+  early.round_trip = {100e-9, 110e-9};
+  late.cores_kept = {1.5};
+  late.one_thread = {79e9};
+  late.round_trip = {400e-9};
+  probe::BlasSteadiness both = early;
+  probe::append_steadiness(both, late);
+  CHECK(both.cores_kept == std::vector<double>{1.9, 1.8, 1.5});
+  CHECK(both.one_thread == std::vector<double>{80e9, 81e9, 79e9});
+  CHECK(both.round_trip == std::vector<double>{100e-9, 110e-9, 400e-9});
+  late.round_trip.clear();  // the later round trips could not be timed
+  probe::BlasSteadiness partial = early;
+  probe::append_steadiness(partial, late);
+  CHECK(partial.cores_kept.size() == 3);
+  CHECK(partial.round_trip.empty());
 }

@@ -329,6 +329,7 @@ BlasSteadiness measure_blas_steadiness(double seconds, double window, int64_t wi
   };
   rate_for(window);  // warm-up: OpenBLAS's workers awake, buffers touched
   const int pairs = std::max(1, int(std::lround(seconds / (2.0 * window))));
+  bool time_trips = usable_cores() >= 2;
   for (int i = 0; i < pairs; ++i) {
     const double shared = rate_for(window);
     double one = 0;
@@ -338,32 +339,62 @@ BlasSteadiness measure_blas_steadiness(double seconds, double window, int64_t wi
     }
     out.cores_kept.push_back(shared / one);
     out.one_thread.push_back(one);
-    if (usable_cores() >= 2) out.round_trip.push_back(cache_line_round_trip());
+    if (time_trips) {
+      if (const auto trip = cache_line_round_trip()) {
+        out.round_trip.push_back(*trip);
+      } else {  // a pair without one would misalign the rest: none at all
+        out.round_trip.clear();
+        time_trips = false;
+      }
+    }
   }
   return out;
 }
 
-double cache_line_round_trip(int batches, int per_batch) {
+void append_steadiness(BlasSteadiness& into, const BlasSteadiness& more) {
+  const bool trips = into.round_trip.size() == into.cores_kept.size() && more.round_trip.size() == more.cores_kept.size();
+  into.cores_kept.insert(into.cores_kept.end(), more.cores_kept.begin(), more.cores_kept.end());
+  into.one_thread.insert(into.one_thread.end(), more.one_thread.begin(), more.one_thread.end());
+  if (trips)
+    into.round_trip.insert(into.round_trip.end(), more.round_trip.begin(), more.round_trip.end());
+  else
+    into.round_trip.clear();
+}
+
+std::optional<double> cache_line_round_trip(int batches, int per_batch, double deadline) {
   if (batches < 1 || per_batch < 1)
     throw std::invalid_argument(fmt::format("cache_line_round_trip: {} batches of {} round trips: both must be at least 1", batches, per_batch));
-  alignas(64) std::atomic<int64_t> line{0};  // odd: the other thread's turn; negative: stop
+  // The line alone on its cache line, so that nothing else's traffic shares it.
+  struct alignas(64) Line {
+    std::atomic<int64_t> v{0};  // odd: the other thread's turn; negative: stop
+    char pad[64 - sizeof(std::atomic<int64_t>)];
+  };
+  static_assert(sizeof(Line) == 64);
+  Line line;
   std::thread other([&line] {
-    for (int64_t v; (v = line.load(std::memory_order_acquire)) >= 0;)
-      if (v & 1) line.store(v + 1, std::memory_order_release);
+    // Compare-and-swap, so that a stop written while it answers is not overwritten.
+    for (int64_t v; (v = line.v.load(std::memory_order_acquire)) >= 0;)
+      if (v & 1) line.v.compare_exchange_strong(v, v + 1, std::memory_order_acq_rel);
   });
+  const auto start = Clock::now();
   std::vector<double> per_trip;
-  for (int b = 0; b < batches; ++b) {
+  bool late = false;
+  for (int b = 0; b < batches && !late && seconds_since(start) < deadline; ++b) {
     const auto t0 = Clock::now();
-    for (int i = 0; i < per_batch; ++i) {
-      const int64_t v = line.load(std::memory_order_relaxed);  // even: ours
-      line.store(v + 1, std::memory_order_release);
-      while (line.load(std::memory_order_acquire) == v + 1) {
-      }
+    for (int i = 0; i < per_batch && !late; ++i) {
+      const int64_t v = line.v.load(std::memory_order_relaxed);  // even: ours
+      line.v.store(v + 1, std::memory_order_release);
+      for (uint32_t spins = 1; line.v.load(std::memory_order_acquire) == v + 1; ++spins)
+        if (spins % 4096 == 0 && seconds_since(start) >= deadline) {
+          late = true;
+          break;
+        }
     }
-    per_trip.push_back(seconds_since(t0) / per_batch);
+    if (!late) per_trip.push_back(seconds_since(t0) / per_batch);
   }
-  line.store(-1, std::memory_order_release);
+  line.v.store(-1, std::memory_order_release);
   other.join();
+  if (per_trip.empty()) return std::nullopt;
   return *std::min_element(per_trip.begin(), per_trip.end());
 }
 
@@ -377,7 +408,7 @@ std::optional<CoresByRoundTrip> cores_by_round_trip(const BlasSteadiness& s) {
     (s.round_trip[i] < cut ? near : far).push_back(s.cores_kept[i]);
     (s.round_trip[i] < cut ? near_trip : far_trip).push_back(s.round_trip[i]);
   }
-  if (near.empty() || far.empty()) return std::nullopt;
+  if (near.size() < 2 || far.size() < 2) return std::nullopt;
   return CoresByRoundTrip{median(near), median(far), median(near_trip), median(far_trip)};
 }
 
@@ -387,12 +418,14 @@ std::string steadiness_warning(const BlasSteadiness& s) {
   if (kept.ratio() <= 1.15) return "";
   const bool held = one.ratio() <= 1.10;
   const auto split = cores_by_round_trip(s);
+  // The round trip explains the cores only where the cores moved with it.
+  const bool follows = split && std::max(split->near_cores, split->far_cores) > 1.15 * std::min(split->near_cores, split->far_cores);
   std::string why;
   if (!held)
     why = fmt::format("and one thread's rate moved by {:.0f} % too: the cores' own speed moved as well (other work "
                       "competing for them, or the host)",
                       100.0 * (one.ratio() - 1.0));
-  else if (split)
+  else if (follows)
     why = fmt::format("while one thread's rate held within {:.0f} %: the cores kept their speed, what moved is how cheaply "
                       "they share data",
                       100.0 * (one.ratio() - 1.0));
@@ -400,11 +433,15 @@ std::string steadiness_warning(const BlasSteadiness& s) {
     why = fmt::format("while one thread's rate held within {:.0f} %: the cores kept their speed, what moved is how "
                       "cheaply they share data or wait for each other (cause not identified here)",
                       100.0 * (one.ratio() - 1.0));
-  if (split)
+  if (follows)
     why += fmt::format(". In the windows where a cache line went from one core to the other and back in {:.0f} ns the GEMM "
                        "kept {:.2f} cores, where it took {:.0f} ns {:.2f} (on a virtual machine, as when the host moves its "
                        "virtual cores between physical cores that share a cache and cores that do not)",
                        1e9 * split->near_round_trip, split->near_cores, 1e9 * split->far_round_trip, split->far_cores);
+  else if (split)
+    why += fmt::format(". A cache line's round trip between two cores moved too ({:.0f} ns in some windows, {:.0f} ns in "
+                       "others), but the GEMM kept {:.2f} and {:.2f} cores at each: it does not explain the spread",
+                       1e9 * split->near_round_trip, 1e9 * split->far_round_trip, split->near_cores, split->far_cores);
   return fmt::format(
       "a GEMM shared by {} BLAS threads kept {:.2f} cores busy in some windows and {:.2f} in others ({:.0f} % apart), {}. "
       "A step on {} BLAS threads can run at either rate for seconds at a time, and the profile holds the one it measured: "

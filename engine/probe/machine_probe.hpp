@@ -117,25 +117,32 @@ double measure_task_overhead(const core::HwProfile& hw);
 // of a cache line between two threads (round_trip) says how cheaply the cores share data in that
 // moment. On a virtual machine the shared rate was seen to move between two levels for seconds at a
 // time while one thread's rate held, in step with that round trip (the virtual cores on physical
-// cores that share a cache, or not). Seconds, window and width must be positive.
+// cores that share a cache, or not). The round trip's two threads are placed by the scheduler, not on
+// the BLAS threads' cores: it times the pair of cores they land on, on two cores the same pair. When
+// a round trip cannot be timed (see cache_line_round_trip) round_trip is left empty for the whole
+// measurement. Seconds, window and width must be positive.
 struct BlasSteadiness {
   int threads = 1;
   int64_t width = 256;
   std::vector<double> cores_kept;  // per window pair: the shared rate over the one-thread rate
   std::vector<double> one_thread;  // per window pair: the one-thread rate, FLOP/s
-  std::vector<double> round_trip;  // per window pair: seconds (empty on one core)
+  std::vector<double> round_trip;  // per window pair: seconds (empty on one core, or where it could not be timed)
 };
+// `more`'s window pairs after `into`'s; the round trips only where both have one beside every pair.
+void append_steadiness(BlasSteadiness& into, const BlasSteadiness& more);
 BlasSteadiness measure_blas_steadiness(double seconds, double window = 0.1, int64_t width = 256);
 
 // Seconds for a cache line to go from this thread to another and back (each writes it in turn): the
 // fastest of `batches` batches of `per_batch` round trips, the one the scheduler interrupted least (on
 // a loaded machine a round trip can wait for the other thread's time slice). Needs two cores: on
-// one, every round trip would.
-double cache_line_round_trip(int batches = 21, int per_batch = 200);
+// one, every round trip would. No batch starts after `deadline` seconds, and one still waiting for
+// its round trips then is given up; nothing when no batch finished (the other thread never ran).
+std::optional<double> cache_line_round_trip(int batches = 21, int per_batch = 200, double deadline = 1.0);
 
 // The shared GEMM's cores split by the round trip beside them, when the round trip moved by more
 // than 1.5x (p90 over p10) over the windows: the median cores of the windows below the geometric
-// mean of p10 and p90 (near) and of those above (far), with the median round trip of each.
+// mean of p10 and p90 (near) and of those above (far), with the median round trip of each. Nothing
+// unless each side has at least two window pairs.
 struct CoresByRoundTrip {
   double near_cores = 0, far_cores = 0;
   double near_round_trip = 0, far_round_trip = 0;
@@ -153,8 +160,9 @@ Spread spread(std::vector<double> v);
 
 // What profile-hw says of a steadiness measurement: a warning when the shared GEMM's cores moved by
 // more than 15 % (p90 over p10) over the windows, naming whether one thread's rate held meanwhile
-// and, where the round trip split them, the cores at each round trip (empty otherwise, and on one
-// BLAS thread); the note written beside node.gpu.gemm_threads ("; over
+// and, where the round trip split them, the cores at each round trip: as the explanation only where
+// those differ by more than 15 % too, as a fact that explains nothing otherwise (empty when the cores
+// held, and on one BLAS thread); the note written beside node.gpu.gemm_threads ("; over
 // time ..."; empty on one BLAS thread).
 std::string steadiness_warning(const BlasSteadiness& s);
 std::string steadiness_note(const BlasSteadiness& s);
