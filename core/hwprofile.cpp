@@ -151,6 +151,11 @@ HwProfile read(ConfigReader& r) {
     hw.measured_on.disk = m->str("disk", "");
     hw.measured_on.blas = m->str("blas", "");
     hw.measured_on.blas_threads = static_cast<int>(m->int_in("blas_threads", 0, 4096, 0));
+    if (auto t = m->maybe_child("round_trips")) {
+      for (const auto& phase : round_trip_phases())
+        if (t->has(phase)) hw.measured_on.round_trips.push_back({phase, t->number_in(phase, U::Seconds, 1e-10, 1)});
+      t->reject_unread();
+    }
     m->reject_unread();
   }
   auto n = r.child("node");
@@ -277,6 +282,11 @@ HwProfile load_hwprofile(const std::string& path) {
 HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name) {
   auto r = ConfigReader::from_string(yaml_text, name);
   return read(r);
+}
+
+const std::vector<std::string>& round_trip_phases() {
+  static const std::vector<std::string> phases = {"before_kernels", "after_kernels", "before_steps", "after_steps"};
+  return phases;
 }
 
 std::vector<std::string> machine_differences(const MachineRecord& profiled, const MachineRecord& here) {

@@ -226,8 +226,17 @@ struct MachineRecord {
   std::string blas;                    // OpenBLAS's kernel set the rates were taken with (OPENBLAS_CORETYPE
                                        // can force one; GEMM rates follow it); empty when not recorded
   int blas_threads = 0;                // OpenBLAS threads per process the rates were taken with; 0: not recorded
+  // Seconds for a cache line to go between two cores and back at each phase of the profile, in the
+  // order taken (round_trip_phases(); several BLAS threads and two cores only, empty otherwise). On
+  // a machine whose cores share data at two costs a shared GEMM runs at two rates, and the profile
+  // holds the one of its moments; `zinf validate` compares its run's own.
+  std::vector<std::pair<std::string, double>> round_trips;
   bool empty() const { return cpu.empty(); }
 };
+
+// The phases of `zinf profile-hw` at which MachineRecord::round_trips are taken: before and after
+// the kernels alone, before and after the training steps its in-step factors come from.
+const std::vector<std::string>& round_trip_phases();
 
 // How `here` differs from the machine a profile was measured on, one line per difference that
 // changes what the profile predicts (CPU model, features, cores, memory beyond 5 %, disk, OpenBLAS

@@ -319,6 +319,9 @@ struct Alone {
   unsigned cores = 1;
   double host_memory = 0, nvme_capacity = 0;
   std::optional<std::string> blas_threads;  // OPENBLAS_NUM_THREADS
+  int blas_thread_count = 1;                 // the threads OpenBLAS runs per process
+  std::vector<PhaseRoundTrip> phase_trips;   // on several BLAS threads: how cheaply the cores shared data, phase by phase
+                                             // (core::round_trip_phases(), those that could be timed)
   double load_before = 0;    // background_threads before the measurements
   // The cores' parallel throughput is read three times, seconds apart (before the kernels, after
   // the disk, and after the calibration runs), and the best reading kept: on this shared host a
@@ -341,10 +344,19 @@ struct Alone {
   std::optional<LinearFit> coll;
 };
 
+// A cache line's round trip between two cores at this moment of the profile, on several BLAS
+// threads and two usable cores: a machine whose cores share data at two costs runs shared GEMMs at
+// two rates, and the phases whose figures are divided by one another should have seen the same.
+void stamp_round_trip(Alone& m, const std::string& phase) {
+  if (m.blas_thread_count <= 1 || engine::usable_cores() < 2) return;
+  if (const auto t = cache_line_round_trip()) m.phase_trips.push_back({phase, *t});
+}
+
 // Kernels, memory, copies and the cores, printing each figure.
 void measure_compute(const ProfileOptions& a, Alone& m) {
   m.load_before = measure_background_threads(m.cores, a.quick ? 0.05 : 0.25);
   m.throughput_readings.push_back(measure_parallel_throughput(m.cores, a.quick));
+  stamp_round_trip(m, core::round_trip_phases()[0]);
   m.gemm = measure_gemm(a.quick);
   for (const auto& g : m.gemm) m.peak = std::max({m.peak, g.forward, g.backward});
   fmt::print("  GEMM (linear fwd, bwd) peak {}  at intensity dim {}..{}\n", core::format_flops(m.peak), m.gemm.front().dim,
@@ -363,6 +375,7 @@ void measure_compute(const ProfileOptions& a, Alone& m) {
     fmt::print("  cores a kernel keeps   GEMM {:.2f}..{:.2f}, attention {:.2f}..{:.2f} (several BLAS threads per process)\n",
                m.kernel_threads.gemm.front().second, m.kernel_threads.gemm.back().second,
                m.kernel_threads.attention.front().second, m.kernel_threads.attention.back().second);
+  stamp_round_trip(m, core::round_trip_phases()[1]);
   m.steadiness = measure_blas_steadiness(a.quick ? 0.4 : 1.6);
   m.copy = measure_copy(a.quick);
   fmt::print("  host->device copy      {} + {} per copy\n", core::format_bandwidth(m.copy.bandwidth),
@@ -402,8 +415,9 @@ Alone measure_alone(const ProfileOptions& a) {
   struct statvfs sv {};
   if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) m.nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
   if (const char* blas = std::getenv("OPENBLAS_NUM_THREADS")) m.blas_threads = blas;
+  m.blas_thread_count = engine::this_machine("").blas_threads;
   fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}; {} thread(s) per process\n", m.cores,
-             core::format_bytes(m.host_memory), m.blas_threads.value_or("(unset)"), engine::this_machine("").blas_threads);
+             core::format_bytes(m.host_memory), m.blas_threads.value_or("(unset)"), m.blas_thread_count);
   std::fflush(stdout);
   measure_compute(a, m);
   measure_io(a, m);
@@ -501,7 +515,9 @@ core::HwProfileNotes profile_notes(const Alone& m, double executor_task, double 
       {"node.gpu.gemm_threads", "cores a linear's GEMMs keep busy: their time on one BLAS thread over their time above" +
                                     steadiness_note(m.steadiness)},
       {"node.gpu.attention_threads", "the same for the attention core, by head size"},
-      {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")"},
+      {"node.gpu.in_step_slowdown", "each kind of kernel in a training step over it alone (tasks: " + in_step_tasks + ")" +
+                                        (m.phase_trips.empty() ? std::string()
+                                                               : "; a cache line's round trip between two cores " + phase_round_trips(m.phase_trips))},
       {"node.host.adam_params_per_s", "CpuAdam, 1 thread, bf16 gradients"},
       {"node.host.device_shares_cores", "the CPU backend: compute, Adam and copies share these cores"},
       {"node.host.parallel_throughput", fmt::format("one-thread GEMM rates that {} busy threads deliver together", m.cores)},
@@ -569,11 +585,13 @@ std::string profile_machine(const ProfileOptions& a) {
   hw.node.gpu.kernel_launch = executor_task;
   std::fflush(stdout);
   const int calibration_steps = a.quick ? 3 : a.calibration_steps;
+  stamp_round_trip(m, core::round_trip_phases()[2]);
   const InStep in_step = measure_in_step(hw, calibration_steps, a.source_dir);
   hw.node.gpu.in_step_slowdown = in_step.slowdown;
   hw.node.gpu.kernel_launch = in_step.dispatch;
   const double nvme_latency = std::max(m.disk.read.latency, m.disk.write.latency);
   const NvmeInStep nvme_step = measure_nvme_in_step(hw, nvme_latency, m.copy.latency, a.nvme_dir, calibration_steps);
+  stamp_round_trip(m, core::round_trip_phases()[3]);
   const double per_task = nvme_step.dispatch;
   m.throughput_readings.push_back(measure_parallel_throughput(m.cores, a.quick));
   const double throughput = *std::max_element(m.throughput_readings.begin(), m.throughput_readings.end());
@@ -584,6 +602,11 @@ std::string profile_machine(const ProfileOptions& a) {
     const auto later = measure_blas_steadiness(a.quick ? 0.4 : 1.6);
     append_steadiness(m.steadiness, later);
     print_steadiness(m.steadiness, m.kernel_threads);
+  }
+  if (!m.phase_trips.empty()) {
+    fmt::print("  round trip by phase    {}\n", phase_round_trips(m.phase_trips));
+    const std::string w = phase_round_trip_warning(m.phase_trips, m.blas_thread_count);
+    if (!w.empty()) fmt::print("  warning: {}\n", w);
   }
   fmt::print("  Executor, per task     {} alone (no-op backend), {} in a compute-bound step, {} in a step (a small GPT with states on NVMe)\n",
              core::format_seconds(executor_task), core::format_seconds(in_step.dispatch), core::format_seconds(per_task));
@@ -596,6 +619,7 @@ std::string profile_machine(const ProfileOptions& a) {
   hw.description = fmt::format("measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}", m.cores,
                                m.blas_threads.value_or("unset"), a.quick ? ", quick mode" : "");
   hw.measured_on = engine::this_machine(a.nvme_dir);
+  for (const auto& t : m.phase_trips) hw.measured_on.round_trips.push_back({t.phase, t.seconds});
   hw.node.gpu.name = "cpu-arena";
   hw.node.gpu.working_bytes = 4;  // the CPU backend keeps fp32 working tensors
   hw.node.nvme_latency = nvme_latency + per_task;

@@ -16,6 +16,8 @@
 #include "core/validation.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/backend/backend_select.hpp"
+#include "engine/machine_info.hpp"
+#include "engine/probe/machine_probe.hpp"
 #include "engine/train/trainer.hpp"
 #include "measure/machine_profile.hpp"
 #include "models/gpt.hpp"
@@ -88,6 +90,31 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+// On several BLAS threads, how cheaply the cores shared data around the run, against the profile's
+// phases (a machine whose cores do so at two costs runs shared GEMMs at two rates, and a profile
+// holds the one of its moments). Times nothing on one BLAS thread, one core, or against a profile
+// that recorded no round trips.
+struct StateWatch {
+  int blas_threads = engine::this_machine("").blas_threads;
+  std::vector<engine::probe::PhaseRoundTrip> profile, run;
+  explicit StateWatch(const core::MachineRecord& m) {
+    for (const auto& [phase, seconds] : m.round_trips) profile.push_back({phase, seconds});
+  }
+  void stamp(const char* phase) {
+    if (blas_threads <= 1 || engine::usable_cores() < 2 || profile.empty()) return;
+    if (const auto t = engine::probe::cache_line_round_trip()) run.push_back({phase, *t});
+  }
+  // Round trips in seconds; the note is "" where they agree or were not taken.
+  nlohmann::json json(const std::string& note) const {
+    auto trips = [](const std::vector<engine::probe::PhaseRoundTrip>& side) {
+      nlohmann::json t = nlohmann::json::object();
+      for (const auto& p : side) t[p.phase] = p.seconds;
+      return t;
+    };
+    return {{"profile_round_trips", trips(profile)}, {"run_round_trips", trips(run)}, {"note", note}};
+  }
+};
+
 }  // namespace
 
 nlohmann::json validate(const ValidateOptions& a, const std::function<void(const std::string&)>& say) {
@@ -116,9 +143,14 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
   say(fmt::format("{} on {} rank(s), config {}, profile {}; {} steps, the first {} not counted (warm-up)", a.model, a.ranks,
                   a.config, a.hw, a.steps, a.warmup));
   say("measuring: " + cmd);
+  StateWatch state(l.hw.measured_on);
+  state.stamp("before_run");
   if (int rc = std::system((cmd + " < /dev/null > " + shell_quote((fs::path(a.out_dir) / "measure.log").string()) + " 2>&1").c_str()); rc != 0)
     throw std::runtime_error(fmt::format("the measured run failed (exit status {}); see {}/measure.log (the command was: {})", rc,
                                          a.out_dir, cmd));
+  state.stamp("after_run");
+  const std::string state_note = engine::probe::run_state_note(state.profile, state.run, state.blas_threads);
+  if (!state_note.empty()) say("note: " + state_note);
 
   // Step time of a data-parallel step: the slowest rank's, step by step.
   std::vector<double> step_seconds(size_t(a.steps), 0.0);
@@ -181,6 +213,7 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
                    {"all", step_seconds}};
   j["predicted"] = report.step_time;
   j["error"] = err;
+  j["machine_state"] = state.json(state_note);
   for (int k = 0; k < core::kLaneCount; ++k) {
     const char* lane = core::to_string(static_cast<Lane>(k));
     j["lanes"][lane] = {{"measured", meas_lanes[size_t(k)]}, {"predicted", pred_lanes[size_t(k)]}};

@@ -28,7 +28,10 @@ struct ValidateOptions {
 // Measures, simulates, writes <out_dir>/{measured,predicted}.{csv,trace.json} and validate.json,
 // and returns that summary: label, model, config, ranks, steps, warmup, hwprofile,
 // profile_machine_mismatch ("" when the profile was measured here), measured {median, min, max,
-// steps, all}, predicted, error, lanes {lane: {measured, predicted}}. `say` gets progress lines
+// steps, all}, predicted, error, lanes {lane: {measured, predicted}}, machine_state
+// {profile_round_trips, run_round_trips, note}: on several BLAS threads, a cache line's round trip
+// between two cores around the profile's in-step steps and around this run, and a note when they
+// differ by over 1.5x (probe::run_state_note). `say` gets progress lines
 // (the command it runs; a warning when the profile describes another machine). Throws with the
 // log's path when the measured run fails, and std::invalid_argument naming the option for bad
 // ranks or warm-up.

@@ -39,11 +39,21 @@ void* counted(void* p) {
   return p;
 }
 
+// The replaced operator new takes its memory from malloc, so its operator delete gives it back with
+// free. GCC, inlining this into a delete of memory from `new`, can call the pair mismatched
+// (-Wmismatched-new-delete) without seeing the replacement: the pairing here is by design.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void uncounted(void* p) {
   if (!p) return;
   g_live.fetch_sub(int64_t(malloc_usable_size(p)));
   std::free(p);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 void* aligned(std::size_t n, std::align_val_t al) {
   const std::size_t a = std::max(std::size_t(al), sizeof(void*));

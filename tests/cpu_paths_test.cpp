@@ -287,6 +287,45 @@ TEST_CASE("a cache line's round trip between two threads is timed as its fastest
   CHECK_FALSE(probe::cache_line_round_trip(3, 10, 0.0));  // no batch starts
 }
 
+TEST_CASE("profile-hw warns when its phases saw the cores share data at different costs") {
+  const std::vector<probe::PhaseRoundTrip> same = {{"before_kernels", 110e-9}, {"after_kernels", 76e-9},
+                                                   {"before_steps", 150e-9}, {"after_steps", 112e-9}};
+  CHECK(probe::phase_round_trips(same) == "before_kernels 110 ns, after_kernels 76 ns, before_steps 150 ns, after_steps 112 ns");
+  CHECK(probe::phase_round_trip_warning(same, 2).empty());  // 150 / 76 = 1.97: one state's jitter
+  std::vector<probe::PhaseRoundTrip> mixed = same;
+  mixed[2].seconds = 420e-9;
+  const std::string w = probe::phase_round_trip_warning(mixed, 2);
+  CHECK_THAT(w, Catch::Contains("in 76 ns (after_kernels) but in 420 ns (before_steps)") &&
+                    Catch::Contains("OPENBLAS_NUM_THREADS=2 mix them"));
+  CHECK(probe::phase_round_trip_warning(mixed, 1).empty());  // one BLAS thread: nothing measured shares data
+  CHECK(probe::phase_round_trip_warning({mixed[0]}, 2).empty());
+  CHECK(probe::phase_round_trip_warning({}, 2).empty());
+  CHECK(probe::phase_round_trips({}).empty());
+  // The threshold: 2x exactly is within, just over it is not.
+  CHECK(probe::phase_round_trip_warning({{"a", 100e-9}, {"b", 200e-9}}, 4).empty());
+  CHECK_FALSE(probe::phase_round_trip_warning({{"a", 100e-9}, {"b", 201e-9}}, 4).empty());
+}
+
+TEST_CASE("zinf validate notes a run whose cores shared data at another cost than the profile's") {
+  const std::vector<probe::PhaseRoundTrip> profile = {{"before_kernels", 95e-9}, {"before_steps", 108e-9}, {"after_steps", 126e-9}};
+  const std::vector<probe::PhaseRoundTrip> same = {{"before_run", 70e-9}, {"after_run", 120e-9}};
+  CHECK(probe::run_state_note(profile, same, 2).empty());  // 126 / 70 = 1.8
+  const std::vector<probe::PhaseRoundTrip> moved = {{"before_run", 425e-9}, {"after_run", 454e-9}};
+  CHECK_THAT(probe::run_state_note(profile, moved, 2),
+             Catch::Contains("before_kernels 95 ns, before_steps 108 ns, after_steps 126 ns while the profile measured") &&
+                 Catch::Contains("before_run 425 ns, after_run 454 ns around this run") &&
+                 Catch::Contains("the state changed between the profile and this run") &&
+                 Catch::Contains("the error includes that change"));
+  const std::vector<probe::PhaseRoundTrip> during = {{"before_run", 110e-9}, {"after_run", 440e-9}};
+  CHECK_THAT(probe::run_state_note(profile, during, 2), Catch::Contains("the state changed during this run"));
+  // The kernels alone in one state and the steps in the other: the profile mixes them, whatever the run saw.
+  const std::vector<probe::PhaseRoundTrip> mixed_profile = {{"before_kernels", 409e-9}, {"before_steps", 111e-9}, {"after_steps", 92e-9}};
+  CHECK_THAT(probe::run_state_note(mixed_profile, same, 2), Catch::Contains("the profile itself saw both states"));
+  CHECK(probe::run_state_note(profile, moved, 1).empty());  // one BLAS thread
+  CHECK(probe::run_state_note({}, moved, 2).empty());       // a profile that did not record them
+  CHECK(probe::run_state_note(profile, {}, 2).empty());
+}
+
 TEST_CASE("two steadiness measurements join, keeping the round trips only where both have one beside every pair") {
   probe::BlasSteadiness early, late;
   early.threads = late.threads = 2;

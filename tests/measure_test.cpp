@@ -4,13 +4,18 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/hwprofile.hpp"
 #include "core/run_config.hpp"
+#include "engine/build_info.hpp"
+#include "engine/machine_info.hpp"
 #include "measure/machine_profile.hpp"
 #include "measure/validate_run.hpp"
 #include "models/gpt.hpp"
@@ -27,6 +32,20 @@ struct TempDir {
     fs::remove_all(path, ec);
   }
 };
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  REQUIRE(out);
+}
 
 zinf::measure::ValidateOptions tiny_run(const fs::path& out) {
   zinf::measure::ValidateOptions o;
@@ -63,6 +82,45 @@ TEST_CASE("measure::validate trains in a child process, simulates the same Progr
   bool measuring = false;
   for (const auto& s : said) measuring |= s.rfind("measuring: ", 0) == 0 && s.find(o.executable) != std::string::npos;
   CHECK(measuring);
+}
+
+TEST_CASE("measure::validate times the round trips around its run on several BLAS threads and notes a change of state") {
+  TempDir dir;
+  // This machine's profile, as if its phases had seen a cache line take half a millisecond: any run
+  // here is far from that.
+  std::string profile = read_file(std::string(ZINF_SOURCE_DIR) + "/hwprofiles/local.yaml");
+  const std::string key = "measured_on:";
+  const size_t at = profile.find('\n', profile.find(key)) + 1;
+  profile.insert(at, "  round_trips: {before_kernels: 5.0e-04, after_steps: 5.0e-04}\n");
+  const fs::path hw = dir.path / "slow-trips.yaml";
+  write_file(hw, profile);
+  auto o = tiny_run(dir.path / "run");
+  o.hw = hw.string();
+  ::setenv("OPENBLAS_NUM_THREADS", "2", 1);  // the measured ranks, as this process
+  zinf::engine::pin_blas_threads("2");
+  std::vector<std::string> said;
+  const auto j = zinf::measure::validate(o, [&](const std::string& line) { said.push_back(line); });
+  const bool two = zinf::engine::this_machine("").blas_threads >= 2 && zinf::engine::usable_cores() >= 2;
+  ::unsetenv("OPENBLAS_NUM_THREADS");
+  zinf::engine::pin_blas_threads(nullptr);
+  const auto& state = j["machine_state"];
+  CHECK(state["profile_round_trips"]["before_kernels"].get<double>() == Approx(5e-4));
+  if (!two) {
+    WARN("one BLAS thread or one core here: validate times no round trip");
+    CHECK(state["run_round_trips"].empty());
+    CHECK(state["note"] == "");
+    return;
+  }
+  REQUIRE(state["run_round_trips"].size() == 2);
+  for (const char* phase : {"before_run", "after_run"}) {
+    INFO(phase);
+    const double t = state["run_round_trips"][phase];
+    CHECK((t > 0 && t < 2.5e-4));  // 2x under the profile's
+  }
+  CHECK_THAT(state["note"].get<std::string>(), Catch::Contains("changed between the profile and this run"));
+  bool noted = false;
+  for (const auto& s : said) noted |= s.rfind("note: a cache line", 0) == 0;
+  CHECK(noted);
 }
 
 TEST_CASE("measure::validate refuses a warm-up that leaves no step, naming the option, before it writes anything") {

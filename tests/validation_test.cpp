@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/hwprofile.hpp"
+#include "core/hwprofile_writer.hpp"
 #include "core/validation.hpp"
 #include "engine/build_info.hpp"
 #include "engine/machine_info.hpp"
@@ -235,6 +236,20 @@ TEST_CASE("machine records: parsed from measured_on, each difference named, bad 
   REQUIRE(d.size() == 1);
   CHECK_THAT(d[0], Catch::Contains("OpenBLAS threads: 1 profiled, 2 here") && Catch::Contains("OPENBLAS_NUM_THREADS"));
   CHECK(machine_differences(hw.measured_on, here).empty());  // not recorded in the profile: not compared
+  // The round trips around the in-step steps: read and written back; not a difference between machines.
+  CHECK(hw.measured_on.round_trips.empty());
+  const auto with_trips = parse_hwprofile(base + "  round_trips: {before_kernels: 1.1e-07, after_steps: 4.2e-07}\n" + node, "t.yaml");
+  REQUIRE(with_trips.measured_on.round_trips.size() == 2);
+  CHECK(with_trips.measured_on.round_trips[0].first == "before_kernels");
+  CHECK(with_trips.measured_on.round_trips[0].second == Approx(1.1e-7));
+  CHECK(with_trips.measured_on.round_trips[1].first == "after_steps");
+  CHECK(machine_differences(with_trips.measured_on, hw.measured_on).empty());
+  const auto again = parse_hwprofile(hwprofile_to_yaml(with_trips), "again.yaml");
+  CHECK(again.measured_on.round_trips == with_trips.measured_on.round_trips);
+  CHECK_THROWS_WITH(parse_hwprofile(base + "  round_trips: {after_steps: 2}\n" + node, "t.yaml"),
+                    Catch::Contains("measured_on.round_trips.after_steps"));
+  CHECK_THROWS_WITH(parse_hwprofile(base + "  round_trips: {during_lunch: 1.0e-07}\n" + node, "t.yaml"),
+                    Catch::Contains("measured_on.round_trips.during_lunch"));
   std::string bad = base + node;
   bad.replace(bad.find("cores: 2\n  memory"), 8, "cores: 0");
   CHECK_THROWS_WITH(parse_hwprofile(bad, "t.yaml"), Catch::Contains("t.yaml") && Catch::Contains("measured_on.cores"));

@@ -463,6 +463,52 @@ std::string steadiness_note(const BlasSteadiness& s) {
                      s.width, kept.p10, kept.p90, s.cores_kept.size(), trip);
 }
 
+// Round trips this far apart (longest over shortest) were taken in two states of the cores. Where this
+// was found, one state's round trips were 64-131 ns and the other's 370-450 ns: within a state they
+// moved by up to 2x, between states by 2.8x or more.
+constexpr double kTwoStates = 2.0;
+
+std::string phase_round_trips(const std::vector<PhaseRoundTrip>& trips) {
+  std::string out;
+  for (const auto& t : trips) out += fmt::format("{}{} {:.0f} ns", out.empty() ? "" : ", ", t.phase, 1e9 * t.seconds);
+  return out;
+}
+
+std::string phase_round_trip_warning(const std::vector<PhaseRoundTrip>& trips, int blas_threads) {
+  if (blas_threads <= 1 || trips.size() < 2) return "";
+  const auto [lo, hi] = std::minmax_element(trips.begin(), trips.end(),
+                                            [](const PhaseRoundTrip& a, const PhaseRoundTrip& b) { return a.seconds < b.seconds; });
+  if (!(lo->seconds > 0) || hi->seconds <= kTwoStates * lo->seconds) return "";
+  return fmt::format(
+      "a cache line went between two cores and back in {:.0f} ns ({}) but in {:.0f} ns ({}): the phases were measured in two "
+      "states of this machine, its cores sharing data cheaply in one and not in the other, and a GEMM shared by {} BLAS "
+      "threads runs at a different rate in each. The in-step factors (a kernel in a step over the same kernel alone) then "
+      "compare the two states, and predictions at OPENBLAS_NUM_THREADS={} mix them: profile again until the round trips "
+      "agree, or run one BLAS thread per process (zinf's default when OPENBLAS_NUM_THREADS is unset)",
+      1e9 * lo->seconds, lo->phase, 1e9 * hi->seconds, hi->phase, blas_threads, blas_threads);
+}
+
+std::string run_state_note(const std::vector<PhaseRoundTrip>& profile, const std::vector<PhaseRoundTrip>& run, int blas_threads) {
+  if (blas_threads <= 1 || profile.empty() || run.empty()) return "";
+  std::vector<double> all;
+  for (const auto* side : {&profile, &run})
+    for (const auto& t : *side) all.push_back(t.seconds);
+  const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+  if (!(*lo > 0) || *hi <= kTwoStates * *lo) return "";
+  auto split = [](const std::vector<PhaseRoundTrip>& side) {
+    const auto [a, b] = std::minmax_element(side.begin(), side.end(),
+                                            [](const PhaseRoundTrip& x, const PhaseRoundTrip& y) { return x.seconds < y.seconds; });
+    return b->seconds > kTwoStates * a->seconds;
+  };
+  const char* where = split(profile) ? "the profile itself saw both states, so its figures mix them"
+                      : split(run)   ? "the state changed during this run"
+                                     : "the state changed between the profile and this run";
+  return fmt::format(
+      "a cache line between two cores and back took {} while the profile measured, and {} around this run: this machine's cores share data at two costs, a GEMM shared by {} BLAS threads runs at a different rate in each, "
+      "and {}; the error includes that change (see `zinf profile-hw`'s \"shared GEMM over time\")",
+      phase_round_trips(profile), phase_round_trips(run), blas_threads, where);
+}
+
 double measure_background_threads(unsigned cores, double seconds) {
   std::vector<double> share(cores, 1.0);
   std::vector<std::thread> threads;

@@ -167,6 +167,27 @@ Spread spread(std::vector<double> v);
 std::string steadiness_warning(const BlasSteadiness& s);
 std::string steadiness_note(const BlasSteadiness& s);
 
+// A cache line's round trip between two cores (cache_line_round_trip) taken at a named moment of a
+// longer measurement: profile-hw takes one before and after the kernels alone and before and after
+// the training steps its in-step factors come from (core::round_trip_phases()), zinf validate one
+// before and after its run.
+struct PhaseRoundTrip {
+  std::string phase;
+  double seconds = 0;
+};
+// "before_kernels 110 ns, ..." in the order taken.
+std::string phase_round_trips(const std::vector<PhaseRoundTrip>& trips);
+// A warning when the longest round trip is over 2x the shortest: the figures of those phases were
+// measured in two states of a machine whose cores share data at two costs, and a ratio between them
+// (an in-step factor: a kernel in a step over the same kernel alone) compares the states, not the
+// step with the kernel. Empty otherwise, with fewer than two, and on one BLAS thread (`blas_threads`),
+// where nothing measured shares data between cores.
+std::string phase_round_trip_warning(const std::vector<PhaseRoundTrip>& trips, int blas_threads);
+// What `zinf validate` says when its run and the profile saw the cores share data at different costs
+// (the longest of all their round trips over 2x the shortest), naming where the state changed:
+// within the profile, within the run, or between the two; the error includes that change. Empty otherwise, when either side took none, and on one BLAS thread.
+std::string run_state_note(const std::vector<PhaseRoundTrip>& profile, const std::vector<PhaseRoundTrip>& run, int blas_threads);
+
 // How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
 // a mid-sized GEMM (512 x 256 x 256) on buffers of its own: the sum of their rates over the rate of the
 // same loop run alone just before. `cores` on a machine whose cores are independent; less when
