@@ -474,11 +474,23 @@ std::string phase_round_trips(const std::vector<PhaseRoundTrip>& trips) {
   return out;
 }
 
+namespace {
+// The shortest and the longest of `trips` (not empty).
+auto extremes(const std::vector<PhaseRoundTrip>& trips) {
+  return std::minmax_element(trips.begin(), trips.end(),
+                             [](const PhaseRoundTrip& a, const PhaseRoundTrip& b) { return a.seconds < b.seconds; });
+}
+// Whether `trips` were taken in two states of the cores.
+bool two_states(const std::vector<PhaseRoundTrip>& trips) {
+  if (trips.size() < 2) return false;
+  const auto [lo, hi] = extremes(trips);
+  return lo->seconds > 0 && hi->seconds > kTwoStates * lo->seconds;
+}
+}  // namespace
+
 std::string phase_round_trip_warning(const std::vector<PhaseRoundTrip>& trips, int blas_threads) {
-  if (blas_threads <= 1 || trips.size() < 2) return "";
-  const auto [lo, hi] = std::minmax_element(trips.begin(), trips.end(),
-                                            [](const PhaseRoundTrip& a, const PhaseRoundTrip& b) { return a.seconds < b.seconds; });
-  if (!(lo->seconds > 0) || hi->seconds <= kTwoStates * lo->seconds) return "";
+  if (blas_threads <= 1 || !two_states(trips)) return "";
+  const auto [lo, hi] = extremes(trips);
   return fmt::format(
       "a cache line went between two cores and back in {:.0f} ns ({}) but in {:.0f} ns ({}): the phases were measured in two "
       "states of this machine, its cores sharing data cheaply in one and not in the other, and a GEMM shared by {} BLAS "
@@ -490,21 +502,15 @@ std::string phase_round_trip_warning(const std::vector<PhaseRoundTrip>& trips, i
 
 std::string run_state_note(const std::vector<PhaseRoundTrip>& profile, const std::vector<PhaseRoundTrip>& run, int blas_threads) {
   if (blas_threads <= 1 || profile.empty() || run.empty()) return "";
-  std::vector<double> all;
-  for (const auto* side : {&profile, &run})
-    for (const auto& t : *side) all.push_back(t.seconds);
-  const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
-  if (!(*lo > 0) || *hi <= kTwoStates * *lo) return "";
-  auto split = [](const std::vector<PhaseRoundTrip>& side) {
-    const auto [a, b] = std::minmax_element(side.begin(), side.end(),
-                                            [](const PhaseRoundTrip& x, const PhaseRoundTrip& y) { return x.seconds < y.seconds; });
-    return b->seconds > kTwoStates * a->seconds;
-  };
-  const char* where = split(profile) ? "the profile itself saw both states, so its figures mix them"
-                      : split(run)   ? "the state changed during this run"
-                                     : "the state changed between the profile and this run";
+  std::vector<PhaseRoundTrip> all = profile;
+  all.insert(all.end(), run.begin(), run.end());
+  if (!two_states(all)) return "";
+  const char* where = two_states(profile) ? "the profile itself saw both states, so its figures mix them"
+                      : two_states(run)   ? "the state changed during this run"
+                                          : "the state changed between the profile and this run";
   return fmt::format(
-      "a cache line between two cores and back took {} while the profile measured, and {} around this run: this machine's cores share data at two costs, a GEMM shared by {} BLAS threads runs at a different rate in each, "
+      "a cache line between two cores and back took {} while the profile measured, and {} around this run: this "
+      "machine's cores share data at two costs, a GEMM shared by {} BLAS threads runs at a different rate in each, "
       "and {}; the error includes that change (see `zinf profile-hw`'s \"shared GEMM over time\")",
       phase_round_trips(profile), phase_round_trips(run), blas_threads, where);
 }

@@ -185,7 +185,8 @@ std::string phase_round_trips(const std::vector<PhaseRoundTrip>& trips);
 std::string phase_round_trip_warning(const std::vector<PhaseRoundTrip>& trips, int blas_threads);
 // What `zinf validate` says when its run and the profile saw the cores share data at different costs
 // (the longest of all their round trips over 2x the shortest), naming where the state changed:
-// within the profile, within the run, or between the two; the error includes that change. Empty otherwise, when either side took none, and on one BLAS thread.
+// within the profile, within the run, or between the two; the error includes that change. Empty
+// otherwise, when either side took none, and on one BLAS thread.
 std::string run_state_note(const std::vector<PhaseRoundTrip>& profile, const std::vector<PhaseRoundTrip>& run, int blas_threads);
 
 // How many one-thread rates `cores` threads deliver together, each running the linear fwd+bwd of
