@@ -13,6 +13,20 @@
 
 namespace zinf::core {
 
+// DeepSpeed's fp16 loss scale: static_scale > 0 fixes it; 0 makes it dynamic, starting at
+// 2^initial_scale_power, doubled after `window` steps without an overflow, halved once `hysteresis`
+// overflows (DeepSpeed's delayed_shift) have been absorbed, never below min_scale.
+// consecutive_hysteresis refills the hysteresis after every step without an overflow.
+struct LossScaleConfig {
+  double static_scale = 0;           // fp16.loss_scale
+  int64_t initial_scale_power = 16;  // fp16.initial_scale_power
+  int64_t window = 1000;             // fp16.loss_scale_window
+  int64_t hysteresis = 2;            // fp16.hysteresis
+  bool consecutive_hysteresis = false;
+  double min_scale = 1;              // fp16.min_loss_scale
+  bool operator==(const LossScaleConfig&) const = default;
+};
+
 // The prefetch distances by default, in operators ahead of the compute that uses a parameter: the
 // paper's NVMe -> host 3, host -> device 2, all-gather 1. Written here only.
 inline constexpr int64_t kDefaultNvmePrefetchDistance = 3;
@@ -110,6 +124,9 @@ struct RunConfig {
   // states beside 16-bit ones, or all fp32). The hardware's rate and the bytes of every state follow
   // it. Unset: the GPU's own 16-bit format (fp16 on a V100, bf16 on later GPUs).
   std::optional<Precision> precision;
+  // fp16's loss scale (DeepSpeed's fp16 section; `loss_scale:` in zinf's YAML). Read in every
+  // precision, used in fp16 only: bf16 and fp32 train unscaled, as DeepSpeed does.
+  LossScaleConfig loss_scaling;
 
   // adam (L2 weight decay), adamw (decoupled); from DeepSpeed configs also lamb, lion, adagrad,
   // sgd and torch.optim's others, planned by their state tensors (zinf train runs adam and adamw).
