@@ -386,11 +386,14 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
       const std::string arena =
           s.device_arena_peak >= 0 ? fmt::format(" (arena {})", core::format_bytes(double(s.device_arena_peak))) : "";
       // The rate goes last: scripts read the fields before it (experiments/memory_wall, activation_offload).
-      std::string line = fmt::format("[{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | {:.3f} s | device {}{} host {} nvme {} | lr {:.2e}",
+      // fp16: the loss scale the step ran with, and whether an overflow skipped it.
+      const std::string scale =
+          s.loss_scale > 0 ? fmt::format(" | scale {:g}{}", s.loss_scale, s.skipped ? " skipped" : "") : "";
+      std::string line = fmt::format("[{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | {:.3f} s | device {}{} host {} nvme {}{} | lr {:.2e}",
                                      bar, s.step, a.steps, s.loss, s.tokens_per_s, s.seconds,
                                      core::format_bytes(core::at(s.peak, core::Tier::Device)), arena,
                                      core::format_bytes(core::at(s.peak, core::Tier::Host)),
-                                     core::format_bytes(core::at(s.peak, core::Tier::Nvme)), s.lr);
+                                     core::format_bytes(core::at(s.peak, core::Tier::Nvme)), scale, s.lr);
       if (tty) print_line("\r{}", line);
       else if (s.step % a.print_every == 0 || s.step == 1 || s.step == a.steps) print_line("{}\n", line);
     }
@@ -413,6 +416,9 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
     }
   }
   if (lead && tty) print_line("\n");
+  if (lead && trainer.scales_loss())
+    print_line("fp16: {} of {} steps skipped for an overflowing loss scale\n", trainer.skipped_steps(),
+               trainer.step_count());
   // The held-out loss of the model as trained (not after a stop signal: the user wants it to end).
   if (trainer.evaluates() && !stopped) evaluate(trainer, metrics, lead, false);
   if (lead) {

@@ -53,6 +53,7 @@ public:
 
   // --- the sections (deepspeed_sections.cpp) ---
   void read_precision();
+  void read_loss_scale(const json* fp16);  // fp16 enabled: its loss-scale keys
   void read_zero();
   void read_offload(const json* zero);        // where parameters and optimizer states live
   void read_zero_schedule(const json* zero);  // overlap, stage-3 fetching, sub-groups

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <type_traits>
 
 #include "core/deepspeed_reader.hpp"
 #include "core/config_reader.hpp"
@@ -73,12 +74,38 @@ void Reader::read_precision() {
     message("precision fp32: neither fp16.enabled nor bf16.enabled is set, so DeepSpeed trains in fp32 (4-byte "
             "parameters, gradients and activations, at the GPU's fp32 rate)");
   }
+  if (fp16_on) read_loss_scale(fp16);
   if (fp16_on && member(fp16, "fp16_master_weights_and_grads") && truthy(*member(fp16, "fp16_master_weights_and_grads"))) {
     if (stage_ != 2)
       refuse("fp16.fp16_master_weights_and_grads",
              "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now.");
     note("fp16.fp16_master_weights_and_grads", KeyFate::Ignored, "true",
          "DeepSpeed then keeps fp16 master weights and gradients; zinf plans fp32 master weights");
+  }
+}
+
+// fp16's loss scale, as DeepSpeed's get_fp16 keys read it (runtime/config.py): loss_scale 0 is
+// dynamic (DynamicLossScaler, from 2^initial_scale_power), above 0 static.
+void Reader::read_loss_scale(const json* fp16) {
+  LossScaleConfig& l = c_.loss_scaling;
+  const auto read = [&](const char* key, double lowest, double highest, auto& into) {
+    const json* v = member(fp16, key);
+    if (!v) return;
+    const std::string path = std::string("fp16.") + key;
+    if (!v->is_number()) refuse(path, "must be a number");
+    const double x = v->get<double>();
+    if (!(x >= lowest && x <= highest)) refuse(path, fmt::format("must lie in [{}, {}], not {}", lowest, highest, shown(*v)));
+    into = static_cast<std::remove_reference_t<decltype(into)>>(x);
+    note(path, KeyFate::Mapped, shown(*v), "fp16 loss scaling in zinf train");
+  };
+  read("loss_scale", 0, 1e30, l.static_scale);
+  read("initial_scale_power", 0, 64, l.initial_scale_power);
+  read("loss_scale_window", 1, 1e9, l.window);
+  read("hysteresis", 1, 1e6, l.hysteresis);
+  read("min_loss_scale", 1e-30, 1e30, l.min_scale);
+  if (const json* v = member(fp16, "consecutive_hysteresis")) {
+    l.consecutive_hysteresis = truthy(*v);
+    note("fp16.consecutive_hysteresis", KeyFate::Mapped, shown(*v), "fp16 loss scaling in zinf train");
   }
 }
 

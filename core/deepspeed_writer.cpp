@@ -50,10 +50,14 @@ void write_optimizer(const RunConfig& c, json& j) {
   j["optimizer"] = {{"type", type}, {"params", params}};
 }
 
-void write_precision(Precision p, json& j) {
+void write_precision(Precision p, const LossScaleConfig& l, json& j) {
   for (const char* k : {"fp16", "bf16", "bfloat16"})
     if (j.contains(k)) return;  // the base's own choice, which gave this precision
-  if (p == Precision::Fp16) j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
+  if (p == Precision::Fp16)
+    j["fp16"] = {{"enabled", true},         {"loss_scale", l.static_scale},
+                 {"initial_scale_power", l.initial_scale_power}, {"loss_scale_window", l.window},
+                 {"hysteresis", l.hysteresis}, {"consecutive_hysteresis", l.consecutive_hysteresis},
+                 {"min_loss_scale", l.min_scale}};
   if (p == Precision::Bf16) j["bf16"] = {{"enabled", true}};
 }
 
@@ -150,7 +154,7 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, const DeepSpeedTarg
   j["train_micro_batch_size_per_gpu"] = mb;
   j["gradient_accumulation_steps"] = c.gradient_accumulation;
   if (!j.contains("gradient_clipping") && c.grad_clip > 0) j["gradient_clipping"] = c.grad_clip;
-  write_precision(t.precision, j);
+  write_precision(t.precision, c.loss_scaling, j);
   write_optimizer(c, j);
   write_zero(c, t, j);
   write_aio(c, j);
@@ -171,8 +175,9 @@ std::string run_config_to_deepspeed_json(const RunConfig& c, const DeepSpeedTarg
 std::vector<std::string> deepspeed_round_trip(const RunConfig& c, const RunConfig& read_back, Precision precision) {
   RunConfig a = c, b = read_back;
   a.precision = b.precision = precision;
-  // What zinf train alone reads (the learning rate and Adam's numbers) does not change a plan.
+  // What zinf train alone reads (the learning rate, Adam's numbers, the loss scale) does not change a plan.
   b.lr = a.lr, b.beta1 = a.beta1, b.beta2 = a.beta2, b.eps = a.eps, b.weight_decay = a.weight_decay;
+  b.loss_scaling = a.loss_scaling;  // fp16's loss scale: numerics only
   const std::vector<std::string> x = lines_of(run_config_to_yaml(a, "")), y = lines_of(run_config_to_yaml(b, ""));
   // Walk both: a line whose key both have at this point changed; one the other lacks was dropped or
   // added (a key written only when set: vocabulary_tiles, micro_batch).

@@ -84,6 +84,8 @@ struct Plan {
   int64_t sub_groups_in_flight = 0;
   bool optimizer_nvme_phases = false;
   OptimizerTiming optimizer_timing = OptimizerTiming::AfterBackward;
+  // Whether every optimizer step waits for the all-reduced global gradient norm: gradient clipping
+  // needs it, and so does fp16's overflow check (a non-finite norm skips the step on every rank).
   bool grad_clip = false;
   std::string optimizer_timing_note;  // what the Program does about clipping under overlap
 

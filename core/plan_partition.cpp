@@ -45,7 +45,8 @@ void basics(PlanState& ps) {
   ps.plan_.reuse_distance_bytes = ps.config_.reuse_distance_bytes;
   ps.plan_.sub_group_size = shard_aligned(std::max<int64_t>(1, ps.config_.sub_group_size));
   ps.plan_.optimizer_timing = ps.config_.optimizer_timing;
-  ps.plan_.grad_clip = ps.config_.grad_clip > 0;
+  // fp16's overflow check is the same all-reduced sum of squares: non-finite on any rank skips the step.
+  ps.plan_.grad_clip = ps.config_.grad_clip > 0 || ps.config_.precision == Precision::Fp16;
   ps.plan_.total_params = ps.graph_.total_params();
   // Host memory and NVMe are shared by the ranks of a node; each rank gets its share.
   const double per_node = double(std::min(ps.plan_.gpus_per_node, ps.ranks_));

@@ -35,8 +35,9 @@ PlanResult run_passes(PlanState& ps) {
   if (const Fit f = judge_fit(states, ps.config_); !f.fits()) throw_fit(f);
   if (ps.plan_.grad_clip && ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward)
     ps.plan_.optimizer_timing_note =
-        "overlap with gradient clipping: optimizer states and gradients of ready sub-groups are read during "
-        "backward, but every Adam step waits for the all-reduced global gradient norm, so the update stays exact";
+        "overlap with gradient clipping (or fp16's overflow check): optimizer states and gradients of ready "
+        "sub-groups are read during backward, but every Adam step waits for the all-reduced global gradient norm, so "
+        "the update stays exact";
   else if (ps.config_.optimizer_timing == OptimizerTiming::OverlapBackward)
     ps.plan_.optimizer_timing_note = "each sub-group is updated as soon as its gradient shards are reduced and stored";
   else

@@ -89,6 +89,17 @@ void read_optimizer(ConfigReader& o, RunConfig& c) {
                               : HostPath::Fused;
 }
 
+// The `loss_scale:` section: fp16's loss scale, DeepSpeed's fp16 keys by shorter names.
+void read_loss_scale(ConfigReader& l, LossScaleConfig& s) {
+  using U = UnitKind;
+  s.static_scale = l.non_negative_number("static", U::Count, s.static_scale);
+  s.initial_scale_power = l.int_in("initial_scale_power", 0, 64, s.initial_scale_power);
+  s.window = l.int_in("window", 1, 1'000'000'000, s.window);
+  s.hysteresis = l.int_in("hysteresis", 1, 1'000'000, s.hysteresis);
+  s.consecutive_hysteresis = l.boolean("consecutive_hysteresis", s.consecutive_hysteresis);
+  s.min_scale = l.positive_number("min", U::Count, s.min_scale);
+}
+
 RunConfig read_yaml(ConfigReader& r) {
   using U = UnitKind;
   RunConfig c;
@@ -174,6 +185,7 @@ RunConfig read_yaml(ConfigReader& r) {
   r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (core/lr_schedule_reader.hpp)
   if (const std::string p = r.choice("precision", {"auto", "bf16", "fp16", "fp32"}, "auto"); p != "auto")
     c.precision = parse_precision(p);
+  if (auto l = r.maybe_child("loss_scale")) read_loss_scale(*l, c.loss_scaling);
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxGradientAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");

@@ -62,6 +62,12 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
       c.optimizer_nvme_phases, c.optimizer_read_ahead,
       c.optimizer_host_path == HostPath::DeepSpeed03 ? "deepspeed-0.3" : "fused");
   out += fmt::format("precision: {}\n", c.precision ? to_string(*c.precision) : "auto");
+  const auto& l = c.loss_scaling;
+  if (!(l == LossScaleConfig{}))
+    out += fmt::format("loss_scale: {{static: {}, initial_scale_power: {}, window: {}, hysteresis: {}, "
+                       "consecutive_hysteresis: {}, min: {}}}\n",
+                       l.static_scale, l.initial_scale_power, l.window, l.hysteresis, l.consecutive_hysteresis,
+                       l.min_scale);
   out += fmt::format("gradient_accumulation: {}\n", c.gradient_accumulation);
   if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
   out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);

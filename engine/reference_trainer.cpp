@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "engine/backend/cpu/convert.hpp"
+#include "engine/storage.hpp"
 
 namespace zinf::engine {
 
@@ -25,7 +26,7 @@ ReferenceTrainer::ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfi
     : ReferenceTrainer(graph, cfg, Gpt2(graph).init_params(cfg.init_seed)) {}
 
 ReferenceTrainer::ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfig cfg, Gpt2Params initial)
-    : model_(std::move(graph), cfg.kernels), cfg_(cfg), master_(std::move(initial)) {
+    : model_(std::move(graph), cfg.kernels), cfg_(cfg), master_(std::move(initial)), scaler_(cfg.loss_scaling) {
   const Gpt2Params z = model_.zeros();
   if (master_.size() != z.size()) throw std::invalid_argument("reference trainer: wrong number of parameter groups");
   for (size_t g = 0; g < z.size(); ++g)
@@ -39,9 +40,16 @@ ReferenceTrainer::ReferenceTrainer(core::ModelGraph graph, ReferenceTrainerConfi
 
 double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
   if (micro_batches.empty()) throw std::invalid_argument("reference trainer: a step needs at least one micro-batch");
+  using core::Precision;
+  const Precision precision = cfg_.precision;
+  // The stored form's rounding of n floats in place: bf16, fp16 or none.
+  const auto store = [precision](float* x, size_t n) {
+    if (precision == Precision::Bf16) cpu::round_to<bf16>(x, int64_t(n));
+    if (precision == Precision::Fp16) cpu::round_to<fp16>(x, int64_t(n));
+  };
+  const double scale = precision == Precision::Fp16 ? scaler_.scale() : 1.0;
   working_ = master_;
-  if (cfg_.bf16)
-    for (auto& w : working_) cpu::round_to_bf16(w.data(), int64_t(w.size()));
+  for (auto& w : working_) store(w.data(), w.size());
   for (auto& g : grads_) std::fill(g.begin(), g.end(), 0.0f);
 
   // Each micro-batch's gradient is scaled by 1/n and added to the step's gradient, which (in bf16
@@ -49,7 +57,7 @@ double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
   // group two operators read (the tied embedding and LM head) adds one contribution per operator, in
   // the order their backward runs (the head's, then the embedding's), as the engine reduces them.
   double loss = 0;
-  const float inv = 1.0f / float(micro_batches.size());
+  const float inv = float(scale / double(micro_batches.size()));
   const auto& ops = model_.graph().ops;
   for (const Batch& b : micro_batches) {
     model_.set_batch(acts_, b.inputs, b.targets);
@@ -71,16 +79,28 @@ double ReferenceTrainer::step(std::span<const Batch> micro_batches) {
         const float* add = mb_grads_[size_t(gi)].data();
         const size_t n = grads_[size_t(gi)].size();
         for (size_t j = 0; j < n; ++j) acc[j] += add[j] * inv;
-        if (cfg_.bf16) cpu::round_to_bf16(acc, int64_t(n));
+        store(acc, n);
       }
     }
   }
 
+  loss /= double(micro_batches.size());
+  last_skipped_ = false;
+  if (precision == Precision::Fp16) {
+    // An overflow of the stored (scaled) gradient skips the update; otherwise it is unscaled in fp32.
+    for (const auto& g : grads_)
+      for (float x : g) last_skipped_ = last_skipped_ || !std::isfinite(x);
+    scaler_.update(last_skipped_);
+    if (last_skipped_) return loss;
+    const float unscale = float(1.0 / scale);
+    for (auto& g : grads_)
+      for (float& x : g) x *= unscale;
+  }
   ++step_;
   for (size_t i = 0; i < master_.size(); ++i)
     adamw_reference(master_[i].data(), grads_[i].data(), m_[i].data(), v_[i].data(), int64_t(master_[i].size()),
                     cfg_.adam, step_);
-  return loss / double(micro_batches.size());
+  return loss;
 }
 
 std::vector<double> ReferenceTrainer::train(BatchLoader& loader, int64_t steps, int64_t micro_batches) {

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "core/graph.hpp"
+#include "core/run_config.hpp"
 #include "engine/data/token_data.hpp"
 #include "engine/model/gpt2.hpp"
+#include "engine/train/loss_scaler.hpp"
 
 namespace zinf::engine {
 
@@ -28,10 +30,14 @@ void adamw_reference(float* param, const float* grad, float* m, float* v, int64_
 
 struct ReferenceTrainerConfig {
   AdamWConfig adam;
-  // Mixed precision as the engine runs it: the model computes on fp32 copies of bf16 parameters,
-  // and the step's gradient (the sum of each micro-batch's gradient times 1/n) is stored as bf16
-  // after each addition, before the fp32 optimizer reads it.
-  bool bf16 = true;
+  // The precision as the engine runs it. bf16 and fp16: the model computes on fp32 copies of 16-bit
+  // parameters, and the step's gradient (the sum of each micro-batch's gradient times 1/n, in fp16
+  // times the loss scale too) is stored in 16 bits after each addition, before the fp32 optimizer
+  // reads it (unscaled). fp32: nothing is rounded.
+  core::Precision precision = core::Precision::Bf16;
+  // fp16's loss scale (engine/train/loss_scaler.hpp): an overflowing step is skipped, as the
+  // engine's is.
+  core::LossScaleConfig loss_scaling;
   KernelImpl kernels = KernelImpl::Fast;
   uint64_t init_seed = 1;
 };
@@ -56,7 +62,9 @@ class ReferenceTrainer {
   const Gpt2& model() const { return model_; }
   const Gpt2Params& master() const { return master_; }  // fp32 master weights
   const Gpt2Params& grads() const { return grads_; }    // the last step's averaged gradient
-  int64_t steps() const { return step_; }
+  int64_t steps() const { return step_; }  // updates made (fp16: steps not skipped)
+  const LossScaler& scaler() const { return scaler_; }
+  bool last_skipped() const { return last_skipped_; }
 
  private:
   Gpt2 model_;
@@ -64,6 +72,8 @@ class ReferenceTrainer {
   Gpt2Params master_, working_, grads_, mb_grads_, m_, v_;
   Gpt2Activations acts_;
   int64_t step_ = 0;
+  LossScaler scaler_;  // consulted in fp16 only
+  bool last_skipped_ = false;
 };
 
 }  // namespace zinf::engine

@@ -60,12 +60,12 @@ TEST_CASE("reference training: fast kernels and bf16 storage stay close to the p
   TokenCorpus data = corpus();
   ReferenceTrainerConfig plain;
   plain.kernels = KernelImpl::Reference;
-  plain.bf16 = false;
+  plain.precision = zinf::core::Precision::Fp32;
   plain.adam.lr = 3e-3;
   ReferenceTrainerConfig fast = plain, mixed = plain;
   fast.kernels = KernelImpl::Fast;
   mixed.kernels = KernelImpl::Fast;
-  mixed.bf16 = true;
+  mixed.precision = zinf::core::Precision::Bf16;
   std::vector<double> losses[3];
   int i = 0;
   for (const auto& cfg : {plain, fast, mixed}) {
@@ -90,7 +90,7 @@ TEST_CASE("a step over several micro-batches uses their mean gradient", "[traine
   BatchLoader loader(data, graph.spec.micro_batch, graph.spec.seq, 0, 1, 5);
   std::vector<Batch> batches = {loader.next(), loader.next()};
   ReferenceTrainerConfig cfg;
-  cfg.bf16 = false;
+  cfg.precision = zinf::core::Precision::Fp32;
   ReferenceTrainer t(graph, cfg);
   const Gpt2Params initial = t.master();
   const double loss = t.step(batches);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 
 #include "engine/backend/cpu/convert.hpp"
 #include "engine/memory/staging_cache.hpp"
@@ -84,6 +85,7 @@ void GptBackendBase::start(std::vector<Batch>& batches) {
   nonfinite_.store(0, std::memory_order_relaxed);
   clip_scale_ = 1.0;
   global_norm_ = 0;
+  overflow_ = false;
   losses_.assign(batches.size(), 0.0);
   ckpt_saved_.assign(batches.size(), 0);
   ckpt_restored_.clear();
@@ -165,7 +167,18 @@ double GptBackendBase::loss() const {
 }
 
 std::optional<TrainingBackend::LocalGradCheck> GptBackendBase::local_grad_check() const {
-  return LocalGradCheck{sumsq_, nonfinite_.load(std::memory_order_relaxed)};
+  // The stored gradients carry the loss scale: their norm is reported without it.
+  return LocalGradCheck{sumsq_ / (loss_scale_ * loss_scale_), nonfinite_.load(std::memory_order_relaxed)};
+}
+
+void GptBackendBase::set_loss_scale(double scale) {
+  if (!(scale > 0) || !std::isfinite(scale))
+    throw std::invalid_argument(fmt::format("loss scale {}: it must be positive and finite", scale));
+  const core::Precision p = opt.config.precision.value_or(core::Precision::Bf16);
+  if (scale != 1.0 && p != core::Precision::Fp16)
+    throw std::invalid_argument(fmt::format("a loss scale of {} in precision {}: only fp16 scales its loss", scale,
+                                            core::to_string(p)));
+  loss_scale_ = scale;
 }
 
 // ---- what the handlers share ------------------------------------------------------------------------
@@ -237,8 +250,9 @@ std::pair<int64_t, int64_t> GptBackendBase::replicated_in_mine(const core::Param
   return {b, std::max(b, e)};
 }
 
-void GptBackendBase::accumulate_host(const core::ParamUnit& u, bf16* home, const bf16* partial, const float* add,
-                                     int64_t n, bool first, bool last) {
+template <class S>
+void GptBackendBase::accumulate_host(const core::ParamUnit& u, S* home, const S* partial, const float* add, int64_t n,
+                                     bool first, bool last) {
   // In chunks that stay in cache: the sum, then (at the last micro-batch) the squares of what was
   // stored, the tensor-parallel replicated range [rb, re) apart. Separate loops, so that neither
   // waits on the other's branches (one fused scalar loop took 1.0-1.5 ns per element).
@@ -248,9 +262,9 @@ void GptBackendBase::accumulate_host(const core::ParamUnit& u, bf16* home, const
   for (int64_t b = 0; b < n; b += kChunk) {
     const int64_t e = std::min(n, b + kChunk);
     if (first) {
-      for (int64_t i = b; i < e; ++i) home[i] = to_bf16(0.0f + add[i]);  // as a zero partial's sum: -0 becomes +0
+      for (int64_t i = b; i < e; ++i) home[i] = from_float<S>(0.0f + add[i]);  // as a zero partial's sum: -0 becomes +0
     } else {
-      for (int64_t i = b; i < e; ++i) home[i] = to_bf16(to_float(partial[i]) + add[i]);
+      for (int64_t i = b; i < e; ++i) home[i] = from_float<S>(to_float(partial[i]) + add[i]);
     }
     if (!last) continue;
     const int64_t r0 = std::clamp(rb, b, e), r1 = std::clamp(re, b, e);
@@ -259,6 +273,12 @@ void GptBackendBase::accumulate_host(const core::ParamUnit& u, bf16* home, const
   }
   if (last) add_sumsq(ss + replicated / double(std::max<int64_t>(1, graph.tensor_parallel)));
 }
+template void GptBackendBase::accumulate_host(const core::ParamUnit&, bf16*, const bf16*, const float*, int64_t, bool,
+                                              bool);
+template void GptBackendBase::accumulate_host(const core::ParamUnit&, fp16*, const fp16*, const float*, int64_t, bool,
+                                              bool);
+template void GptBackendBase::accumulate_host(const core::ParamUnit&, float*, const float*, const float*, int64_t,
+                                              bool, bool);
 
 void GptBackendBase::count_nonfinite(const float* w, int64_t n) {
   int64_t bad = 0;
@@ -273,11 +293,27 @@ const bf16* GptBackendBase::clipped_host(const bf16* g, int64_t n, std::vector<b
   return scratch.data();
 }
 
+template <class S>
+const float* GptBackendBase::unscaled_host(const S* g, int64_t n, std::vector<float>& scratch) const {
+  const double scale = clip_scale_ / loss_scale_;
+  if constexpr (std::is_same_v<S, float>)
+    if (scale == 1.0) return g;
+  scratch.resize(size_t(n));
+  const float f = float(scale);
+  for (int64_t i = 0; i < n; ++i) scratch[size_t(i)] = to_float(g[i]) * f;
+  return scratch.data();
+}
+template const float* GptBackendBase::unscaled_host(const fp16*, int64_t, std::vector<float>&) const;
+template const float* GptBackendBase::unscaled_host(const float*, int64_t, std::vector<float>&) const;
+
 void GptBackendBase::norm_task(const Task& t) {
   if (t.kind == TaskKind::GradNorm) return;  // the squares were summed as each shard became final
   double s = sumsq_;
   (opt.norm_comm ? *opt.norm_comm : comm).all_reduce(&s, 1, "gradient norm");
-  global_norm_ = std::sqrt(s);
+  // fp16: a gradient that overflowed its storage on any rank makes every rank's sum infinite or
+  // NaN, so every rank skips the step together (DeepSpeed's overflow check, all-reduced).
+  overflow_ = opt.config.precision == core::Precision::Fp16 && !std::isfinite(s);
+  global_norm_ = std::sqrt(s) / loss_scale_;
   const double clip = opt.config.grad_clip;
   clip_scale_ = clip > 0 && global_norm_ > clip ? clip / (global_norm_ + 1e-6) : 1.0;
 }
@@ -373,14 +409,8 @@ void GptBackendBase::load_state(const GroupReader& master, const GroupReader& m,
           const float* flat = u.tiles > 1 ? tile.data() : group.data();
           for (int64_t i = 0; i < cnt && begin + i < u.numel; ++i) slice[size_t(i)] = flat[begin + i];
         }
-        if (which != StateTensor::Master) {
-          write_state(off, cnt, which, slice.data(), nullptr);
-          continue;
-        }
-        // The bf16 parameters are the master weights rounded.
-        Staging<bf16> params(size_t(core::shard_aligned(cnt)), bf16{});
-        for (int64_t i = 0; i < cnt; ++i) params[size_t(i)] = to_bf16(slice[size_t(i)]);
-        write_state(off, cnt, which, slice.data(), params.data());
+        // The parameters are the master weights rounded (by the device, to the run's precision).
+        write_state(off, cnt, which, slice.data(), which == StateTensor::Master);
       }
     }
   }
@@ -404,7 +434,7 @@ TrainingBackend::FullState GptBackendBase::gather_state() {
 void GptBackendBase::gather_group(int32_t group, StateTensor which, std::vector<float>& out) {
   bind_thread();
   if (!trains())
-    throw std::logic_error("this backend was built for a forward-only Program: it keeps the bf16 parameters alone, no "
+    throw std::logic_error("this backend was built for a forward-only Program: it keeps the parameters alone, no "
                            "optimizer state to gather");
   if (group < 0 || size_t(group) >= graph.params.size())
     throw std::invalid_argument(fmt::format("gather_group: no parameter group {}", group));

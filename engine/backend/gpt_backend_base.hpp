@@ -34,7 +34,7 @@
 
 #include "core/plan.hpp"
 #include "core/program.hpp"
-#include "engine/bf16.hpp"
+#include "engine/storage.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/backend/activation_offload.hpp"
 #include "engine/backend/gpt_program_index.hpp"
@@ -78,6 +78,8 @@ public:
   double loss() const final;
   double grad_norm() const final { return global_norm_; }
   std::optional<LocalGradCheck> local_grad_check() const override;
+  void set_loss_scale(double scale) final;
+  bool step_skipped() const final { return overflow_; }
   FullState gather_state() final;
   void load_state(const FullState& s) final;
   bool streams_state() const final { return true; }
@@ -107,9 +109,10 @@ protected:
   virtual void drop_gathered(int64_t buffer) = 0;
   // This rank's home of one optimizer state: n elements at `off` of its shard space to host memory
   // `dst` and back. The host buffers hold core::shard_aligned(n) elements (a home on NVMe moves the
-  // padded span); `rounded` is the master weights rounded to bf16, the parameters' home.
+  // padded span); with `params_too` (the master weights) the parameters' home gets them too,
+  // rounded to the run's precision.
   virtual void read_state(StateTensor which, int64_t off, int64_t n, float* dst) = 0;
-  virtual void write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) = 0;
+  virtual void write_state(int64_t off, int64_t n, StateTensor which, const float* src, bool params_too) = 0;
   // Data::Activation tasks (an offloaded segment) and the tensors recomputed per tensor are the
   // base's ActivationOffloader: the device implements ActivationDevice (its tensors and copies).
 
@@ -221,8 +224,14 @@ protected:
   // in its destructor (the base, and its offloader, outlive the device's members).
   void drop_activation_copies() { offloader_->clear(); }
 
-  // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction.
-  float grad_scale() const { return 1.0f / float(P->data_parallel() * P->micro_batches()); }
+  // Gradients are the mean over all ranks' micro-batches: scaled once, at the reduction, times fp16's
+  // loss scale (set_loss_scale). Scaling the reduced fp32 gradient by the (power-of-two) loss scale
+  // gives the values scaling the loss before backward would, as backward is linear in the loss and
+  // computes in fp32; what the scale protects is the fp16 storage that follows.
+  float grad_scale() const { return float(loss_scale_ / double(P->data_parallel() * P->micro_batches())); }
+  // Whether this step's gradients overflowed their fp16 storage on some rank (known after the norm
+  // task): the optimizer tasks then leave every state as it was.
+  bool overflowed() const { return overflow_; }
   // Whether a gradient task's contribution is the step's first to its unit (it overwrites the home)
   // or its last (the gradient is complete): the Program's (Task::grad_first, grad_last), one per
   // micro-batch and operator that uses the unit.
@@ -231,8 +240,9 @@ protected:
   // Adds a reduced micro-batch gradient of this rank's part of unit u into the stored bf16 shard on
   // the host (the same rounding on every tier); after the last micro-batch its squares join the
   // gradient norm, those of elements every tensor-parallel rank holds (replicated_in_mine) 1/t each.
-  void accumulate_host(const core::ParamUnit& u, bf16* home, const bf16* partial, const float* add, int64_t n,
-                       bool first, bool last);
+  template <class S>
+  void accumulate_host(const core::ParamUnit& u, S* home, const S* partial, const float* add, int64_t n, bool first,
+                       bool last);
   // The elements of this rank's part of unit u that the tensor-parallel group holds whole
   // (core::ParamGroup::tp_replicated), relative to the part's start; empty for tensor_parallel 1.
   std::pair<int64_t, int64_t> replicated_in_mine(const core::ParamUnit& u) const;
@@ -247,6 +257,11 @@ protected:
   double clip_scale() const { return clip_scale_; }
   // Gradients scaled by clip_scale() on the host, or `g` itself when there is nothing to scale.
   const bf16* clipped_host(const bf16* g, int64_t n, std::vector<bf16>& scratch) const;
+  // Stored gradients as the optimizer reads them, in fp32: unscaled (fp16's loss scale divided out,
+  // in fp32, where an unscaled gradient cannot underflow as it would in fp16) and clipped; `g`
+  // itself when it is fp32 with nothing to scale.
+  template <class S>
+  const float* unscaled_host(const S* g, int64_t n, std::vector<float>& scratch) const;
   int64_t step() const { return step_; }
   // Adam's options for this step: the run config's, with the schedule's rates (set_step_rates).
   const AdamOptions& adam_options() const { return adam_options_; }
@@ -318,6 +333,8 @@ private:
   std::atomic<int64_t> nonfinite_{0};
   double clip_scale_ = 1.0;
   double global_norm_ = 0;
+  double loss_scale_ = 1.0;  // fp16's, for this step (set_loss_scale); 1 otherwise
+  bool overflow_ = false;    // this step's gradients are not finite on some rank (fp16: skip it)
 };
 
 }  // namespace zinf::engine

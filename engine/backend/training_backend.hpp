@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "core/lr_schedule.hpp"
@@ -22,8 +23,8 @@ namespace zinf::engine {
 class TrainingBackend : public TaskBackend {
 public:
   // The optimizer state of the whole model, one fp32 tensor per parameter group (the layout of
-  // Gpt2Params): master weights and Adam moments. The bf16 parameters are the master weights
-  // rounded, as every optimizer step writes them.
+  // Gpt2Params): master weights and Adam moments. The parameters (bf16, fp16 or fp32) are the
+  // master weights rounded, as every optimizer step writes them.
   struct FullState {
     Gpt2Params master, m, v;
   };
@@ -60,6 +61,14 @@ public:
   // The last step's LocalGradCheck, for a backend that computes it (otherwise the trainer uses
   // grad_norm() and cannot count non-finite weights).
   virtual std::optional<LocalGradCheck> local_grad_check() const { return std::nullopt; }
+  // fp16 mixed precision: the loss scale of the next steps (the trainer's LossScaler), by which the
+  // stored gradients are scaled; a backend that runs bf16 alone refuses any scale but 1.
+  virtual void set_loss_scale(double scale) {
+    if (scale != 1.0) throw std::logic_error("this backend trains without a loss scale (bf16)");
+  }
+  // Whether the last step's gradients were not finite on some rank under a loss scale, so that its
+  // optimizer step left every state unchanged (DeepSpeed's skipped fp16 step).
+  virtual bool step_skipped() const { return false; }
   // Bytes of the device arena at their peak since the last reset_device_peak().
   virtual int64_t device_peak_bytes() const = 0;
   virtual void reset_device_peak() = 0;

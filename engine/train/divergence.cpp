@@ -50,6 +50,15 @@ std::string DivergenceRule::check(double loss, double grad_norm, int64_t nonfini
   return "";
 }
 
+std::string DivergenceRule::check_skipped(double loss) {
+  if (!std::isfinite(loss)) return fmt::format("loss {} not finite (a step skipped for an fp16 overflow)", loss);
+  const double bound = losses_.empty() ? kFirstLossFactor * uniform_loss_ : std::max(kLossFactor * median(losses_), uniform_loss_);
+  if (loss > bound)
+    return fmt::format("loss {:.6g} is above {:.4g} (a step skipped for an fp16 overflow: its loss is judged alone)",
+                       loss, bound);
+  return "";
+}
+
 nlohmann::json DivergenceRule::to_json() const {
   return {{"losses", std::vector<double>(losses_.begin(), losses_.end())},
           {"grad_norms", std::vector<double>(grad_norms_.begin(), grad_norms_.end())}};

@@ -9,7 +9,7 @@
 //
 // A loss that explodes while finite (lr 1e6: 5.5, then 1.4e13) is caught at the first step whose
 // forward pass sees the exploded weights; gradient-norm spikes of 10-100x, common in healthy runs,
-// pass. The window travels with the checkpoint, so a resumed run judges its first step as the
+// pass. An fp16 step skipped for an overflowing loss scale is no divergence (check_skipped). The window travels with the checkpoint, so a resumed run judges its first step as the
 // uninterrupted run would have. One object per Trainer; not thread-safe.
 #pragma once
 #include <cstdint>
@@ -31,6 +31,10 @@ public:
   // "" when the step passes (its figures then join the window), else what broke the rule, with
   // the figures and the reference it was held to.
   std::string check(double loss, double grad_norm, int64_t nonfinite_weights);
+  // The same for a step fp16 skipped because its scaled gradients overflowed: its loss (computed
+  // from the weights before it, in fp32) is held to the rule; its gradient norm, not finite by
+  // design, is not, and nothing joins the window, as the weights did not change.
+  std::string check_skipped(double loss);
 
   // The window, for a checkpoint's meta.json, and back; from_json refuses (std::runtime_error
   // naming `file`) anything but two lists of at most kWindow finite non-negative numbers.

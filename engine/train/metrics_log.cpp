@@ -27,6 +27,10 @@ nlohmann::json step_record(const StepStats& s) {
                         {"host", core::at(s.peak, core::Tier::Host)},
                         {"nvme", core::at(s.peak, core::Tier::Nvme)}}}};
   if (s.device_arena_peak >= 0) r["device_arena_peak_bytes"] = s.device_arena_peak;
+  if (s.loss_scale > 0) {  // fp16
+    r["loss_scale"] = s.loss_scale;
+    r["skipped"] = s.skipped;
+  }
   return r;
 }
 

@@ -29,6 +29,8 @@
 #include "engine/model/safetensors.hpp"
 #include "engine/train/checkpoint_dir.hpp"
 #include "engine/train/divergence.hpp"
+#include "engine/train/loss_scaler.hpp"
+#include "engine/train/trainer_checks.hpp"
 #include "engine/train/run_identity.hpp"
 #include "models/gpt.hpp"
 
@@ -37,16 +39,6 @@ namespace fs = std::filesystem;
 namespace zinf::engine {
 
 namespace {
-
-// A loaded optimizer state must be finite (and v non-negative): a NaN page in a checkpoint would
-// otherwise train on silently.
-void check_finite(const std::vector<float>& t, const std::string& tensor, const std::string& file, bool non_negative) {
-  for (size_t i = 0; i < t.size(); ++i)
-    if (!std::isfinite(t[i]) || (non_negative && t[i] < 0))
-      throw std::runtime_error(fmt::format("checkpoint {}: tensor '{}' holds {} at element {}; the checkpoint is "
-                                           "damaged or was saved from a diverged run",
-                                           file, tensor, t[i], i));
-}
 
 // Ranks sharing this machine's RAM: OpenMPI's local size, else every rank of the job.
 int ranks_on_this_node(int ranks) {
@@ -110,9 +102,12 @@ struct Trainer::Impl {
   IoEnv& env;
   std::unique_ptr<CheckpointDir> checkpoints;  // rank 0's, locked for the run
   int64_t steps_done = 0;
+  // Updates made: steps done less those fp16 skipped.
+  int64_t optimizer_steps() const { return steps_done - (scaler ? scaler->skipped() : 0); }
   core::LrSchedule schedule;  // opt.lr_schedule with its `auto` lengths decided
   double last_lr = 0;         // the rate of the last step run
   DivergenceRule rule;
+  std::optional<LossScaler> scaler;  // fp16's loss scale (engine/train/loss_scaler.hpp)
   DataIdentity data;
   std::string pending;  // a checkpoint saved but not yet `latest`: the next step's figures confirm it
   double rss_before_homes = 0;  // the process's RSS just before the backend built the homes
@@ -179,7 +174,11 @@ struct Trainer::Impl {
       device_comm = cuda->make_device_collectives(comm, device);
       backend = cuda->make_backend(planned.program, planned.plan, model, comm.rank(), *device_comm, bo, device);
     } else {
-      backend = std::make_unique<GptCpuBackend>(planned.program, planned.plan, model, dp.rank(), dp, bo);
+      backend = make_gpt_cpu_backend(planned.program, planned.plan, model, dp.rank(), dp, bo);
+    }
+    if (opt.config.precision == core::Precision::Fp16) {
+      scaler.emplace(opt.config.loss_scaling);
+      backend->set_loss_scale(scaler->scale());
     }
     // A fresh start streams its initialization (or --init-from) a parameter group at a time into
     // the homes the plan chose, on either device, so the model never sits whole in host memory. A
@@ -373,24 +372,7 @@ struct Trainer::Impl {
 
   static models::GptPlan plan_run(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
-    if (o.config.checkpoints_per_block != 1)
-      throw std::invalid_argument(fmt::format("{}: activation_checkpoint.per_block {}: the engine keeps one checkpoint per "
-                                              "block; two (Megatron's --split-transformers) are planned and simulated only",
-                                              o.config_source, o.config.checkpoints_per_block));
-    if (o.config.optimizer_host_path != core::HostPath::Fused)
-      throw std::invalid_argument(fmt::format("{}: optimizer.host_path deepspeed-0.3: the engine trains in bf16 and moves "
-                                              "bf16 gradients to a host optimizer (host_path: fused); DeepSpeed's fp32 host "
-                                              "path is planned and simulated only",
-                                              o.config_source));
-    if (o.config.precision && *o.config.precision != core::Precision::Bf16)
-      throw std::invalid_argument(fmt::format("{}: precision {}: the engine trains bf16 parameters (fp32 master weights "
-                                              "and Adam states); {} is planned and simulated only",
-                                              o.config_source, core::to_string(*o.config.precision),
-                                              core::to_string(*o.config.precision)));
-    if (o.config.optimizer_type != "adam" && o.config.optimizer_type != "adamw")
-      throw std::invalid_argument(fmt::format("{}: optimizer {}: the engine runs Adam and AdamW; other optimizers are "
-                                              "planned and simulated by their state tensors only",
-                                              o.config_source, o.config.optimizer_type));
+    refuse_untrained_settings(o, kind == BackendKind::Cuda);
     if (o.config.tensor_parallel > 1) {
       // What tensor-parallel training does not do yet, refused by name before anything runs.
       const auto refuse = [&](const std::string& what) {
@@ -415,10 +397,12 @@ struct Trainer::Impl {
     if (!loader) throw std::logic_error("step: a Trainer made for sampling has no training data");
     std::vector<Batch> batches;
     for (int mb = 0; mb < planned.program.micro_batches(); ++mb) batches.push_back(loader->next());
-    const core::StepRates rates =
-        core::rates_at(schedule, steps_done + 1, opt.config.lr, opt.config.beta1, opt.config.beta2);
+    // Adam's bias correction and the schedule count the updates made: DeepSpeed advances neither
+    // on a step fp16 skipped.
+    const int64_t update = optimizer_steps() + 1;
+    const core::StepRates rates = core::rates_at(schedule, update, opt.config.lr, opt.config.beta1, opt.config.beta2);
     backend->set_step_rates(rates);
-    backend->begin_step(steps_done + 1, std::move(batches));
+    backend->begin_step(update, std::move(batches));
     backend->reset_device_peak();
     const auto t0 = std::chrono::steady_clock::now();
     StepStats s;
@@ -441,8 +425,17 @@ struct Trainer::Impl {
     const double slowest = r[1] / comm.size();
     s.tokens_per_s = double(graph.tokens) * planned.program.micro_batches() * dp.size() / std::max(slowest, 1e-9);
     s.grad_norm = check ? std::sqrt(r[2]) : backend->grad_norm();
-    // Every rank judges the same all-reduced figures, so all stop or go on together.
-    if (const std::string broken = rule.check(s.loss, s.grad_norm, int64_t(r[3])); !broken.empty()) diverged(s.step, broken, s.lr);
+    // Every rank judges the same all-reduced figures, so all stop or go on together; a step fp16
+    // skipped for an overflow (every rank saw it in the all-reduced norm) is judged by its loss.
+    s.skipped = backend->step_skipped();
+    if (scaler) s.loss_scale = scaler->scale();
+    if (const std::string broken = s.skipped ? rule.check_skipped(s.loss) : rule.check(s.loss, s.grad_norm, int64_t(r[3]));
+        !broken.empty())
+      diverged(s.step, broken, s.lr);
+    if (scaler) {
+      if (const std::string said = scaler->update(s.skipped); !said.empty()) note(fmt::format("step {}: {}", s.step, said));
+      backend->set_loss_scale(scaler->scale());
+    }
     // This step's loss was computed from the state a pending checkpoint holds: it passed, so that
     // checkpoint is sound and becomes `latest`.
     publish_pending();
@@ -581,10 +574,11 @@ struct Trainer::Impl {
                                // The schedule's state: its parameters and the step it reached (the
                                // next step's rate follows from both, as DeepSpeed's
                                // last_batch_iteration does).
-                               {"lr_schedule", {{"schedule", core::to_json(schedule)}, {"step", steps_done},
+                               {"lr_schedule", {{"schedule", core::to_json(schedule)}, {"step", optimizer_steps()},
                                                 {"last_lr", last_lr}}},
                                // Which tokens training drew from: all of `data`, or all but a held-out tail.
                                {"held_out", held_out_record()}};
+        if (scaler) meta["loss_scaler"] = scaler->to_json();
         const auto write_state = [&](const ByteSink& sink) {
           const std::string header = safetensors_header(layout, TensorDtype::F32);
           sink(header.data(), header.size());
@@ -616,10 +610,10 @@ struct Trainer::Impl {
     if (!meta.contains("lr_schedule")) return;  // written before schedules: the rate was constant
     const auto& saved = meta["lr_schedule"];
     if (!saved.is_object() || !saved.contains("schedule") || !saved.contains("step") || !saved["step"].is_number_unsigned() ||
-        saved["step"].get<int64_t>() != steps_done)
+        saved["step"].get<int64_t>() != optimizer_steps())
       throw std::runtime_error(fmt::format("checkpoint {}: field 'lr_schedule' must hold the schedule and the step {} "
                                            "it reached",
-                                           meta_path, steps_done));
+                                           meta_path, optimizer_steps()));
     if (saved["schedule"] != core::to_json(schedule) && !opt.sampling)  // sampling takes no step
       note(fmt::format("checkpoint {} was trained with lr schedule {}; continuing at step {} with this run's {}", meta_path,
                        saved["schedule"].dump(), steps_done + 1, core::to_json(schedule).dump()));
@@ -719,6 +713,8 @@ struct Trainer::Impl {
       backend->load_state(state);
     }
     steps_done = meta["step"].get<int64_t>();
+    resume_loss_scaler(scaler, meta, c.meta_path);
+    if (scaler) backend->set_loss_scale(scaler->scale());
     resume_schedule(meta, c.meta_path);
     // Slots consumed by all ranks together; rank r of N continues at slot position/N (its loader
     // maps its own position q to slot q·N + r, so the ranks together resume where the run stopped).
@@ -743,6 +739,8 @@ Trainer::~Trainer() = default;
 const core::Plan& Trainer::plan() const { return impl_->planned.plan; }
 const core::Program& Trainer::program() const { return impl_->planned.program; }
 int64_t Trainer::step_count() const { return impl_->steps_done; }
+int64_t Trainer::skipped_steps() const { return impl_->scaler ? impl_->scaler->skipped() : 0; }
+bool Trainer::scales_loss() const { return impl_->scaler.has_value(); }
 const char* Trainer::backend() const { return to_string(impl_->kind); }
 double Trainer::rss_before_homes() const { return impl_->rss_before_homes; }
 const core::LrSchedule& Trainer::lr_schedule() const { return impl_->schedule; }

@@ -10,9 +10,10 @@
 // run with TrainingDiverged. A state's soundness shows only in the loss of the step after it, so a
 // checkpoint saved during the run becomes `latest` only once the next step has passed the rule; one
 // that a diverging step condemns is set aside (<step>.diverged-K), and `latest` keeps naming the
-// last state a step confirmed, which the first step of a resume recomputes exactly. (zinf trains
-// in bf16: there is no fp16 loss scale whose overflow a skipped step would absorb, so a skipped
-// step would only hide the fault.) A resume verifies the checkpoint whole and compares what it
+// last state a step confirmed, which the first step of a resume recomputes exactly. A step is
+// skipped only where DeepSpeed skips one: in fp16, when the scaled gradients overflow (the loss
+// scale then falls: engine/train/loss_scaler.hpp); a skipped step is no divergence, and any other
+// non-finite figure stops the run. A resume verifies the checkpoint whole and compares what it
 // recorded (data seed, data, micro-batch, run config) with this run, refusing each difference
 // unless told to allow changes. One Trainer per process; not thread-safe.
 #pragma once
@@ -95,6 +96,8 @@ struct StepStats {
   double lr = 0;                 // the learning rate this step's update used (the schedule's)
   double seconds = 0;            // wall time of the step on this rank
   double tokens_per_s = 0;       // all ranks together
+  bool skipped = false;          // fp16: the gradients overflowed, so no update was made
+  double loss_scale = 0;         // fp16: the loss scale this step ran with (0 in bf16 and fp32)
   core::PerTier peak{};          // this rank's peak bytes per tier as the Program accounts them
   int64_t device_arena_peak = -1;  // bytes the backend's device arena held at most (-1: no arena)
   core::Timeline timeline;       // this rank's measured step
@@ -125,6 +128,8 @@ public:
   const core::Plan& plan() const;
   const core::Program& program() const;
   int64_t step_count() const;  // steps done so far (including those before a resume)
+  int64_t skipped_steps() const;  // of those, fp16 steps skipped for an overflow
+  bool scales_loss() const;       // whether the run trains in fp16 with a loss scale
   const char* backend() const;  // "cpu" or "cuda": the backend running the steps
   double rss_before_homes() const;  // this process's RSS just before the backend built the homes
   // The run's learning-rate schedule, its `auto` lengths decided (core/lr_schedule.hpp).

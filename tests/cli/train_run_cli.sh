@@ -65,6 +65,15 @@ expect "train with DeepSpeed's WarmupDecayLR" 0 "DeepSpeed WarmupDecayLR" "$D/ds
 if grep -q "scheduler.*not supported" "$D/ds.log"; then fail "the scheduler section is named unsupported" "$D/ds.log"; else pass "no unsupported-key warning for scheduler"; fi
 /usr/bin/python3 -c 'import json,sys; lr=[json.loads(l)["lr"] for l in open(sys.argv[1])]; assert lr==[0.0,0.0,0.0005,0.001], lr' "$D/ds.jsonl" > "$D/check.log" 2>&1; rc=$?
 expect "DeepSpeed's step timing: min, min, then the linear warmup" 0 "" "$D/check.log" $rc
+# DeepSpeed's precisions: neither fp16 nor bf16 is fp32; fp16 with its dynamic loss scale, whose
+# overflowing first steps (2^32 overflows a half) are skipped, shown and counted.
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}}\n' > "$D/fp32.json"
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/fp32.json" --nvme-dir "$D/nvme" --steps 2 > "$D/fp32.log" 2>&1; rc=$?
+expect "a DeepSpeed config with neither fp16 nor bf16 trains in fp32" 0 "step 2/2" "$D/fp32.log" $rc
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}, "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 32, "hysteresis": 1}}\n' > "$D/fp16.json"
+"$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/fp16.json" --nvme-dir "$D/nvme" --steps 4 > "$D/fp16.log" 2>&1; rc=$?
+expect "fp16 with a dynamic loss scale trains, skipping the steps that overflow" 0 "fp16: [1-9][0-9]* of 4 steps skipped" "$D/fp16.log" $rc
+expect "an overflowing fp16 step says the scale it falls to" 0 "step 1: fp16 overflow: step skipped; loss scale 4.29497e\\+09 -> 2.14748e\\+09" "$D/fp16.log" $rc
 sed 's/"WarmupDecayLR"/"StepLR"/' "$D/ds.json" > "$D/bad.json"
 "$ZINF" train --model gpt-tiny --hw cpu-dev --config "$D/bad.json" --nvme-dir "$D/nvme" --steps 1 > "$D/bad.log" 2>&1; rc=$?
 expect "an unknown scheduler type is a config error naming it" 2 "scheduler.type.*StepLR" "$D/bad.log" $rc

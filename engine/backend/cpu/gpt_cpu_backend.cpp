@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/backend/cpu/convert.hpp"
 #include "engine/memory/staging_cache.hpp"
@@ -15,10 +16,18 @@ using core::Task;
 using core::TaskKind;
 using core::Tier;
 
-GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c,
+template <class S>
+GptCpuBackendOf<S>::GptCpuBackendOf(const core::Program& p, const core::Plan& pl, const Gpt2& mdl, int r, Collectives& c,
                              GptBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o), "CPU"), model_(mdl),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads), arena_(core::at(p.budget(), Tier::Device)) {
+  // The Program counts the homes and buffers at the bytes core gives the run's precision
+  // (core::param_bytes): the storage type must be that precision's.
+  const core::Precision want = opt.config.precision.value_or(core::Precision::Bf16);
+  if (want != precision_of<S>() || core::param_bytes(opt.config) != double(sizeof(S)))
+    throw std::logic_error(fmt::format("a CPU backend storing {} was made for a run in {} (make_gpt_cpu_backend "
+                                       "picks the storage type)",
+                                       core::to_string(precision_of<S>()), core::to_string(want)));
   // The homes, on the tiers the plan puts them (set-up: the plan is read nowhere else).
   params_.init(pl.params, space, store.get(), arena_, "params");
   if (!trains()) return;  // a forward pass alone reads the parameters, nothing else
@@ -28,9 +37,11 @@ GptCpuBackend::GptCpuBackend(const core::Program& p, const core::Plan& pl, const
   v_.init(pl.optimizer, space, store.get(), arena_, "adam_v");
 }
 
-GptCpuBackend::~GptCpuBackend() = default;
+template <class S>
+GptCpuBackendOf<S>::~GptCpuBackendOf() = default;
 
-void GptCpuBackend::start_step(std::vector<Batch>& batches) {
+template <class S>
+void GptCpuBackendOf<S>::start_step(std::vector<Batch>& batches) {
   // Activations are reused from step to step (their tensors keep their sizes); only what a step
   // dropped is allocated again.
   if (acts_.size() != batches.size()) {
@@ -45,30 +56,35 @@ void GptCpuBackend::start_step(std::vector<Batch>& batches) {
 
 // ---- the optimizer state's homes ------------------------------------------------------------------
 
-void GptCpuBackend::read_state(StateTensor which, int64_t off, int64_t n, float* dst) {
+template <class S>
+void GptCpuBackendOf<S>::read_state(StateTensor which, int64_t off, int64_t n, float* dst) {
   state_home(which).read(off, n, dst);
 }
 
-void GptCpuBackend::write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) {
-  if (!rounded) return state_home(which).write(off, n, src);
-  if (!trains()) return params_.write(off, n, rounded);
-  wait_all({params_.write_async(off, n, rounded), master_.write_async(off, n, src)});
+template <class S>
+void GptCpuBackendOf<S>::write_state(int64_t off, int64_t n, StateTensor which, const float* src, bool params_too) {
+  if (!params_too) return state_home(which).write(off, n, src);
+  Staging<S> rounded(size_t(core::shard_aligned(n)), S{});  // the padding zero, as src's
+  cpu::narrow(rounded.data(), src, n);
+  if (!trains()) return params_.write(off, n, rounded.data());
+  wait_all({params_.write_async(off, n, rounded.data()), master_.write_async(off, n, src)});
 }
 
 // ---- parameters -------------------------------------------------------------------------------------
 
-void GptCpuBackend::fetch(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::fetch(const Task& t) {
   const auto& u = unit(t.unit);
   const int64_t off = mine_offset(u), n = mine_count(u);
   switch (t.kind) {
     case TaskKind::NvmeRead: {
-      Staging<bf16> buf = staging<bf16>(n);
+      Staging<S> buf = staging<S>(n);
       params_.read(off, n, buf.data());
       return stage(host_param_, t.buffer, std::move(buf));
     }
     case TaskKind::CopyH2D: {
-      const bf16* src = params_.mem.data() + off;
-      Staging<bf16> host;
+      const S* src = params_.mem.data() + off;
+      Staging<S> host;
       if (t.source >= 0) {  // the NVMe read's staging (Task::source), not the home on the host
         host = take(host_param_, t.source, P->label(t) + ": the NVMe read of " + u.name);
         src = host.data();
@@ -76,45 +92,46 @@ void GptCpuBackend::fetch(const Task& t) {
         require_home(t, params_.tier, t.from, "parameters");
       }
       if (owner_based) {  // the owner's whole unit, straight into the gathered buffer it broadcasts
-        std::memcpy(cpu::upper_half_as_bf16(gathered_data(t), u.numel), src, size_t(n) * sizeof(bf16));
+        std::memcpy(cpu::landing_for<S>(gathered_data(t), u.numel), src, size_t(n) * sizeof(S));
         return;
       }
-      DeviceVector<bf16> buf(size_t(n), device<bf16>());
+      DeviceVector<S> buf(size_t(n), device<S>());
       std::copy_n(src, n, buf.data());
       return stage(dev_param_, t.buffer, std::move(buf));
     }
     case TaskKind::AllGather: {
-      DeviceVector<bf16> held;
-      const bf16* shard = params_.mem.data() + off;
+      DeviceVector<S> held;
+      const S* shard = params_.mem.data() + off;
       if (t.source >= 0) {  // the host-to-device copy's shard (Task::source), not the home on the device
         held = take(dev_param_, t.source, P->label(t) + ": the host-to-device copy of " + u.name);
         shard = held.data();
       } else {
         require_home(t, params_.tier, Tier::Device, "parameters");
       }
-      // The ranks' bf16 shards land in the upper half of the fp32 working copy, which is then
-      // widened in place: the device holds the working size the Program counts, no bf16 copy.
+      // The ranks' 16-bit shards land in the upper half of the fp32 working copy, which is then
+      // widened in place: the device holds the working size the Program counts, no 16-bit copy
+      // (fp32 shards land on the working copy itself).
       // One rank's shard is the whole unit: widened straight from it, with no gather.
       const int64_t padded = u.shard_numel * P->data_parallel();
       DeviceVector<float> full(size_t(padded), device<float>());
       if (comm.size() == 1) {
-        cpu::bf16_to_fp32(full.data(), shard, padded);
+        cpu::widen(full.data(), shard, padded);
       } else {
-        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(bf16), cpu::upper_half_as_bf16(full.data(), padded),
+        comm.all_gather(shard, size_t(u.shard_numel) * sizeof(S), cpu::landing_for<S>(full.data(), padded),
                         u.name.c_str());
-        cpu::widen_upper_half_in_place(full.data(), padded);
+        cpu::widen_in_place<S>(full.data(), padded);
       }
       return stage(gathered_, t.buffer, std::move(full));
     }
     case TaskKind::Broadcast: {
       float* whole = gathered_data(t);
-      bf16* landing = cpu::upper_half_as_bf16(whole, u.numel);
+      S* landing = cpu::landing_for<S>(whole, u.numel);
       if (u.owner == rank && t.source < 0) {  // no copy filled the buffer (Task::source): the owner's home
         require_home(t, params_.tier, Tier::Device, "parameters");
-        std::memcpy(landing, params_.mem.data() + off, size_t(u.numel) * sizeof(bf16));
+        std::memcpy(landing, params_.mem.data() + off, size_t(u.numel) * sizeof(S));
       }
-      comm.broadcast(landing, size_t(u.numel) * sizeof(bf16), u.owner, u.name.c_str());
-      cpu::widen_upper_half_in_place(whole, u.numel);
+      comm.broadcast(landing, size_t(u.numel) * sizeof(S), u.owner, u.name.c_str());
+      cpu::widen_in_place<S>(whole, u.numel);
       return;
     }
     case TaskKind::Alloc:  // the owner-based gathered buffer, filled by the broadcast
@@ -126,7 +143,8 @@ void GptCpuBackend::fetch(const Task& t) {
 
 // The gathered buffer an owner-based fetch task fills (allocated by its Alloc task): the Program
 // names it (Task::buffer).
-float* GptCpuBackend::gathered_data(const Task& t) {
+template <class S>
+float* GptCpuBackendOf<S>::gathered_data(const Task& t) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = gathered_.find(t.buffer);
   if (it == gathered_.end())
@@ -134,7 +152,8 @@ float* GptCpuBackend::gathered_data(const Task& t) {
   return it->second.data();
 }
 
-const DeviceVector<float>& GptCpuBackend::gathered_for(const Task& t, int32_t u) {
+template <class S>
+const DeviceVector<float>& GptCpuBackendOf<S>::gathered_for(const Task& t, int32_t u) {
   const auto buffers = gathered_buffers(t, u);
   std::lock_guard<std::mutex> lock(mu);
   for (int64_t b : buffers)
@@ -142,14 +161,16 @@ const DeviceVector<float>& GptCpuBackend::gathered_for(const Task& t, int32_t u)
   throw std::logic_error(fmt::format("{}: parameters of {} are not gathered", P->label(t), unit(u).name));
 }
 
-void GptCpuBackend::drop_gathered(int64_t buffer) {
+template <class S>
+void GptCpuBackendOf<S>::drop_gathered(int64_t buffer) {
   std::lock_guard<std::mutex> lock(mu);
   gathered_.erase(buffer);
 }
 
 // ---- compute --------------------------------------------------------------------------------------
 
-void GptCpuBackend::compute(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::compute(const Task& t) {
   const auto& op = graph.ops[size_t(t.op)];
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
   if (first_backward(t)) begin_backward(t);
@@ -182,7 +203,8 @@ void GptCpuBackend::compute(const Task& t) {
   drop_after_backward(t, a, [](Activation& v) { Gpt2Activations::release(v); });
 }
 
-void GptCpuBackend::tensor_parallel_all_reduce(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::tensor_parallel_all_reduce(const Task& t) {
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
   model_.tensor_parallel_all_reduce(t.op, t.phase == core::Phase::Backward, a);
   if (graph.ops[size_t(t.op)].kind != core::OpKind::Loss) return;
@@ -190,7 +212,8 @@ void GptCpuBackend::tensor_parallel_all_reduce(const Task& t) {
   if (P->forward_only()) drop_head(a, [](Activation& v) { Gpt2Activations::release(v); });
 }
 
-DeviceVector<float>& GptCpuBackend::grad_buffer(int32_t u, int32_t mb) {
+template <class S>
+DeviceVector<float>& GptCpuBackendOf<S>::grad_buffer(int32_t u, int32_t mb) {
   std::lock_guard<std::mutex> lock(mu);
   auto& g = grad_full_.try_emplace({u, mb}, device<float>()).first->second;
   if (g.empty()) g.assign(size_t(grad_buffer_count(unit(u))), 0.0f);
@@ -199,7 +222,8 @@ DeviceVector<float>& GptCpuBackend::grad_buffer(int32_t u, int32_t mb) {
 
 // After a checkpointed run's forward: its blocks' intermediates and inner inputs go; the run's
 // input (the checkpoint) and output stay.
-void GptCpuBackend::drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
+template <class S>
+void GptCpuBackendOf<S>::drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
   const int first = checkpoint_first_block(c);
   for (int b : checkpoint_blocks(c)) {
     a.drop_block(b);
@@ -214,7 +238,8 @@ void GptCpuBackend::drop_run(int32_t c, int32_t mb, Gpt2Activations& a) {
 // Before a micro-batch's backward: offloaded checkpoints leave the device (their copies are
 // complete: the Program makes this task depend on them, core::checkpoint_copy_waits), and
 // activation gradients start at zero.
-void GptCpuBackend::begin_backward(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::begin_backward(const Task& t) {
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
   drop_checkpoints(t, [&](int b) { Gpt2Activations::release(a.x[size_t(b)]); });
   a.zero_grads();
@@ -222,12 +247,14 @@ void GptCpuBackend::begin_backward(const Task& t) {
 
 // ---- offloaded activations ------------------------------------------------------------------------
 
-HostFloats GptCpuBackend::activation_host(size_t n) {
+template <class S>
+HostFloats GptCpuBackendOf<S>::activation_host(size_t n) {
   auto owner = std::make_shared<Staging<float>>(staging<float>(int64_t(n)));
   return HostFloats(owner, owner->data());
 }
 
-void GptCpuBackend::save_activations(const Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
+template <class S>
+void GptCpuBackendOf<S>::save_activations(const Task& t, std::span<const ActivationRef> refs, std::span<const size_t> sizes,
                                      float* host) {
   for (size_t i = 0; i < refs.size(); ++i) {
     Activation& v = tensor(t.micro_batch, refs[i]);
@@ -237,7 +264,8 @@ void GptCpuBackend::save_activations(const Task& t, std::span<const ActivationRe
   }
 }
 
-void GptCpuBackend::restore_activations(const Task& t, std::span<const ActivationRef> refs,
+template <class S>
+void GptCpuBackendOf<S>::restore_activations(const Task& t, std::span<const ActivationRef> refs,
                                         std::span<const size_t> sizes, const float* host) {
   for (size_t i = 0; i < refs.size(); ++i) {
     tensor(t.micro_batch, refs[i]).assign(host, host + sizes[i]);
@@ -251,12 +279,14 @@ void GptCpuBackend::restore_activations(const Task& t, std::span<const Activatio
 // the group keeps slice r of k = ceil(n / t) elements of the n-element checkpoint (zero-padded) off
 // the device; brought back, the slice goes to its place and the Program's all-gather over the group
 // puts the whole checkpoint together before the recompute.
-int64_t GptCpuBackend::checkpoint_slice() const {
+template <class S>
+int64_t GptCpuBackendOf<S>::checkpoint_slice() const {
   const int64_t n = checkpoint_numel(), t = model_.tensor_parallel();
   return opt.config.checkpoints_partitioned && t > 1 ? (n + t - 1) / t : n;
 }
 
-void GptCpuBackend::checkpoint(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::checkpoint(const Task& t) {
   Gpt2Activations& a = acts_[size_t(t.micro_batch)];
   const Key key{t.checkpoint, t.micro_batch};
   auto& x = a.x[size_t(checkpoint_first_block(t.checkpoint))];
@@ -310,7 +340,8 @@ void GptCpuBackend::checkpoint(const Task& t) {
 
 // ---- gradients ------------------------------------------------------------------------------------
 
-void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int64_t n) {
+template <class S>
+void GptCpuBackendOf<S>::reduce_task(const Task& t, const Key& key, int64_t off, int64_t n) {
   const auto& u = unit(t.unit);
   DeviceVector<float> full = take(grad_full_, key, P->label(t) + ": the gradient");
   DeviceVector<float> shard;
@@ -330,7 +361,8 @@ void GptCpuBackend::reduce_task(const Task& t, const Key& key, int64_t off, int6
                   last_micro_batch(t));
 }
 
-void GptCpuBackend::gradient(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::gradient(const Task& t) {
   const auto& u = unit(t.unit);
   const Key key{t.unit, t.micro_batch};
   const int64_t off = mine_offset(u), n = mine_count(u);
@@ -346,15 +378,15 @@ void GptCpuBackend::gradient(const Task& t) {
       return accumulate_host(u, grads_.mem.data() + off, grads_.mem.data() + off, shard.data(), n, first, last);
     }
     case TaskKind::NvmeRead: {
-      Staging<bf16> partial = staging<bf16>(n);
+      Staging<S> partial = staging<S>(n);
       grads_.read(off, n, partial.data());
       return stage(grad_partial_, key, std::move(partial));
     }
     case TaskKind::NvmeWrite: {
       Staging<float> shard = take(grad_host_, key, P->label(t) + ": the reduced gradient");
-      Staging<bf16> partial;
+      Staging<S> partial;
       if (!first) partial = take(grad_partial_, key, P->label(t) + ": the partial gradient");
-      Staging<bf16> out = staging<bf16>(n);
+      Staging<S> out = staging<S>(n);
       accumulate_host(u, out.data(), partial.data(), shard.data(), n, first, last);
       grads_.write(off, n, out.data());
       return;
@@ -373,7 +405,8 @@ void GptCpuBackend::gradient(const Task& t) {
 
 // ---- optimizer ------------------------------------------------------------------------------------
 
-void GptCpuBackend::optimizer(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::optimizer(const Task& t) {
   const int32_t sg = t.sub_group;
   const int64_t off = t.sg_offset, n = t.sg_count;
   if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) {
@@ -394,9 +427,9 @@ void GptCpuBackend::optimizer(const Task& t) {
   }
   if (t.data == Data::Grad) {  // gradients to where the optimizer runs
     if (t.kind == TaskKind::CopyH2D) {
-      DeviceVector<bf16> g(size_t(n), device<bf16>());
+      DeviceVector<S> g(size_t(n), device<S>());
       if (t.source >= 0) {  // what the NVMe read staged on the host (Task::source)
-        Staging<bf16> host = take(opt_host_, t.source, P->label(t) + ": the gradients read from NVMe");
+        Staging<S> host = take(opt_host_, t.source, P->label(t) + ": the gradients read from NVMe");
         std::copy_n(host.data(), n, g.data());
       } else {
         require_home(t, grads_.tier, t.from, "gradients");
@@ -405,7 +438,7 @@ void GptCpuBackend::optimizer(const Task& t) {
       return stage(opt_dev_, t.buffer, std::move(g));
     }
     require_home(t, grads_.tier, t.from, "gradients");  // an NVMe read or a device-to-host copy of the home
-    Staging<bf16> g = staging<bf16>(n);
+    Staging<S> g = staging<S>(n);
     grads_.read(off, n, g.data());
     return stage(opt_host_, t.buffer, std::move(g));
   }
@@ -413,9 +446,9 @@ void GptCpuBackend::optimizer(const Task& t) {
   if (t.data == Data::Param) {  // updated parameters on their way home, from the buffer the stage before filled
     if (t.source < 0) throw std::logic_error(fmt::format("{}: moves updated parameters from no buffer", P->label(t)));
     const std::string what = P->label(t) + ": the updated parameters";
-    Staging<bf16> host;
-    DeviceVector<bf16> dev;
-    const bf16* src = nullptr;
+    Staging<S> host;
+    DeviceVector<S> dev;
+    const S* src = nullptr;
     if (t.from == Tier::Device) src = (dev = take(opt_dev_, t.source, what)).data();
     else src = (host = take(opt_host_, t.source, what)).data();
     if (t.buffer >= 0) return put(t.to, t.buffer, src, n);  // staged for the next stage
@@ -427,13 +460,14 @@ void GptCpuBackend::optimizer(const Task& t) {
 }
 
 // n updated parameters into a new buffer of the optimizer's pipeline on `tier`, under the Program's id.
-void GptCpuBackend::put(Tier tier, int64_t buffer, const bf16* src, int64_t n) {
+template <class S>
+void GptCpuBackendOf<S>::put(Tier tier, int64_t buffer, const S* src, int64_t n) {
   if (tier == Tier::Device) {
-    DeviceVector<bf16> d(size_t(n), device<bf16>());
+    DeviceVector<S> d(size_t(n), device<S>());
     std::copy_n(src, n, d.data());
     return stage(opt_dev_, buffer, std::move(d));
   }
-  Staging<bf16> h = staging<bf16>(n);
+  Staging<S> h = staging<S>(n);
   std::copy_n(src, n, h.data());
   stage(opt_host_, buffer, std::move(h));
 }
@@ -441,7 +475,8 @@ void GptCpuBackend::put(Tier tier, int64_t buffer, const bf16* src, int64_t n) {
 // Adam over one sub-group where the task runs (the device when its states are there, else the host):
 // states from their home or (on NVMe) what the read staged; gradients from what the stage before
 // filled (Task::source) or their home; the parameters into a new buffer (Task::buffer) or their home.
-void GptCpuBackend::adam_step(const Task& t) {
+template <class S>
+void GptCpuBackendOf<S>::adam_step(const Task& t) {
   const int32_t sg = t.sub_group;
   const int64_t off = t.sg_offset, n = t.sg_count;
   const Tier where = t.from == Tier::Device ? Tier::Device : Tier::Host;
@@ -457,9 +492,9 @@ void GptCpuBackend::adam_step(const Task& t) {
     pmm = m_.resident(off);
     pv = v_.resident(off);
   }
-  Staging<bf16> ghost;
-  DeviceVector<bf16> gdev;
-  const bf16* g = nullptr;
+  Staging<S> ghost;
+  DeviceVector<S> gdev;
+  const S* g = nullptr;
   const std::string what = P->label(t) + ": the gradients";
   if (t.source < 0) {
     require_home(t, grads_.tier, where, "gradients");
@@ -469,24 +504,52 @@ void GptCpuBackend::adam_step(const Task& t) {
   } else {
     g = (ghost = take(opt_host_, t.source, what)).data();
   }
-  std::vector<bf16> scaled;
-  g = clipped_host(g, n, scaled);
   if (t.buffer < 0) {
     require_home(t, params_.tier, where, "parameters");
-    adam_.step(step(), size_t(n), pm, pmm, pv, g, params_.resident(off));
-    count_nonfinite(pm, n);
-    return;
+    return update(g, n, pm, pmm, pv, params_.resident(off));
   }
   if (where == Tier::Device) {
-    DeviceVector<bf16> out(size_t(n), device<bf16>());
-    adam_.step(step(), size_t(n), pm, pmm, pv, g, out.data());
-    count_nonfinite(pm, n);
+    DeviceVector<S> out(size_t(n), device<S>());
+    update(g, n, pm, pmm, pv, out.data());
     return stage(opt_dev_, t.buffer, std::move(out));
   }
-  Staging<bf16> out = staging<bf16>(n);
-  adam_.step(step(), size_t(n), pm, pmm, pv, g, out.data());
-  count_nonfinite(pm, n);
+  Staging<S> out = staging<S>(n);
+  update(g, n, pm, pmm, pv, out.data());
   stage(opt_host_, t.buffer, std::move(out));
+}
+
+template <class S>
+void GptCpuBackendOf<S>::update(const S* g, int64_t n, float* master, float* m, float* v, S* out) {
+  if (overflowed()) {  // a skipped fp16 step: the states stay, the parameters are what they were
+    cpu::narrow(out, master, n);
+    return;
+  }
+  if constexpr (std::is_same_v<S, bf16>) {
+    std::vector<bf16> scaled;
+    adam_.step(step(), size_t(n), master, m, v, clipped_host(g, n, scaled), out);
+  } else {
+    std::vector<float> unscaled;
+    adam_.step(step(), size_t(n), master, m, v, unscaled_host(g, n, unscaled), nullptr);
+    cpu::narrow(out, master, n);
+  }
+  count_nonfinite(master, n);
+}
+
+template class GptCpuBackendOf<bf16>;
+template class GptCpuBackendOf<fp16>;
+template class GptCpuBackendOf<float>;
+
+std::unique_ptr<GptBackendBase> make_gpt_cpu_backend(const core::Program& program, const core::Plan& plan,
+                                                     const Gpt2& model, int rank, Collectives& comm,
+                                                     GptBackendOptions options) {
+  switch (options.config.precision.value_or(core::Precision::Bf16)) {
+    case core::Precision::Fp16:
+      return std::make_unique<GptCpuBackendOf<fp16>>(program, plan, model, rank, comm, std::move(options));
+    case core::Precision::Fp32:
+      return std::make_unique<GptCpuBackendOf<float>>(program, plan, model, rank, comm, std::move(options));
+    case core::Precision::Bf16: break;
+  }
+  return std::make_unique<GptCpuBackendOf<bf16>>(program, plan, model, rank, comm, std::move(options));
 }
 
 }  // namespace zinf::engine

@@ -1,7 +1,8 @@
 // GptCpuBackend is what each task of a core::Program means when it trains a GPT-2 on the CPU
 // backend: parameter shards read from NVMe and copied to the "device" (a budgeted host arena on this
 // backend), all-gathered into fp32 working copies, operators run forward / recomputed / backward,
-// gradients reduce-scattered, accumulated over micro-batches as bf16 shards on their tier,
+// gradients reduce-scattered, accumulated over micro-batches as shards on their tier in the run's
+// storage type S (bf16, fp16 or fp32: engine/storage.hpp; fp16 gradients carry the loss scale),
 // activation checkpoints moved to host or NVMe and back, and optimizer sub-groups updated by CPU
 // Adam with their fp32 master weights and moments read from and written back to their tier.
 //
@@ -12,7 +13,7 @@
 // One backend per rank; run() is called concurrently from the Executor's lane threads and is
 // thread-safe; the other methods are called between steps from one thread. ZeRO stage 3 only:
 // stages 0-2 keep whole parameters on every device, which this backend does not implement (the
-// planner and the simulator do).
+// planner and the simulator do). make_gpt_cpu_backend picks S from the run config's precision.
 #pragma once
 #include <map>
 #include <memory>
@@ -26,11 +27,12 @@
 
 namespace zinf::engine {
 
-class GptCpuBackend final : public GptBackendBase {
+template <class S>
+class GptCpuBackendOf final : public GptBackendBase {
 public:
-  GptCpuBackend(const core::Program& program, const core::Plan& plan, const Gpt2& model, int rank, Collectives& comm,
+  GptCpuBackendOf(const core::Program& program, const core::Plan& plan, const Gpt2& model, int rank, Collectives& comm,
                 GptBackendOptions options);
-  ~GptCpuBackend() override;
+  ~GptCpuBackendOf() override;
 
   // Bytes of the device arena (homes on the device, fetched and gathered parameters, gradients,
   // activations) at their peak since the last reset; the budget is the Program's device budget.
@@ -52,7 +54,7 @@ private:
   void optimizer(const core::Task& t) override;
   void drop_gathered(int64_t buffer) override;
   void read_state(StateTensor which, int64_t off, int64_t n, float* dst) override;
-  void write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) override;
+  void write_state(int64_t off, int64_t n, StateTensor which, const float* src, bool params_too) override;
   // ActivationDevice: the tensors are host arena vectors, the copies plain copies into staging memory.
   size_t activation_elements(int32_t mb, ActivationRef r) override { return tensor(mb, r).size(); }
   HostFloats activation_host(size_t n) override;
@@ -77,14 +79,17 @@ private:
   void begin_backward(const core::Task& t);
   void reduce_task(const core::Task& t, const Key& key, int64_t off, int64_t n);
   void adam_step(const core::Task& t);
-  void put(core::Tier tier, int64_t buffer, const bf16* src, int64_t n);
+  void put(core::Tier tier, int64_t buffer, const S* src, int64_t n);
+  // Adam over n elements from their stored gradients (or, on a skipped fp16 step, no update): the
+  // parameters, the master weights rounded, into `out`.
+  void update(const S* g, int64_t n, float* master, float* m, float* v, S* out);
 
   const Gpt2& model_;
   CpuAdam adam_;
   // Every device buffer below is drawn from (or, for homes, charged to) this rank's device arena,
   // whose budget is the Program's: it is declared first so that it outlives them.
   CpuDeviceArena arena_;
-  Home<bf16> params_, grads_;
+  Home<S> params_, grads_;
   Home<float> master_, m_, v_;
 
   // Transient data, keyed by what the Program names; the maps are guarded by mu, the vectors
@@ -92,19 +97,19 @@ private:
   // by the buffer the Program says they fill (Task::buffer), and the next stage takes its Task::source
   // (two fetches of one unit may be in flight together: its forward and backward fetches when
   // gathered copies are not kept between them).
-  std::map<int64_t, Staging<bf16>> host_param_;           // by buffer: the NVMe read's, on the host
-  std::map<int64_t, DeviceVector<bf16>> dev_param_;       // by buffer: the host-to-device copy's, on the device
+  std::map<int64_t, Staging<S>> host_param_;           // by buffer: the NVMe read's, on the host
+  std::map<int64_t, DeviceVector<S>> dev_param_;       // by buffer: the host-to-device copy's, on the device
   std::map<int64_t, DeviceVector<float>> gathered_;       // by buffer id of the gathered unit
   std::map<Key, DeviceVector<float>> grad_full_;          // (unit, mb)
   std::map<Key, DeviceVector<float>> grad_shard_;         // (unit, mb): reduced, on the device
   std::map<Key, Staging<float>> grad_host_;               // (unit, mb): copied to the host for NVMe
-  std::map<Key, Staging<bf16>> grad_partial_;             // (unit, mb): earlier mbs' sum from NVMe
+  std::map<Key, Staging<S>> grad_partial_;             // (unit, mb): earlier mbs' sum from NVMe
   std::map<Key, Staging<float>> ckpt_host_;               // (checkpoint, mb)
   std::map<int32_t, Staging<float>> sg_master_, sg_m_, sg_v_;  // by sub-group
   // The optimizer's gradients and updated parameters on their way, by the buffer the Program says
   // a stage fills (Task::buffer) and the next one takes (Task::source), on the host or the device.
-  std::map<int64_t, Staging<bf16>> opt_host_;
-  std::map<int64_t, DeviceVector<bf16>> opt_dev_;
+  std::map<int64_t, Staging<S>> opt_host_;
+  std::map<int64_t, DeviceVector<S>> opt_dev_;
   // (checkpoint, mb) copied off the device, and whose run's forward is done: an offloaded
   // checkpoint leaves the device when both are (the Program frees it after its copy; its run's
   // forward, which reads it too, counts it among that run's activations).
@@ -112,5 +117,16 @@ private:
 
   std::vector<Gpt2Activations> acts_;
 };
+
+// bf16, the precision every GPU backend trains in and the tests' default.
+using GptCpuBackend = GptCpuBackendOf<bf16>;
+extern template class GptCpuBackendOf<bf16>;
+extern template class GptCpuBackendOf<fp16>;
+extern template class GptCpuBackendOf<float>;
+
+// The CPU backend for the run config's precision (options.config.precision; unset: bf16).
+std::unique_ptr<GptBackendBase> make_gpt_cpu_backend(const core::Program& program, const core::Plan& plan,
+                                                     const Gpt2& model, int rank, Collectives& comm,
+                                                     GptBackendOptions options);
 
 }  // namespace zinf::engine

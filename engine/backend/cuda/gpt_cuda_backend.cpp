@@ -10,6 +10,7 @@
 
 #include "engine/backend/cuda/cuda_check.hpp"
 #include "engine/backend/cuda/kernels.hpp"
+#include "engine/memory/staging_cache.hpp"
 
 namespace zinf::engine::cuda {
 
@@ -49,6 +50,11 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
                                GptCudaBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o.base), "CUDA"), device_(o.device),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads) {
+  // Its kernels, copies and Adam are bf16's; fp16 and fp32 train on the CPU backend.
+  if (const auto want = opt.config.precision; want && *want != core::Precision::Bf16)
+    throw std::invalid_argument(fmt::format("precision {}: the CUDA training backend trains bf16 only (its kernels "
+                                            "and copies are bf16's); train {} with --backend cpu",
+                                            core::to_string(*want), core::to_string(*want)));
   // One stream and cuBLAS handle per lane: tasks of one lane running at once would share them.
   for (core::Lane l : {core::Lane::NvmeRead, core::Lane::NvmeWrite})
     if (P->lane_slots(l) > 1)
@@ -109,10 +115,15 @@ void GptCudaBackend::read_state(StateTensor which, int64_t off, int64_t n, float
   state_home(which).read(off, n, dst, main_ctx_.stream);
 }
 
-void GptCudaBackend::write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) {
+void GptCudaBackend::write_state(int64_t off, int64_t n, StateTensor which, const float* src, bool params_too) {
   cudaStream_t s = main_ctx_.stream;
-  if (rounded && !trains()) return params_.write(off, n, rounded, s);
-  if (rounded) return wait_both(params_.write_async(off, n, rounded, s), master_.write_async(off, n, src, s));
+  Staging<bf16> rounded;  // page-aligned, as an NVMe home's write takes it
+  if (params_too) {  // the bf16 parameters are the master weights rounded; the padding zero, as src's
+    rounded = Staging<bf16>(size_t(core::shard_aligned(n)), bf16{});
+    for (int64_t i = 0; i < n; ++i) rounded[size_t(i)] = engine::to_bf16(src[i]);
+  }
+  if (params_too && !trains()) return params_.write(off, n, rounded.data(), s);
+  if (params_too) return wait_both(params_.write_async(off, n, rounded.data(), s), master_.write_async(off, n, src, s));
   state_home(which).write(off, n, src, s);
 }
 

@@ -62,7 +62,7 @@ private:
   // then the task handlers.
   void bind_thread() override;
   void read_state(StateTensor which, int64_t off, int64_t n, float* dst) override;
-  void write_state(int64_t off, int64_t n, StateTensor which, const float* src, const bf16* rounded) override;
+  void write_state(int64_t off, int64_t n, StateTensor which, const float* src, bool params_too) override;
   void start_step(std::vector<Batch>& batches) override;
   void fetch(const core::Task& t) override;
   void drop_gathered(int64_t buffer) override;
