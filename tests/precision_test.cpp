@@ -260,6 +260,33 @@ TEST_CASE("precision: core counts 4-byte parameters and gradients in fp32, 2-byt
   CHECK(core::make_plan(graph, hw, c16, 1).plan.grad_clip);
 }
 
+TEST_CASE("precision: the engine's device arena holds what the Program counts in every precision",
+          "[precision][memory]") {
+  // The homes, the staged shards and the gathered copies are sized by the storage type; the Program
+  // by core's bytes per element: the arena's peak stays within 10 % of the planned device peak.
+  TempDir dir("precarena");
+  engine::LocalCollectives comm;
+  int i = 0;
+  for (Precision p : {Precision::Fp32, Precision::Bf16, Precision::Fp16}) {
+    for (const char* base : {kResident, kNvme}) {
+      INFO(core::to_string(p) << "\n" << base);
+      engine::TrainerOptions o;
+      o.model = core::load_model_spec(source("models/gpt-tiny.yaml"));
+      o.hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+      o.config = core::parse_run_config(with_precision(base, p), "test");
+      o.nvme_dir = (dir.path / std::to_string(i++)).string();
+      std::filesystem::create_directories(o.nvme_dir);
+      engine::Trainer t(o, comm);
+      const double planned = core::at(t.plan().peak_bytes, core::Tier::Device);
+      int64_t measured = 0;
+      for (int s = 0; s < 2; ++s) measured = std::max(measured, t.step().device_arena_peak);
+      INFO("arena peak " << measured << " bytes, the Program's device peak " << planned);
+      CHECK(double(measured) <= 1.1 * planned);
+      CHECK(double(measured) >= 0.9 * planned);
+    }
+  }
+}
+
 TEST_CASE("precision: a GPU profile costs fp32 at its fp32 rate, and one without that rate refuses an fp32 run",
           "[precision][sim]") {
   const auto a100 = core::load_hwprofile(source("hwprofiles/dgx-a100.yaml"));
@@ -413,8 +440,14 @@ TEST_CASE("precision: every real DeepSpeed config DeepSpeed trains passes zinf t
   }
   std::string table;
   for (const auto& [setting, n] : refused) table += fmt::format("\n  {} config{}: {}", n, n == 1 ? "" : "s", setting);
-  WARN(fmt::format("{} configs DeepSpeed trains: {} trained whole; refused for another setting than precision:{}", files,
-                   whole, table));
+  std::string settings;
+  for (const auto& [p, scale, power, window, hysteresis, min_scale] : precisions_trained)
+    settings += p == "fp16" ? fmt::format(" fp16(static {}, 2^{}, window {}, hysteresis {}, min {})", scale, power,
+                                          window, hysteresis, min_scale)
+                            : " " + p;
+  WARN(fmt::format("{} configs DeepSpeed trains: {} trained whole; refused for another setting than precision:{}\n"
+                   "precision settings trained:{}",
+                   files, whole, table, settings));
   CHECK(whole >= 10);
   CHECK(precisions_trained.size() >= 3);
 }
