@@ -61,7 +61,7 @@ enum class OptimizerTiming { AfterBackward, OverlapBackward };
 // stage3.py): fp32 gradients to the host, then per sub-group a pass that unscales them (fp16 loss
 // scaling), Adam, and a pass copying the fp32 master to fp16 (stage 3) or, stages 1-2, Adam writing
 // the fp32 master into a pinned buffer that goes back to the device in fp32. Planned and simulated
-// only: the engine trains in bf16 without loss scaling.
+// only: the engine runs the fused path in every precision.
 enum class HostPath { Fused, DeepSpeed03 };
 
 struct RunConfig {

@@ -1,6 +1,7 @@
 // The element types a run stores its parameters and gradients in, one per core::Precision: bf16
 // (engine/bf16.hpp), fp16 (engine/fp16.hpp) or fp32 itself, with one spelling of the conversions for
-// code written once for all three (`to_float(s)`, `from_float<S>(f)`). Header-only, no state.
+// code written once for all three (`to_float(s)`, `from_float<S>(f)`). Header-only, no state,
+// thread-safe.
 #pragma once
 #include "core/precision.hpp"
 #include "engine/bf16.hpp"

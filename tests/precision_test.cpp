@@ -301,47 +301,56 @@ TEST_CASE("precision: a GPU profile costs fp32 at its fp32 rate, and one without
   CHECK_THROWS_WITH(core::for_precision(no_rate, Precision::Fp32), Catch::Contains("peak_flops_fp32"));
 }
 
-TEST_CASE("precision: a resumed fp16 run continues its loss scale and skipped steps exactly", "[precision][checkpoint]") {
-  TempDir dir("fp16resume");
+TEST_CASE("precision: a resumed fp16 run continues its loss scale and skipped steps exactly, an fp32 run its weights",
+          "[precision][checkpoint]") {
+  TempDir dir("resume");
   engine::LocalCollectives comm;
-  const auto options = [&](const std::string& sub) {
-    engine::TrainerOptions o;
-    o.model = core::load_model_spec(source("models/gpt-tiny.yaml"));
-    o.hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
-    o.config = core::parse_run_config(std::string(kNvme) + "precision: fp16\nloss_scale: {initial_scale_power: 30, window: 3}\n", "test");
-    o.nvme_dir = (dir.path / sub / "nvme").string();
-    o.checkpoint_dir = (dir.path / sub / "ckpt").string();
-    std::filesystem::create_directories(o.nvme_dir);
-    return o;
-  };
-  struct Step {
-    double loss, scale;
-    bool skipped;
-    bool operator==(const Step&) const = default;
-  };
-  const auto record = [](const engine::StepStats& s) { return Step{s.loss, s.loss_scale, s.skipped}; };
-  const int total = 14, cut = 3;
-  std::vector<Step> straight, resumed;
-  {
-    engine::Trainer t(options("a"), comm);
-    for (int i = 0; i < total; ++i) straight.push_back(record(t.step()));
-    CHECK(t.skipped_steps() >= 2);
-  }
-  {
-    engine::Trainer t(options("b"), comm);
-    for (int i = 0; i < cut; ++i) t.step();
-    t.save_checkpoint();
-  }
-  {
-    auto o = options("b");
-    o.start = engine::CheckpointStart::Resume;
-    engine::Trainer t(o, comm);
-    for (int i = cut; i < total; ++i) resumed.push_back(record(t.step()));
-    CHECK(t.skipped_steps() == std::count_if(straight.begin(), straight.end(), [](const Step& s) { return s.skipped; }));
-  }
-  for (int i = cut; i < total; ++i) {
-    INFO("step " << i + 1);
-    CHECK(resumed[size_t(i - cut)] == straight[size_t(i)]);  // bitwise, the scale and the skips too
+  for (const char* precision : {"fp16", "fp32"}) {
+    INFO(precision);
+    const auto options = [&](const std::string& sub) {
+      engine::TrainerOptions o;
+      o.model = core::load_model_spec(source("models/gpt-tiny.yaml"));
+      o.hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+      o.config = core::parse_run_config(std::string(kNvme) + "precision: " + precision +
+                                            "\nloss_scale: {initial_scale_power: 30, window: 3}\n",
+                                        "test");
+      o.nvme_dir = (dir.path / precision / sub / "nvme").string();
+      o.checkpoint_dir = (dir.path / precision / sub / "ckpt").string();
+      std::filesystem::create_directories(o.nvme_dir);
+      return o;
+    };
+    struct Step {
+      double loss, scale;
+      bool skipped;
+      bool operator==(const Step&) const = default;
+    };
+    const auto record = [](const engine::StepStats& s) { return Step{s.loss, s.loss_scale, s.skipped}; };
+    const int total = 14, cut = 3;
+    std::vector<Step> straight, resumed;
+    const bool fp16 = std::string(precision) == "fp16";
+    {
+      engine::Trainer t(options("a"), comm);
+      for (int i = 0; i < total; ++i) straight.push_back(record(t.step()));
+      CHECK(t.scales_loss() == fp16);
+      if (fp16) CHECK(t.skipped_steps() >= 2);
+      else CHECK(t.skipped_steps() == 0);
+    }
+    {
+      engine::Trainer t(options("b"), comm);
+      for (int i = 0; i < cut; ++i) t.step();
+      t.save_checkpoint();
+    }
+    {
+      auto o = options("b");
+      o.start = engine::CheckpointStart::Resume;
+      engine::Trainer t(o, comm);
+      for (int i = cut; i < total; ++i) resumed.push_back(record(t.step()));
+      CHECK(t.skipped_steps() == std::count_if(straight.begin(), straight.end(), [](const Step& s) { return s.skipped; }));
+    }
+    for (int i = cut; i < total; ++i) {
+      INFO("step " << i + 1);
+      CHECK(resumed[size_t(i - cut)] == straight[size_t(i)]);  // bitwise, the scale and the skips too
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // What the Trainer checks of its inputs beyond the plan: run-config settings the engine plans and
 // simulates but does not train (refused by name before anything runs), and the tensors a checkpoint
-// hands back. Free functions, no state.
+// hands back. Free functions, no state, thread-safe.
 #pragma once
 #include <string>
 #include <vector>
