@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <stdexcept>
@@ -32,17 +33,20 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 // The added tokens of one kind in `text`, as an Aho-Corasick search for the leftmost, then longest,
 // match finds them; the text between them as segments of its own.
 std::vector<Segment> split_added(std::string_view text, const std::vector<AddedToken>& added, bool normalized) {
-  std::vector<const AddedToken*> tokens;
+  // The candidates by first byte, longest first: Llama 3 has 256 added tokens, all starting "<|".
+  std::array<std::vector<const AddedToken*>, 256> by_first;
+  bool any = false;
   for (const auto& a : added)
-    if (a.normalized == normalized) tokens.push_back(&a);
-  std::stable_sort(tokens.begin(), tokens.end(),
-                   [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
+    if (a.normalized == normalized) by_first[static_cast<unsigned char>(a.content[0])].push_back(&a), any = true;
+  for (auto& list : by_first)
+    std::stable_sort(list.begin(), list.end(),
+                     [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
   std::vector<Segment> out;
   size_t start = 0;
-  for (size_t at = 0; at < text.size() && !tokens.empty();) {
+  for (size_t at = 0; at < text.size() && any;) {
     const AddedToken* hit = nullptr;
-    for (const AddedToken* a : tokens)
-      if (a->content[0] == text[at] && text.substr(at, a->content.size()) == a->content) {
+    for (const AddedToken* a : by_first[static_cast<unsigned char>(text[at])])
+      if (text.substr(at, a->content.size()) == a->content) {
         hit = a;
         break;
       }
