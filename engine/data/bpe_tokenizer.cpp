@@ -321,11 +321,18 @@ std::vector<int32_t> BpeTokenizer::merge(const std::string& piece) const {
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) {
-  constexpr size_t kCacheLimit = 1 << 16;
+  constexpr size_t kCacheLimit = 1 << 16, kCachedPieceBytes = 256;
   std::vector<int32_t> ids;
   for (const Piece& piece : pieces(text)) {
     if (piece.added >= 0) {
       ids.push_back(piece.added);
+      continue;
+    }
+    // A SentencePiece-style tokenizer has no pre-tokenizer: its piece is a whole document, worth
+    // no cache entry (and too large to keep 2^16 of).
+    if (piece.text.size() > kCachedPieceBytes) {
+      const auto merged = merge(piece.text);
+      ids.insert(ids.end(), merged.begin(), merged.end());
       continue;
     }
     auto it = cache_.find(piece.text);
