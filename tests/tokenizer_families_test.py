@@ -8,6 +8,8 @@ emoji, the special tokens themselves) are encoded by zinf (tests/tokenizer/token
 a reference written here: the split is the `regex` module running the family's pattern string from
 the file, NFC is unicodedata's, and BPE follows `tokenizers`' merge loop (lowest rank, then leftmost;
 ignore_merges; byte fallback; fused unknowns). Pieces, ids and the decoded text must agree exactly.
+The same holds for variants made from them with the other steps zinf reads (Digits, ByteLevel's
+add_prefix_space, Metaspace with prepend_scheme "first", split or not).
 Then `zinf tokenize` encodes documents from a folder holding each file, and its token file must
 hold the reference's ids with the family's document start (the template's BOS, or <|endoftext|>).
 
@@ -112,14 +114,31 @@ class Reference:
                 raise ValueError(n["type"])
         return text
 
-    def pre_tokenize(self, text):
+    def pre_tokenize(self, text, at_start):
         pieces = [text]
         for s in self.steps:
             if s["type"] == "Split":
                 pieces = [p for piece in pieces for p in regex.findall(s["pattern"]["Regex"], piece)]
-            elif s["type"] == "ByteLevel" and s.get("use_regex", True):
-                pieces = [p for piece in pieces for p in regex.findall(GPT2, piece)]
-        return pieces
+            elif s["type"] == "ByteLevel":
+                if s.get("add_prefix_space", True):
+                    pieces = [p if p.startswith(" ") else " " + p for p in pieces]
+                if s.get("use_regex", True):
+                    pieces = [p for piece in pieces for p in regex.findall(GPT2, piece)]
+            elif s["type"] == "Digits":
+                digits = r"\p{N}|\P{N}+" if s["individual_digits"] else r"\p{N}+|\P{N}+"
+                pieces = [p for piece in pieces for p in regex.findall(digits, piece)]
+            elif s["type"] == "Metaspace":
+                marked = []
+                for i, p in enumerate(pieces):
+                    p = p.replace(" ", s["replacement"])
+                    first = s["prepend_scheme"] == "always" or (s["prepend_scheme"] == "first" and at_start and i == 0)
+                    if first and not p.startswith(s["replacement"]):
+                        p = s["replacement"] + p
+                    marked += regex.findall("^[^\u2581]+|\u2581[^\u2581]*", p) if s["split"] else [p]
+                pieces = marked
+            else:
+                raise ValueError(s["type"])
+        return [p for p in pieces if p]
 
     def bpe(self, piece):
         if self.byte_level:
@@ -180,15 +199,15 @@ class Reference:
 
     def encode(self, text):
         pieces, ids = [], []
-        for raw, added in self.split_added(text, False):
+        for i, (raw, added) in enumerate(self.split_added(text, False)):
             if added is not None:
                 pieces.append([raw, added])
                 continue
-            for part, part_added in self.split_added(self.normalize(raw), True):
+            for j, (part, part_added) in enumerate(self.split_added(self.normalize(raw), True)):
                 if part_added is not None:
                     pieces.append([part, part_added])
                     continue
-                pieces.extend([p, -1] for p in self.pre_tokenize(part))
+                pieces.extend([p, -1] for p in self.pre_tokenize(part, i == 0 and j == 0))
         for p, added in pieces:
             ids.extend([added] if added >= 0 else self.bpe(p))
         return pieces, ids
@@ -221,6 +240,33 @@ def corpus(rng, specials, count):
               "  hello world  ", "(hello)", "caf\u00e9 \u4e2d\u6587 \U0001F600\U0001F600 ok", "x\u00b2\u00b3 \u0663",
               "\tfoo", "\nfoo", "a\u00a0b", "don'\u017f", "end.  ", "''s", "", " ", "a    b  c"]
     return texts
+
+
+def variants(folder, tmp):
+    """Files that are not a family's but use the steps the families' relatives do: Digits after the
+    Llama 3 split, ByteLevel's add_prefix_space, and Llama's Metaspace (prepend_scheme first, with
+    and without its split) in place of Prepend + Replace."""
+    def load(name):
+        with open(os.path.join(folder, name + ".json"), encoding="utf-8") as f:
+            return json.load(f)
+    out = {}
+    j = load("llama3")
+    j["pre_tokenizer"]["pretokenizers"].insert(1, {"type": "Digits", "individual_digits": True})
+    out["llama3+digits"] = j
+    j = load("gpt2")
+    j["pre_tokenizer"]["add_prefix_space"] = True
+    out["gpt2+prefix-space"] = j
+    for split in (False, True):
+        j = load("llama2")
+        j["normalizer"] = None
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": split}
+        out["llama2+metaspace" + ("-split" if split else "")] = j
+    paths = {}
+    for name, j in out.items():
+        paths[name] = os.path.join(tmp, name + ".json")
+        with open(paths[name], "w", encoding="utf-8") as f:
+            json.dump(j, f, ensure_ascii=False)
+    return paths
 
 
 def check_family(name, path, tool, rng):
@@ -281,6 +327,9 @@ def main():
             ref, texts = check_family(name, path, tool, rng)
             check_cli(name, path, ref, zinf, tmp)
             print(f"ok: {name}: pieces, ids and decoded text of {len(texts)} texts as the reference; zinf tokenize too")
+        for name, path in variants(folder, tmp).items():
+            ref, texts = check_family(name, path, tool, rng)
+            print(f"ok: {name}: pieces, ids and decoded text of {len(texts)} texts as the reference")
 
 
 if __name__ == "__main__":
