@@ -314,6 +314,24 @@ def check_cli(name, path, ref, zinf, tmp):
         sys.exit(f"{name}: zinf tokenize wrote {read_bin(out)}, the reference {want}")
 
 
+def check_refusal(folder, zinf, tmp):
+    """An unknown Split pattern stops `zinf tokenize` with the file and the pattern named."""
+    with open(os.path.join(folder, "llama3.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    pattern = r"\p{L}+|\p{N}+|[^\p{L}\p{N}]+"
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern
+    path = os.path.join(tmp, "unknown-pattern.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f)
+    text = os.path.join(tmp, "doc.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("hello")
+    r = subprocess.run([zinf, "tokenize", "--tokenizer", path, "-o", os.path.join(tmp, "x.bin"), text],
+                       capture_output=True, text=True)
+    if r.returncode == 0 or path not in r.stderr or pattern not in r.stderr:
+        sys.exit(f"zinf tokenize with an unknown pattern: exit {r.returncode}, stderr {r.stderr!r}")
+
+
 def main():
     source = os.environ.get("ZINF_SOURCE_DIR", ".")
     tool = os.environ.get("ZINF_TOKENIZER_CHECK", "build/tests/tokenizer_check")
@@ -327,6 +345,8 @@ def main():
             ref, texts = check_family(name, path, tool, rng)
             check_cli(name, path, ref, zinf, tmp)
             print(f"ok: {name}: pieces, ids and decoded text of {len(texts)} texts as the reference; zinf tokenize too")
+        check_refusal(folder, zinf, tmp)
+        print("ok: an unknown Split pattern is refused by zinf tokenize naming the file and the pattern")
         for name, path in variants(folder, tmp).items():
             ref, texts = check_family(name, path, tool, rng)
             print(f"ok: {name}: pieces, ids and decoded text of {len(texts)} texts as the reference")
