@@ -119,7 +119,7 @@ void run_sample(const SampleArgs& a) {
     const int32_t next = sampler.next(logits);
     context.push_back(next);
     if (bpe) {
-      fmt::print("{}", bpe->decode({next}));
+      fmt::print("{}", bpe->decode_next(next));
     } else {
       std::fputc(next < 256 ? next : '?', stdout);
     }

@@ -1,7 +1,8 @@
 // `zinf tokenize`: text in, llm.c token file out. Each input (a file, or a directory whose text
-// files are each a document) is encoded with GPT-2's BPE from the user's vocabulary
-// (engine/data/bpe_tokenizer.hpp), each document preceded by <|endoftext|> when the vocabulary has
-// it, and written as an llm.c .bin that `zinf train --data` reads.
+// files are each a document) is encoded by the user's tokenizer (engine/data/bpe_tokenizer.hpp:
+// GPT-2's vocab.json + merges.txt, or a tokenizer.json of GPT-2, GPT-NeoX, Llama 2/3, Mistral or
+// Qwen2), each document between the tokenizer's document start and end (the template's BOS, else
+// <|endoftext|> before it), and written as an llm.c .bin that `zinf train --data` reads.
 #include <fmt/format.h>
 
 #include <memory>
@@ -27,17 +28,20 @@ void run_tokenize(const TokenizeArgs& a) {
     tokens.insert(tokens.end(), corpus.tokens.begin(), corpus.tokens.end());
   }
   engine::write_llmc_bin(a.output, tokens);
-  fmt::print("wrote {} ({} tokens, vocabulary of {} from {})\n", a.output, tokens.size(), tok.vocab_size(), tok.source());
+  fmt::print("wrote {} ({} tokens, vocabulary of {} from {}: {})\n", a.output, tokens.size(), tok.vocab_size(),
+             tok.source(), tok.description());
 }
 
 }  // namespace
 
 void add_tokenize_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("tokenize", "Encode text with GPT-2's BPE (vocab.json + merges.txt or tokenizer.json) "
-                                             "into an llm.c .bin token file");
+  auto* cmd = app.add_subcommand("tokenize", "Encode text into an llm.c .bin token file with a BPE tokenizer: GPT-2's "
+                                             "vocab.json + merges.txt, or the tokenizer.json of GPT-2, GPT-NeoX, Llama "
+                                             "2/3, Mistral or Qwen2 (other steps are refused by name)");
   auto a = std::make_shared<TokenizeArgs>();
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "A tokenizer.json, or a directory holding tokenizer.json or vocab.json + merges.txt")
+                  "A tokenizer.json, or a directory (a Hugging Face model folder) holding tokenizer.json or "
+                  "vocab.json + merges.txt")
       ->required();
   cmd->add_option("-o,--output", a->output, "The .bin file to write")->required();
   cmd->add_option("inputs", a->inputs, "Text files or directories of text files")->required();

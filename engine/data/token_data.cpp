@@ -111,8 +111,9 @@ TokenCorpus encode_documents(const std::vector<std::string>& documents, const st
   c.source = source + " (BPE: " + tokenizer.source() + ")";
   c.vocab = tokenizer.vocab_size();
   for (const auto& d : documents) {
-    if (tokenizer.end_of_text()) c.tokens.push_back(uint16_t(*tokenizer.end_of_text()));
+    for (int32_t id : tokenizer.document_start()) c.tokens.push_back(uint16_t(id));
     for (int32_t id : tokenizer.encode(d)) c.tokens.push_back(uint16_t(id));
+    for (int32_t id : tokenizer.document_end()) c.tokens.push_back(uint16_t(id));
   }
   return c;
 }

@@ -23,8 +23,9 @@ struct TokenCorpus {
   // concatenated in sorted name order), a *.bin token file, or any other file as bytes. An empty
   // path means kDefaultCorpus. Throws std::runtime_error naming the path on any failure.
   static TokenCorpus load(const std::string& path);
-  // The same, with text (not a .bin) encoded by `tokenizer` (GPT-2's BPE): each file is a document,
-  // preceded by <|endoftext|> when the vocabulary has it, as llm.c's token files are. Null: bytes.
+  // The same, with text (not a .bin) encoded by `tokenizer`: each file is a document, between the
+  // tokenizer's document_start() and document_end() (Llama's BOS from its template, else
+  // <|endoftext|> before it as in llm.c's token files). Null: bytes.
   static TokenCorpus load(const std::string& path, BpeTokenizer* tokenizer);
   // The last `fraction` of the tokens as a corpus of their own (a held-out split, as nanoGPT cuts
   // its validation set off the end), this one keeping the rest. Throws naming the source when

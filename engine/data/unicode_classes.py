@@ -1,6 +1,6 @@
-"""Writes unicode_classes.inc: the code point ranges GPT-2's pre-tokenizer pattern calls letters
-(\\p{L}), numbers (\\p{N}) and whitespace (\\s), as the `regex` module that GPT-2's encoder uses
-decides them (so zinf splits text where GPT-2's encoder does).
+"""Writes unicode_classes.inc: the code point ranges the pre-tokenizer patterns (GPT-2's, Llama 3's,
+Qwen2's) call letters (\\p{L}), numbers (\\p{N}) and whitespace (\\s), as the `regex` module that
+GPT-2's encoder uses decides them (so zinf splits text where the families' encoders do).
 
     /usr/bin/python3 engine/data/unicode_classes.py > engine/data/unicode_classes.inc
 """
