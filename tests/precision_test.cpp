@@ -460,3 +460,39 @@ TEST_CASE("precision: every real DeepSpeed config DeepSpeed trains passes zinf t
   CHECK(whole >= 10);
   CHECK(precisions_trained.size() >= 3);
 }
+
+TEST_CASE("precision: DeepSpeed's fp16 loss-scale keys and zinf's loss_scale section are read, bad values refused by key",
+          "[precision][config]") {
+  std::vector<std::string> warnings;
+  const auto ds = core::parse_deepspeed_config(
+      R"({"train_batch_size": 1, "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12,
+          "loss_scale_window": 500, "hysteresis": 3, "consecutive_hysteresis": true, "min_loss_scale": 0.5}})",
+      "ds.json", warnings);
+  REQUIRE(ds.precision == Precision::Fp16);
+  CHECK(ds.loss_scaling.static_scale == 0);
+  CHECK(ds.loss_scaling.initial_scale_power == 12);
+  CHECK(ds.loss_scaling.window == 500);
+  CHECK(ds.loss_scaling.hysteresis == 3);
+  CHECK(ds.loss_scaling.consecutive_hysteresis);
+  CHECK(ds.loss_scaling.min_scale == 0.5);
+  CHECK(core::parse_deepspeed_config(R"({"train_batch_size": 1, "fp16": {"enabled": true, "loss_scale": 128}})", "ds.json",
+                                     warnings)
+            .loss_scaling.static_scale == 128);
+  CHECK_THROWS_WITH(core::parse_deepspeed_config(
+                        R"({"train_batch_size": 1, "fp16": {"enabled": true, "loss_scale_window": "often"}})", "ds.json",
+                        warnings),
+                    Catch::Contains("fp16.loss_scale_window"));
+  CHECK_THROWS_WITH(core::parse_deepspeed_config(
+                        R"({"train_batch_size": 1, "fp16": {"enabled": true, "hysteresis": 0}})", "ds.json", warnings),
+                    Catch::Contains("fp16.hysteresis"));
+  const auto yaml = core::parse_run_config(
+      "precision: fp16\nloss_scale: {static: 0, initial_scale_power: 12, window: 500, hysteresis: 3, "
+      "consecutive_hysteresis: true, min: 0.5}\n",
+      "run.yaml");
+  CHECK(yaml.loss_scaling == ds.loss_scaling);
+  // zinf's YAML writes it back.
+  CHECK(core::parse_run_config(core::run_config_to_yaml(yaml, "round trip"), "again.yaml").loss_scaling ==
+        yaml.loss_scaling);
+  CHECK_THROWS_WITH(core::parse_run_config("precision: fp16\nloss_scale: {window: 0}\n", "run.yaml"),
+                    Catch::Contains("window"));
+}
