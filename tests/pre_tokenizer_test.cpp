@@ -28,8 +28,9 @@ constexpr auto kGpt2 = SplitPattern::Gpt2;
 TEST_CASE("the known patterns are recognised by their exact text, others are not", "[pretokenizer]") {
   using zinf::engine::known_split_pattern;
   CHECK(known_split_pattern(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)") == kGpt2);
-  CHECK(known_split_pattern(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
-                            R"(\s*[\r\n]+|\s+(?!\S)|\s+)") == kLlama3);
+  CHECK(known_split_pattern(
+            R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
+            R"(\s*[\r\n]+|\s+(?!\S)|\s+)") == kLlama3);
   CHECK(known_split_pattern(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
                             R"(\s*[\r\n]+|\s+(?!\S)|\s+)") == kQwen2);
   // One character off (no (?!\S)) is another pattern, and is not guessed at.
@@ -58,8 +59,8 @@ TEST_CASE("digits: Llama 3 in runs of at most three, Qwen2 one by one, GPT-2 who
   // cuts 1234 as 123|4 and 12345 as 123|45.
   CHECK(split(kLlama3, "a 1 12 123 1234 12345") ==
         V{"a", " ", "1", " ", "12", " ", "123", " ", "123", "4", " ", "123", "45"});
-  CHECK(split(kQwen2, "a 1 12 123 1234 12345") == V{"a", " ", "1", " ", "1", "2", " ", "1", "2", "3", " ", "1", "2",
-                                                     "3", "4", " ", "1", "2", "3", "4", "5"});
+  CHECK(split(kQwen2, "a 1 12 123 1234 12345") ==
+        V{"a", " ", "1", " ", "1", "2", " ", "1", "2", "3", " ", "1", "2", "3", "4", " ", "1", "2", "3", "4", "5"});
   CHECK(split(kGpt2, "a 1 12 123 1234 12345") == V{"a", " 1", " 12", " 123", " 1234", " 12345"});
   // Superscripts and Arabic-Indic digits are \p{N} too.
   CHECK(split(kLlama3, "x\xC2\xB2\xC2\xB3 \xD9\xA3") == V{"x", "\xC2\xB2\xC2\xB3", " ", "\xD9\xA3"});
@@ -70,10 +71,12 @@ TEST_CASE("line ends: Llama 3 keeps CRLF and blank lines whole, GPT-2 cuts befor
   // "\r\n" before a letter: `\s*[\r\n]+` takes the whitespace up to its last CR or LF. "\n\n  end":
   // the same takes "\n\n" and leaves the spaces; of "  end", `\s+(?!\S)` gives back the space before
   // the letter, which joins " end". "  \n" at the end: whitespace up to the last newline.
-  CHECK(split(kLlama3, "line1\r\nline2\n\n  end  \n") == V{"line", "1", "\r\n", "line", "2", "\n\n", " ", " end", "  \n"});
+  CHECK(split(kLlama3, "line1\r\nline2\n\n  end  \n") ==
+        V{"line", "1", "\r\n", "line", "2", "\n\n", " ", " end", "  \n"});
   // GPT-2 has no newline alternative: `\s+(?!\S)` stops one short of a non-space ("\r" | "\n",
   // "\n\n " | " end"), and a lone whitespace character before a non-space is `\s+`'s.
-  CHECK(split(kGpt2, "line1\r\nline2\n\n  end  \n") == V{"line", "1", "\r", "\n", "line", "2", "\n\n ", " end", "  \n"});
+  CHECK(split(kGpt2, "line1\r\nline2\n\n  end  \n") ==
+        V{"line", "1", "\r", "\n", "line", "2", "\n\n ", " end", "  \n"});
   // Punctuation takes the line ends after it (` ?[^\s\p{L}\p{N}]+[\r\n]*`).
   CHECK(split(kLlama3, "Hi!\n\nok ...\r\n") == V{"Hi", "!\n\n", "ok", " ...\r\n"});
   CHECK(split(kGpt2, "Hi!\n\nok ...\r\n") == V{"Hi", "!", "\n", "\n", "ok", " ...", "\r\n"});
@@ -90,7 +93,11 @@ TEST_CASE("spaces, punctuation, unicode letters and emoji", "[pretokenizer]") {
   // Any one non-letter, non-digit, non-newline character may lead a word in Llama 3.
   CHECK(split(kLlama3, "(hello)") == V{"(hello", ")"});
   CHECK(split(kGpt2, "(hello)") == V{"(", "hello", ")"});
-  CHECK(split(kLlama3, "a\xC2\xA0" "b") == V{"a", "\xC2\xA0" "b"});  // no-break space leads "b"
+  CHECK(split(kLlama3,
+              "a\xC2\xA0"
+              "b") == V{"a",
+                        "\xC2\xA0"
+                        "b"});  // no-break space leads "b"
   // é and CJK are letters; an emoji is neither letter nor digit nor space: a punctuation run.
   const std::string text = "caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80\xF0\x9F\x98\x80 ok";
   const V want{"caf\xC3\xA9", " \xE4\xB8\xAD\xE6\x96\x87", " \xF0\x9F\x98\x80\xF0\x9F\x98\x80", " ok"};
@@ -114,13 +121,14 @@ TEST_CASE("Digits and Metaspace's splits", "[pretokenizer]") {
 
 TEST_CASE("NFC composes, reorders and leaves composed text alone", "[pretokenizer]") {
   using zinf::engine::unicode::nfc;
-  CHECK(nfc("e\xCC\x81") == "\xC3\xA9");                      // e + combining acute -> é
-  CHECK(nfc("\xC3\xA9") == "\xC3\xA9");                       // already composed
+  CHECK(nfc("e\xCC\x81") == "\xC3\xA9");                                 // e + combining acute -> é
+  CHECK(nfc("\xC3\xA9") == "\xC3\xA9");                                  // already composed
   CHECK(nfc("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB") == "\xED\x95\x9C");  // Hangul jamo ᄒ ᅡ ᆫ -> 한
   // a + dot below (class 220) + acute (230) in the "wrong" order: reordered to below, acute, then
   // a + dot below composes to ạ, and ạ + acute is not a composite in Unicode, so acute stays.
   CHECK(nfc("a\xCC\x81\xCC\xA3") == "\xE1\xBA\xA1\xCC\x81");
   CHECK(nfc("\xE2\x84\xAB") == "\xC3\x85");  // the Angstrom sign's singleton decomposition: Å
   CHECK(nfc("plain ascii") == "plain ascii");
-  CHECK(nfc("\xFF" "e\xCC\x81") == "\xFF\xC3\xA9");  // an invalid byte passes through
+  CHECK(nfc("\xFF"
+            "e\xCC\x81") == "\xFF\xC3\xA9");  // an invalid byte passes through
 }

@@ -13,8 +13,8 @@
 #include "engine/data/bpe_tokenizer.hpp"
 #include "temp_dir.hpp"
 
-using zinf::engine::BpeTokenizer;
 using Catch::Matchers::Contains;
+using zinf::engine::BpeTokenizer;
 using V = std::vector<std::string>;
 
 namespace {
@@ -110,7 +110,7 @@ TEST_CASE("Llama 2 / Mistral: SentencePiece BPE with '▁', byte fallback and it
   CHECK(t.decode(t.encode("Hello world")) == "Hello world");
   CHECK(t.decode(t.encode("Hi \xC3\xA9\xE4\xB8\xAD")) == "Hi \xC3\xA9\xE4\xB8\xAD");
   CHECK(t.decode({id_of(t, "<0xE4>")}) == "\xEF\xBF\xBD");  // a lone byte of a character: U+FFFD
-  CHECK(t.decode_next(t.encode("world")[0]) == " world");  // mid-text, the space stays
+  CHECK(t.decode_next(t.encode("world")[0]) == " world");   // mid-text, the space stays
   CHECK(t.decode_next(id_of(t, "<0xE4>")) == "\xE4");
 }
 
@@ -127,12 +127,16 @@ TEST_CASE("SentencePiece variants: Metaspace with prepend_scheme first, and fuse
   // Without byte fallback, characters outside the vocabulary are <unk>, fused into one.
   j["model"]["byte_fallback"] = false;
   auto u = BpeTokenizer::from_tokenizer_json(j.dump(), "unk.json");
-  CHECK(tokens(u, "a\xE4\xB8\xAD\xE6\x96\x87" "b") == V{kMark, "a", "<unk>", "b"});
+  CHECK(tokens(u,
+               "a\xE4\xB8\xAD\xE6\x96\x87"
+               "b") == V{kMark, "a", "<unk>", "b"});
 }
 
 TEST_CASE("tokenizer.json files zinf cannot encode exactly are refused, naming the file and the step", "[tokenizer]") {
   auto j = nlohmann::json::parse(family_text("llama3"));
-  const auto refused = [](const nlohmann::json& file) { return BpeTokenizer::from_tokenizer_json(file.dump(), "my/tokenizer.json"); };
+  const auto refused = [](const nlohmann::json& file) {
+    return BpeTokenizer::from_tokenizer_json(file.dump(), "my/tokenizer.json");
+  };
   auto unknown = j;
   unknown["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"(\w+|[^\w\s]+)";
   CHECK_THROWS_WITH(refused(unknown), Contains("my/tokenizer.json") && Contains(R"('\w+|[^\w\s]+')") &&
@@ -142,7 +146,8 @@ TEST_CASE("tokenizer.json files zinf cannot encode exactly are refused, naming t
   CHECK_THROWS_WITH(refused(unigram), Contains("my/tokenizer.json") && Contains("Unigram"));
   auto lowercase = j;
   lowercase["normalizer"] = {{"type", "Lowercase"}};
-  CHECK_THROWS_WITH(refused(lowercase), Contains("my/tokenizer.json") && Contains("normalizer") && Contains("Lowercase"));
+  CHECK_THROWS_WITH(refused(lowercase),
+                    Contains("my/tokenizer.json") && Contains("normalizer") && Contains("Lowercase"));
   auto lstrip = j;
   lstrip["added_tokens"][0]["lstrip"] = true;
   CHECK_THROWS_WITH(refused(lstrip), Contains("added_tokens[0]") && Contains("lstrip"));
@@ -171,7 +176,10 @@ TEST_CASE("ids are bounded before anything is sized by them, naming the tokenize
   CHECK_THROWS_WITH(BpeTokenizer::from_tokenizer_json(added.dump(), "q/tokenizer.json"),
                     Contains("q/tokenizer.json") && Contains("added_tokens[0]") && Contains("2147483647"));
   CHECK_THROWS_WITH(BpeTokenizer::from_strings(R"({"a": 2000000000})", "", "gpt/vocab.json"),
-                    Contains("gpt/vocab.json") && Contains("2000000000"));
+                    Contains("gpt/vocab.json") && Contains("2000000000") && Contains("1 entries"));
+  // Unused ids below the bound are kept as they are; one past it is refused.
+  CHECK(BpeTokenizer::from_strings(R"({"a": 0, "b": 65537})", "", "v.json").vocab_size() == 65538);
+  CHECK_THROWS_WITH(BpeTokenizer::from_strings(R"({"a": 0, "b": 65538})", "", "v.json"), Contains("65537"));
   zinf::test::TempDir dir("tokenizer-model-only");
   std::ofstream(dir.path / "tokenizer.model") << "x";
   CHECK_THROWS_WITH(BpeTokenizer::load(dir.path.string()), Contains("tokenizer.model") && Contains("tokenizer.json"));

@@ -67,11 +67,15 @@ std::string normalize(std::string_view text, const std::vector<NormalizerStep>& 
   std::string s(text);
   for (const auto& step : steps) {
     switch (step.kind) {
-      case NormalizerStep::Kind::Nfc: s = unicode::nfc(s); break;
+      case NormalizerStep::Kind::Nfc:
+        s = unicode::nfc(s);
+        break;
       case NormalizerStep::Kind::Prepend:
         if (!s.empty()) s = step.text + s;
         break;
-      case NormalizerStep::Kind::Replace: replace_all(s, step.text, step.with); break;
+      case NormalizerStep::Kind::Replace:
+        replace_all(s, step.text, step.with);
+        break;
     }
   }
   return s;
@@ -100,8 +104,10 @@ std::vector<BpeTokenizer::Piece> BpeTokenizer::pieces(std::string_view text) con
     }
     const std::string normal = normalize(raw, pipeline_.normalizer);
     for (const auto& [part, part_id] : split_added(normal, pipeline_.added, true)) {
-      if (part_id >= 0) out.push_back({std::string(part), part_id});
-      else pre_tokenize(std::string(part), raw.data() == text.data() && part.data() == normal.data(), out);
+      if (part_id >= 0)
+        out.push_back({std::string(part), part_id});
+      else
+        pre_tokenize(std::string(part), raw.data() == text.data() && part.data() == normal.data(), out);
     }
   }
   return out;
@@ -116,10 +122,13 @@ void BpeTokenizer::pre_tokenize(std::string segment, bool at_text_start, std::ve
     for (size_t i = 0; i < current.size(); ++i) {
       std::string& p = current[i];
       switch (step.kind) {
-        case PreTokenizerStep::Kind::Split: split_by(step, p, next); break;
+        case PreTokenizerStep::Kind::Split:
+          split_by(step, p, next);
+          break;
         case PreTokenizerStep::Kind::ByteLevel:
           if (step.add_prefix_space && !p.starts_with(' ')) p = ' ' + p;
-          if (!step.use_regex) next.push_back(std::move(p));
+          if (!step.use_regex)
+            next.push_back(std::move(p));
           else
             for (std::string_view q : find_all(SplitPattern::Gpt2, p)) next.emplace_back(q);
           break;
@@ -131,7 +140,8 @@ void BpeTokenizer::pre_tokenize(std::string segment, bool at_text_start, std::ve
           const bool prepend = step.prepend == PreTokenizerStep::Prepend::Always ||
                                (step.prepend == PreTokenizerStep::Prepend::First && at_text_start && i == 0);
           if (prepend && !p.starts_with(step.marker)) p = step.marker + p;
-          if (!step.split) next.push_back(std::move(p));
+          if (!step.split)
+            next.push_back(std::move(p));
           else
             for (std::string_view q : split_before(p, step.marker)) next.emplace_back(q);
           break;
@@ -175,7 +185,8 @@ std::string run_decoder(const std::vector<DecoderStep>& steps, std::vector<std::
         size_t count = 0;
         const auto flush = [&] {
           if (count == 0) return;
-          if (streaming || unicode::utf8_lossy(bytes) == bytes) out.push_back(bytes);
+          if (streaming || unicode::utf8_lossy(bytes) == bytes)
+            out.push_back(bytes);
           else
             for (size_t i = 0; i < count; ++i) out.emplace_back("\xEF\xBF\xBD");
           bytes.clear(), count = 0;
@@ -206,7 +217,8 @@ std::string run_decoder(const std::vector<DecoderStep>& steps, std::vector<std::
         for (auto& t : tokens) {
           // At most `start` of the character at the front and `stop` at the back, counted in characters.
           size_t front = 0, back = t.size();
-          for (int64_t n = 0; n < step.start && t.compare(front, step.text.size(), step.text) == 0; ++n) front += step.text.size();
+          for (int64_t n = 0; n < step.start && t.compare(front, step.text.size(), step.text) == 0; ++n)
+            front += step.text.size();
           for (int64_t n = 0; n < step.stop && back >= front + step.text.size() &&
                               t.compare(back - step.text.size(), step.text.size(), step.text) == 0;
                ++n)
@@ -231,9 +243,10 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::vector<std::string> tokens;
   for (int32_t id : ids) tokens.push_back(token_text(id));
   if (!pipeline_.has_decoder)
-    throw std::runtime_error(fmt::format("{}: its decoder is null, which Hugging Face decodes by joining tokens with "
-                                         "spaces; zinf does not write text that way",
-                                         source_));
+    throw std::runtime_error(
+        fmt::format("{}: its decoder is null, which Hugging Face decodes by joining tokens with "
+                    "spaces; zinf does not write text that way",
+                    source_));
   return run_decoder(pipeline_.decoder, std::move(tokens), false);
 }
 

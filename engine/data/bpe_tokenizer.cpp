@@ -48,9 +48,10 @@ uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)
 void require_unset(const nlohmann::json& model, const char* key, const std::string& source) {
   if (!model.contains(key) || model[key].is_null() || (model[key].is_string() && model[key].get<std::string>().empty()))
     return;
-  throw std::runtime_error(fmt::format("{}: model.{} is {}; zinf's BPE has no subword prefixes or suffixes (the GPT-2, "
-                                       "GPT-NeoX, Llama, Mistral and Qwen2 tokenizers have none)",
-                                       source, key, model[key].dump()));
+  throw std::runtime_error(
+      fmt::format("{}: model.{} is {}; zinf's BPE has no subword prefixes or suffixes (the GPT-2, "
+                  "GPT-NeoX, Llama, Mistral and Qwen2 tokenizers have none)",
+                  source, key, model[key].dump()));
 }
 
 bool model_flag(const nlohmann::json& model, const char* key, const std::string& source) {
@@ -64,7 +65,8 @@ bool model_flag(const nlohmann::json& model, const char* key, const std::string&
 
 std::vector<std::string_view> BpeTokenizer::split(std::string_view text) { return find_all(SplitPattern::Gpt2, text); }
 
-BpeTokenizer BpeTokenizer::from_strings(const std::string& vocab_json, const std::string& merges_txt, const std::string& source) {
+BpeTokenizer BpeTokenizer::from_strings(const std::string& vocab_json, const std::string& merges_txt,
+                                        const std::string& source) {
   nlohmann::json vocab = parse_json(vocab_json, source);
   nlohmann::json merges = nlohmann::json::array();
   std::istringstream lines(merges_txt);
@@ -75,12 +77,14 @@ BpeTokenizer BpeTokenizer::from_strings(const std::string& vocab_json, const std
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line.starts_with("#version")) continue;
     const size_t space = line.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos)
+    if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
+        line.find(' ', space + 1) != std::string::npos)
       throw std::runtime_error(fmt::format("{}: merges line {} is '{}', not two symbols separated by one space", source,
                                            number, line.substr(0, 64)));
     merges.push_back(nlohmann::json::array({line.substr(0, space), line.substr(space + 1)}));
   }
-  return from_model(nlohmann::json{{"vocab", std::move(vocab)}, {"merges", std::move(merges)}}, gpt2_pipeline(), source);
+  return from_model(nlohmann::json{{"vocab", std::move(vocab)}, {"merges", std::move(merges)}}, gpt2_pipeline(),
+                    source);
 }
 
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& text, const std::string& source) {
@@ -89,13 +93,18 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& text, const st
     throw std::runtime_error(fmt::format("{}: no 'model' object (a Hugging Face tokenizer.json has one)", source));
   const nlohmann::json& model = j["model"];
   if (model.contains("type") && model["type"] != "BPE")
-    throw std::runtime_error(fmt::format("{}: model.type is {}; zinf encodes BPE models only (GPT-2, GPT-NeoX, Llama, "
-                                         "Mistral, Qwen2), not WordPiece, Unigram or WordLevel ones",
-                                         source, model["type"].dump()));
-  return from_model(model, read_pipeline(j, source, kMaxVocab), source);
+    throw std::runtime_error(
+        fmt::format("{}: model.type is {}; zinf encodes BPE models only (GPT-2, GPT-NeoX, Llama, "
+                    "Mistral, Qwen2), not WordPiece, Unigram or WordLevel ones",
+                    source, model["type"].dump()));
+  // Added tokens' ids follow the vocabulary's (Llama 3's 256 after its 128000 entries).
+  const size_t entries = (model.contains("vocab") && model["vocab"].is_object() ? model["vocab"].size() : 0) +
+                         (j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0);
+  return from_model(model, read_pipeline(j, source, id_bound(int64_t(entries))), source);
 }
 
-BpeTokenizer BpeTokenizer::from_model(const nlohmann::json& model, TokenizerPipeline pipeline, const std::string& source) {
+BpeTokenizer BpeTokenizer::from_model(const nlohmann::json& model, TokenizerPipeline pipeline,
+                                      const std::string& source) {
   BpeTokenizer t;
   t.source_ = source;
   t.pipeline_ = std::move(pipeline);
@@ -132,7 +141,8 @@ BpeTokenizer BpeTokenizer::from_model(const nlohmann::json& model, TokenizerPipe
     t.is_added_[size_t(a.id)] = true;
   }
   for (int32_t id : t.pipeline_.prefix)
-    if (t.id_bytes_[size_t(id)].empty()) fail(fmt::format("post_processor: its template's token id {} is no token", id));
+    if (t.id_bytes_[size_t(id)].empty())
+      fail(fmt::format("post_processor: its template's token id {} is no token", id));
   if (t.pipeline_.has_template) {
     t.document_start_ = t.pipeline_.prefix;
   } else {
@@ -148,13 +158,15 @@ void BpeTokenizer::read_vocab(const nlohmann::json& vocab) {
   const auto fail = [&](const std::string& what) { throw std::runtime_error(fmt::format("{}: {}", source_, what)); };
   int64_t largest = -1;
   std::vector<std::pair<int32_t, std::string>> written_as;  // entries outside the byte alphabet
+  const int64_t entries = int64_t(vocab.size()), bound = id_bound(entries);
   for (const auto& [written, id] : vocab.items()) {
     // Bounded before anything is sized by it: a stray id near 2^31 would otherwise ask for that
     // many strings.
-    if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(kMaxVocab))
-      fail(fmt::format("vocab entry '{}' has id {}, not an integer from 0 to {} (the largest vocabularies have about "
-                       "256k ids)",
-                       written.substr(0, 64), id.dump(), kMaxVocab - 1));
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(bound))
+      fail(
+          fmt::format("vocab entry '{}' has id {}; the ids of its {} entries may run from 0 to {} (their number plus "
+                      "{} unused, below {} in all), and zinf refuses one past that before sizing a table by it",
+                      written.substr(0, 64), id.dump(), entries, bound - 1, kMaxIdGap, kMaxVocab));
     const int32_t i = id.get<int32_t>();
     largest = std::max<int64_t>(largest, i);
     std::string bytes = written;
@@ -180,7 +192,8 @@ void BpeTokenizer::read_merges(const nlohmann::json& merges) {
     std::string bytes = written;
     if (pipeline_.byte_level) {
       const auto mapped = byte_alphabet::to_bytes(written);
-      if (!mapped) fail(fmt::format("merge {}: token '{}' holds a character outside GPT-2's byte alphabet", rank, written));
+      if (!mapped)
+        fail(fmt::format("merge {}: token '{}' holds a character outside GPT-2's byte alphabet", rank, written));
       bytes = *mapped;
     }
     const auto it = ids_.find(bytes);
@@ -193,7 +206,8 @@ void BpeTokenizer::read_merges(const nlohmann::json& merges) {
     if (m.is_string()) {
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
-      if (space == std::string::npos) fail(fmt::format("merge {} '{}' is not two symbols separated by a space", rank, s));
+      if (space == std::string::npos)
+        fail(fmt::format("merge {} '{}' is not two symbols separated by a space", rank, s));
       left = s.substr(0, space), right = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       left = m[0].get<std::string>(), right = m[1].get<std::string>();
@@ -221,13 +235,15 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"))
       return from_files((dir / "vocab.json").string(), (dir / "merges.txt").string());
     if (fs::exists(dir / "tokenizer.model"))
-      throw std::runtime_error(fmt::format("--tokenizer {}: the directory holds a SentencePiece tokenizer.model but no "
-                                           "tokenizer.json; zinf reads the tokenizer.json that transformers writes "
-                                           "from it (AutoTokenizer.from_pretrained(dir).save_pretrained(dir))",
-                                           path));
-    throw std::runtime_error(fmt::format("--tokenizer {}: the directory holds neither tokenizer.json nor vocab.json + "
-                                         "merges.txt",
-                                         path));
+      throw std::runtime_error(
+          fmt::format("--tokenizer {}: the directory holds a SentencePiece tokenizer.model but no "
+                      "tokenizer.json; zinf reads the tokenizer.json that transformers writes "
+                      "from it (AutoTokenizer.from_pretrained(dir).save_pretrained(dir))",
+                      path));
+    throw std::runtime_error(
+        fmt::format("--tokenizer {}: the directory holds neither tokenizer.json nor vocab.json + "
+                    "merges.txt",
+                    path));
   }
   return from_tokenizer_json(read_text(path), path);
 }
@@ -260,9 +276,10 @@ std::vector<int32_t> BpeTokenizer::initial_symbols(const std::string& piece) con
       }
     }
     if (!options_.unk)
-      throw std::runtime_error(fmt::format("{}: the vocabulary has no token for '{}' (in '{}') and no unk_token or byte "
-                                           "fallback to stand for it",
-                                           source_, unit, piece.substr(0, 64)));
+      throw std::runtime_error(
+          fmt::format("{}: the vocabulary has no token for '{}' (in '{}') and no unk_token or byte "
+                      "fallback to stand for it",
+                      source_, unit, piece.substr(0, 64)));
     if (pending_unk >= 0 && !options_.fuse_unk) symbols.push_back(pending_unk);
     pending_unk = *options_.unk;
   }

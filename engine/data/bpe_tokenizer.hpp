@@ -13,6 +13,7 @@
 // Immutable after loading except for its cache of encoded pieces: encode() is not thread-safe;
 // decode() is.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,10 +28,12 @@
 namespace zinf::engine {
 
 class BpeTokenizer {
- public:
-  // The largest id + 1 a tokenizer may have: the largest vocabularies are about 256k; a larger id is
-  // refused naming the file before anything is sized by it.
-  static constexpr int64_t kMaxVocab = int64_t(1) << 21;
+public:
+  // How far ids may run: a file's ids run from 0 to about its number of entries, so an id more than
+  // kMaxIdGap past them, or at kMaxVocab (the largest vocabularies have about 256k) or beyond, is
+  // refused naming the file before a table is sized by it.
+  static constexpr int64_t kMaxVocab = int64_t(1) << 21, kMaxIdGap = int64_t(1) << 16;
+  static int64_t id_bound(int64_t entries) { return std::min(kMaxVocab, entries + kMaxIdGap); }
 
   // `path` is a tokenizer.json, or a directory holding tokenizer.json or vocab.json + merges.txt.
   // Throws std::runtime_error naming the file and what is wrong with it.
@@ -79,7 +82,7 @@ class BpeTokenizer {
   // `text`).
   static std::vector<std::string_view> split(std::string_view text);
 
- private:
+private:
   struct ModelOptions {
     bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
     std::optional<int32_t> unk;
@@ -95,9 +98,9 @@ class BpeTokenizer {
   std::string source_;
   TokenizerPipeline pipeline_;
   ModelOptions options_;
-  std::unordered_map<std::string, int32_t> ids_;  // token bytes (byte-level) or text -> id
-  std::vector<std::string> id_bytes_;             // id -> token bytes or text
-  std::vector<bool> is_added_;                    // id -> an added token (decoded from its content)
+  std::unordered_map<std::string, int32_t> ids_;                      // token bytes (byte-level) or text -> id
+  std::vector<std::string> id_bytes_;                                 // id -> token bytes or text
+  std::vector<bool> is_added_;                                        // id -> an added token (decoded from its content)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left id, right id) -> (rank, merged id)
   std::vector<int32_t> document_start_;
   std::unordered_map<std::string, std::vector<int32_t>> cache_;

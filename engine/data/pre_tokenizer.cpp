@@ -9,7 +9,8 @@ namespace {
 using unicode::Class;
 
 // The patterns as tokenizer.json holds them (the JSON string decoded).
-constexpr std::string_view kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Pattern =
@@ -113,9 +114,12 @@ std::optional<SplitPattern> known_split_pattern(std::string_view regex) {
 
 const char* pattern_name(SplitPattern p) {
   switch (p) {
-    case SplitPattern::Gpt2: return "GPT-2";
-    case SplitPattern::Llama3: return "Llama 3";
-    case SplitPattern::Qwen2: return "Qwen2";
+    case SplitPattern::Gpt2:
+      return "GPT-2";
+    case SplitPattern::Llama3:
+      return "Llama 3";
+    case SplitPattern::Qwen2:
+      return "Qwen2";
   }
   return "?";
 }
@@ -124,9 +128,12 @@ size_t match_at(SplitPattern p, std::string_view text, size_t at) {
   if (at >= text.size()) return 0;
   const Text t{text};
   switch (p) {
-    case SplitPattern::Gpt2: return gpt2(t, at);
-    case SplitPattern::Llama3: return llama3(t, at, 3);
-    case SplitPattern::Qwen2: return llama3(t, at, 1);
+    case SplitPattern::Gpt2:
+      return gpt2(t, at);
+    case SplitPattern::Llama3:
+      return llama3(t, at, 3);
+    case SplitPattern::Qwen2:
+      return llama3(t, at, 1);
   }
   return 0;
 }
@@ -167,7 +174,8 @@ std::vector<std::string_view> split_digits(std::string_view text, bool individua
 std::vector<std::string_view> split_before(std::string_view text, std::string_view marker) {
   std::vector<std::string_view> pieces;
   size_t start = 0;
-  for (size_t at = text.find(marker, 1); at != std::string_view::npos && !marker.empty(); at = text.find(marker, at + 1)) {
+  for (size_t at = text.find(marker, 1); at != std::string_view::npos && !marker.empty();
+       at = text.find(marker, at + 1)) {
     pieces.push_back(text.substr(start, at - start));
     start = at;
   }

@@ -17,7 +17,8 @@ struct Reader {
     throw std::runtime_error(fmt::format("{}: {}: {}", source, where, what));
   }
   std::string type(const json& j, const std::string& where) const {
-    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) fail(where, "not an object with a string 'type'");
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
+      fail(where, "not an object with a string 'type'");
     return j["type"].get<std::string>();
   }
   bool flag(const json& j, const char* key, bool fallback, const std::string& where) const {
@@ -47,7 +48,8 @@ void read_normalizer(const Reader& r, const json& j, const std::string& where, T
   if (j.is_null()) return;
   const std::string type = r.type(j, where);
   if (type == "Sequence") {
-    if (!j.contains("normalizers") || !j["normalizers"].is_array()) r.fail(where, "a Sequence needs a 'normalizers' list");
+    if (!j.contains("normalizers") || !j["normalizers"].is_array())
+      r.fail(where, "a Sequence needs a 'normalizers' list");
     for (size_t i = 0; i < j["normalizers"].size(); ++i)
       read_normalizer(r, j["normalizers"][i], fmt::format("{}.normalizers[{}]", where, i), p);
   } else if (type == "NFC") {
@@ -70,23 +72,27 @@ void read_pre_tokenizer(const Reader& r, const json& j, const std::string& where
   const std::string type = r.type(j, where);
   PreTokenizerStep s{};
   if (type == "Sequence") {
-    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) r.fail(where, "a Sequence needs a 'pretokenizers' list");
+    if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
+      r.fail(where, "a Sequence needs a 'pretokenizers' list");
     for (size_t i = 0; i < j["pretokenizers"].size(); ++i)
       read_pre_tokenizer(r, j["pretokenizers"][i], fmt::format("{}.pretokenizers[{}]", where, i), p);
     return;
   }
   if (type == "Split") {
     s.kind = PreTokenizerStep::Kind::Split;
-    if (!j.contains("pattern") || !j["pattern"].is_object() || !j["pattern"].contains("Regex") || !j["pattern"]["Regex"].is_string())
+    if (!j.contains("pattern") || !j["pattern"].is_object() || !j["pattern"].contains("Regex") ||
+        !j["pattern"]["Regex"].is_string())
       r.fail(where, "a Split needs a {\"Regex\": ...} pattern (zinf splits by the known model families' patterns)");
     const std::string regex = j["pattern"]["Regex"].get<std::string>();
     const auto known = known_split_pattern(regex);
     if (!known)
-      r.fail(where, fmt::format("the Split pattern '{}' is not one zinf has a splitter for (it knows GPT-2's, Llama 3's and "
-                                "Qwen2's exactly, and runs no general regex engine)",
-                                regex));
+      r.fail(where,
+             fmt::format("the Split pattern '{}' is not one zinf has a splitter for (it knows GPT-2's, Llama 3's and "
+                         "Qwen2's exactly, and runs no general regex engine)",
+                         regex));
     s.pattern = *known;
-    const std::string behavior = j.contains("behavior") && j["behavior"].is_string() ? j["behavior"].get<std::string>() : "";
+    const std::string behavior =
+        j.contains("behavior") && j["behavior"].is_string() ? j["behavior"].get<std::string>() : "";
     if (behavior != "Isolated" && behavior != "Removed")
       r.fail(where, fmt::format("Split behavior {} is not Isolated or Removed", j.value("behavior", json()).dump()));
     s.remove_matches = behavior == "Removed";
@@ -105,14 +111,19 @@ void read_pre_tokenizer(const Reader& r, const json& j, const std::string& where
     const std::string scheme = j.contains("prepend_scheme") && j["prepend_scheme"].is_string()
                                    ? j["prepend_scheme"].get<std::string>()
                                    : (r.flag(j, "add_prefix_space", true, where) ? "always" : "never");
-    if (scheme == "always") s.prepend = PreTokenizerStep::Prepend::Always;
-    else if (scheme == "first") s.prepend = PreTokenizerStep::Prepend::First;
-    else if (scheme == "never") s.prepend = PreTokenizerStep::Prepend::Never;
-    else r.fail(where, fmt::format("prepend_scheme '{}' is not always, first or never", scheme));
+    if (scheme == "always")
+      s.prepend = PreTokenizerStep::Prepend::Always;
+    else if (scheme == "first")
+      s.prepend = PreTokenizerStep::Prepend::First;
+    else if (scheme == "never")
+      s.prepend = PreTokenizerStep::Prepend::Never;
+    else
+      r.fail(where, fmt::format("prepend_scheme '{}' is not always, first or never", scheme));
   } else {
-    r.fail(where, fmt::format("pre-tokenizer type '{}' is not one zinf carries out (it does ByteLevel, Split by a known "
-                              "pattern, Digits and Metaspace, alone or in a Sequence)",
-                              type));
+    r.fail(where,
+           fmt::format("pre-tokenizer type '{}' is not one zinf carries out (it does ByteLevel, Split by a known "
+                       "pattern, Digits and Metaspace, alone or in a Sequence)",
+                       type));
   }
   p.pre_tokenizer.push_back(std::move(s));
 }
@@ -123,21 +134,25 @@ void read_added_tokens(const Reader& r, const json& j, TokenizerPipeline& p, int
   for (size_t i = 0; i < j.size(); ++i) {
     const json& t = j[i];
     const std::string where = fmt::format("added_tokens[{}]", i);
-    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() || t["id"].get<uint64_t>() >= uint64_t(max_id))
-      r.fail(where, fmt::format("needs an 'id' from 0 to {} (it has {})", max_id - 1, t.is_object() ? t.value("id", json()).dump() : t.dump()));
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_unsigned() ||
+        t["id"].get<uint64_t>() >= uint64_t(max_id))
+      r.fail(where, fmt::format("needs an 'id' from 0 to {}, the most its vocabulary's entries may use (it has {})",
+                                max_id - 1, t.is_object() ? t.value("id", json()).dump() : t.dump()));
     AddedToken a{r.text(t, "content", where), t["id"].get<int32_t>(), r.flag(t, "normalized", false, where)};
     if (a.content.empty()) r.fail(where, "its content is empty");
     for (const char* key : {"single_word", "lstrip", "rstrip"})
       if (r.flag(t, key, false, where))
-        r.fail(where, fmt::format("'{}' ({}) is true; zinf matches added tokens as written only, which the Llama, Qwen2, "
-                                  "GPT-NeoX and GPT-2 families use",
-                                  a.content, key));
+        r.fail(where,
+               fmt::format("'{}' ({}) is true; zinf matches added tokens as written only, which the Llama, Qwen2, "
+                           "GPT-NeoX and GPT-2 families use",
+                           a.content, key));
     p.added.push_back(std::move(a));
   }
 }
 
 // The template's special tokens before and after the sequence; a pair template is not used.
-void read_post_processor(const Reader& r, const json& j, const std::string& where, TokenizerPipeline& p, int64_t max_id) {
+void read_post_processor(const Reader& r, const json& j, const std::string& where, TokenizerPipeline& p,
+                         int64_t max_id) {
   if (j.is_null()) return;
   const std::string type = r.type(j, where);
   if (type == "ByteLevel") return;  // it moves offsets only
@@ -161,10 +176,12 @@ void read_post_processor(const Reader& r, const json& j, const std::string& wher
       seen_sequence = true;
       continue;
     }
-    if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id") || !piece["SpecialToken"]["id"].is_string())
+    if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id") ||
+        !piece["SpecialToken"]["id"].is_string())
       r.fail(where, fmt::format("template piece {} is neither a Sequence nor a SpecialToken", piece.dump()));
     const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-    const json* st = j.contains("special_tokens") && j["special_tokens"].contains(name) ? &j["special_tokens"][name] : nullptr;
+    const json* st =
+        j.contains("special_tokens") && j["special_tokens"].contains(name) ? &j["special_tokens"][name] : nullptr;
     if (!st || !st->contains("ids") || !(*st)["ids"].is_array())
       r.fail(where, fmt::format("the template names special token '{}' without its ids in special_tokens", name));
     for (const json& id : (*st)["ids"]) {
@@ -209,9 +226,10 @@ void read_decoder(const Reader& r, const json& j, const std::string& where, Toke
                                    : (r.flag(j, "add_prefix_space", true, where) ? "always" : "never");
     s.first_token_marks = scheme != "never";
   } else {
-    r.fail(where, fmt::format("decoder type '{}' is not one zinf carries out (it does ByteLevel, Replace, ByteFallback, "
-                              "Fuse, Strip and Metaspace)",
-                              type));
+    r.fail(where,
+           fmt::format("decoder type '{}' is not one zinf carries out (it does ByteLevel, Replace, ByteFallback, "
+                       "Fuse, Strip and Metaspace)",
+                       type));
   }
   if (s.kind == DecoderStep::Kind::ByteLevel && !p.decoder.empty()) r.fail(where, "ByteLevel decodes only alone");
   p.decoder.push_back(std::move(s));
@@ -260,8 +278,8 @@ TokenizerPipeline read_pipeline(const nlohmann::json& j, const std::string& sour
   if (p.has_decoder && byte_decoder != p.byte_level)
     r.fail("decoder", p.byte_level ? "the pre-tokenizer is byte-level but the decoder is not ByteLevel"
                                    : "the decoder is ByteLevel but the pre-tokenizer has no ByteLevel step");
-  p.description = fmt::format("{} BPE{}{}", p.byte_level ? "byte-level" : "text", split.empty() ? "" : ", " + split + " split",
-                              p.normalizer.empty() ? "" : ", normalized");
+  p.description = fmt::format("{} BPE{}{}", p.byte_level ? "byte-level" : "text",
+                              split.empty() ? "" : ", " + split + " split", p.normalizer.empty() ? "" : ", normalized");
   return p;
 }
 

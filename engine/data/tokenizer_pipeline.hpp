@@ -22,12 +22,12 @@ struct NormalizerStep {
 
 struct PreTokenizerStep {
   enum class Kind { Split, ByteLevel, Digits, Metaspace } kind;
-  SplitPattern pattern = SplitPattern::Gpt2;  // Split
-  bool remove_matches = false;                // Split: behavior Removed (else Isolated)
-  bool add_prefix_space = false;              // ByteLevel
-  bool use_regex = true;                      // ByteLevel: GPT-2's split
-  bool individual_digits = false;             // Digits
-  std::string marker;                         // Metaspace: the replacement for ' ' ("▁")
+  SplitPattern pattern = SplitPattern::Gpt2;                              // Split
+  bool remove_matches = false;                                            // Split: behavior Removed (else Isolated)
+  bool add_prefix_space = false;                                          // ByteLevel
+  bool use_regex = true;                                                  // ByteLevel: GPT-2's split
+  bool individual_digits = false;                                         // Digits
+  std::string marker;                                                     // Metaspace: the replacement for ' ' ("▁")
   enum class Prepend { Always, First, Never } prepend = Prepend::Always;  // Metaspace
   bool split = false;                                                     // Metaspace
 };
@@ -40,8 +40,8 @@ struct AddedToken {
 
 struct DecoderStep {
   enum class Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace } kind;
-  std::string text, with;      // Replace: every `text` by `with`; Strip: the character; Metaspace: its marker
-  int64_t start = 0, stop = 0;  // Strip: how many of the character at most, at each token's start and end
+  std::string text, with;         // Replace: every `text` by `with`; Strip: the character; Metaspace: its marker
+  int64_t start = 0, stop = 0;    // Strip: how many of the character at most, at each token's start and end
   bool first_token_marks = true;  // Metaspace: the first token loses its markers (prepend_scheme not "never")
 };
 

@@ -82,10 +82,14 @@ CodePoint at(std::string_view text, size_t offset) {
   const unsigned char c = b(0);
   size_t len = 0;
   char32_t v = 0;
-  if (c < 0x80) len = 1, v = c;
-  else if ((c & 0xE0) == 0xC0 && c >= 0xC2) len = 2, v = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) len = 3, v = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0 && c <= 0xF4) len = 4, v = c & 0x07;
+  if (c < 0x80)
+    len = 1, v = c;
+  else if ((c & 0xE0) == 0xC0 && c >= 0xC2)
+    len = 2, v = c & 0x1F;
+  else if ((c & 0xF0) == 0xE0)
+    len = 3, v = c & 0x0F;
+  else if ((c & 0xF8) == 0xF0 && c <= 0xF4)
+    len = 4, v = c & 0x07;
   bool ok = len > 0 && offset + len <= text.size();
   for (size_t i = 1; ok && i < len; ++i) {
     ok = (b(i) & 0xC0) == 0x80;
@@ -99,7 +103,10 @@ CodePoint at(std::string_view text, size_t offset) {
 }
 
 Class class_of(char32_t c) {
-  return in(kLetters, c) ? Class::Letter : in(kNumbers, c) ? Class::Number : in(kSpaces, c) ? Class::Space : Class::Other;
+  return in(kLetters, c)   ? Class::Letter
+         : in(kNumbers, c) ? Class::Number
+         : in(kSpaces, c)  ? Class::Space
+                           : Class::Other;
 }
 
 void append_utf8(std::string& out, char32_t c) {
@@ -127,16 +134,19 @@ std::string nfc(std::string_view text) {
   std::vector<char32_t> s;
   for (size_t i = 0; i < text.size();) {
     const CodePoint cp = at(text, i);
-    if (cp.value == kInvalid) s.push_back(kRawByte + static_cast<unsigned char>(text[i]));
-    else decompose(cp.value, s);
+    if (cp.value == kInvalid)
+      s.push_back(kRawByte + static_cast<unsigned char>(text[i]));
+    else
+      decompose(cp.value, s);
     i += cp.len;
   }
   const auto cls = [](char32_t c) { return c >= kRawByte ? 0u : combining_class(c); };
   for (size_t i = 0; i < s.size();) {
     size_t j = i;
     while (j < s.size() && cls(s[j]) != 0) ++j;
-    if (j > i) std::stable_sort(s.begin() + std::ptrdiff_t(i), s.begin() + std::ptrdiff_t(j),
-                                [&](char32_t a, char32_t b) { return cls(a) < cls(b); });
+    if (j > i)
+      std::stable_sort(s.begin() + std::ptrdiff_t(i), s.begin() + std::ptrdiff_t(j),
+                       [&](char32_t a, char32_t b) { return cls(a) < cls(b); });
     i = j + 1;
   }
   // Canonical composition: each character joins the last starter unless one of its class or a
@@ -160,8 +170,10 @@ std::string nfc(std::string_view text) {
   }
   std::string result;
   for (char32_t c : s) {
-    if (c >= kRawByte) result.push_back(char(c - kRawByte));
-    else append_utf8(result, c);
+    if (c >= kRawByte)
+      result.push_back(char(c - kRawByte));
+    else
+      append_utf8(result, c);
   }
   return result;
 }
@@ -173,14 +185,22 @@ std::string utf8_lossy(std::string_view bytes) {
     const unsigned char b0 = byte(i);
     size_t need = 0;
     unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range; later ones are 0x80-0xBF
-    if (b0 < 0x80) need = 0;
-    else if (b0 >= 0xC2 && b0 <= 0xDF) need = 1;
-    else if (b0 == 0xE0) need = 2, lo = 0xA0;
-    else if (b0 == 0xED) need = 2, hi = 0x9F;
-    else if (b0 >= 0xE1 && b0 <= 0xEF) need = 2;
-    else if (b0 == 0xF0) need = 3, lo = 0x90;
-    else if (b0 == 0xF4) need = 3, hi = 0x8F;
-    else if (b0 >= 0xF1 && b0 <= 0xF3) need = 3;
+    if (b0 < 0x80)
+      need = 0;
+    else if (b0 >= 0xC2 && b0 <= 0xDF)
+      need = 1;
+    else if (b0 == 0xE0)
+      need = 2, lo = 0xA0;
+    else if (b0 == 0xED)
+      need = 2, hi = 0x9F;
+    else if (b0 >= 0xE1 && b0 <= 0xEF)
+      need = 2;
+    else if (b0 == 0xF0)
+      need = 3, lo = 0x90;
+    else if (b0 == 0xF4)
+      need = 3, hi = 0x8F;
+    else if (b0 >= 0xF1 && b0 <= 0xF3)
+      need = 3;
     else {
       append_utf8(out, 0xFFFD);
       ++i;
@@ -194,8 +214,10 @@ std::string utf8_lossy(std::string_view bytes) {
         break;
       }
     }
-    if (ok) out.append(bytes.substr(i, j - i));
-    else append_utf8(out, 0xFFFD);
+    if (ok)
+      out.append(bytes.substr(i, j - i));
+    else
+      append_utf8(out, 0xFFFD);
     i = j;
   }
   return out;
