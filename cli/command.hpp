@@ -22,6 +22,11 @@ void add_profile_hw_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
 
+// Adds --threads N to a command that runs GEMMs: OpenBLAS's threads in this process and, through
+// OPENBLAS_NUM_THREADS, in the processes it starts (validate's ranks, profile-hw's calibration runs).
+// Without it each process takes the cores it may use over the ranks on its node (engine/cpu_threads.hpp).
+void add_threads_option(CLI::App* cmd);
+
 // The source tree zinf was built from: the default home of models/, hwprofiles/, configs/.
 std::string source_dir();
 

@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include <cstdlib>
+#include <string>
 #include <exception>
 
 #include "cli/command.hpp"
@@ -13,11 +14,25 @@ namespace zinf::cli {
 
 std::string source_dir() { return ZINF_SOURCE_DIR; }
 
+void add_threads_option(CLI::App* cmd) {
+  cmd->add_option_function<int>(
+         "--threads",
+         [](const int& n) {
+           const std::string count = std::to_string(n);
+           ::setenv("OPENBLAS_NUM_THREADS", count.c_str(), 1);
+           zinf::engine::pin_blas_threads(count.c_str(), n);
+         },
+         "BLAS threads per process (default: the cores this process may use, shared among the ranks on this node; "
+         "OPENBLAS_NUM_THREADS chooses too)")
+      ->check(CLI::Range(1, 4096));
+}
+
 }  // namespace zinf::cli
 
 int main(int argc, char** argv) {
   // Every command runs its GEMMs (training, profile-hw's rates, validate's children) on the same BLAS
-  // threads: the environment's OPENBLAS_NUM_THREADS, else 1 (engine/build_info.hpp).
+  // threads: OPENBLAS_NUM_THREADS, else the cores this process may use over the ranks on its node
+  // (engine/build_info.hpp); a command's --threads sets them again when parsed.
   zinf::engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"));
   CLI::App app{"zinf: ZeRO-Infinity-class training and its simulator"};
   app.require_subcommand(1);

@@ -57,6 +57,7 @@ void run(const Args& a) {
 
 void add_profile_hw_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("profile-hw", "Measure this machine through the engine's code paths and write a hwprofile");
+  add_threads_option(cmd);
   auto a = std::make_shared<Args>();
   cmd->add_option("--out,-o", a->out, "Where to write the profile")->capture_default_str();
   cmd->add_option("--nvme-dir", a->nvme_dir, "Directory on the disk to measure (a scratch file is written and removed)")

@@ -132,6 +132,7 @@ void run_sample(const SampleArgs& a) {
 
 void add_sample_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sample", "Generate text from a trained model (a checkpoint or exported weights)");
+  add_threads_option(cmd);
   auto a = std::make_shared<SampleArgs>();
   cmd->add_option("--checkpoint", a->checkpoint, "A checkpoint directory (zinf train --checkpoint-dir): its latest step");
   cmd->add_option("--weights", a->weights, "Weights in safetensors with Hugging Face GPT-2 names (zinf train --export)");

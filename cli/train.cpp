@@ -361,9 +361,8 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                  trainer.eval_program()->tasks().size());
     if (trainer.lr_schedule().kind != core::LrScheduleKind::Constant)
       print_line("lr schedule: {} (peak lr {:g})\n", core::describe(trainer.lr_schedule()), o.config.lr);
-    // The GEMMs' BLAS threads, as main pinned them: what a profile of this machine must be measured with.
-    if (std::string(trainer.backend()) == "cpu")
-      print_line("{}\n", engine::describe(engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"))));
+    // The GEMMs' BLAS threads, as main or --threads set them: what a profile of this machine must be measured with.
+    if (std::string(trainer.backend()) == "cpu") print_line("{}\n", engine::describe(engine::pinned_blas_threads()));
     print_line("{}\n", engine::describe(heap));
     if (trainer.step_count() > 0)
       print_line("resumed at step {} (peak RSS so far {}: the plan counts {} of RAM)\n", trainer.step_count(),
@@ -471,6 +470,7 @@ const CLI::Validator kFinite(
 
 void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a GPT for real through the planned Program (CPU or CUDA backend; mpirun for ranks)");
+  add_threads_option(cmd);
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("--model,-m", a->model, "Model name or path")->capture_default_str();
   cmd->add_option("--hw", a->hw, "Hardware profile of this machine (device budget, rates)")->capture_default_str();

@@ -66,6 +66,7 @@ void run(Args a) {
 
 void add_validate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("validate", "Train for real and simulate the same Program: step time and lanes, measured vs predicted");
+  add_threads_option(cmd);
   auto a = std::make_shared<Args>();
   cmd->add_option("--model,-m", a->o.model, "Model name or path")->capture_default_str();
   cmd->add_option("--hw", a->o.hw, "This machine's measured profile (zinf profile-hw)")->capture_default_str();

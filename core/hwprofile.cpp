@@ -151,6 +151,8 @@ HwProfile read(ConfigReader& r) {
     hw.measured_on.disk = m->str("disk", "");
     hw.measured_on.blas = m->str("blas", "");
     hw.measured_on.blas_threads = static_cast<int>(m->int_in("blas_threads", 0, 4096, 0));
+    if (m->has("blas_threads_from"))
+      hw.measured_on.blas_threads_from = m->choice("blas_threads_from", {"cores", "OPENBLAS_NUM_THREADS", "--threads"});
     if (auto t = m->maybe_child("round_trips")) {
       for (const auto& phase : round_trip_phases())
         if (t->has(phase)) hw.measured_on.round_trips.push_back({phase, t->number_in(phase, U::Seconds, 1e-10, 1)});
@@ -315,7 +317,8 @@ std::vector<std::string> machine_differences(const MachineRecord& profiled, cons
                   "' here (OPENBLAS_CORETYPE chooses them, and GEMM rates follow)");
   if (profiled.blas_threads > 0 && here.blas_threads > 0 && profiled.blas_threads != here.blas_threads)
     out.push_back("OpenBLAS threads: " + std::to_string(profiled.blas_threads) + " profiled, " +
-                  std::to_string(here.blas_threads) + " here (OPENBLAS_NUM_THREADS sets them; zinf pins 1 when unset)");
+                  std::to_string(here.blas_threads) + " here (by default each process takes the cores it may use, shared among the ranks on its node; "
+                  "--threads or OPENBLAS_NUM_THREADS choose)");
   return out;
 }
 

@@ -138,6 +138,12 @@ struct NodeSpec {
   // Ranks sharing cores drift apart (the scheduler runs some while others wait) and every
   // collective waits for the last one. Measured by profile-hw under mpirun; empty: no drift.
   Curve rank_skew;
+  // With device_shares_host_cores: the BLAS threads each rank of a run gets, when fewer than the
+  // profile measured its kernels with (0: as profiled). Not read from a profile: core::colocate sets
+  // it where the profile's count was zinf's default (its cores, for one rank), which it splits
+  // among the ranks on the node as a run does. A kernel keeps that many cores at most, doing the
+  // same work.
+  int rank_blas_threads = 0;
   double core_capacity() const { return parallel_throughput > 0 ? parallel_throughput : double(std::max(1, cpu_cores)); }
   // The share of one core a single thread got while the profile measured its rates (with
   // background_threads competing): every rate above is that of one thread at this share.
@@ -226,6 +232,9 @@ struct MachineRecord {
   std::string blas;                    // OpenBLAS's kernel set the rates were taken with (OPENBLAS_CORETYPE
                                        // can force one; GEMM rates follow it); empty when not recorded
   int blas_threads = 0;                // OpenBLAS threads per process the rates were taken with; 0: not recorded
+  // Who chose blas_threads: "cores" (zinf's default: the cores this process could use, for one
+  // rank), "OPENBLAS_NUM_THREADS" or "--threads" (a count every rank of a run takes); empty: not recorded.
+  std::string blas_threads_from;
   // Seconds for a cache line to go between two cores and back at each phase of the profile, in the
   // order taken (round_trip_phases(); several BLAS threads and two cores only, empty otherwise). On
   // a machine whose cores share data at two costs a shared GEMM runs at two rates, and the profile

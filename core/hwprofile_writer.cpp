@@ -173,6 +173,7 @@ std::string hwprofile_to_yaml(const HwProfile& hw, const HwProfileNotes& notes) 
     if (!m.disk.empty()) e.text("disk", m.disk);
     if (!m.blas.empty()) e.text("blas", m.blas);
     if (m.blas_threads > 0) e.integer("blas_threads", m.blas_threads);
+    if (!m.blas_threads_from.empty()) e.text("blas_threads_from", m.blas_threads_from);
     if (!m.round_trips.empty()) e.numbers("round_trips", m.round_trips);
     e.close();
   }

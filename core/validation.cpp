@@ -99,6 +99,13 @@ HwProfile colocate(const HwProfile& hw, int ranks) {
     out.node.gpu.peak_flops = hw.node.gpu.peak_flops * std::min(1.0, double(cores) / ranks);
     out.node.cpu_adam_rate = hw.node.cpu_adam_rate * std::min(ranks, cores);
   }
+  // zinf's default gives each process the cores it may use over the ranks on its node: a profile
+  // taken that way (one process) measured its kernels on more threads than each rank gets here.
+  const auto& m = hw.measured_on;
+  if (hw.node.device_shares_host_cores && m.blas_threads_from == "cores" && m.blas_threads > 1) {
+    const int per_rank = std::max(1, std::max(1, m.cores) / ranks);
+    if (per_rank < m.blas_threads) out.node.rank_blas_threads = per_rank;
+  }
   out.node.gpus_per_pcie_switch = 1;
   out.node.pcie_switch_uplink = 0;
   return out;

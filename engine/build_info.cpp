@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "engine/io/crc32c.hpp"
@@ -54,18 +56,27 @@ std::string blas_kernel_warning(const CpuPaths& p, const char* coretype_env) {
          "OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE, which goes with it) to use them";
 }
 
-BlasThreads pin_blas_threads(const char* blas_threads_env) {
-  BlasThreads b;
-  char* end = nullptr;
-  const long asked = blas_threads_env ? std::strtol(blas_threads_env, &end, 10) : 0;
-  if (blas_threads_env && end != blas_threads_env && *end == '\0' && asked > 0) {
-    b.threads = static_cast<int>(std::min<long>(asked, 4096));
-  } else {
-    b.threads = 1;
-    b.pinned = true;
-  }
+namespace {
+
+std::mutex g_pinned_mu;
+std::optional<BlasThreads> g_pinned;
+
+}  // namespace
+
+BlasThreads pin_blas_threads(const char* blas_threads_env, std::optional<int> flag) {
+  BlasThreads b = choose_threads(flag, blas_threads_env, this_process_cores());
   openblas_set_num_threads(b.threads);
+  std::lock_guard lock(g_pinned_mu);
+  g_pinned = b;
   return b;
+}
+
+BlasThreads pinned_blas_threads() {
+  {
+    std::lock_guard lock(g_pinned_mu);
+    if (g_pinned) return *g_pinned;
+  }
+  return choose_threads(std::nullopt, std::getenv("OPENBLAS_NUM_THREADS"), this_process_cores());
 }
 
 ScopedBlasThreads::ScopedBlasThreads(int threads) : before_(openblas_get_num_threads()) {
@@ -73,11 +84,5 @@ ScopedBlasThreads::ScopedBlasThreads(int threads) : before_(openblas_get_num_thr
 }
 
 ScopedBlasThreads::~ScopedBlasThreads() { openblas_set_num_threads(before_); }
-
-std::string describe(const BlasThreads& b) {
-  return "OpenBLAS: " + std::to_string(b.threads) + (b.threads == 1 ? " thread" : " threads") +
-         (b.pinned ? " per process (pinned by zinf; set OPENBLAS_NUM_THREADS to choose, and profile with the same)"
-                   : " per process (OPENBLAS_NUM_THREADS)");
-}
 
 }  // namespace zinf::engine

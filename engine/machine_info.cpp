@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "core/units.hpp"
+#include "engine/build_info.hpp"
+#include "engine/cpu_threads.hpp"
 
 namespace zinf::engine {
 
@@ -193,13 +195,10 @@ core::MachineRecord this_machine(const std::string& disk_dir) {
   if (!disk_dir.empty()) m.disk = disk_of(disk_dir);
   m.blas = openblas_get_corename();
   m.blas_threads = openblas_get_num_threads();
+  m.blas_threads_from = to_string(pinned_blas_threads().source);
   return m;
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return int(std::max(1u, std::thread::hardware_concurrency()));
-}
+int usable_cores() { return usable_cores(this_process_cores()); }
 
 }  // namespace zinf::engine

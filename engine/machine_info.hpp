@@ -17,7 +17,8 @@ core::MachineRecord this_machine(const std::string& disk_dir);
 // it cannot be read.
 double available_memory();
 
-// The cores this process may run on (its affinity mask; all online cores if that cannot be read).
+// The cores this process may run on: its affinity mask and its cgroup's CPU quota, rounded down
+// (engine/cpu_threads.hpp).
 int usable_cores();
 
 // What a run's plan needs of this machine's RAM, checked before anything is allocated: each of the

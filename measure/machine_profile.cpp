@@ -37,6 +37,7 @@
 #include "core/hwprofile_writer.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
+#include "engine/build_info.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/machine_info.hpp"
@@ -318,7 +319,7 @@ std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const s
 struct Alone {
   unsigned cores = 1;
   double host_memory = 0, nvme_capacity = 0;
-  std::optional<std::string> blas_threads;  // OPENBLAS_NUM_THREADS
+  engine::BlasThreads blas_threads;          // the threads a process takes, and who chose them
   int blas_thread_count = 1;                 // the threads OpenBLAS runs per process
   std::vector<PhaseRoundTrip> phase_trips;   // on several BLAS threads: how cheaply the cores shared data, phase by phase
                                              // (core::round_trip_phases(), those that could be timed)
@@ -414,10 +415,11 @@ Alone measure_alone(const ProfileOptions& a) {
   m.host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
   struct statvfs sv {};
   if (::statvfs(a.nvme_dir.c_str(), &sv) == 0) m.nvme_capacity = double(sv.f_blocks) * double(sv.f_frsize);
-  if (const char* blas = std::getenv("OPENBLAS_NUM_THREADS")) m.blas_threads = blas;
   m.blas_thread_count = engine::this_machine("").blas_threads;
-  fmt::print("zinf profile-hw: {} core(s), {} of memory; OPENBLAS_NUM_THREADS={}; {} thread(s) per process\n", m.cores,
-             core::format_bytes(m.host_memory), m.blas_threads.value_or("(unset)"), m.blas_thread_count);
+  // The count the runs it predicts take by default, or the one --threads or OPENBLAS_NUM_THREADS chose.
+  m.blas_threads = engine::pinned_blas_threads();
+  fmt::print("zinf profile-hw: {} core(s), {} of memory; {}\n", m.cores, core::format_bytes(m.host_memory),
+             engine::describe(m.blas_threads));
   std::fflush(stdout);
   measure_compute(a, m);
   measure_io(a, m);
@@ -616,8 +618,8 @@ std::string profile_machine(const ProfileOptions& a) {
   fmt::print("  NVMe in a step         x the store's time: read {:.2f}, write {:.2f}\n", nvme_step.read, nvme_step.write);
 
   // The rest of the profile: what the measurements above give the simulator's other fields.
-  hw.description = fmt::format("measured by zinf profile-hw ({} cores, OPENBLAS_NUM_THREADS={}){}", m.cores,
-                               m.blas_threads.value_or("unset"), a.quick ? ", quick mode" : "");
+  hw.description = fmt::format("measured by zinf profile-hw ({} cores, {} BLAS threads from {}){}", m.cores, m.blas_threads.threads,
+                               engine::to_string(m.blas_threads.source), a.quick ? ", quick mode" : "");
   hw.measured_on = engine::this_machine(a.nvme_dir);
   for (const auto& t : m.phase_trips) hw.measured_on.round_trips.push_back({t.phase, t.seconds});
   hw.node.gpu.name = "cpu-arena";

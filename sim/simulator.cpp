@@ -307,7 +307,10 @@ private:
     ++activities_;
     if (auto* pool = platform_.cores(platform_.node_of(rank))) {
       const double share = threads == 1 ? core_share_ : platform_.hw().node.profiled_core_share(threads);
-      const sg4::ActivityPtr e = start_exec(pool, seconds * threads * share, threads, threads);
+      // A rank with fewer BLAS threads than the profile's does the same work on fewer cores.
+      const int cap = platform_.hw().node.rank_blas_threads;
+      const double cores = cap > 0 ? std::min(threads, double(cap)) : threads;
+      const sg4::ActivityPtr e = start_exec(pool, seconds * threads * share, cores, cores);
       co_await events_.wait(e);
     } else if (gpu_exclusive_ && fallback == platform_.gpu(rank)) {
       co_await events_.delay(seconds);

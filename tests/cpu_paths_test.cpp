@@ -1,7 +1,7 @@
 // The engine's CPU-dependent choices: the paths reported by `zinf --version` are the ones the
 // dispatchers take. tests/emulated_cpu.sh runs this and the other CPU-dependent tests (crc32c_test,
 // cpu_adam_test, cpu_kernels_test) again on emulated CPUs without AVX-512 and without AVX2. The
-// BLAS threads zinf pins for every command, and what profile-hw measures of them.
+// BLAS threads zinf sets for every command, and what profile-hw measures of them.
 #include <catch2/catch.hpp>
 #include <cblas.h>
 
@@ -51,22 +51,31 @@ static bool pin_two_blas_threads() {
   return false;
 }
 
-TEST_CASE("zinf pins OpenBLAS to one thread unless OPENBLAS_NUM_THREADS names a count") {
+TEST_CASE("zinf runs OpenBLAS on the cores this process may use unless OPENBLAS_NUM_THREADS or --threads names a count") {
+  const int cores = usable_cores();
   for (const char* unset : {static_cast<const char*>(nullptr), "", "0", "-3", "two", "2x"}) {
     INFO((unset ? unset : "(null)"));
     const BlasThreads b = pin_blas_threads(unset);
-    CHECK(b.threads == 1);
-    CHECK(b.pinned);
-    CHECK(openblas_get_num_threads() == 1);
-    CHECK_THAT(describe(b), Catch::Contains("1 thread per process (pinned by zinf"));
+    CHECK(b.threads == cores);  // one rank outside mpirun
+    CHECK(b.source == ThreadSource::Cores);
+    CHECK(openblas_get_num_threads() == std::min(cores, openblas_get_num_procs()));
+    CHECK_THAT(describe(b), Catch::Contains("usable core") && Catch::Contains("1 rank on this node"));
+    CHECK(pinned_blas_threads().threads == b.threads);
   }
   // A count the environment names is taken as it is (OpenBLAS may run fewer where it has fewer cores).
   const BlasThreads three = pin_blas_threads("3");
   CHECK(three.threads == 3);
-  CHECK_FALSE(three.pinned);
+  CHECK(three.source == ThreadSource::Environment);
   CHECK(openblas_get_num_threads() >= 1);
-  CHECK_THAT(describe(three), Catch::Contains("3 threads per process (OPENBLAS_NUM_THREADS)"));
+  CHECK_THAT(describe(three), Catch::StartsWith("3 BLAS threads: OPENBLAS_NUM_THREADS=3"));
+  const BlasThreads flag = pin_blas_threads("3", 1);
+  CHECK(flag.threads == 1);
+  CHECK(flag.source == ThreadSource::Flag);
+  CHECK(openblas_get_num_threads() == 1);
+  CHECK(pinned_blas_threads().source == ThreadSource::Flag);
+  CHECK(this_machine("").blas_threads_from == "--threads");
   pin_blas_threads(nullptr);
+  CHECK(this_machine("").blas_threads_from == "cores");
 }
 
 TEST_CASE("ScopedBlasThreads runs OpenBLAS on the count it names and restores the count it found") {
@@ -171,7 +180,7 @@ TEST_CASE("profile-hw warns when a shared GEMM's cores move while one thread's r
   const std::string w = probe::steadiness_warning(flipping);
   CHECK_THAT(w, Catch::Contains("1.39 cores busy in some windows and 1.95 in others (40 % apart)") &&
                     Catch::Contains("while one thread's rate held within 0 %") &&
-                    Catch::Contains("OPENBLAS_NUM_THREADS=2") && Catch::Contains("One thread per process"));
+                    Catch::Contains("OPENBLAS_NUM_THREADS=2") && Catch::Contains("One thread per process (--threads 1"));
 
   probe::BlasSteadiness loaded = flipping;  // the one-thread reference moved as well
   loaded.one_thread = {80e9, 80e9, 80e9, 80e9, 80e9, 60e9, 60e9, 60e9, 60e9, 60e9};

@@ -22,6 +22,8 @@ void check_same(const HwProfile& a, const HwProfile& b) {
   CHECK(a.measured_on.cores == b.measured_on.cores);
   CHECK(a.measured_on.memory == b.measured_on.memory);
   CHECK(a.measured_on.disk == b.measured_on.disk);
+  CHECK(a.measured_on.blas_threads == b.measured_on.blas_threads);
+  CHECK(a.measured_on.blas_threads_from == b.measured_on.blas_threads_from);
   const GpuSpec &g = a.node.gpu, &h = b.node.gpu;
   CHECK(a.node.gpus == b.node.gpus);
   CHECK(g.name == h.name);
@@ -93,6 +95,8 @@ TEST_CASE("a profile with every field away from its default reads back field by 
   HwProfile hw = load_hwprofile(zinf::test::source("hwprofiles/dgx2-v100.yaml"));
   hw.description = "with \"quotes\" and a \\ backslash";
   hw.measured_on = {"Some CPU @ 2.80GHz", {"avx2", "avx512f", "sse4_2"}, 7, 25.5e9, "vda1 ext4"};
+  hw.measured_on.blas_threads = 3;
+  hw.measured_on.blas_threads_from = "--threads";
   auto& g = hw.node.gpu;
   g.kernel_launch = 3.25e-6;
   g.gemm_forward_efficiency.points = {{64, 0.125}, {4096, 0.8125}};

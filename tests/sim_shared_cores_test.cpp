@@ -178,6 +178,34 @@ TEST_CASE("a kernel on several BLAS threads runs alone at its profiled time and 
   CHECK(step(two_threads(1.0), 1) == Approx(threaded_one).epsilon(0.02));
 }
 
+TEST_CASE("a profile taken on zinf's default threads gives each colocated rank its share of the cores; a chosen count stays") {
+  auto measured = [](const std::string& from) {
+    auto hw = profile(true, 2, 0.0);
+    hw.node.gpu.vector_flops = 100e9;
+    hw.node.gpu.peak_flops = 200e9;
+    hw.node.gpu.gemm_threads.points = {{1, 2.0}, {1e6, 2.0}};
+    hw.node.gpu.attention_threads.points = {{1, 2.0}, {1e6, 2.0}};
+    hw.measured_on.cpu = "X";
+    hw.measured_on.cores = 2;
+    hw.measured_on.blas_threads = 2;
+    hw.measured_on.blas_threads_from = from;
+    return hw;
+  };
+  CHECK(core::colocate(measured("cores"), 1).node.rank_blas_threads == 0);
+  CHECK(core::colocate(measured("cores"), 2).node.rank_blas_threads == 1);
+  CHECK(core::colocate(measured("cores"), 3).node.rank_blas_threads == 1);
+  CHECK(core::colocate(measured("OPENBLAS_NUM_THREADS"), 2).node.rank_blas_threads == 0);
+  CHECK(core::colocate(measured("--threads"), 2).node.rank_blas_threads == 0);
+  // A rank held to one thread does its two-thread kernels' work on one core: as long as one thread's rate.
+  auto pinned = profile(true, 2, 0.0);
+  pinned.node.gpu.vector_flops = 100e9;
+  auto capped = measured("cores");
+  const double free_one = step(capped, 1);
+  capped.node.rank_blas_threads = 1;
+  CHECK(free_one < 0.8 * step(pinned, 1));
+  CHECK(step(capped, 1) == Approx(step(pinned, 1)).epsilon(0.02));
+}
+
 TEST_CASE("the threads curves are read, written back and refused below one core") {
   const std::string base = "name: t\nnode:\n  gpus: 1\n  gpu: {name: g, memory: 32 GB, peak_flops: 100 GFLOP/s, memory_bandwidth: 1 TB/s";
   const std::string rest = "}\n  host: {memory: 1 TB, memory_bandwidth: 1 TB/s, cores: 2, adam_params_per_s: 1e9}\n"

@@ -148,12 +148,14 @@ TEST_CASE("zinf profile-hw --quick writes a profile that loads with every measur
   CHECK(hw.node.nic_bandwidth > 0);
   // It records the machine it measured, and says so when asked; a profile from another machine is named.
   CHECK(hw.measured_on.cpu == zinf::engine::this_machine(dir.string()).cpu);
-  // This process stands in for a zinf command: OpenBLAS's threads pinned as main() pins them.
-  zinf::engine::pin_blas_threads(std::getenv("OPENBLAS_NUM_THREADS"));
+  CHECK(hw.measured_on.blas_threads == 1);
+  CHECK(hw.measured_on.blas_threads_from == "OPENBLAS_NUM_THREADS");
+  // This process stands in for a zinf command run as the profile was: one BLAS thread.
+  zinf::engine::pin_blas_threads("1");
   CHECK(machine_differences(hw.measured_on, zinf::engine::this_machine(dir.string())).empty());
   const std::string zinf = std::string(ZINF_BINARY_DIR) + "/zinf";
   const std::string check_log = (dir / "check.txt").string();
-  CHECK(std::system((zinf + " profile-hw --check " + out + " --nvme-dir " + dir.string() + " > " + check_log + " 2>&1").c_str()) == 0);
+  CHECK(std::system((zinf + " profile-hw --threads 1 --check " + out + " --nvme-dir " + dir.string() + " > " + check_log + " 2>&1").c_str()) == 0);
   std::string text = read_text(check_log);
   CHECK_THAT(text, Catch::Contains("measured on this machine"));
   std::string other = read_text(out);
@@ -236,6 +238,11 @@ TEST_CASE("machine records: parsed from measured_on, each difference named, bad 
   REQUIRE(d.size() == 1);
   CHECK_THAT(d[0], Catch::Contains("OpenBLAS threads: 1 profiled, 2 here") && Catch::Contains("OPENBLAS_NUM_THREADS"));
   CHECK(machine_differences(hw.measured_on, here).empty());  // not recorded in the profile: not compared
+  // Who chose the count: read back; anything else is refused by name.
+  CHECK(parse_hwprofile(base + "  blas_threads: 2\n  blas_threads_from: cores\n" + node, "t.yaml").measured_on.blas_threads_from ==
+        "cores");
+  CHECK_THROWS_WITH(parse_hwprofile(base + "  blas_threads_from: magic\n" + node, "t.yaml"),
+                    Catch::Contains("blas_threads_from") && Catch::Contains("magic"));
   // The round trips around the in-step steps: read and written back; not a difference between machines.
   CHECK(hw.measured_on.round_trips.empty());
   const auto with_trips = parse_hwprofile(base + "  round_trips: {before_kernels: 1.1e-07, after_steps: 4.2e-07}\n" + node, "t.yaml");

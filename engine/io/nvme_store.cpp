@@ -90,6 +90,13 @@ struct IoRequest {
   char* io = nullptr;  // what the device sees: the caller's memory or the bounce buffer
   uint64_t io_offset = 0, io_length = 0;
   AlignedBuffer bounce;
+  // CRC32C per 4 KiB page of [io_offset, io_offset + io_length). A write's: computed by the
+  // submitting thread as each block goes, filed in the tensor's table when the block completes. A
+  // deferred read's: the stored sums, copied as each block completes, for wait() to verify against.
+  std::vector<uint32_t> page_crc;
+  bool deferred_verify = false;  // a read into the caller's memory, verified by the first wait()
+  std::string tensor_path;       // for a deferred read's message: the tensor may be gone by then
+  std::once_flag verified;
   int buffer_index = -1;
   Phase phase = Phase::Main;
 
@@ -109,9 +116,32 @@ struct IoRequest {
 
 bool IoHandle::done() const { return req_ && req_->done.load(std::memory_order_acquire) != 0; }
 
+namespace {
+
+// The checksums of a read whose completion left them to wait(): the first page that differs fails
+// the request, as the completion thread would have.
+void verify_deferred_read(detail::IoRequest& req) {
+  {
+    std::lock_guard lock(req.mu);
+    if (!req.status.ok()) return;
+  }
+  for (uint64_t p = 0; p < req.page_crc.size(); ++p) {
+    const uint32_t c = crc32c(req.io + p * kDirectIoAlignment, kDirectIoAlignment);
+    if (c == req.page_crc[p]) continue;
+    const uint64_t at = req.io_offset + p * kDirectIoAlignment;
+    req.fail(EIO, "nvme store: read of " + req.tensor_path + " at offset " + std::to_string(at) + " (" +
+                      std::to_string(kDirectIoAlignment) + " bytes): checksum mismatch (stored " + std::to_string(req.page_crc[p]) +
+                      ", read " + std::to_string(c) + ")");
+    return;
+  }
+}
+
+}  // namespace
+
 IoStatus IoHandle::wait() const {
   if (!req_) return {EINVAL, "nvme store: wait on an empty handle"};
   req_->done.wait(0, std::memory_order_acquire);
+  if (req_->deferred_verify) std::call_once(req_->verified, verify_deferred_read, *req_);
   std::lock_guard lock(req_->mu);
   return req_->status;
 }
@@ -222,6 +252,21 @@ struct NvmeStore::Impl {
     const uint64_t nblocks = (length + bs - 1) / bs;
     const unsigned nrings = unsigned(rings.size());
     const unsigned first = next_ring.fetch_add(1, std::memory_order_relaxed) % nrings;
+    if (is_write && req.tensor->crc) {
+      // Each block's pages are checksummed here, on the submitting thread, just before the block
+      // goes: the device starts on the first while the rest are summed, and the completion
+      // thread, which keeps the queue full, only files the sums.
+      for (uint64_t i = 0; i < nblocks; ++i) {
+        const uint64_t off = i * bs, len = std::min(bs, length - off);
+        for (uint64_t p = 0; p < len; p += kDirectIoAlignment)
+          req.page_crc[(file_offset + off + p - req.io_offset) / kDirectIoAlignment] = crc32c(data + off + p, kDirectIoAlignment);
+        Ring& r = *rings[(first + i) % nrings];
+        std::lock_guard lock(r.mu);
+        r.pending.push_back({&req, file_offset + off, data + off, uint32_t(len), is_write});
+        pump(r);
+      }
+      return;
+    }
     // Group by ring so each ring's lock is taken once per request.
     for (unsigned k = 0; k < std::min<uint64_t>(nrings, nblocks); ++k) {
       Ring& r = *rings[(first + k) % nrings];
@@ -238,6 +283,7 @@ struct NvmeStore::Impl {
     uint64_t total = 0;
     for (auto& [off, len] : ranges) total += (len + opt.block_size - 1) / opt.block_size;
     req.remaining.store(total, std::memory_order_relaxed);
+    if (req.tensor->crc && (is_write || req.deferred_verify)) req.page_crc.assign(req.io_length / kDirectIoAlignment, 0);
     for (auto& [off, len] : ranges) issue(req, off, req.io + (off - req.io_offset), len, is_write);
   }
 
@@ -258,10 +304,17 @@ struct NvmeStore::Impl {
     } else if (t.crc) {
       for (uint64_t p = 0; p < b.length; p += kDirectIoAlignment) {
         uint64_t page = (b.offset + p) / kDirectIoAlignment;
-        uint32_t c = crc32c(b.data + p, kDirectIoAlignment);
+        const uint64_t in_request = (b.offset + p - req.io_offset) / kDirectIoAlignment;
         if (b.is_write) {
-          t.crc[page].store(c, std::memory_order_relaxed);
-        } else if (c != t.crc[page].load(std::memory_order_relaxed)) {
+          t.crc[page].store(req.page_crc[in_request], std::memory_order_relaxed);
+          continue;
+        }
+        if (req.deferred_verify) {
+          req.page_crc[in_request] = t.crc[page].load(std::memory_order_relaxed);
+          continue;
+        }
+        const uint32_t c = crc32c(b.data + p, kDirectIoAlignment);
+        if (c != t.crc[page].load(std::memory_order_relaxed)) {
           req.fail(EIO, describe(req, "read", b.offset + p, kDirectIoAlignment) + ": checksum mismatch (stored " +
                             std::to_string(t.crc[page].load()) + ", read " + std::to_string(c) + ")");
           break;
@@ -623,6 +676,10 @@ IoHandle NvmeStore::submit(TensorId id, uint64_t offset, char* data, uint64_t le
     if (aligned) {
       req->io = data;
       req->buffer_index = impl_->find_buffer(data, length);
+      if (!is_write && t.crc) {
+        req->deferred_verify = true;
+        req->tensor_path = t.path;
+      }
     } else {
       req->bounce = aligned_alloc_or_throw(req->io_length);
       req->io = req->bounce.get();

@@ -72,13 +72,17 @@ namespace detail {
 struct IoRequest;
 }
 
-// A request in flight. Copyable; any copy may be polled or waited on from any thread.
+// A request in flight. Copyable; any copy may be polled or waited on from any thread. With
+// checksums on, a read into the caller's own aligned memory is verified by the first wait(), on
+// the waiting thread (idle meanwhile, and the next to touch the data), so that the store's
+// completion thread keeps the queue full: done() says the transfer ended, wait() whether the
+// bytes are good. Read the data only after wait().
 class IoHandle {
 public:
   IoHandle() = default;
   bool valid() const { return req_ != nullptr; }
   bool done() const;
-  IoStatus wait() const;      // blocks until the request completes
+  IoStatus wait() const;      // blocks until the request completes (and its checksums are verified)
   void wait_or_throw() const;  // wait(); throws std::runtime_error with the message on failure
 
   static IoHandle from_request(std::shared_ptr<detail::IoRequest> r) {

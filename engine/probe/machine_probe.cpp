@@ -447,7 +447,7 @@ std::string steadiness_warning(const BlasSteadiness& s) {
       "A step on {} BLAS threads can run at either rate for seconds at a time, and the profile holds the one it measured: "
       "predictions on this machine at OPENBLAS_NUM_THREADS={} are uncertain by at least that much (smaller GEMMs, which "
       "synchronize more often per FLOP, can move further). One thread per process "
-      "(zinf's default when OPENBLAS_NUM_THREADS is unset) does not depend on it.",
+      "(--threads 1, for the profile and the runs alike) does not depend on it.",
       s.threads, kept.p10, kept.p90, 100.0 * (kept.ratio() - 1.0), why, s.threads, s.threads);
 }
 
@@ -496,7 +496,7 @@ std::string phase_round_trip_warning(const std::vector<PhaseRoundTrip>& trips, i
       "states of this machine, its cores sharing data cheaply in one and not in the other, and a GEMM shared by {} BLAS "
       "threads runs at a different rate in each. The in-step factors (a kernel in a step over the same kernel alone) then "
       "compare the two states, and predictions at OPENBLAS_NUM_THREADS={} mix them: profile again until the round trips "
-      "agree, or run one BLAS thread per process (zinf's default when OPENBLAS_NUM_THREADS is unset)",
+      "agree, or run one BLAS thread per process (--threads 1, for the profile and the runs alike)",
       1e9 * lo->seconds, lo->phase, 1e9 * hi->seconds, hi->phase, blas_threads, blas_threads);
 }
 
