@@ -229,3 +229,30 @@ TEST_CASE("a sweep names the files of the zinf tree relative to it, wherever the
   CHECK(display_path("zero3", kRoot) == "zero3");
   CHECK(display_path(kRoot + "/configs/zero3.yaml", kRoot) == "configs/zero3.yaml");
 }
+
+TEST_CASE("a spec's points are counted before they are expanded: a product past the bound is refused, naming the spec") {
+  // Four axes of 1000 values: 10^12 points, refused from the sizes alone (expanding them would
+  // take terabytes); a count that overflows 64 bits is refused the same way.
+  std::string values = "[";
+  for (int i = 1; i <= 1000; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+  values += "]";
+  std::string axes = "axes:\n";
+  for (const char* key : {"micro_batch", "layers", "hidden", "node.nvme.read_bandwidth"})
+    axes += std::string("  - {key: ") + key + (key[0] == 'n' ? ", scale: " : ", values: ") + values + "}\n";
+  const std::string msg = error_of(kFiles + axes);
+  CHECK_THAT(msg, Catch::Contains("spec.yaml") && Catch::Contains("more than 1000000 points") &&
+                      Catch::Contains("1 x 1 x 1 x 1 x 1000 x 1000 x 1000"));
+  CHECK_THAT(error_of(kFiles + "axes:\n  - {key: micro_batch, values: [1, 2]}\n"), Catch::Equals(""));
+  SweepSpec huge;
+  huge.path = "huge.yaml";
+  for (int g = 0; g < 8; ++g) {
+    SweepGroup group;
+    SweepAxis a;
+    a.texts.assign(1 << 10, "1");
+    group.axes.push_back(a);
+    huge.groups.push_back(group);
+  }
+  CHECK_THROWS_WITH(expand(huge), Catch::Contains("huge.yaml") && Catch::Contains("more than"));
+  CHECK_THAT(error_of("models: [gpt-tiny]\nhwprofiles: [dgx2-v100]\nconfigs: [infinity-nvme]\nnodes: [1e30]\n"),
+             Catch::Contains("not a node count from 1 to"));
+}
