@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 
 #include "cli/command.hpp"
 #include "cli/file_checks.hpp"
+#include "core/errors.hpp"
 #include "core/program.hpp"
 #include "core/self_exe.hpp"
 #include "core/units.hpp"
@@ -34,6 +36,7 @@ void run(Args a) {
   check_named_input("--hw", a.o.hw, "hwprofiles");
   check_named_input("--config", a.o.config, "configs");
   nlohmann::json j;
+  const auto started = std::filesystem::file_time_type::clock::now();
   try {
     j = measure::validate(a.o, [&](const std::string& line) {
       if (line.rfind("warning: ", 0) == 0)
@@ -48,6 +51,17 @@ void run(Args a) {
     const std::string what = e.what();
     const auto colon = what.find(": ");
     throw CLI::ValidationError(what.substr(0, colon), colon == std::string::npos ? what : what.substr(colon + 2));
+  } catch (const std::runtime_error& e) {
+    // Past the measured run, the output directory holds its files: say so beside the error.
+    std::error_code ec;
+    const auto log = std::filesystem::path(a.o.out_dir) / "measure.log";
+    if (dynamic_cast<const core::ConfigError*>(&e) || dynamic_cast<const core::PlanError*>(&e) ||
+        std::string(e.what()).find("measure.log") != std::string::npos || !std::filesystem::exists(log, ec) ||
+        std::filesystem::last_write_time(log, ec) < started)
+      throw;
+    throw std::runtime_error(fmt::format("{} ({} keeps what this run wrote before the error: measure.log, the ranks' "
+                                         "measured.rank*.json and any timelines; no validate.json)",
+                                         e.what(), a.o.out_dir));
   }
   if (a.json) {
     fmt::print("{}\n", j.dump(2));

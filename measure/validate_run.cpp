@@ -126,6 +126,10 @@ void check_out_dir(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))
     throw std::invalid_argument(fmt::format("--out-dir: {} is not a directory{}", dir, ec ? ": " + ec.message() : ""));
+  // Each file the run will write, checked before the run as the one writer will write it.
+  for (const char* name : {"validate.json", "measured.csv", "measured.trace.json", "predicted.csv", "predicted.trace.json",
+                           "measure.log"})
+    engine::check_output_path(engine::default_io_env(), (fs::path(dir) / name).string(), "zinf validate --out-dir");
 }
 
 // mpirun would start every rank asked for, each a whole training process: beyond a few per core

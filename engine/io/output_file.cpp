@@ -48,8 +48,8 @@ void check_target(IoEnv& env, const std::string& path, const std::string& who) {
   if (r == 0 && st.kind != FileInfo::Kind::Regular) {
     const std::string kind = kind_of(path);
     throw FileError(who, "write", path, st.kind == FileInfo::Kind::Directory ? EISDIR : EEXIST,
-                    "it is " + kind + "; zinf writes its outputs only as regular files, replaced whole, and leaves " +
-                        kind.substr(kind.find(' ') + 1) + "s alone");
+                    "it is " + kind + "; zinf writes its outputs only as regular files, replaced whole, and leaves "
+                                      "anything else alone");
   }
   if (r < 0 && r != -ENOENT) throw FileError(who, "stat", path, -r);
   const std::string dir = parent_of(path);

@@ -126,6 +126,10 @@ outputs profile-hw --out profile-hw --quick --no-mpi -o @F
 echo file > "$BASE/plain"
 run validate --model gpt-tiny --hw cpu-dev --config zero3 --out-dir "$BASE/plain"
 expect "validate --out-dir naming a file refused" 105 "out-dir.*plain.*not a directory" "$LOG" $rc
+mkdir -p "$BASE/vdir/validate.json"
+run validate --model gpt-tiny --hw cpu-dev --config zero3 --out-dir "$BASE/vdir"
+expect "validate refuses a directory where validate.json goes before measuring" 1 "validate.json.*directory" "$LOG" $rc
+[ -e "$BASE/vdir/measure.log" ] && fail "validate measured before refusing its output" "$LOG"
 # The old fixed temporary names: links planted there are not followed, and the output is written.
 ln -s "$BASE/victim" "$BASE/t.bin.partial"
 ln -s "$BASE/victim" "$BASE/s.csv.tmp"
