@@ -99,8 +99,6 @@ std::string token_to_bytes(const std::string& written, const std::string& file) 
 // GPT-2's vocab.json is 1 MB, merges.txt 0.5 MB, tokenizer.json 1.4 MB: a tokenizer file may hold
 // at most 64 MiB, and must be a regular file (a FIFO or /dev/zero is refused without blocking).
 constexpr uint64_t kMaxTokenizerBytes = 64ull << 20;
-// How far the largest id may lie past the number of vocab entries (ids left unused).
-constexpr int64_t kMaxIdGap = 1 << 16;
 
 std::string read_text(const std::string& path) {
   try {
@@ -217,13 +215,6 @@ BpeTokenizer BpeTokenizer::from_model(const nlohmann::json& model, const std::st
     largest = std::max<int64_t>(largest, i);
     if (written == "<|endoftext|>") t.eot_ = i;
   }
-  // The table below has a slot for every id up to the largest: a file's ids run 0 .. entries - 1,
-  // and one far past them (2^31 - 1) would take gigabytes before anything else is checked.
-  const int64_t entries = int64_t(t.ids_.size()), most = entries + kMaxIdGap;
-  if (largest >= most)
-    fail(fmt::format("vocab has an id of {} among {} entries; ids in a tokenizer file run from 0 to the number of entries, "
-                     "and zinf refuses one past {}",
-                     largest, entries, most - 1));
   t.id_bytes_.assign(size_t(largest + 1), std::string());
   for (const auto& [bytes, id] : t.ids_) t.id_bytes_[size_t(id)] = bytes;
   const auto symbol = [&t](const std::string& bytes) {
