@@ -3,10 +3,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
+#include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "models/gpt.hpp"
@@ -36,26 +36,35 @@ core::DeepSpeedContext deepspeed_context(const core::ModelSpec& model, const cor
   return ctx;
 }
 
+// The most GPUs a run may span: beyond any cluster zinf is meant to plan, and far below where
+// counts of ranks, shards and bytes per rank would overflow.
+constexpr int64_t kMaxGpus = 1 << 20;
+
 Inputs load_inputs(const InputOptions& o, bool for_tune) {
   const std::string root = core::zinf_root(source_dir());
+  check_named_input("--model", o.model, "models");
+  check_named_input("--hw", o.hw, "hwprofiles");
+  check_named_input("--config", o.config, "configs");
   Inputs in;
   in.model = models::find_model(o.model, source_dir());
   core::HwProfile hw = core::load_hwprofile(core::resolve_config(o.hw, "hwprofiles", root));
   if (o.gpus_per_node > 0) hw.node.gpus = o.gpus_per_node;
+  // Every command counts GPUs in an int: the product is checked before anything multiplies it.
+  if (int64_t(o.nodes) * int64_t(hw.node.gpus) > kMaxGpus)
+    throw CLI::ValidationError("--nodes", fmt::format("{} nodes x {} GPUs per node ({}) is {} GPUs; zinf plans at most {}",
+                                                      o.nodes, hw.node.gpus, hw.name,
+                                                      int64_t(o.nodes) * int64_t(hw.node.gpus), kMaxGpus));
   std::string path = core::resolve_config(o.config, "configs", root);
-  std::ifstream f(path);
-  if (!f) throw core::ConfigError(path, "", "cannot open file for reading");
-  std::stringstream text;
-  text << f.rdbuf();
+  const std::string text = core::read_bounded_file(path, core::kMaxConfigBytes, "run config");
   std::vector<std::string> warnings;
-  if (core::is_deepspeed_json(text.str())) {
+  if (core::is_deepspeed_json(text)) {
     core::DeepSpeedContext ctx = deepspeed_context(in.model, hw, o.nodes);
     ctx.for_tune = for_tune;
-    in.deepspeed = core::read_deepspeed_config(text.str(), path, ctx);
+    in.deepspeed = core::read_deepspeed_config(text, path, ctx);
     in.config = in.deepspeed->config;
     for (const auto& m : in.deepspeed->messages) warnings.push_back(path + ": " + m);
   } else {
-    in.config = core::parse_run_config(text.str(), path);
+    in.config = core::parse_run_config(text, path);
   }
   in.hw = core::for_precision(hw, in.config.precision, &warnings);
   for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);

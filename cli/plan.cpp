@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
 #include "core/errors.hpp"
 #include "core/fit.hpp"
@@ -18,6 +18,7 @@
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "core/units.hpp"
+#include "engine/io/output_file.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
 
@@ -43,26 +44,22 @@ struct ProgramOutputs {
   std::string trace;    // --trace: a Chrome trace of the idealized schedule
 };
 
-std::ofstream open_output(const std::string& path) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw std::runtime_error(fmt::format("cannot write '{}'", path));
-  return out;
-}
-
 // Writes what was asked for of the planned Program. Returns a line for the report.
 std::string write_program_outputs(const Inputs& in, const PlanResult& r, const ProgramOutputs& outs) {
   std::string line = fmt::format("program: {} tasks per rank, {} units, {} optimizer sub-groups, tiling {}",
                                  r.program.tasks().size(), r.program.units().size(), r.program.sub_groups().size(),
                                  r.plan.tiling_factor);
   if (!outs.program.empty()) {
-    auto out = open_output(outs.program);
-    r.program.write_json(out);
+    engine::OutputFile out(engine::default_io_env(), outs.program, "zinf plan --program");
+    r.program.write_json(out.stream());
+    out.commit();
     line += fmt::format("; written to {}", outs.program);
   }
   if (!outs.trace.empty()) {
     Timeline tl = schedule_ideal(r.program, in.hw, {0});
-    auto out = open_output(outs.trace);
-    tl.write_chrome_trace(out);
+    engine::OutputFile out(engine::default_io_env(), outs.trace, "zinf plan --trace");
+    tl.write_chrome_trace(out.stream());
+    out.commit();
     line += fmt::format("; idealized step {} (rank 0) traced to {}", format_seconds(tl.makespan()), outs.trace);
   }
   return line;
@@ -449,6 +446,8 @@ void print_plan_outlook(const Inputs& in, int nodes, const PlanFigures& f) {
 }
 
 void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const ProgramOutputs& outs) {
+  check_output("plan", "--program", outs.program);
+  check_output("plan", "--trace", outs.trace);
   Inputs in = load_inputs(opts);
   const RunConfig asked = in.config;
   // `auto` decided as every other command decides it (tune/auto_config.hpp).

@@ -4,13 +4,15 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "core/hwprofile.hpp"
 #include "core/self_exe.hpp"
 #include "core/units.hpp"
+#include "engine/io/output_file.hpp"
+#include "measure/child_process.hpp"
 #include "measure/machine_profile.hpp"
 
 namespace zinf::cli {
@@ -43,13 +45,15 @@ void run(const Args& a) {
   o.calibration_steps = a.calibration_steps;
   o.executable = core::self_exe().string();
   o.source_dir = source_dir();
-  const std::string y = measure::profile_machine(o);
-  const fs::path out(a.out);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  std::ofstream f(a.out);
-  if (!f) throw std::runtime_error("cannot write " + a.out);
-  f << y;
-  if (!f) throw std::runtime_error("error writing " + a.out);
+  // The path is checked before minutes of measuring: a missing directory is refused now.
+  check_output("profile-hw", "--out", a.out);
+  std::string y;
+  try {
+    y = measure::profile_machine(o);
+  } catch (const measure::ChildStopped& e) {
+    throw ExitCode{128 + e.signal(), fmt::format("zinf profile-hw: {}; {} not written", e.what(), a.out)};
+  }
+  engine::write_output_file(engine::default_io_env(), a.out, y, "zinf profile-hw --out");
   fmt::print("wrote {}\n", a.out);
 }
 
@@ -75,6 +79,7 @@ void add_profile_hw_command(CLI::App& app) {
   cmd->add_option("--comm-worker", a->comm_worker, "(internal) one rank of the collective measurement")->group("");
   cmd->callback([a] {
     if (a->check.empty()) return run(*a);
+    check_input("--check", a->check, kConfigInput);
     const std::string mismatch = measure::profile_machine_mismatch(core::load_hwprofile(a->check), a->check, a->nvme_dir);
     if (mismatch.empty()) {
       fmt::print("{} was measured on this machine\n", a->check);

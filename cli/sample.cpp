@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
@@ -74,6 +75,11 @@ void run_sample(const SampleArgs& a) {
     throw std::runtime_error("give the weights to sample from: --checkpoint DIR or --weights FILE.safetensors (one of them)");
   if (!a.weights.empty() && a.model.empty()) throw std::runtime_error("--weights needs --model (the model the file holds)");
   if (a.prompt.empty()) throw std::runtime_error("--prompt is empty: give the text to continue");
+  if (!a.model.empty()) check_named_input("--model", a.model, "models");
+  check_named_input("--hw", a.hw, "hwprofiles");
+  check_named_input("--config", a.config, "configs");
+  check_input("--weights", a.weights, kWeightsInput);
+  check_input("--tokenizer", a.tokenizer, kTokenizerInput);
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.sampling = true;

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
+#include "engine/io/output_file.hpp"
 #include "core/units.hpp"
 #include "tune/scenario.hpp"
 
@@ -48,14 +50,15 @@ std::vector<int> parse_ranks(const std::string& text, bool& all) {
   return out;
 }
 
-void write_file(const std::string& path, const std::function<void(std::ostream&)>& write) {
-  std::ofstream f(path);
-  if (!f) throw std::runtime_error("cannot write " + path);
-  write(f);
-  if (!f) throw std::runtime_error("error writing " + path);
+void write_file(const std::string& path, const std::string& flag, const std::function<void(std::ostream&)>& write) {
+  engine::OutputFile out(engine::default_io_env(), path, "zinf sim " + flag);
+  write(out.stream());
+  out.commit();
 }
 
 void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
+  check_output("sim", "--timeline", o.timeline_csv);
+  check_output("sim", "--trace", o.chrome_trace);
   Inputs in = load_inputs(in_opts);
   sim::SimOptions opts;
   opts.algorithm = sim::parse_collective_algorithm(o.collective);
@@ -67,8 +70,8 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   sim::ScenarioResult res = sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, o.seeds, o.jobs);
   const auto& r = res.report;
 
-  if (!o.timeline_csv.empty()) write_file(o.timeline_csv, [&](std::ostream& f) { r.timeline.write_csv(f); });
-  if (!o.chrome_trace.empty()) write_file(o.chrome_trace, [&](std::ostream& f) { r.timeline.write_chrome_trace(f); });
+  if (!o.timeline_csv.empty()) write_file(o.timeline_csv, "--timeline", [&](std::ostream& f) { r.timeline.write_csv(f); });
+  if (!o.chrome_trace.empty()) write_file(o.chrome_trace, "--trace", [&](std::ostream& f) { r.timeline.write_chrome_trace(f); });
 
   if (o.json) {
     auto j = nlohmann::json::parse(sim::report_to_json(r));

@@ -3,7 +3,9 @@
 // `mpirun -np N zinf sweep SPEC` they are spread over the ranks, rank 0 handing out one point at a
 // time and writing the CSV (cli/sweep_runner.hpp). Resumable: rows of finished points (ok,
 // does-not-fit) in the CSV are kept and their points skipped; points whose row says error run again.
-// A point that fails is a row with status error and the reason, never the end of the sweep.
+// A point that fails is a row with status error and the reason, never the end of the sweep. The
+// CSV is locked for the sweep (a second sweep on it is refused, naming the first) and read back
+// within bounds (engine/io/row_file.hpp).
 //
 // Spec (YAML):
 //   models: [gpt-10b, gpt-100b]            # names (models/NAME.yaml) or paths (relative: to the spec)
@@ -32,10 +34,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
+#include "cli/stop_signals.hpp"
 #include "cli/sweep_runner.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_table.hpp"
+#include "engine/io/row_file.hpp"
 #include "tune/scenario.hpp"
 
 namespace zinf::cli {
@@ -128,6 +133,24 @@ private:
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
+// The largest results CSV a sweep reads back to resume (a million points' rows are about 400 MB).
+constexpr uint64_t kMaxCsvBytes = 1ull << 30;
+
+// Every model, profile and config the spec names, checked as --model, --hw and --config are before
+// any point runs: a FIFO or a device there is refused at once, naming the spec's field.
+void check_spec_files(const core::SweepSpec& spec, const std::string& root) {
+  for (const auto& g : spec.groups)
+    for (const auto& a : g.axes) {
+      const char* folder = a.kind == core::SweepAxis::Kind::Models       ? "models"
+                           : a.kind == core::SweepAxis::Kind::Hwprofiles ? "hwprofiles"
+                           : a.kind == core::SweepAxis::Kind::Configs    ? "configs"
+                                                                         : nullptr;
+      if (!folder) continue;
+      for (const auto& text : a.texts)
+        check_named_input(fmt::format("{}'s {}", spec.path, folder), core::point_file(text, root), folder);
+    }
+}
+
 void run_sweep(const SweepOptions& o) {
   SweepWorld world;
   const std::string root = core::zinf_root(source_dir());
@@ -136,24 +159,31 @@ void run_sweep(const SweepOptions& o) {
   std::vector<core::SweepPoint> points;
   std::vector<std::string> columns;
   std::string out_path = o.out;
-  std::unique_ptr<core::SweepTable> table;
+  std::unique_ptr<engine::RowFile> table;
+  std::vector<std::string> rows;  // the CSV's rows as they are now, for the sort at the end
   std::vector<size_t> todo;
   std::exception_ptr error;
+  stop_at_once_on_signals("zinf sweep", "nothing written");
   try {
+    check_input("spec", o.spec, kConfigInput);
     spec = core::load_sweep_spec(o.spec, root);
+    check_spec_files(spec, root);
     points = core::expand(spec);
     columns = core::sweep_columns(spec);
     if (world.rank() == 0) {
       if (out_path.empty()) out_path = spec.output;
       if (out_path.empty()) out_path = std::filesystem::path(o.spec).replace_extension(".csv").filename().string();
-      auto kept = core::read_finished_rows(out_path, columns);
-      std::vector<std::string> kept_rows;
+      // Locked before it is read: a second sweep on the same CSV is refused, naming this one.
+      table = std::make_unique<engine::RowFile>(engine::default_io_env(), out_path, "zinf sweep --out", kMaxCsvBytes);
+      auto kept = core::read_finished_rows(table->existing(), out_path, columns);
       for (size_t i = 0; i < points.size(); ++i) {
         auto it = kept.find(points[i].key());
         if (it == kept.end()) todo.push_back(i);
-        else kept_rows.push_back(it->second);
+        else rows.push_back(it->second);
       }
-      table = std::make_unique<core::SweepTable>(out_path, columns, kept_rows);
+      StopDeferred hold;
+      table->rewrite(core::sweep_header(columns), rows);
+      set_stop_leaves(out_path + " holds the rows finished so far; the same command resumes");
     }
   } catch (...) {
     error = std::current_exception();
@@ -186,13 +216,17 @@ void run_sweep(const SweepOptions& o) {
           fmt::print(stderr, "{}zinf sweep: point {} failed: {}\n", ::isatty(STDERR_FILENO) ? "\n" : "", points[i].key(),
                      text);
         }
-        table->append(core::sweep_row(points[i], fields, columns));
+        rows.push_back(core::sweep_row(points[i], fields, columns));
+        table->append(rows.back());
         progress.update(done, refused, failed);
       });
   if (world.rank() != 0) return;
   std::vector<std::string> order;
   for (const auto& p : points) order.push_back(p.key());
-  table->sort_rows(order);
+  {
+    StopDeferred hold;
+    table->rewrite(core::sweep_header(columns), core::sorted_rows(rows, order, columns));
+  }
   const double t = progress.elapsed();
   fmt::print(stderr, "zinf sweep: {} points in {:.1f} s ({:.2f} points/s), {} refused, {} failed; wrote {}\n", done, t,
              t > 0 ? double(done) / t : 0.0, refused, failed, out_path);
@@ -204,7 +238,7 @@ void add_sweep_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sweep", "Simulate the points of a sweep spec (files and fields as axes) to CSV; under mpirun over all ranks");
   auto o = std::make_shared<SweepOptions>();
-  cmd->add_option("spec", o->spec, "Sweep spec (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("spec", o->spec, "Sweep spec (YAML)")->required();
   cmd->add_option("--out,-o", o->out, "CSV to write (and resume from)");
   cmd->add_option("--jobs,-j", o->jobs, "Simulations at once per rank (default: 2 alone, 1 per rank under mpirun)")
       ->check(CLI::NonNegativeNumber);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "engine/data/bpe_tokenizer.hpp"
 #include "engine/data/token_data.hpp"
 
@@ -20,6 +21,9 @@ struct TokenizeArgs {
 };
 
 void run_tokenize(const TokenizeArgs& a) {
+  check_input("--tokenizer", a.tokenizer, kTokenizerInput);
+  for (const auto& input : a.inputs) check_input("inputs", input, kDataInput);
+  check_output("tokenize", "--output", a.output);
   auto tok = engine::BpeTokenizer::load(a.tokenizer);
   std::vector<uint16_t> tokens;
   for (const auto& input : a.inputs) {

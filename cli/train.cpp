@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
@@ -36,6 +37,7 @@
 #include "engine/comm/collectives.hpp"
 #include "engine/backend/backend_select.hpp"
 #include "engine/io/crc32c.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/io/safe_files.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/memory/heap_release.hpp"
@@ -169,17 +171,20 @@ void resolve_timeline_paths(TrainArgs& a) {
   a.timeline += ".csv";
 }
 
-// Where --timeline and --trace write must exist before training starts, not be found missing after it.
-void check_output_directory(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw std::runtime_error(fmt::format("{} {}: directory {} does not exist", flag, path, dir.string()));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw std::runtime_error(fmt::format("{} {}: directory {} is not writable", flag, path, dir.string()));
+// Every file the run names, checked before anything is loaded or trained: inputs as the bounded
+// reader reads them, outputs as the one writer writes them (a missing directory for --export is
+// found now, not after training).
+void check_files(const TrainArgs& a) {
+  check_named_input("--model", a.model, "models");
+  check_named_input("--hw", a.hw, "hwprofiles");
+  check_named_input("--config", a.config, "configs");
+  check_input("--data", a.data, kDataInput);
+  check_input("--val-data", a.val_data, kDataInput);
+  check_input("--tokenizer", a.tokenizer, kTokenizerInput);
+  check_input("--init-from", a.init_from, kWeightsInput);
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--export", a.export_path},
+                                   {"--timeline", a.timeline}, {"--trace", a.trace}, {"--metrics", a.metrics}})
+    check_output("train", flag, path);
 }
 
 // `path` of rank `rank` when several ranks write: X.csv -> X.rank1.csv.
@@ -194,11 +199,10 @@ std::string rank_path(const std::string& path, int rank, int ranks) {
 void write_timeline(const core::Timeline& t, const std::string& csv, const std::string& trace) {
   for (const std::string& path : {csv, trace}) {
     if (path.empty()) continue;
-    std::ofstream out(path, std::ios::trunc);
-    if (path == csv) t.write_csv(out);
-    else t.write_chrome_trace(out);
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write {}", path == csv ? "--timeline" : "--trace", path));
+    engine::OutputFile out(engine::default_io_env(), path, path == csv ? "zinf train --timeline" : "zinf train --trace");
+    if (path == csv) t.write_csv(out.stream());
+    else t.write_chrome_trace(out.stream());
+    out.commit();
   }
 }
 
@@ -256,9 +260,8 @@ void run_train(const TrainArgs& a) {
   if (a.resume && a.checkpoint_dir.empty()) throw std::runtime_error("--resume needs --checkpoint-dir");
   if (a.resume && a.overwrite_checkpoints)
     throw std::runtime_error("--resume and --overwrite-checkpoints contradict each other: choose one");
-  check_output_directory("--timeline", a.timeline);
-  check_output_directory("--trace", a.trace);
   check_outside_locked(a);
+  check_files(a);
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());

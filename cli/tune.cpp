@@ -6,17 +6,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
+#include "cli/stop_signals.hpp"
+#include "core/bounded_input.hpp"
 #include "core/deepspeed_config.hpp"
 #include "core/hjson.hpp"
 #include "core/units.hpp"
 #include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
+#include "engine/io/output_file.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -103,11 +105,8 @@ std::string differences(const sim::TuneCandidate& a, const sim::TuneCandidate& b
   return out;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(fmt::format("cannot write '{}'", path));
-  f << text;
-  if (!f) throw std::runtime_error(fmt::format("error writing '{}'", path));
+void write_text(const std::string& path, const std::string& flag, const std::string& text) {
+  engine::write_output_file(engine::default_io_env(), path, text, "zinf tune " + flag);
 }
 
 // The DeepSpeed config tune writes: the best finalist DeepSpeed expresses exactly (its file reads
@@ -116,7 +115,8 @@ void write_text(const std::string& path, const std::string& text) {
 struct DeepSpeedOutput {
   std::string json;
   std::vector<std::string> not_expressed;  // of the best finalist, when it is not the one written
-  int finalist = -1;                       // index of the finalist written, -1: the projection
+  int finalist = -1;                       // index of the finalist written, -1: a projection
+  int projected_from = -1;                 // which finalist's projection was written
   double samples_per_s = 0, step_time = 0;
 };
 
@@ -124,10 +124,7 @@ DeepSpeedOutput deepspeed_output(const Inputs& in, const TuneCliOptions& o, cons
                                  const sim::TuneEvaluators& eval) {
   nlohmann::ordered_json base;
   if (in.deepspeed) {
-    std::ifstream f(in.config_path);
-    std::stringstream text;
-    text << f.rdbuf();
-    base = parse_hjson(text.str(), in.config_path);
+    base = parse_hjson(read_bounded_file(in.config_path, kMaxConfigBytes, "run config"), in.config_path);
   }
   const Precision precision = in.config.precision.value_or(native_precision(in.hw.node.gpu));
   auto write = [&](const sim::TuneCandidate& cand, std::vector<std::string>& missing, RunConfig& read_back) {
@@ -158,33 +155,54 @@ DeepSpeedOutput deepspeed_output(const Inputs& in, const TuneCliOptions& o, cons
     out.step_time = e.simulated->step_time;
     return out;
   }
-  // No finalist is expressible: DeepSpeed's reading of the best, simulated.
-  const auto& best = rep.finalists.front();
-  std::vector<std::string> missing;
-  RunConfig back;
-  write(best.candidate, missing, back);
-  sim::TuneCandidate projected{back, best.candidate.nodes};
-  out.json = write(projected, missing, back);
-  const auto sims = eval.simulate({projected});
-  if (sims.empty() || !sims.front().ok)
-    throw std::runtime_error("the DeepSpeed config of the best finalist could not be simulated: " +
-                             (sims.empty() ? std::string("no result") : sims.front().message));
-  out.step_time = sims.front().step_time;
-  out.samples_per_s = double(rep.global_batch) / out.step_time;
+  // No finalist is expressible: DeepSpeed's reading of each, simulated, and the fastest that runs.
+  // The best's reading alone may not fit (its tiling or checkpoint placement, which DeepSpeed
+  // cannot say, is what made it fit): then a later finalist's reading is the config to write.
+  std::vector<sim::TuneCandidate> projected;
+  std::vector<std::string> jsons;
+  std::vector<size_t> from;
+  for (size_t i = 0; i < rep.finalists.size(); ++i) {
+    const auto& e = rep.finalists[i];
+    if (!e.simulated || !e.simulated->ok) continue;
+    std::vector<std::string> missing;
+    RunConfig back;
+    write(e.candidate, missing, back);
+    projected.push_back({back, e.candidate.nodes});
+    jsons.push_back(write(projected.back(), missing, back));
+    from.push_back(i);
+  }
+  const auto sims = eval.simulate(projected);
+  std::string why = "no result";
+  for (size_t k = 0; k < sims.size() && k < projected.size(); ++k) {
+    if (!sims[k].ok) {
+      if (k == 0) why = sims[k].message;
+      continue;
+    }
+    const double rate = double(rep.global_batch) / sims[k].step_time;
+    if (out.projected_from >= 0 && rate <= out.samples_per_s) continue;
+    out.json = jsons[k];
+    out.projected_from = int(from[k]);
+    out.step_time = sims[k].step_time;
+    out.samples_per_s = rate;
+  }
+  if (out.projected_from < 0)
+    throw std::runtime_error("DeepSpeed's reading of no finalist fits (of the best: " + why + ")");
   return out;
 }
 
 // What tune wrote, and for the DeepSpeed config which finalist it is and what it could not say.
-void print_written(const TuneCliOptions& o, const DeepSpeedOutput& ds) {
+void print_written(const TuneCliOptions& o, const DeepSpeedOutput& ds, const std::string& ds_error) {
   if (!o.yaml_out.empty()) fmt::print("\nwrote {} (zinf run config)\n", o.yaml_out);
-  if (!o.deepspeed_out.empty()) {
+  if (!o.deepspeed_out.empty() && !ds_error.empty()) {
+    fmt::print("did not write {}: {}\n", o.deepspeed_out, ds_error);
+  } else if (!o.deepspeed_out.empty()) {
     if (ds.finalist >= 0)
       fmt::print("wrote {} (DeepSpeed {} config of #{}: predicted {:.4g} samples/s, step {})\n", o.deepspeed_out,
                  kDeepSpeedVersion, ds.finalist + 1, ds.samples_per_s, format_seconds(ds.step_time));
     else
-      fmt::print("wrote {} (DeepSpeed {} config of what DeepSpeed can express of #1, simulated: predicted {:.4g} "
+      fmt::print("wrote {} (DeepSpeed {} config of what DeepSpeed can express of #{}, simulated: predicted {:.4g} "
                  "samples/s, step {})\n",
-                 o.deepspeed_out, kDeepSpeedVersion, ds.samples_per_s, format_seconds(ds.step_time));
+                 o.deepspeed_out, kDeepSpeedVersion, ds.projected_from + 1, ds.samples_per_s, format_seconds(ds.step_time));
     if (ds.finalist != 0 && !ds.not_expressed.empty()) {
       fmt::print("  #1 is not expressible in DeepSpeed: ");
       for (size_t i = 0; i < ds.not_expressed.size(); ++i) fmt::print("{}{}", i ? "; " : "", ds.not_expressed[i]);
@@ -193,55 +211,9 @@ void print_written(const TuneCliOptions& o, const DeepSpeedOutput& ds) {
   }
 }
 
-void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
-  Inputs in = load_inputs(in_opts, /*for_tune=*/true);
-  sim::TuneRequest req;
-  req.model = in.model;
-  req.hw = in.hw;
-  req.nodes = in_opts.nodes;
-  req.base = in.config;
-  req.global_batch = o.global_batch;
-  req.objective = o.objective == "cost" ? sim::TuneObjective::Cost : sim::TuneObjective::Throughput;
-  req.time_limit = o.time_limit;
-  req.plan_budget = o.plan_budget;
-  req.finalists = o.finalists;
-  // What plan, sim and train run for the base config (its `auto` resolved as they resolve it), and
-  // the whole activation choices it leaves open: simulated beside the finalists, so that the pick
-  // is never slower than what plan chose.
-  const sim::AutoResolution as_planned = sim::resolve_auto(in.model, in.hw, in_opts.nodes, in.config);
-  req.incumbents.push_back({"the base config, as zinf plan resolves it", as_planned.config});
-  const auto alternatives = sim::activation_alternatives(as_planned.config, in.hw);
-  for (size_t i = 1; i < alternatives.size(); ++i) req.incumbents.push_back(alternatives[i]);
-
-  TuneProgressBar bar;
-  const sim::TuneEvaluators eval = sim::isolated_evaluators(in.model, in.hw, o.jobs);
-  const sim::TuneReport rep = sim::tune(req, eval,
-                                        [&](const std::string& stage, size_t done, size_t total) {
-                                          bar.update(stage, done, total);
-                                        });
-  bar.finish();
-  if (rep.finalists.empty() || !rep.finalists.front().simulated || !rep.finalists.front().simulated->ok)
-    throw std::runtime_error("no finalist could be simulated: " +
-                             (rep.finalists.empty() ? std::string("none") : rep.finalists.front().simulated->message));
-  const sim::TuneEntry& best = rep.finalists.front();
-
-  const std::string description =
-      fmt::format("zinf tune: {} on {} x {} node(s), global batch {}, objective {}: predicted {:.3g} samples/s, "
-                  "{:.1f} TFLOP/s per GPU",
-                  in.model.name, in.hw.name, best.candidate.nodes, rep.global_batch, o.objective, best.samples_per_s,
-                  best.simulated->tflops_per_gpu);
-  if (!o.yaml_out.empty()) write_text(o.yaml_out, run_config_to_yaml(best.candidate.config, description));
-  DeepSpeedOutput ds;
-  if (!o.deepspeed_out.empty()) {
-    ds = deepspeed_output(in, o, rep, eval);
-    write_text(o.deepspeed_out, ds.json);
-  }
-
-  if (o.json) {
-    std::cout << sim::tune_report_json(req, rep) << "\n";
-    return;
-  }
-
+// The finalists ranked, each with the lane that bounds it and why it ranks where it does.
+void print_report(const Inputs& in, const InputOptions& in_opts, const TuneCliOptions& o, const sim::TuneRequest& req,
+                  const sim::TuneReport& rep) {
   fmt::print("zinf tune: {} on {} x {} node(s) = {} GPUs ({}), global batch {}, objective {}\n", in.model.name,
              in.hw.name, in_opts.nodes, in_opts.nodes * in.hw.node.gpus, in.hw.node.gpu.name, rep.global_batch,
              o.objective == "cost" ? "cost (GPU-seconds per sample)" : "throughput");
@@ -298,8 +270,82 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
     line += fmt::format("; found by {}", e.found_by);
     fmt::print("{}\n", line);
   }
+}
+
+void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
+  check_output("tune", "--yaml", o.yaml_out);
+  check_output("tune", "--deepspeed", o.deepspeed_out);
+  stop_at_once_on_signals("zinf tune", "nothing written");
+  Inputs in = load_inputs(in_opts, /*for_tune=*/true);
+  sim::TuneRequest req;
+  req.model = in.model;
+  req.hw = in.hw;
+  req.nodes = in_opts.nodes;
+  req.base = in.config;
+  req.global_batch = o.global_batch;
+  req.objective = o.objective == "cost" ? sim::TuneObjective::Cost : sim::TuneObjective::Throughput;
+  req.time_limit = o.time_limit;
+  req.plan_budget = o.plan_budget;
+  req.finalists = o.finalists;
+  // What plan, sim and train run for the base config (its `auto` resolved as they resolve it), and
+  // the whole activation choices it leaves open: simulated beside the finalists, so that the pick
+  // is never slower than what plan chose.
+  const sim::AutoResolution as_planned = sim::resolve_auto(in.model, in.hw, in_opts.nodes, in.config);
+  req.incumbents.push_back({"the base config, as zinf plan resolves it", as_planned.config});
+  const auto alternatives = sim::activation_alternatives(as_planned.config, in.hw);
+  for (size_t i = 1; i < alternatives.size(); ++i) req.incumbents.push_back(alternatives[i]);
+
+  TuneProgressBar bar;
+  const sim::TuneEvaluators eval = sim::isolated_evaluators(in.model, in.hw, o.jobs);
+  const sim::TuneReport rep = sim::tune(req, eval,
+                                        [&](const std::string& stage, size_t done, size_t total) {
+                                          bar.update(stage, done, total);
+                                        });
+  bar.finish();
+  if (rep.finalists.empty() || !rep.finalists.front().simulated || !rep.finalists.front().simulated->ok)
+    throw std::runtime_error("no finalist could be simulated: " +
+                             (rep.finalists.empty() ? std::string("none") : rep.finalists.front().simulated->message));
+  const sim::TuneEntry& best = rep.finalists.front();
+
+  const std::string description =
+      fmt::format("zinf tune: {} on {} x {} node(s), global batch {}, objective {}: predicted {:.3g} samples/s, "
+                  "{:.1f} TFLOP/s per GPU",
+                  in.model.name, in.hw.name, best.candidate.nodes, rep.global_batch, o.objective, best.samples_per_s,
+                  best.simulated->tflops_per_gpu);
+  // Both outputs are made before either is written; one that cannot be made is said beside the
+  // report, never in place of it.
+  DeepSpeedOutput ds;
+  std::string ds_error;
+  if (!o.deepspeed_out.empty()) {
+    try {
+      ds = deepspeed_output(in, o, rep, eval);
+    } catch (const std::exception& e) {
+      ds_error = e.what();
+    }
+  }
+  {
+    StopDeferred hold;  // a signal now waits for the files: none is left half written
+    if (!o.yaml_out.empty()) write_text(o.yaml_out, "--yaml", run_config_to_yaml(best.candidate.config, description));
+    if (!o.deepspeed_out.empty() && ds_error.empty()) write_text(o.deepspeed_out, "--deepspeed", ds.json);
+    set_stop_leaves("the configs are written, the report is not printed");
+  }
+  const auto fail_if_partial = [&] {
+    if (ds_error.empty()) return;
+    throw ExitCode{1, fmt::format("zinf tune: error: the DeepSpeed config {} was not written: {}{}", o.deepspeed_out,
+                                  ds_error,
+                                  o.yaml_out.empty() ? std::string()
+                                                     : fmt::format(" ({} holds the best as a zinf run config)", o.yaml_out))};
+  };
+
+  if (o.json) {
+    std::cout << sim::tune_report_json(req, rep) << "\n";
+    return fail_if_partial();
+  }
+
+  print_report(in, in_opts, o, req, rep);
   if (best.candidate.nodes != in_opts.nodes) fmt::print("\nthe best runs on {} node(s) (objective cost)\n", best.candidate.nodes);
-  print_written(o, ds);
+  print_written(o, ds, ds_error);
+  fail_if_partial();
 }
 
 }  // namespace

@@ -1,16 +1,22 @@
 // `zinf validate`: trains a model for real for K steps and simulates the same Program on this
 // machine's profile, then prints the step time measured vs predicted, the error, and each lane's
-// busy time measured vs predicted (measure/validate_run.hpp does the work).
+// busy time measured vs predicted (measure/validate_run.hpp does the work). SIGINT, SIGTERM and
+// SIGHUP stop the measured run too (measure/child_process.hpp) and exit 128 + the signal, naming
+// what the output directory holds.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 
 #include "cli/command.hpp"
+#include "cli/file_checks.hpp"
+#include "core/errors.hpp"
 #include "core/program.hpp"
 #include "core/self_exe.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
+#include "measure/child_process.hpp"
 #include "measure/validate_run.hpp"
 
 namespace zinf::cli {
@@ -26,7 +32,11 @@ void run(Args a) {
   a.o.source_dir = source_dir();
   a.o.executable = core::self_exe().string();
   if (a.worker) return measure::validate_worker(a.o);
+  check_named_input("--model", a.o.model, "models");
+  check_named_input("--hw", a.o.hw, "hwprofiles");
+  check_named_input("--config", a.o.config, "configs");
   nlohmann::json j;
+  const auto started = std::filesystem::file_time_type::clock::now();
   try {
     j = measure::validate(a.o, [&](const std::string& line) {
       if (line.rfind("warning: ", 0) == 0)
@@ -35,10 +45,23 @@ void run(Args a) {
         fmt::print("{}{}\n", line.rfind("measuring: ", 0) == 0 ? "" : "zinf validate: ", line);
       std::fflush(stdout);
     });
+  } catch (const measure::ChildStopped& e) {
+    throw ExitCode{128 + e.signal(), fmt::format("zinf validate: {}", e.what())};
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     const auto colon = what.find(": ");
     throw CLI::ValidationError(what.substr(0, colon), colon == std::string::npos ? what : what.substr(colon + 2));
+  } catch (const std::runtime_error& e) {
+    // Past the measured run, the output directory holds its files: say so beside the error.
+    std::error_code ec;
+    const auto log = std::filesystem::path(a.o.out_dir) / "measure.log";
+    if (dynamic_cast<const core::ConfigError*>(&e) || dynamic_cast<const core::PlanError*>(&e) ||
+        std::string(e.what()).find("measure.log") != std::string::npos || !std::filesystem::exists(log, ec) ||
+        std::filesystem::last_write_time(log, ec) < started)
+      throw;
+    throw std::runtime_error(fmt::format("{} ({} keeps what this run wrote before the error: measure.log, the ranks' "
+                                         "measured.rank*.json and any timelines; no validate.json)",
+                                         e.what(), a.o.out_dir));
   }
   if (a.json) {
     fmt::print("{}\n", j.dump(2));
@@ -71,7 +94,9 @@ void add_validate_command(CLI::App& app) {
   cmd->add_option("--model,-m", a->o.model, "Model name or path")->capture_default_str();
   cmd->add_option("--hw", a->o.hw, "This machine's measured profile (zinf profile-hw)")->capture_default_str();
   cmd->add_option("--config,-c", a->o.config, "Run config")->capture_default_str();
-  cmd->add_option("--ranks,-n", a->o.ranks, "Data-parallel ranks (mpirun -np N on this machine)")->capture_default_str();
+  cmd->add_option("--ranks,-n", a->o.ranks, "Data-parallel ranks (mpirun -np N on this machine; at most 4 per usable core)")
+      ->capture_default_str();
+  cmd->add_flag("--force-ranks", a->o.force_ranks, "Run --ranks even beyond 4 per usable core");
   cmd->add_option("--steps,-s", a->o.steps, "Steps to run, warm-up included")->capture_default_str()->check(CLI::Range(2, 1000));
   cmd->add_option("--warmup", a->o.warmup, "Steps at the start not counted in the summary")->capture_default_str()->check(CLI::Range(0, 999));
   cmd->add_option("--out-dir,-o", a->o.out_dir, "Where the Timelines and the summary go")->capture_default_str();

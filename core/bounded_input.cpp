@@ -51,6 +51,12 @@ std::string too_large(const std::string& what, uint64_t limit) {
 
 void require_regular_file(const std::string& path, const std::string& what) { ::close(open_regular(path, what).first); }
 
+void check_bounded_file(const std::string& path, uint64_t limit, const std::string& what) {
+  auto [fd, size] = open_regular(path, what);
+  ::close(fd);
+  if (size > limit) throw ConfigError(path, "", too_large(what, limit));
+}
+
 std::string read_bounded_file(const std::string& path, uint64_t limit, const std::string& what) {
   auto [fd, size] = open_regular(path, what);
   struct Close {

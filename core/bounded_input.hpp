@@ -32,6 +32,9 @@ std::string read_bounded_file(const std::string& path, uint64_t limit, const std
 // Throws ConfigError naming `path` unless it is a regular file (checked without blocking on a
 // FIFO); for readers that stream a file themselves (safetensors, token data).
 void require_regular_file(const std::string& path, const std::string& what);
+// The checks of read_bounded_file without the read: a regular file of at most `limit` bytes. A
+// command runs it on each file it names before its work starts.
+void check_bounded_file(const std::string& path, uint64_t limit, const std::string& what);
 
 // YAML::Load with the expansion bound above; `name` is the file for messages. Throws ConfigError
 // for a syntax error (with line and column) or a document beyond the bound.

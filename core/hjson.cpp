@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -399,12 +400,31 @@ size_t invalid_utf8_at(const std::string& s) {
   return std::string::npos;
 }
 
+namespace {
+
+// A number past a double's range (1e400) reads as infinity: every reader of the tree would take it
+// for a value (an lr of inf) or, once the tree is written out as JSON, for null and so for its
+// default. It is refused here, naming its key, before any reader sees it.
+void refuse_non_finite(const ordered_json& v, const std::string& path, const std::string& name) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>()))
+    throw ConfigError(name, path, "a number beyond a double's range (it reads as infinity); give a finite value");
+  if (v.is_object())
+    for (auto it = v.begin(); it != v.end(); ++it)
+      refuse_non_finite(it.value(), path.empty() ? it.key() : path + "." + it.key(), name);
+  if (v.is_array())
+    for (size_t i = 0; i < v.size(); ++i) refuse_non_finite(v[i], fmt::format("{}[{}]", path, i), name);
+}
+
+}  // namespace
+
 nlohmann::ordered_json parse_hjson(const std::string& text, const std::string& name) {
   // Python reads the file as UTF-8 before Hjson sees it, and refuses it otherwise.
   if (const size_t bad = invalid_utf8_at(text); bad != std::string::npos)
     throw ConfigError(name, "", fmt::format("not UTF-8 text (byte {} of the file); DeepSpeed reads its config as UTF-8",
                                             bad));
-  return HjsonParser(text, name).document();
+  ordered_json root = HjsonParser(text, name).document();
+  refuse_non_finite(root, "", name);
+  return root;
 }
 
 }  // namespace zinf::core

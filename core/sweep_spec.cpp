@@ -237,8 +237,25 @@ PointInputs load_point_inputs(const SweepPoint& p, const std::string& root) {
                    resolve_config(point_file(p.config, root), "configs", root), p.nodes, p.overrides);
 }
 
+uint64_t point_count(const SweepSpec& spec) {
+  uint64_t n = 1;
+  std::string sizes;
+  for (const auto& g : spec.groups) {
+    const uint64_t size = g.size();
+    sizes += (sizes.empty() ? "" : " x ") + std::to_string(size);
+    if (__builtin_mul_overflow(n, size, &n) || n > kMaxSweepPoints)
+      throw ConfigError(spec.path, "",
+                        fmt::format("the axes multiply to more than {} points ({}{}); zinf sweep runs at most {} points "
+                                    "per spec: split it, or zip axes that advance together",
+                                    kMaxSweepPoints, sizes, g.size() && &g != &spec.groups.back() ? " x ..." : "",
+                                    kMaxSweepPoints));
+  }
+  return spec.groups.empty() ? 0 : n;
+}
+
 std::vector<SweepPoint> expand(const SweepSpec& spec) {
   std::vector<SweepPoint> out;
+  out.reserve(size_t(point_count(spec)));
   std::vector<size_t> at(spec.groups.size(), 0);
   for (const auto& g : spec.groups)
     if (g.size() == 0) return out;

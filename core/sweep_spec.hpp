@@ -8,6 +8,7 @@
 #pragma once
 #include <yaml-cpp/yaml.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,13 @@ struct SweepPoint {
 SweepSpec load_sweep_spec(const std::string& path, const std::string& root);
 SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path, const std::string& root);
 
-// Every point, in spec order (product of the groups, first group outermost).
+// The most points a spec may have: each is a simulation, and the points are expanded in memory.
+inline constexpr uint64_t kMaxSweepPoints = 1'000'000;
+// The number of points, the product of the groups' sizes, each step checked: throws ConfigError
+// naming the spec, with the product so far, when it passes kMaxSweepPoints (or 64 bits).
+uint64_t point_count(const SweepSpec& spec);
+
+// Every point, in spec order (product of the groups, first group outermost); counted first.
 std::vector<SweepPoint> expand(const SweepSpec& spec);
 
 // Writes one field value into a parsed file. A set creates missing mappings on its path; a scale

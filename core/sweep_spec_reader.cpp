@@ -15,6 +15,9 @@
 namespace zinf::core {
 namespace {
 
+// Nodes a point may span (a million GPUs at 16 per node: beyond any cluster zinf plans).
+constexpr int kMaxSweepNodes = 1 << 16;
+
 namespace fs = std::filesystem;
 
 int line_of(const YAML::Node& n) { return n.Mark().line + 1; }
@@ -73,8 +76,9 @@ SweepAxis file_axis(const std::string& spec, const YAML::Node& list, SweepAxis::
     std::string text = v.Scalar();
     if (kind == SweepAxis::Kind::Nodes) {
       auto n = parse_quantity(text, UnitKind::Count);
-      if (!n || *n < 1 || *n != static_cast<double>(static_cast<int>(*n)))
-        fail_at(spec, v, key, "'" + text + "' is not a positive node count");
+      // Bounded before the cast: a double beyond int's range has no int to compare with.
+      if (!n || !(*n >= 1 && *n <= double(kMaxSweepNodes)) || *n != static_cast<double>(static_cast<int>(*n)))
+        fail_at(spec, v, key, fmt::format("'{}' is not a node count from 1 to {}", text, kMaxSweepNodes));
       text = std::to_string(static_cast<int>(*n));
     } else {
       if (text.find('/') != std::string::npos) {  // relative to the spec; kept relative to the tree if in it
@@ -252,6 +256,7 @@ SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path
       fail_at(path, doc["collective"], "collective", "expected ring or hierarchical");
   }
   if (doc["output"]) s.output = doc["output"].Scalar();
+  point_count(s);  // refuses a spec of too many points before anything is expanded
   check_field_values(s, root);
   return s;
 }

@@ -1,14 +1,6 @@
 #include "core/sweep_table.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-#include <stdexcept>
 
 #include "core/errors.hpp"
 
@@ -18,32 +10,17 @@ namespace {
 
 const std::vector<std::string> kCoordinates = {"model", "hwprofile", "nodes", "config"};
 
-void write_all(int fd, const std::string& s, const std::string& path) {
-  const char* p = s.data();
-  size_t n = s.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw std::runtime_error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 // Whole lines only: a last line without its newline is a row a kill cut short.
-std::vector<std::string> whole_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+std::vector<std::string> whole_lines(const std::string& text) {
   std::vector<std::string> lines;
-  if (!in) return lines;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
   size_t pos = 0;
   for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) lines.push_back(text.substr(pos, nl - pos));
   return lines;
 }
 
-std::string header(const std::vector<std::string>& columns) {
+}  // namespace
+
+std::string sweep_header(const std::vector<std::string>& columns) {
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';
@@ -51,8 +28,6 @@ std::string header(const std::vector<std::string>& columns) {
   }
   return out;
 }
-
-}  // namespace
 
 const std::vector<std::string>& sweep_result_columns() {
   static const std::vector<std::string> cols = {
@@ -132,9 +107,10 @@ std::string row_key(const std::vector<std::string>& fields, const std::vector<st
   return k;
 }
 
-std::map<std::string, std::string> read_finished_rows(const std::string& csv_path, const std::vector<std::string>& columns) {
+std::map<std::string, std::string> read_finished_rows(const std::string& csv_text, const std::string& csv_path,
+                                                      const std::vector<std::string>& columns) {
   std::map<std::string, std::string> kept;
-  const auto lines = whole_lines(csv_path);
+  const auto lines = whole_lines(csv_text);
   if (lines.empty()) return kept;
   if (csv_split(lines.front()) != columns)
     throw ConfigError(csv_path, "",
@@ -151,38 +127,14 @@ std::map<std::string, std::string> read_finished_rows(const std::string& csv_pat
   return kept;
 }
 
-SweepTable::SweepTable(const std::string& path, const std::vector<std::string>& columns,
-                       const std::vector<std::string>& kept)
-    : path_(path), columns_(columns) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-    out << header(columns) << "\n";
-    for (const auto& line : kept) out << line << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("error writing " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error(fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno)));
-  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd_ < 0) throw std::runtime_error(fmt::format("cannot open {} for appending: {}", path, std::strerror(errno)));
-}
-
-SweepTable::~SweepTable() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void SweepTable::append(const std::string& row) { write_all(fd_, row + "\n", path_); }
-
-void SweepTable::sort_rows(const std::vector<std::string>& order) {
-  auto lines = whole_lines(path_);
+std::vector<std::string> sorted_rows(const std::vector<std::string>& rows, const std::vector<std::string>& order,
+                                     const std::vector<std::string>& columns) {
   std::map<std::string, std::string> by_key;
   std::vector<std::string> rest;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const auto f = csv_split(lines[i]);
-    if (f.size() == columns_.size()) by_key[row_key(f, columns_)] = lines[i];
-    else rest.push_back(lines[i]);
+  for (const auto& line : rows) {
+    const auto f = csv_split(line);
+    if (f.size() == columns.size()) by_key[row_key(f, columns)] = line;
+    else rest.push_back(line);
   }
   std::vector<std::string> sorted;
   for (const auto& k : order)
@@ -192,10 +144,7 @@ void SweepTable::sort_rows(const std::vector<std::string>& order) {
     }
   for (auto& [k, line] : by_key) sorted.push_back(line);
   for (auto& line : rest) sorted.push_back(line);
-  ::close(fd_);
-  fd_ = -1;
-  SweepTable fresh(path_, columns_, sorted);
-  std::swap(fd_, fresh.fd_);
+  return sorted;
 }
 
 }  // namespace zinf::core

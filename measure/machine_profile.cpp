@@ -29,10 +29,12 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_input.hpp"
 #include "core/plan.hpp"
 #include "core/hwprofile_writer.hpp"
 #include "core/units.hpp"
@@ -40,10 +42,12 @@
 #include "engine/build_info.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/exec/executor.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/probe/machine_probe.hpp"
 #include "engine/train/trainer.hpp"
 #include "measure/calibration.hpp"
+#include "measure/child_process.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "models/gpt.hpp"
@@ -184,14 +188,12 @@ struct NvmeInStep {
 };
 NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double copy_latency, const std::string& nvme_root,
                                 int steps) {
-  const fs::path dir = fs::path(nvme_root) / fmt::format("zinf-profile-step-{}", ::getpid());
-  fs::create_directories(dir);
+  const engine::PrivateDir private_dir("zinf-profile-step", nvme_root);
+  const fs::path dir = private_dir.path();
   const auto [program, seen] =
       calibrate(profile_small_model(),
                 "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\nactivation_checkpoint: {interval: 1, tier: device}\n", hw,
                 dir.string(), 3, steps, {core::Lane::NvmeRead, core::Lane::NvmeWrite});
-  std::error_code ec;
-  fs::remove_all(dir, ec);
   NvmeInStep r;
   r.dispatch = seen.dispatch.empty() ? hw.node.gpu.kernel_launch : median(seen.dispatch);
   hw.node.nvme_latency = disk_latency + r.dispatch;
@@ -221,16 +223,18 @@ NvmeInStep measure_nvme_in_step(core::HwProfile hw, double disk_latency, double 
 // All-gather bandwidth and latency between two local ranks: `self` (the zinf executable) under
 // mpirun, each rank running collective_worker.
 std::optional<LinearFit> measure_collectives(const std::string& self) {
-  const std::string out = fmt::format("/tmp/zinf-profile-comm-{}.txt", ::getpid());
+  // The worker's answer goes through a directory of this process's own, never a guessable name in /tmp.
+  const engine::PrivateDir scratch("zinf-profile-comm");
+  const std::string out = scratch.path() + "/comm.txt";
   const std::string cmd = fmt::format(
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 '{}' profile-hw "
       "--comm-worker '{}' >/dev/null 2>&1",
       self, out);
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(out);
+  const int rc = run_child(cmd, "");
+  if (rc != 0) return std::nullopt;
+  std::istringstream in(core::read_bounded_file(out, 4096, "collective measurement"));
   LinearFit f;
-  if (rc != 0 || !(in >> f.latency >> f.bandwidth)) return std::nullopt;
-  std::remove(out.c_str());
+  if (!(in >> f.latency >> f.bandwidth)) return std::nullopt;
   return f;
 }
 
@@ -250,12 +254,14 @@ core::ModelSpec profile_medium_model() {
 
 std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const std::string& profile_yaml, const std::string& scratch_root,
                                                   bool quick, int steps) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("zinf-profile-skew-{}", ::getpid());
-  const fs::path scratch = fs::path(scratch_root) / fmt::format("zinf-profile-skew-{}", ::getpid());
-  fs::create_directories(dir);
-  std::ofstream(dir / "profile.yaml") << profile_yaml;
+  // The configs zinf validate reads back and its NVMe files, each in a directory of this process's
+  // own: a guessable name in a shared directory could be a link someone planted.
+  engine::PrivateDir private_dir("zinf-profile-skew"), private_scratch("zinf-profile-skew", scratch_root);
+  const fs::path dir = private_dir.path(), scratch = private_scratch.path();
+  auto& env = engine::default_io_env();
+  engine::write_output_file(env, (dir / "profile.yaml").string(), profile_yaml, "profile-hw");
   const std::string config = "zero_stage: 3\noffload: {params: cpu, optimizer: cpu}\nactivation_checkpoint: {interval: 1, tier: host}\n";
-  std::ofstream(dir / "config.yaml") << config;
+  engine::write_output_file(env, (dir / "config.yaml").string(), config, "profile-hw");
   std::vector<sim::RankSkewFit> fits;
   const std::vector<int> rank_counts = quick ? std::vector<int>{2} : std::vector<int>{2, 4};
   const std::vector<core::ModelSpec> specs =
@@ -268,8 +274,10 @@ std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const s
   for (size_t mi = 0; mi < specs.size() && ok; ++mi) {
     const auto& m = specs[mi];
     const fs::path model = dir / (m.name + ".yaml");
-    std::ofstream(model) << fmt::format("name: {}\nlayers: {}\nhidden: {}\nheads: {}\nseq: {}\nvocab: {}\nmicro_batch: {}\n", m.name,
-                                        m.layers, m.hidden, m.heads, m.seq, m.vocab, m.micro_batch);
+    engine::write_output_file(env, model.string(),
+                              fmt::format("name: {}\nlayers: {}\nhidden: {}\nheads: {}\nseq: {}\nvocab: {}\nmicro_batch: {}\n",
+                                          m.name, m.layers, m.hidden, m.heads, m.seq, m.vocab, m.micro_batch),
+                              "profile-hw");
     double one_rank_ratio = 0;  // simulated over measured step on one rank
     std::vector<int> runs{1};
     runs.insert(runs.end(), rank_counts.begin(), rank_counts.end());
@@ -280,11 +288,11 @@ std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const s
           "--json > '{}.log' 2>&1 < /dev/null",
           self, model.string(), (dir / "profile.yaml").string(), (dir / "config.yaml").string(), ranks, 3 + steps, out.string(),
           scratch.string(), out.string());
-      ok = std::system(cmd.c_str()) == 0;
-      std::ifstream in(out / "validate.json");
+      ok = run_child(cmd, "") == 0;
       double meas = 0, pred = 0;
-      if (ok && in) {
-        const auto j = nlohmann::json::parse(in);
+      if (ok) {
+        const auto j = nlohmann::json::parse(core::read_bounded_file((out / "validate.json").string(), core::kMaxConfigBytes,
+                                                                     "validate summary"));
         meas = j["measured"]["median"], pred = j["predicted"];
       }
       if (!(ok = meas > 0 && pred > 0)) {
@@ -306,9 +314,7 @@ std::vector<sim::RankSkewFit> measure_rank_skew(const std::string& self, const s
       fits.push_back(sim::fit_rank_skew(hw, cases, rank_counts[ri]));
     }
   }
-  std::error_code ec;
-  if (ok) fs::remove_all(dir, ec);  // kept on failure, for its logs
-  fs::remove_all(scratch, ec);
+  if (!ok) private_dir.keep();  // kept on failure, for its logs
   return fits;
 }
 
@@ -572,7 +578,8 @@ void collective_worker(const std::string& out_path) {
   for (size_t i = 0; i < pts.size(); ++i) pts[i].second = tt[i] / p;
   if (comm->rank() == 0) {
     auto f = fit(pts);
-    std::ofstream(out_path) << f.latency / (p - 1) << " " << f.bandwidth << "\n";
+    engine::write_output_file(engine::default_io_env(), out_path, fmt::format("{} {}\n", f.latency / (p - 1), f.bandwidth),
+                              "profile-hw --comm-worker");
   }
 }
 

@@ -10,15 +10,18 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/bounded_input.hpp"
 #include "core/config_paths.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/backend/backend_select.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/machine_info.hpp"
 #include "engine/probe/machine_probe.hpp"
 #include "engine/train/trainer.hpp"
+#include "measure/child_process.hpp"
 #include "measure/machine_profile.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
@@ -29,6 +32,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using core::Lane;
+
+constexpr int kRanksPerCore = 4;
+// A rank's step times and last Timeline: a few MB for the models validate runs.
+constexpr uint64_t kMaxRankFileBytes = 1ull << 30;
 
 struct Loaded {
   core::ModelSpec model;
@@ -78,10 +85,7 @@ void run_worker_steps(const ValidateOptions& a, const engine::TrainerOptions& o,
   for (const auto& e : last.events)
     j["events"].push_back({int(e.lane), e.task, int(e.kind), e.start, e.end, e.bytes, e.flops});
   const auto path = fs::path(a.out_dir) / fmt::format("measured.rank{}.json", comm.rank());
-  std::ofstream out(path);
-  out << j.dump() << "\n";
-  out.flush();
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+  engine::write_output_file(engine::default_io_env(), path.string(), j.dump() + "\n", "zinf validate --worker");
 }
 
 std::string shell_quote(const std::string& s) {
@@ -115,14 +119,38 @@ struct StateWatch {
   }
 };
 
+// The output directory: made if missing, and refused unless it is a directory (a file or a device
+// named by --out-dir is not written into).
+void check_out_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec))
+    throw std::invalid_argument(fmt::format("--out-dir: {} is not a directory{}", dir, ec ? ": " + ec.message() : ""));
+  // Each file the run will write, checked before the run as the one writer will write it.
+  for (const char* name : {"validate.json", "measured.csv", "measured.trace.json", "predicted.csv", "predicted.trace.json",
+                           "measure.log"})
+    engine::check_output_path(engine::default_io_env(), (fs::path(dir) / name).string(), "zinf validate --out-dir");
+}
+
+// mpirun would start every rank asked for, each a whole training process: beyond a few per core
+// the machine thrashes or runs out of memory long before a step is measured.
+void check_ranks(const ValidateOptions& a) {
+  if (a.ranks < 1) throw std::invalid_argument("--ranks: at least 1");
+  const int most = kRanksPerCore * std::max(1, engine::usable_cores());
+  if (a.ranks > most && !a.force_ranks)
+    throw std::invalid_argument(fmt::format("--ranks: {} ranks on {} usable core(s); zinf validate runs at most {} per core "
+                                            "({}) unless --force-ranks",
+                                            a.ranks, engine::usable_cores(), kRanksPerCore, most));
+}
+
 }  // namespace
 
 nlohmann::json validate(const ValidateOptions& a, const std::function<void(const std::string&)>& say) {
-  if (a.ranks < 1) throw std::invalid_argument("--ranks: at least 1");
+  check_ranks(a);
   if (a.warmup >= a.steps)
     throw std::invalid_argument(fmt::format("--warmup: {} warm-up steps leave none of the {} steps to measure", a.warmup, a.steps));
   Loaded l = load(a);
-  fs::create_directories(a.out_dir);
+  check_out_dir(a.out_dir);
   for (const auto& e : fs::directory_iterator(a.out_dir))
     if (e.path().filename().string().rfind("measured.rank", 0) == 0) fs::remove(e.path());
   std::string nvme_dir = a.nvme_dir.empty() ? (fs::path(a.out_dir) / "nvme").string() : a.nvme_dir;
@@ -145,7 +173,14 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
   say("measuring: " + cmd);
   StateWatch state(l.hw.measured_on);
   state.stamp("before_run");
-  if (int rc = std::system((cmd + " < /dev/null > " + shell_quote((fs::path(a.out_dir) / "measure.log").string()) + " 2>&1").c_str()); rc != 0)
+  int rc = 0;
+  try {
+    rc = run_child(cmd, (fs::path(a.out_dir) / "measure.log").string());
+  } catch (const ChildStopped& e) {
+    throw ChildStopped(e.signal(), fmt::format("{}; {} holds what it wrote so far (measure.log and the ranks' files), no "
+                                               "summary", e.what(), a.out_dir));
+  }
+  if (rc != 0)
     throw std::runtime_error(fmt::format("the measured run failed (exit status {}); see {}/measure.log (the command was: {})", rc,
                                          a.out_dir, cmd));
   state.stamp("after_run");
@@ -158,9 +193,9 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
   core::Timeline measured;
   for (int r = 0; r < a.ranks; ++r) {
     const std::string base = (fs::path(a.out_dir) / fmt::format("measured.rank{}", r)).string();
-    std::ifstream in(base + ".json");
-    if (!in) throw std::runtime_error(fmt::format("rank {} wrote no {}.json; see {}/measure.log", r, base, a.out_dir));
-    auto j = nlohmann::json::parse(in);
+    if (!fs::exists(base + ".json"))
+      throw std::runtime_error(fmt::format("rank {} wrote no {}.json; see {}/measure.log", r, base, a.out_dir));
+    auto j = nlohmann::json::parse(core::read_bounded_file(base + ".json", kMaxRankFileBytes, "measured rank's file"));
     for (int s = 0; s < a.steps; ++s) {
       step_seconds[size_t(s)] = std::max(step_seconds[size_t(s)], j["step_seconds"][size_t(s)].get<double>());
       auto lb = j["lane_busy"][size_t(s)].get<std::vector<double>>();
@@ -192,10 +227,14 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
   const auto pred_lanes = core::lane_busy(report.timeline);
   const double err = core::relative_error(report.step_time, meas.median);
 
+  auto& env = engine::default_io_env();
   auto write = [&](const std::string& name, const core::Timeline& tl) {
-    std::ofstream csv(fs::path(a.out_dir) / (name + ".csv")), tr(fs::path(a.out_dir) / (name + ".trace.json"));
-    tl.write_csv(csv);
-    tl.write_chrome_trace(tr);
+    engine::OutputFile csv(env, (fs::path(a.out_dir) / (name + ".csv")).string(), "zinf validate");
+    tl.write_csv(csv.stream());
+    csv.commit();
+    engine::OutputFile tr(env, (fs::path(a.out_dir) / (name + ".trace.json")).string(), "zinf validate");
+    tl.write_chrome_trace(tr.stream());
+    tr.commit();
   };
   write("measured", measured);
   write("predicted", report.timeline);
@@ -218,7 +257,7 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
     const char* lane = core::to_string(static_cast<Lane>(k));
     j["lanes"][lane] = {{"measured", meas_lanes[size_t(k)]}, {"predicted", pred_lanes[size_t(k)]}};
   }
-  std::ofstream(fs::path(a.out_dir) / "validate.json") << j.dump(2) << "\n";
+  engine::write_output_file(env, (fs::path(a.out_dir) / "validate.json").string(), j.dump(2) + "\n", "zinf validate");
   return j;
 }
 

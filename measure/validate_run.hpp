@@ -16,6 +16,7 @@ struct ValidateOptions {
   std::string hw = "local";           // this machine's measured profile: name or path
   std::string config = "train-nvme";  // run config: name or path
   int ranks = 1;
+  bool force_ranks = false;  // run more ranks than 4 per usable core
   int steps = 8;
   int warmup = 3;  // steps not summarized: staging caches, arena and page faults settle
   std::string out_dir = "validate-out";
@@ -33,8 +34,9 @@ struct ValidateOptions {
 // between two cores around the profile's in-step steps and around this run, and a note when they
 // differ by over 1.5x (probe::run_state_note). `say` gets progress lines
 // (the command it runs; a warning when the profile describes another machine). Throws with the
-// log's path when the measured run fails, and std::invalid_argument naming the option for bad
-// ranks or warm-up.
+// log's path when the measured run fails, ChildStopped (measure/child_process.hpp) when a signal
+// stopped it, and std::invalid_argument naming the option for bad ranks (more than 4 per usable
+// core without force_ranks), warm-up or output directory.
 nlohmann::json validate(const ValidateOptions& options, const std::function<void(const std::string&)>& say);
 
 // One measuring rank (what `zinf validate --worker` runs): trains `steps` steps and writes

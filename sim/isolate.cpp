@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ Process spawn(const std::function<std::string()>& fn) {
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -47,6 +49,12 @@ Process spawn(const std::function<std::string()>& fn) {
     throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // A child dies with its parent: zinf stopped by a signal (tune, sweep) leaves no simulation
+    // running on its own. Checked again after the call, in case the parent died before it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);
+    // The parent's stop handlers (cli/stop_signals.hpp) speak for the command, not for each child.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     ::close(fds[0]);
     // First byte: 'o' for a result, 'e' for an error message.
     int status = 0;

@@ -1,7 +1,8 @@
 // Runs a function in a forked child process and returns what it wrote. SimGrid's engine can be
 // created once per process, so every simulation after the first, in tests, in `zinf sweep` and in
 // benchmarks, runs in a child of its own. The parent must not itself have created an engine
-// (a child inherits it). Blocking, except IsolatedPool::wait with a timeout; safe to call from one
+// (a child inherits it). A child is killed when the thread that forked it ends (PR_SET_PDEATHSIG),
+// so a parent stopped by a signal takes its children with it. Blocking, except IsolatedPool::wait with a timeout; safe to call from one
 // thread at a time.
 #pragma once
 #include <functional>

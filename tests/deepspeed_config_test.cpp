@@ -9,6 +9,7 @@
 
 #include "core/deepspeed_config.hpp"
 #include "core/errors.hpp"
+#include "core/lr_schedule_reader.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf::core;
@@ -282,4 +283,28 @@ TEST_CASE("Hjson as DeepSpeed loads it: comments, unquoted keys, missing commas"
   CHECK(r.config.zero_stage == 2);
   CHECK(r.config.optimizer.tier == Tier::Host);
   CHECK_THROWS_WITH(read(R"({"train_batch_size": 1, "train_batch_size": 2})"), Contains("appears twice"));
+}
+
+TEST_CASE("a number past a double's range (1e400) is refused wherever it stands, naming its key", "[deepspeed]") {
+  // Read as infinity, eps 1e400 trained nothing and exited 0; a scheduler's field turned into
+  // null, then into its default. Each is refused before any reader sees it.
+  const std::string base = R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": GC,
+    "optimizer": {"type": "AdamW", "params": {"lr": LR, "eps": EPS, "weight_decay": WD}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": WMAX, "warmup_num_steps": 10}}})";
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"LR", "optimizer.params.lr"}, {"EPS", "optimizer.params.eps"}, {"WD", "optimizer.params.weight_decay"},
+      {"GC", "gradient_clipping"}, {"WMAX", "scheduler.params.warmup_max_lr"}};
+  auto with = [&](const std::string& hostile) {
+    std::string t = base;
+    for (const auto& [mark, key] : fields) t.replace(t.find(mark), mark.size(), mark == hostile ? "1e400" : "0.001");
+    return t;
+  };
+  CHECK_NOTHROW(read(with("")));
+  for (const auto& [mark, key] : fields) {
+    INFO(key);
+    CHECK_THROWS_WITH(read(with(mark)), Catch::Contains("ds.json") && Catch::Contains(key) && Catch::Contains("infinity"));
+    std::vector<std::string> warnings;
+    CHECK_THROWS_WITH(parse_lr_schedule(with(mark), "ds.json", warnings), Catch::Contains(key));
+    CHECK_THROWS_WITH(read(with(mark).replace(0, 1, "{ // Hjson\n")), Catch::Contains(key));
+  }
 }

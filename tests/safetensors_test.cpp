@@ -148,3 +148,23 @@ TEST_CASE("safetensors errors name the file and the tensor", "[safetensors]") {
   CHECK_THROWS_WITH(SafetensorsReader(dir / "short.safetensors"), Catch::Contains("outside"));
   CHECK_THROWS_WITH(SafetensorsReader(dir / "nonexistent.safetensors"), Catch::Contains("nonexistent.safetensors"));
 }
+
+TEST_CASE("a shape whose element count or byte size overflows 64 bits is refused before any size comparison",
+          "[safetensors]") {
+  // 2^32 x 2^32 elements wrap to 0, which 16 bytes of data_offsets [0, 0] would match; 2^62 F32
+  // elements are 2^64 bytes, which wrap to 0 as well. Each was accepted and read past the data.
+  TempDir dir;
+  auto write_raw = [&](const std::string& name, const std::string& header, size_t data_bytes) {
+    std::ofstream f(dir / name, std::ios::binary);
+    for (int i = 0; i < 8; ++i) f.put(char((uint64_t(header.size()) >> (8 * i)) & 0xff));
+    f << header << std::string(data_bytes, '\0');
+  };
+  write_raw("count.safetensors", R"({"wte.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 16);
+  CHECK_THROWS_WITH(SafetensorsReader(dir / "count.safetensors"),
+                    Catch::Contains("count.safetensors") && Catch::Contains("wte.weight") && Catch::Contains("64-bit count"));
+  write_raw("bytes.safetensors", R"({"wte.weight":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", 16);
+  CHECK_THROWS_WITH(SafetensorsReader(dir / "bytes.safetensors"),
+                    Catch::Contains("bytes.safetensors") && Catch::Contains("64-bit size"));
+  write_raw("many.safetensors", R"({"x":{"dtype":"BF16","shape":[3037000500,3037000500,2],"data_offsets":[0,8]}})", 8);
+  CHECK_THROWS_AS(SafetensorsReader(dir / "many.safetensors"), SafetensorsError);
+}

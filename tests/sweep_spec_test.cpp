@@ -9,6 +9,7 @@
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/sweep_table.hpp"
+#include "engine/io/row_file.hpp"
 
 using namespace zinf::core;
 namespace fs = std::filesystem;
@@ -148,18 +149,28 @@ TEST_CASE("a sweep CSV keeps finished rows, drops failed and cut-off ones, and r
   const auto spec = parse(kFiles + "axes:\n  - {key: micro_batch, values: [1, 2, 4, 8]}\n");
   const auto points = expand(spec);
   const auto cols = sweep_columns(spec);
+  auto& env = zinf::engine::default_io_env();
+  const auto read_back = [&] {
+    zinf::engine::RowFile f(env, csv, "test", 1 << 20);
+    return read_finished_rows(f.existing(), csv, cols);
+  };
   {
-    SweepTable t(csv, cols, {});
+    zinf::engine::RowFile t(env, csv, "test", 1 << 20);
+    CHECK(t.existing().empty());
+    t.rewrite(sweep_header(cols), {});
     t.append(sweep_row(points[0], {{"status", "ok"}, {"step_time_s", "1.5"}}, cols));
     t.append(sweep_row(points[1], {{"status", "does-not-fit"}, {"message", "host memory short by 3 GB, see plan"}}, cols));
     t.append(sweep_row(points[2], {{"status", "error"}, {"message", "killed by signal 9"}}, cols));
+    // One sweep at a time: a second writer is refused while the first holds the CSV, naming it.
+    CHECK_THROWS_WITH(zinf::engine::RowFile(env, csv, "second sweep", 1 << 20),
+                      Catch::Contains("s.csv") && Catch::Contains("in use by zinf pid"));
   }
   {
     // A row a kill cut short: no newline at its end.
     std::ofstream out(csv, std::ios::app);
     out << sweep_row(points[3], {{"status", "ok"}}, cols).substr(0, 20);
   }
-  auto kept = read_finished_rows(csv, cols);
+  auto kept = read_back();
   CHECK(kept.size() == 2);
   CHECK(kept.count(points[0].key()) == 1);
   CHECK(kept.count(points[1].key()) == 1);
@@ -168,11 +179,14 @@ TEST_CASE("a sweep CSV keeps finished rows, drops failed and cut-off ones, and r
 
   // Restarting keeps the finished rows; a new row is appended after them and sorting orders them.
   {
-    SweepTable t(csv, cols, {kept[points[1].key()], kept[points[0].key()]});
-    t.append(sweep_row(points[3], {{"status", "ok"}}, cols));
-    t.sort_rows({points[0].key(), points[1].key(), points[2].key(), points[3].key()});
+    zinf::engine::RowFile t(env, csv, "test", 1 << 20);
+    std::vector<std::string> rows = {kept[points[1].key()], kept[points[0].key()]};
+    t.rewrite(sweep_header(cols), rows);
+    rows.push_back(sweep_row(points[3], {{"status", "ok"}}, cols));
+    t.append(rows.back());
+    t.rewrite(sweep_header(cols), sorted_rows(rows, {points[0].key(), points[1].key(), points[2].key(), points[3].key()}, cols));
   }
-  kept = read_finished_rows(csv, cols);
+  kept = read_back();
   CHECK(kept.size() == 3);
   std::ifstream in(csv);
   std::string header, first;
@@ -181,7 +195,13 @@ TEST_CASE("a sweep CSV keeps finished rows, drops failed and cut-off ones, and r
   CHECK(row_key(csv_split(first), cols) == points[0].key());
 
   const auto other = sweep_columns(parse(kFiles + "axes:\n  - {key: node.nvme.read_bandwidth, scale: [1]}\n"));
-  CHECK_THROWS_WITH(read_finished_rows(csv, other), Catch::Contains("s.csv") && Catch::Contains("header differs"));
+  zinf::engine::RowFile again(env, csv, "test", 1 << 20);
+  CHECK_THROWS_WITH(read_finished_rows(again.existing(), csv, other), Catch::Contains("s.csv") && Catch::Contains("header differs"));
+  // A CSV larger than the bound is refused by its size, naming it, before it is read.
+  std::ofstream(dir / "big.csv").close();
+  fs::resize_file(dir / "big.csv", 2 << 20);
+  CHECK_THROWS_WITH(zinf::engine::RowFile(env, (dir / "big.csv").string(), "test", 1 << 20),
+                    Catch::Contains("big.csv") && Catch::Contains("larger than"));
   fs::remove_all(dir);
 }
 
@@ -208,4 +228,31 @@ TEST_CASE("a sweep names the files of the zinf tree relative to it, wherever the
   CHECK(display_path("/nonexistent-dir/x.yaml", kRoot) == "/nonexistent-dir/x.yaml");
   CHECK(display_path("zero3", kRoot) == "zero3");
   CHECK(display_path(kRoot + "/configs/zero3.yaml", kRoot) == "configs/zero3.yaml");
+}
+
+TEST_CASE("a spec's points are counted before they are expanded: a product past the bound is refused, naming the spec") {
+  // Four axes of 1000 values: 10^12 points, refused from the sizes alone (expanding them would
+  // take terabytes); a count that overflows 64 bits is refused the same way.
+  std::string values = "[";
+  for (int i = 1; i <= 1000; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+  values += "]";
+  std::string axes = "axes:\n";
+  for (const char* key : {"micro_batch", "layers", "hidden", "node.nvme.read_bandwidth"})
+    axes += std::string("  - {key: ") + key + (key[0] == 'n' ? ", scale: " : ", values: ") + values + "}\n";
+  const std::string msg = error_of(kFiles + axes);
+  CHECK_THAT(msg, Catch::Contains("spec.yaml") && Catch::Contains("more than 1000000 points") &&
+                      Catch::Contains("1 x 1 x 1 x 1 x 1000 x 1000 x 1000"));
+  CHECK_THAT(error_of(kFiles + "axes:\n  - {key: micro_batch, values: [1, 2]}\n"), Catch::Equals(""));
+  SweepSpec huge;
+  huge.path = "huge.yaml";
+  for (int g = 0; g < 8; ++g) {
+    SweepGroup group;
+    SweepAxis a;
+    a.texts.assign(1 << 10, "1");
+    group.axes.push_back(a);
+    huge.groups.push_back(group);
+  }
+  CHECK_THROWS_WITH(expand(huge), Catch::Contains("huge.yaml") && Catch::Contains("more than"));
+  CHECK_THAT(error_of("models: [gpt-tiny]\nhwprofiles: [dgx2-v100]\nconfigs: [infinity-nvme]\nnodes: [1e30]\n"),
+             Catch::Contains("not a node count from 1 to"));
 }

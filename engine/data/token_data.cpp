@@ -7,7 +7,10 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/bounded_input.hpp"
+#include "core/errors.hpp"
 #include "engine/data/bpe_tokenizer.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/splitmix.hpp"
 
 namespace zinf::engine {
@@ -26,19 +29,17 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 // The corpus is held in memory (as 16-bit tokens): its files together may hold at most this much.
 constexpr uint64_t kMaxDataBytes = 8ull << 30;
 
+// Through the bounded reader: a FIFO or device is refused without blocking, and no more than the
+// budget left is read.
 std::string read_file(const fs::path& p, uint64_t& budget) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(p, ec);
-  if (ec) fail(p.string(), "cannot read its size: " + ec.message());
-  if (size > budget)
-    fail(p.string(), "the data files together hold more than 8 GiB, the most zinf loads (the corpus is held in memory)");
-  budget -= size;
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail(p.string(), std::string("cannot open: ") + std::strerror(errno));
-  std::string s(size_t(size), '\0');
-  f.read(s.data(), std::streamsize(size));
-  if (uint64_t(f.gcount()) != size) fail(p.string(), "the file shrank while it was read");
-  if (f.bad()) fail(p.string(), "read error");
+  std::string s;
+  try {
+    s = core::read_bounded_file(p.string(), budget, "data file");
+  } catch (const core::ConfigError& e) {
+    fail(p.string(), std::string(e.what()).substr(p.string().size() + 2) +
+                         (budget < kMaxDataBytes ? " (what is left of 8 GiB for the data files together)" : ""));
+  }
+  budget -= s.size();
   return s;
 }
 
@@ -85,18 +86,10 @@ TokenCorpus TokenCorpus::load_bin(const std::string& path) {
 void write_llmc_bin(const std::string& path, const std::vector<uint16_t>& tokens) {
   if (tokens.size() > size_t(INT32_MAX)) fail(path, "more tokens than an llm.c header can count (2^31 - 1)");
   int32_t header[256] = {kLlmcMagic, 1, int32_t(tokens.size())};
-  const std::string temp = path + ".partial";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(temp, std::string("cannot create: ") + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(header), sizeof header);
-    out.write(reinterpret_cast<const char*>(tokens.data()), std::streamsize(tokens.size() * sizeof(uint16_t)));
-    out.flush();
-    if (!out) fail(temp, "write failed (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) fail(path, "cannot rename " + temp + " into place: " + ec.message());
+  OutputFile out(default_io_env(), path, "data");
+  out.write(header, sizeof header);
+  out.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  out.commit();
 }
 
 TokenCorpus TokenCorpus::load(const std::string& path_in) { return load(path_in, nullptr); }

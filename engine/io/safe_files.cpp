@@ -21,12 +21,6 @@ std::string message(const std::string& who, const std::string& op, const std::st
   return m;
 }
 
-std::string parent_of(const std::string& path) {
-  auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 FileError::FileError(const std::string& who, const std::string& op, const std::string& path, int error,
@@ -114,23 +108,6 @@ void fsync_directory(IoEnv& env, const std::string& dir, const std::string& who)
   fsync_checked(env, fd, dir, who);
 }
 
-void write_file_durable(IoEnv& env, const std::string& path, const std::string& text, const std::string& who) {
-  const std::string tmp = path + ".tmp";
-  int r = env.remove(tmp);  // a leftover of a crash; O_EXCL below refuses anything put there since
-  if (r < 0 && r != -ENOENT) throw FileError(who, "remove", tmp, -r);
-  {
-    ScopedFd f{env, open_own_file(env, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, who)};
-    int64_t w = env.pwrite(f.fd, text.data(), text.size(), 0);
-    if (w < 0) throw FileError(who, "write", tmp, int(-w));
-    fsync_checked(env, f.fd, tmp, who);
-    r = env.close(f.release());
-    if (r < 0) throw FileError(who, "close", tmp, -r);
-  }
-  r = env.rename(tmp, path);
-  if (r < 0) throw FileError(who, "rename " + tmp + " to", path, -r);
-  fsync_directory(env, parent_of(path), who);
-}
-
 std::string read_own_file(IoEnv& env, const std::string& path, const std::string& who, uint64_t limit) {
   // O_NONBLOCK: opening a FIFO with no writer would otherwise block before open_own_file can refuse it.
   ScopedFd f{env, open_own_file(env, path, O_RDONLY | O_NONBLOCK, 0, who)};
@@ -151,8 +128,17 @@ std::string read_own_file(IoEnv& env, const std::string& path, const std::string
   return text;
 }
 
-DirLock::DirLock(IoEnv& env, const std::string& dir, const std::string& who) : env_(env) {
-  const std::string path = dir + "/.lock";
+DirLock::DirLock(IoEnv& env, const std::string& dir, const std::string& who)
+    : DirLock(env, dir + "/.lock", dir, who, "two runs must not share a directory") {}
+
+std::unique_ptr<DirLock> DirLock::for_output(IoEnv& env, const std::string& path, const std::string& who) {
+  return std::unique_ptr<DirLock>(
+      new DirLock(env, path + ".lock", path, who, "two commands must not write one output at once"));
+}
+
+DirLock::DirLock(IoEnv& env, const std::string& path, const std::string& locked, const std::string& who,
+                 const std::string& sharing)
+    : env_(env) {
   ScopedFd f{env, open_own_file(env, path, O_RDWR | O_CREAT, 0600, who)};
   int r = env.lock(f.fd);
   if (r == -EWOULDBLOCK) {
@@ -160,8 +146,7 @@ DirLock::DirLock(IoEnv& env, const std::string& dir, const std::string& who) : e
     int64_t n = env.pread(f.fd, holder.data(), holder.size() - 1, 0);
     std::string who_holds = n > 0 ? std::string(holder.data(), size_t(n)) : std::string("another process");
     while (!who_holds.empty() && (who_holds.back() == '\n' || who_holds.back() == ' ')) who_holds.pop_back();
-    throw FileError(who, "lock", dir, EBUSY,
-                    "in use by " + who_holds + "; two runs must not share a directory");
+    throw FileError(who, "lock", locked, EBUSY, "in use by " + who_holds + "; " + sharing);
   }
   if (r < 0) throw FileError(who, "lock", path, -r);
   const std::string me = "zinf " + env.process() + "\n";

@@ -6,6 +6,7 @@
 // directory), and every fsync's result is checked. Stateless functions, safe from any thread;
 // a DirLock is owned by one thread.
 #pragma once
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -60,9 +61,6 @@ int open_own_file(IoEnv& env, const std::string& path, int flags, mode_t mode, c
 void fsync_checked(IoEnv& env, int fd, const std::string& path, const std::string& who);
 void fsync_directory(IoEnv& env, const std::string& dir, const std::string& who);
 
-// Replaces `path` with `text` durably: a temporary file written and fsynced, renamed over `path`,
-// and the directory fsynced.
-void write_file_durable(IoEnv& env, const std::string& path, const std::string& text, const std::string& who);
 // Reads a small file of this user (no symbolic links, a regular file: a FIFO is refused without
 // blocking) of at most `limit` bytes; throws FileError naming the path.
 inline constexpr uint64_t kMaxSmallFileBytes = 4ull << 20;
@@ -75,12 +73,18 @@ std::string read_own_file(IoEnv& env, const std::string& path, const std::string
 class DirLock {
 public:
   DirLock(IoEnv& env, const std::string& dir, const std::string& who);
+  // The same lock on an output file that is replaced by renames (a sweep's CSV): held on the
+  // sibling `<path>.lock`, which stays behind naming its last holder; the refusal names `path`.
+  static std::unique_ptr<DirLock> for_output(IoEnv& env, const std::string& path, const std::string& who);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
   int fd() const { return fd_; }  // the open <dir>/.lock: which file the lock is on
 
 private:
+  DirLock(IoEnv& env, const std::string& lock_path, const std::string& locked, const std::string& who,
+          const std::string& sharing);
+
   IoEnv& env_;
   int fd_ = -1;
 };

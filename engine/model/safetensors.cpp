@@ -14,6 +14,7 @@
 #include "core/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "engine/bf16.hpp"
+#include "engine/io/output_file.hpp"
 
 namespace zinf::engine {
 
@@ -92,12 +93,17 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     const int64_t esize = dtype_bytes(t.dtype);
     if (esize == 0) fail(path_, where + "unknown dtype " + t.dtype);
     if (!v["shape"].is_array()) fail(path_, where + "shape is not an array");
-    int64_t numel = 1;
+    // The element count and byte size are products of numbers the file gives: each step is
+    // checked, since a wrapped product could pass the size check below and read past the data.
+    int64_t numel = 1, bytes = 0;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(path_, where + "shape has a bad dimension");
       t.shape.push_back(d.get<int64_t>());
-      numel *= t.shape.back();
+      if (__builtin_mul_overflow(numel, t.shape.back(), &numel))
+        fail(path_, where + "shape " + shape_str(t.shape) + "... has more elements than a 64-bit count holds");
     }
+    if (__builtin_mul_overflow(numel, esize, &bytes))
+      fail(path_, where + "shape " + shape_str(t.shape) + " " + t.dtype + " needs more bytes than a 64-bit size holds");
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       fail(path_, where + "data_offsets must be two non-negative integers");
@@ -106,8 +112,8 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     if (t.begin > t.end || t.end > data_size)
       fail(path_, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                       ") fall outside the " + std::to_string(data_size) + "-byte data section");
-    if (t.end - t.begin != uint64_t(numel * esize))
-      fail(path_, where + shape_str(t.shape) + " " + t.dtype + " needs " + std::to_string(numel * esize) +
+    if (t.end - t.begin != uint64_t(bytes))
+      fail(path_, where + shape_str(t.shape) + " " + t.dtype + " needs " + std::to_string(bytes) +
                       " bytes, data_offsets give " + std::to_string(t.end - t.begin));
     tensors_[name] = std::move(t);
   }
@@ -200,49 +206,13 @@ std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDty
 
 namespace {
 
-// Writes `path` through `body` into a temporary file that is fsynced and renamed over it, and
-// fsyncs the directory: a crash, or an exception from `body`, leaves the old file (or none).
+// Writes `path` through `body` by the one writer (engine/io/output_file.hpp): a temporary beside
+// it, fsynced and renamed over it; a crash, a failed write or an exception from `body` leaves the
+// old file (or none) and no temporary.
 void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& body) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  // O_EXCL | O_NOFOLLOW: never write through a file or link someone else put at the temporary name.
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, "cannot create " + tmp + ": " + std::strerror(errno));
-  const ByteSink sink = [&](const char* p, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t w = ::write(fd, p + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(path, std::string("write failed: ") + std::strerror(errno));
-      done += size_t(w);
-    }
-  };
-  try {
-    body(sink);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail(path, std::string("fsync failed: ") + std::strerror(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail(path, std::string("rename failed: ") + std::strerror(e));
-  }
-  // make the rename itself durable
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    const int e = errno;
-    if (dfd >= 0) ::close(dfd);
-    fail(path, "fsync of its directory failed: " + std::string(std::strerror(e)));
-  }
-  ::close(dfd);
+  OutputFile out(default_io_env(), path, "safetensors");
+  body([&out](const char* p, size_t n) { out.write(p, n); });
+  out.commit();
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "engine/train/metrics_log.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -49,8 +53,25 @@ nlohmann::json eval_record(const EvalStats& e) {
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (!file_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing: {}", path, std::strerror(errno)));
+  // An append-only log, so not the one writer's whole-file replace; opened the way it opens its
+  // temporaries: never through a link planted at the path, and only a regular file (a FIFO or a
+  // device is refused without blocking).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
+                        0644);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int e = fd < 0 ? errno : EINVAL;
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing: {}", path,
+                                         e == ELOOP ? "it is a symbolic link" : e == EINVAL ? "not a regular file"
+                                                                                            : std::strerror(e)));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  file_ = ::fdopen(fd, append ? "a" : "w");
+  if (!file_) {
+    ::close(fd);
+    throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing: {}", path, std::strerror(errno)));
+  }
 }
 
 MetricsLog::~MetricsLog() {

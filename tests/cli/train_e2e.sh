@@ -118,7 +118,7 @@ grep -q "step " "$D/log" && fail "trained before refusing --checkpoint-dir" "$D/
 expect "--adam-threads 100000 refused" 105 "adam-threads" "$D/log" $rc
 mkfifo "$D/fifo"
 timeout 30 "$ZINF" train "${TINY[@]}" --nvme-dir "$D/nvme" --steps 2 --data "$D/fifo" > "$D/log" 2>&1; rc=$?
-expect "--data on a FIFO refused, no hang" 1 "fifo.*not a regular file" "$D/log" $rc
+expect "--data on a FIFO refused, no hang, naming the option (exit 2, a file refused as input)" 2 "fifo.*given to --data must be a regular file" "$D/log" $rc
 "$ZINF" train "${TINY[@]}" --steps 2 --resume > "$D/log" 2>&1; rc=$?
 expect "--resume without --checkpoint-dir refused" 1 "needs --checkpoint-dir" "$D/log" $rc
 

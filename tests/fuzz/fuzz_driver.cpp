@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -158,9 +159,12 @@ int main(int argc, char** argv) {
     else if (a == "--seconds" && i + 1 < argc) seconds = std::stod(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
     else if (fs::is_directory(a)) {
+      // The inputs' own kinds (configs, DeepSpeed Hjson, tensors, tokenizer and corpus files), not a
+      // folder's README.
+      static const std::set<std::string> kinds = {".yaml", ".json", ".hjson", ".safetensors", ".txt"};
       std::vector<fs::path> files;
       for (const auto& e : fs::directory_iterator(a))
-        if (e.is_regular_file() && (e.path().extension() == ".yaml" || e.path().extension() == ".json")) files.push_back(e.path());
+        if (e.is_regular_file() && kinds.count(e.path().extension().string())) files.push_back(e.path());
       std::sort(files.begin(), files.end());
       for (const auto& f : files) pool.push_back(slurp(f));
     } else {
