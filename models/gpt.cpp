@@ -4,7 +4,11 @@
 
 #include <stdexcept>
 
+#include <filesystem>
+
 #include "core/config_paths.hpp"
+#include "core/errors.hpp"
+#include "models/hf_config.hpp"
 
 namespace zinf::models {
 
@@ -193,6 +197,11 @@ GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const c
 }
 
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir) {
+  const std::string hf = hf_config_path(name_or_path);
+  if (!hf.empty()) return load_hf_config(hf);
+  std::error_code ec;
+  if (std::filesystem::is_directory(name_or_path, ec))
+    throw core::ConfigError(name_or_path, "", "a folder holding no config.json; give a model's YAML, a config.json or its folder");
   return core::load_model_spec(core::resolve_config(name_or_path, "models", core::zinf_root(source_dir)));
 }
 
