@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace zinf::core {
 namespace {
 
@@ -263,6 +265,66 @@ ExactParams exact_params(const ModelSpec& m) {
     p.active += b.active;
   }
   return p;
+}
+
+namespace {
+
+// The layers whose blocks differ: the first, the second (Gemma 2 alternates), the first local one
+// and the next, the last.
+std::vector<int64_t> distinct_layers(const ModelSpec& m) {
+  std::vector<int64_t> out;
+  for (int64_t l : {int64_t(0), int64_t(1), m.sliding_window_from_layer, m.sliding_window_from_layer + 1, m.layers - 1})
+    if (l >= 0 && l < m.layers && std::find(out.begin(), out.end(), l) == out.end()) out.push_back(l);
+  for (int64_t l : m.dense_layers)
+    if (l < m.layers && std::find(out.begin(), out.end(), l) == out.end()) {
+      out.push_back(l);
+      break;
+    }
+  return out;
+}
+
+}  // namespace
+
+int64_t largest_block_weight(const ModelSpec& m, bool with_bias) {
+  int64_t best = 0;
+  for (int64_t l : distinct_layers(m))
+    for (const auto& s : block_steps(m, l)) {
+      if (s.kind == StepKind::Experts) best = std::max(best, s.numel);
+      if (s.kind == StepKind::Linear || s.kind == StepKind::Router)
+        best = std::max(best, with_bias ? s.numel : s.in * s.out);
+    }
+  return best;
+}
+
+double layout_activation_bytes_per_token(const ModelSpec& m) {
+  double best = 0;
+  for (int64_t l : distinct_layers(m)) {
+    double elements = 0, bytes = 0;
+    const auto steps = block_steps(m, l);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const LayerStep& s = steps[i];
+      // Linears side by side on one input (q, k and v; gate and up) keep that input once.
+      const bool shares_input = i > 0 && steps[i - 1].kind == StepKind::Linear && steps[i - 1].in == s.in;
+      switch (s.kind) {
+        case StepKind::Norm: elements += double(s.width); break;
+        case StepKind::Linear: elements += shares_input ? 0.0 : double(s.in); break;
+        case StepKind::Router: elements += double(s.in + s.out); break;
+        case StepKind::Activation: elements += double(s.width) * (m.gated_mlp() ? 2.0 : 1.0); break;
+        case StepKind::Attention: {
+          const double kv = double(m.mla() ? s.heads : m.kv_head_count());
+          elements += double(s.heads) * double(s.qk_dim + s.v_dim) + kv * double(s.qk_dim + s.v_dim);
+          bytes += 2.0 * double(s.heads) * double(s.span);
+          break;
+        }
+        case StepKind::Experts:
+          elements += double(s.top_k) * (double(s.in) + double(s.out) * (s.gated ? 3.0 : 2.0));
+          break;
+        default: break;
+      }
+    }
+    best = std::max(best, 2.0 * elements + bytes);
+  }
+  return best;
 }
 
 }  // namespace zinf::core

@@ -52,6 +52,16 @@ std::vector<LayerStep> head_steps(const ModelSpec& m);
 ExactParams block_params(const ModelSpec& m, int64_t layer);
 ExactParams outside_params(const ModelSpec& m);
 
+// The elements of the largest weight a block holds (a mixture's routed experts count as one, as
+// they are gathered as one), without and with its bias.
+int64_t largest_block_weight(const ModelSpec& m, bool with_bias);
+
+// Bytes one token's bf16 activations of one block keep for backward, as autograd keeps them: each
+// norm's, linear's (linears side by side on one input keep it once) and activation's input, attention's q, k, v and output, a mixture's dispatched
+// tokens and their experts' inner activations, and 2 bytes per attention probability (heads x the
+// tokens attended). The largest over the block kinds (local and global, dense and mixture).
+double layout_activation_bytes_per_token(const ModelSpec& m);
+
 // The module names a family gives its parts (HF's), e.g. Llama's "self_attn.q_proj".
 const char* block_prefix(Family f);
 
