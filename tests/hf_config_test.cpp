@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/memory_model.hpp"
 #include "core/model_layout.hpp"
@@ -135,6 +136,13 @@ TEST_CASE("a config.json is found as a file or as the folder holding it", "[hf]"
   CHECK(models::find_model(hf("gpt2") + "/config.json", ZINF_SOURCE_DIR).layers == 12);
   CHECK(models::find_model(hf("gpt2"), ZINF_SOURCE_DIR).layers == 12);
   CHECK_THROWS_WITH(models::find_model(hf(""), ZINF_SOURCE_DIR), Contains("no config.json"));
+}
+
+TEST_CASE("every shipped models/*.yaml is still the GPT-2 the GPT builder builds", "[hf]") {
+  for (const auto& name : core::list_configs("models", ZINF_SOURCE_DIR)) {
+    INFO(name);
+    CHECK(models::find_model(name, ZINF_SOURCE_DIR).is_gpt2());
+  }
 }
 
 TEST_CASE("the layout counts a GPT-2 YAML as the closed form does", "[hf]") {
