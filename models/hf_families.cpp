@@ -256,9 +256,26 @@ int64_t deepseek_v2(HfReader& r, ModelSpec& m) {
   return max_pos;
 }
 
-}  // namespace
+// Newer transformers write layer_types, each layer's "full_attention" or "sliding_attention": it
+// must say what the family's keys say, layer by layer.
+void check_layer_types(HfReader& r, const ModelSpec& m) {
+  if (!r.contains("layer_types")) return;
+  const auto types = r.strings("layer_types");
+  if (int64_t(types.size()) != m.layers)
+    r.fail("layer_types", fmt::format("lists {} layers for a model of {}", types.size(), m.layers));
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const bool local = m.sliding_window > 0 && l >= m.sliding_window_from_layer &&
+                       (l - m.sliding_window_from_layer) % m.sliding_window_period == 0;
+    const std::string& t = types[size_t(l)];
+    if (t != "full_attention" && t != "sliding_attention")
+      r.fail("layer_types", fmt::format("layer {} is '{}'; expected full_attention or sliding_attention", l, t));
+    if ((t == "sliding_attention") != local)
+      r.fail("layer_types", fmt::format("layer {} is {} where the config's sliding-window keys make it {}", l, t,
+                                        local ? "sliding_attention" : "full_attention"));
+  }
+}
 
-int64_t read_family(HfReader& r, ModelSpec& m) {
+int64_t family(HfReader& r, ModelSpec& m) {
   switch (m.family) {
     case Family::Llama: return llama(r, m);
     case Family::Mistral: return mistral(r, m, false);
@@ -276,6 +293,14 @@ int64_t read_family(HfReader& r, ModelSpec& m) {
     case Family::DeepseekV2: return deepseek_v2(r, m);
   }
   return 0;
+}
+
+}  // namespace
+
+int64_t read_family(HfReader& r, ModelSpec& m) {
+  const int64_t max_pos = family(r, m);
+  check_layer_types(r, m);
+  return max_pos;
 }
 
 }  // namespace zinf::models

@@ -124,6 +124,18 @@ std::vector<int64_t> HfReader::integers(const std::string& key, int64_t lowest, 
   return out;
 }
 
+std::vector<std::string> HfReader::strings(const std::string& key) {
+  const nlohmann::json* v = at(key);
+  if (!v) return {};
+  if (!v->is_array()) fail(key, fmt::format("must be a list of strings, not {}", type_name(*v)));
+  std::vector<std::string> out;
+  for (const auto& e : *v) {
+    if (!e.is_string()) fail(key, fmt::format("entry {} must be a string", e.dump()));
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
 void HfReader::rope_scaling() {
   const nlohmann::json* v = at("rope_scaling");
   if (!v) return;

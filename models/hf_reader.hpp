@@ -39,6 +39,7 @@ public:
   std::string text(const std::string& key, const std::string& fallback);
   std::string choice(const std::string& key, const std::vector<std::string>& allowed, const std::string& fallback);
   std::vector<int64_t> integers(const std::string& key, int64_t lowest, int64_t highest);  // a list; absent or null: empty
+  std::vector<std::string> strings(const std::string& key);  // a list of strings; absent or null: empty
   // rope_scaling: null or an object with a known type (it changes no parameter or FLOP zinf counts).
   void rope_scaling();
   // Keys read without interpreting them: they change nothing zinf models.

@@ -182,6 +182,16 @@ TEST_CASE("an unknown model_type, an unknown key, or a bad value is refused by n
   CHECK_THROWS_WITH(parse("[1]"), Contains("JSON object"));
 }
 
+TEST_CASE("layer_types must say what the sliding-window keys say", "[hf]") {
+  const std::string two = R"({"model_type": "gemma2", "num_hidden_layers": 2, )";
+  CHECK(parse(two + R"("layer_types": ["sliding_attention", "full_attention"]})").sliding_window == 4096);
+  CHECK_THROWS_WITH(parse(two + R"("layer_types": ["full_attention", "full_attention"]})"),
+                    Contains("'layer_types'") && Contains("layer 0"));
+  CHECK_THROWS_WITH(parse(two + R"("layer_types": ["full_attention"]})"), Contains("lists 1 layers"));
+  CHECK(parse(R"({"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention", "full_attention"]})")
+            .sliding_window == 0);
+}
+
 TEST_CASE("absent keys take the configuration class's defaults", "[hf]") {
   // LlamaConfig(): 32 layers of 4096, 32 heads, 11008 MLP, 32000 tokens, untied: Llama 2 7B.
   CHECK(core::exact_params(parse(R"({"model_type": "llama"})")).total == 6'738'415'616);
