@@ -262,7 +262,10 @@ void validate(const ModelSpec& m, const std::string& file) {
     const double hd = double(m.hidden);
     params += double(m.layers) * (4.0 + 2.0 * double(m.ffn_multiple)) * hd * hd;
   } else {
-    params += double(m.layers) * double(block_params(m, m.dense_layers.empty() ? 0 : m.layers - 1).total);
+    // The larger of a dense and a mixture block stands for every block: an upper bound.
+    int64_t moe = 0;
+    while (moe + 1 < m.layers && m.experts > 0 && !m.moe_layer(moe)) ++moe;
+    params += double(m.layers) * double(std::max(block_params(m, 0).total, block_params(m, moe).total));
   }
   constexpr double kMaxParams = 1e16;
   if (params > kMaxParams)

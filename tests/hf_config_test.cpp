@@ -179,6 +179,10 @@ TEST_CASE("an unknown model_type, an unknown key, or a bad value is refused by n
   CHECK_THROWS_WITH(parse(R"({"model_type": "bloom", "n_layer": 2, "num_hidden_layers": 3})"), Contains("'num_hidden_layers'"));
   CHECK_THROWS_WITH(parse(R"({"model_type": "gpt2", "add_cross_attention": true})"), Contains("'add_cross_attention'"));
   CHECK_THROWS_WITH(parse("{\"model_type\": "), Contains("not valid JSON"));
+  // Shapes past what zinf plans are refused before anything is counted in integers.
+  CHECK_THROWS_WITH(parse(R"({"model_type": "mixtral", "num_hidden_layers": 1000000, "num_local_experts": 65536,
+                              "intermediate_size": 16777216})"),
+                    Contains("parameters; zinf plans models up to"));
   CHECK_THROWS_WITH(parse("[1]"), Contains("JSON object"));
 }
 
