@@ -450,8 +450,13 @@ void print_plan_outlook(const Inputs& in, int nodes, const PlanFigures& f) {
     fmt::print("  {:<22}{:>10}{:>12}   {}\n", to_string(s.s), s.largest.layers, format_count(double(s.largest.params)),
                s.this_model.fits ? "fits" : fmt::format("short on {}", to_string(*s.this_model.short_tier)));
 
-  fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor {}\n", m.layers,
-             f.hidden_untiled, f.hidden_tiled, f.probe_tiling);
+  // Scaling the hidden size keeps a GPT-2's shape (4·hidden MLP, heads of one size); another
+  // architecture's intermediate and head sizes do not follow it, so the line would mislead.
+  if (m.is_gpt2())
+    fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor {}\n", m.layers,
+               f.hidden_untiled, f.hidden_tiled, f.probe_tiling);
+  else
+    fmt::print("\nlargest hidden size: probed for the GPT-2 architecture only ({} is {})\n", m.name, to_string(m.family));
 
   fmt::print("\nbandwidth efficiency (paper §4), peak {} per GPU:\n", format_flops(in.hw.node.gpu.peak_flops));
   for (const auto& e : f.eff)
