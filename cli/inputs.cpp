@@ -23,6 +23,10 @@ void add_input_options(CLI::App& cmd, InputOptions& o) {
       ->check(CLI::Range(1, 65536));
   cmd.add_option("--config,-c", o.config, "Run config name (configs/NAME.yaml), path, or DeepSpeed JSON")
       ->capture_default_str();
+  cmd.add_option("--seq", o.seq,
+                 "Sequence length in place of the run config's `seq` or the model's (a Hugging Face config.json's "
+                 "default is min(max_position_embeddings, 4096))")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
 }
 
 core::DeepSpeedContext deepspeed_context(const core::ModelSpec& model, const core::HwProfile& hw, int nodes) {
@@ -66,6 +70,8 @@ Inputs load_inputs(const InputOptions& o, bool for_tune) {
   } else {
     in.config = core::parse_run_config(text, path);
   }
+  if (o.seq > 0) in.config.seq = o.seq;
+  if (in.config.seq) in.model.seq = *in.config.seq;  // every consumer of the model sees the run's sequence
   in.hw = core::for_precision(hw, in.config.precision, &warnings);
   for (const auto& w : warnings) fmt::print(stderr, "zinf: warning: {}\n", w);
   in.config_path = path;

@@ -22,6 +22,7 @@ struct InputOptions {
   int nodes = 1;
   int gpus_per_node = 0;  // 0: the profile's
   std::string config = "infinity-nvme";
+  int64_t seq = 0;  // 0: the run config's `seq`, else the model's
 };
 
 struct Inputs {

@@ -251,7 +251,9 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
   nlohmann::json j;
   j["model"] = {{"name", in.model.name}, {"params", rep.params}, {"layers", in.model.layers},
                 {"hidden", in.model.hidden}, {"heads", in.model.heads}, {"seq", in.model.seq},
-                {"micro_batch", in.config.micro_batch.value_or(in.model.micro_batch)}};
+                {"micro_batch", in.config.micro_batch.value_or(in.model.micro_batch)},
+                {"architecture", to_string(in.model.family)}, {"total_params", exact_params(in.model).total},
+                {"active_params", exact_params(in.model).active}};
   j["hwprofile"] = in.hw.name;
   j["nodes"] = nodes;
   j["gpus_per_node"] = in.hw.node.gpus;
@@ -397,6 +399,18 @@ void print_closed_form(const PlanFigures& f) {
   fmt::print("\n");
 }
 
+// The architecture and its exact parameter count, total and per token (transformers' count: every
+// parameter once, a tied head once), with a mixture's experts.
+void print_model_params(const ModelSpec& m) {
+  const ExactParams p = exact_params(m);
+  std::string line = fmt::format("parameters: {} total, {} active per token ({}; {} architecture", p.total, p.active,
+                                 format_count(double(p.total)), to_string(m.family));
+  if (m.experts > 0)
+    line += fmt::format(", {} experts of which {} per token{}", m.experts, m.experts_per_token,
+                        m.shared_expert_intermediate > 0 ? ", shared experts" : "");
+  fmt::print("{})\n", line);
+}
+
 // The header and the memory table: what is planned, per tier, and whether it fits.
 void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, const PlanFigures& f) {
   const auto& m = in.model;
@@ -408,6 +422,7 @@ void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, cons
              in.hw.node.gpu.name);
   fmt::print("model: {} params ({} layers, hidden {}, {} heads, seq {}, micro-batch {})\n", format_count(double(rep.params)),
              m.layers, m.hidden, m.heads, m.seq, in.config.micro_batch.value_or(m.micro_batch));
+  print_model_params(m);
   fmt::print("config: {} | ZeRO stage {}, params {}, gradients {}, optimizer {}, checkpoints {} every {} block(s), tiling {}\n\n",
              in.config_name, in.config.zero_stage, shown(asked.params, in.config.params),
              shown(asked.gradients, in.config.gradients), shown(asked.optimizer, in.config.optimizer),
@@ -432,8 +447,13 @@ void print_plan_outlook(const Inputs& in, int nodes, const PlanFigures& f) {
     fmt::print("  {:<22}{:>10}{:>12}   {}\n", to_string(s.s), s.largest.layers, format_count(double(s.largest.params)),
                s.this_model.fits ? "fits" : fmt::format("short on {}", to_string(*s.this_model.short_tier)));
 
-  fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor {}\n", m.layers,
-             f.hidden_untiled, f.hidden_tiled, f.probe_tiling);
+  // Scaling the hidden size keeps a GPT-2's shape (4·hidden MLP, heads of one size); another
+  // architecture's intermediate and head sizes do not follow it, so the line would mislead.
+  if (m.is_gpt2())
+    fmt::print("\nlargest hidden size with this config ({} layers): {} untiled, {} with tiling factor {}\n", m.layers,
+               f.hidden_untiled, f.hidden_tiled, f.probe_tiling);
+  else
+    fmt::print("\nlargest hidden size: probed for the GPT-2 architecture only ({} is {})\n", m.name, to_string(m.family));
 
   fmt::print("\nbandwidth efficiency (paper §4), peak {} per GPU:\n", format_flops(in.hw.node.gpu.peak_flops));
   for (const auto& e : f.eff)

@@ -84,6 +84,7 @@ void run_sample(const SampleArgs& a) {
   engine::TrainerOptions o;
   o.sampling = true;
   o.model = models::find_model(a.model.empty() ? checkpoint_model(a.checkpoint) : a.model, source_dir());
+  models::require_engine_architecture(o.model, "zinf sample");
   o.model.micro_batch = 1;  // one sequence per forward pass: the one being continued
   o.hw = core::load_hwprofile(core::resolve_config(a.hw, "hwprofiles", root));
   std::vector<std::string> warnings;

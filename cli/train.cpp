@@ -265,6 +265,7 @@ void run_train(const TrainArgs& a) {
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());
+  models::require_engine_architecture(o.model, "zinf train");
   o.hw = core::load_hwprofile(core::resolve_config(a.hw, "hwprofiles", root));
   const std::string config_path = core::resolve_config(a.config, "configs", root);
   o.config_source = config_path;

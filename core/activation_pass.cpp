@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/kernel_activations.hpp"
+#include "core/memory_model.hpp"
 #include "core/units.hpp"
 
 namespace zinf::core {
@@ -56,7 +57,8 @@ double op_seconds(const GpuSpec& gpu, const Operator& o, bool backward) {
 std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const GpuSpec& gpu,
                                                      const std::vector<std::vector<int32_t>>& runs, bool per_tensor) {
   const auto& s = g.spec;
-  const double per_block = double(g.tokens) * (16.0 * double(s.hidden) + 2.0 * double(s.heads) * double(s.seq));
+  const double per_block = double(g.tokens) * (s.is_gpt2() ? 16.0 * double(s.hidden) + 2.0 * double(s.heads) * double(s.seq)
+                                                           : block_activation_bytes_per_token(s, 1));
   const std::vector<BlockTensor> tensors = block_tensors(s, true, g.tensor_parallel);
   std::vector<double> fwd(runs.size(), 0), bwd(runs.size(), 0);
   std::vector<int32_t> first_pos(runs.size(), 0), count(runs.size(), 0);

@@ -1,5 +1,6 @@
 #include "core/memory_model.hpp"
 #include "core/kernel_activations.hpp"
+#include "core/model_layout.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -54,6 +55,21 @@ RunConfig strategy_config(Strategy s, const RunConfig& base) {
 }
 
 ParamCounts gpt_param_counts(const ModelSpec& m, int64_t tensor_parallel) {
+  if (!m.is_gpt2()) {
+    // Another architecture (planned whole, without tensor parallelism): the layout's exact count,
+    // with the blocks as the repeating mixture block (or the dense one) and whatever the other
+    // blocks differ by counted outside, so that total(layers) is the exact total.
+    int64_t typical = 0;
+    while (typical + 1 < m.layers && m.experts > 0 && !m.moe_layer(typical)) ++typical;
+    ParamCounts c;
+    c.per_block = block_params(m, typical).total;
+    c.outside = exact_params(m).total - c.per_block * m.layers;
+    c.largest_linear = largest_block_weight(m, false);
+    c.largest_linear_group = largest_block_weight(m, true);
+    c.vocabulary = m.vocab * m.embedding_width();
+    c.vocabulary_rows = m.vocab;
+    return c;
+  }
   const int64_t t = std::max<int64_t>(1, tensor_parallel);
   const int64_t h = m.hidden, f = m.ffn_hidden(), v = (m.vocab + t - 1) / t;
   ParamCounts c;
@@ -81,6 +97,7 @@ int64_t vocabulary_tiles(int64_t rows, int64_t numel, int64_t largest_linear, in
 }
 
 double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_parallel) {
+  if (!m.is_gpt2()) return layout_activation_bytes_per_token(m);  // planned whole: no tensor parallelism
   const double t = double(std::max<int64_t>(1, tensor_parallel));
   const double replicated = 10.0 / 34.0;
   return 16.0 * double(m.hidden) * (replicated + (1.0 - replicated) / t) + 2.0 * double(m.heads) * double(m.seq) / t;
@@ -107,8 +124,9 @@ Tier tier_of(const Placement& p) { return p.automatic ? Tier::Device : p.tier; }
 }  // namespace
 
 MemoryReport memory_requirement(const MemoryModelInput& in) {
-  const ModelSpec& m = in.model;
   const RunConfig& c = in.config;
+  ModelSpec m = in.model;
+  if (c.seq) m.seq = *c.seq;
   const int G = in.hw.node.gpus;
   const int N = G * in.nodes;
   // Tensor parallelism: a rank holds its group's share of every layer (counts), and ZeRO partitions

@@ -189,6 +189,8 @@ RunConfig read_yaml(ConfigReader& r) {
   c.gradient_accumulation = r.int_in("gradient_accumulation", 1, kMaxGradientAccumulation, 1);
   if (r.has("micro_batch")) c.micro_batch = r.int_in("micro_batch", 1, kMaxMicroBatch);
   else r.ignore("micro_batch");
+  if (r.has("seq")) c.seq = r.int_in("seq", 1, 1 << 24);
+  else r.ignore("seq");
   c.reserve_nvme_for_checkpoint = r.boolean("reserve_nvme_for_checkpoint", true);
   c.gradient_stores_in_flight = r.int_in("gradient_stores_in_flight", 1, 1024, c.gradient_stores_in_flight);
   // Megatron's name for the same degree is accepted too, but not both.

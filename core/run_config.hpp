@@ -154,6 +154,9 @@ struct RunConfig {
   HostPath optimizer_host_path = HostPath::Fused;
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
+  // Overrides the model's sequence length when set: a Hugging Face config.json's default is
+  // capped (models/hf_config.hpp), and a run trains on what it trains on.
+  std::optional<int64_t> seq;
   bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint
   // Backpressure on backward: a backward step that starts new gradients waits until the gradient
   // stored this many stores ago is stored (bounds the gradient buffers on the device).

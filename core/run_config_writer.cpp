@@ -70,6 +70,7 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                        l.min_scale);
   out += fmt::format("gradient_accumulation: {}\n", c.gradient_accumulation);
   if (c.micro_batch) out += fmt::format("micro_batch: {}\n", *c.micro_batch);
+  if (c.seq) out += fmt::format("seq: {}\n", *c.seq);
   out += fmt::format("reserve_nvme_for_checkpoint: {}\n", c.reserve_nvme_for_checkpoint);
   out += fmt::format("gradient_stores_in_flight: {}\n", c.gradient_stores_in_flight);
   const auto& d = c.deepspeed;

@@ -212,6 +212,7 @@ PointInputs load_with(const std::string& model_path, const std::string& hw_path,
     const auto c = overridden_text(config_path, SweepTarget::Config, overrides);
     in.config = parse_run_config(c.text, c.name);
   }
+  if (in.config.seq) in.model.seq = *in.config.seq;  // as every command sees the run's sequence
   in.hw = for_precision(in.hw, in.config.precision, &in.warnings);
   in.config_path = config_path;
   return in;

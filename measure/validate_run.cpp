@@ -48,6 +48,7 @@ Loaded load(const ValidateOptions& a) {
   const std::string root = core::zinf_root(a.source_dir);
   Loaded l;
   l.model = models::find_model(a.model, a.source_dir);
+  models::require_engine_architecture(l.model, "zinf validate");
   std::string hw_path;
   try {
     hw_path = core::resolve_config(a.hw, "hwprofiles", root);

@@ -4,7 +4,12 @@
 
 #include <stdexcept>
 
+#include <filesystem>
+
 #include "core/config_paths.hpp"
+#include "core/errors.hpp"
+#include "models/decoder.hpp"
+#include "models/hf_config.hpp"
 
 namespace zinf::models {
 
@@ -74,6 +79,13 @@ struct Builder {
 
 ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
   if (tp < 1) throw std::invalid_argument(fmt::format("tensor_parallel must be at least 1, got {}", tp));
+  if (!s.is_gpt2()) {
+    if (tp != 1)
+      throw std::invalid_argument(fmt::format("tensor_parallel {}: tensor parallelism is planned for the GPT-2 architecture "
+                                              "only, and {} is {}",
+                                              tp, s.name, core::to_string(s.family)));
+    return build_decoder(s);
+  }
   auto divides = [&](const char* what, int64_t n) {
     if (n % tp != 0)
       throw std::invalid_argument(fmt::format("tensor_parallel {} does not divide the model's {} ({})", tp, what, n));
@@ -177,6 +189,12 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
 core::ModelGraph build_gpt(const core::ModelSpec& spec, const core::RunConfig& config) {
   core::ModelSpec s = spec;
   if (config.micro_batch) s.micro_batch = *config.micro_batch;
+  if (config.seq) s.seq = *config.seq;
+  // OPT's table keeps two rows before its first position.
+  const int64_t usable = s.learned_positions - (s.family == core::Family::Opt ? 2 : 0);
+  if (s.positions == core::PositionKind::Learned && s.learned_positions > 0 && s.seq > usable)
+    throw core::PlanError(fmt::format("seq {} is longer than the {} learned positions of {} ({})", s.seq, usable, s.name,
+                                      s.file.empty() ? "its model file" : s.file));
   // A degree the model's shape does not take is the run's refusal, reported as every plan's is.
   try {
     return build_gpt(s, config.tensor_parallel);
@@ -192,7 +210,22 @@ GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const c
   return p;
 }
 
+void require_engine_architecture(const core::ModelSpec& m, const std::string& what) {
+  if (m.is_gpt2()) return;
+  std::string arch = core::to_string(m.family);
+  if (m.family == core::Family::Gpt2) arch += " with positions, heads or biases GPT-2's kernels do not have";
+  throw core::ConfigError(m.file.empty() ? m.name : m.file, "architecture",
+                          fmt::format("{} runs the GPT-2 architecture only, and {} is {}; zinf plan, sim and tune "
+                                      "model it",
+                                      what, m.name, arch));
+}
+
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir) {
+  const std::string hf = hf_config_path(name_or_path);
+  if (!hf.empty()) return load_hf_config(hf);
+  std::error_code ec;
+  if (std::filesystem::is_directory(name_or_path, ec))
+    throw core::ConfigError(name_or_path, "", "a folder holding no config.json; give a model's YAML, a config.json or its folder");
   return core::load_model_spec(core::resolve_config(name_or_path, "models", core::zinf_root(source_dir)));
 }
 

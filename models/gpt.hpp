@@ -34,7 +34,13 @@ struct GptPlan {
 GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const core::RunConfig& config, int ranks,
                  const std::vector<int32_t>& recorded_order = {});
 
-// Finds models/<name>.yaml (or a path) and loads it; throws ConfigError naming what was tried.
+// Finds models/<name>.yaml (or a path) and loads it, or reads a Hugging Face config.json given as
+// the file or the folder holding it (models/hf_config.hpp); throws ConfigError naming what was tried.
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir);
+
+// The engine (zinf train, sample, validate) runs the GPT-2 architecture's kernels only: any other
+// architecture is refused at once with a ConfigError naming the model's file and its architecture.
+// `what` names the command for the message.
+void require_engine_architecture(const core::ModelSpec& m, const std::string& what);
 
 }  // namespace zinf::models

@@ -113,7 +113,7 @@ struct Trainer::Impl {
   double rss_before_homes = 0;  // the process's RSS just before the backend built the homes
 
   Impl(TrainerOptions o, Collectives& c)
-      : opt(std::move(o)), given_config(config_fields(opt.config)), comm(c), inputs_agreed(agree_on_inputs()), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
+      : opt((models::require_engine_architecture(o.model, "zinf's engine"), std::move(o))), given_config(config_fields(opt.config)), comm(c), inputs_agreed(agree_on_inputs()), groups(split_parallel_groups(opt, c)), dp(groups.data ? *groups.data : c),
         kind(select_backend(opt.backend)), gpt(plan_run(opt, kind, c.size())),
         staging_budget(staging_budget_bytes(planned.program, planned.plan, kind != BackendKind::Cuda, dp.rank())),
         model(graph, KernelImpl::Fast, TensorParallelRank{groups.tensor ? groups.tensor->rank() : 0, groups.tensor.get()}),
