@@ -101,7 +101,8 @@ TEST_CASE("a vocabulary past 65536 encodes to 32-bit ids and writes llm.c's 32-b
   zinf::test::TempDir dir("bpe-wide");
   std::ofstream(dir.path / "one.txt") << "ab abc";
   // tiny()'s tokens, with <|endoftext|> at 65540: no id fits a uint16 past it.
-  const std::string vocab = R"({"a": 0, "b": 1, "c": 2, "Ġ": 3, "ab": 4, "Ġab": 5, "abc": 6, "!": 7, "<|endoftext|>": 65540})";
+  const std::string vocab =
+      R"({"a": 0, "b": 1, "c": 2, "Ġ": 3, "ab": 4, "Ġab": 5, "abc": 6, "!": 7, "<|endoftext|>": 65540})";
   auto t = BpeTokenizer::from_strings(vocab, "#version: 0.2\na b\nĠ ab\nab c\n", "wide");
   const auto c = zinf::engine::TokenCorpus::load((dir.path / "one.txt").string(), &t);
   CHECK(c.tokens.wide());

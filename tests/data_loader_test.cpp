@@ -118,12 +118,13 @@ TEST_CASE("llm.c 32-bit token files round-trip and batch; ids past the model's v
   CHECK(b.targets == std::vector<int32_t>(ids.begin() + 1, ids.end()));
 
   c.require_vocab(128256, "llama-3-8b");
-  CHECK_THROWS_WITH(c.require_vocab(100000, "small"),
-                    Catch::Contains("hand.bin") && Catch::Contains("up to 128255") && Catch::Contains("128000, at token 0") &&
-                        Catch::Contains("model small has a vocabulary of 100000"));
+  CHECK_THROWS_WITH(c.require_vocab(100000, "small"), Catch::Contains("hand.bin") && Catch::Contains("up to 128255") &&
+                                                          Catch::Contains("128000, at token 0") &&
+                                                          Catch::Contains("model small has a vocabulary of 100000"));
   // An id no int32 holds is refused as the file is read.
   write_llmc(dir / "huge.bin", 20240801, 7, 2, std::vector<uint32_t>{1, 0x80000000u});
-  CHECK_THROWS_WITH(TokenCorpus::load((dir / "huge.bin").string()), Catch::Contains("huge.bin") && Catch::Contains("2147483648"));
+  CHECK_THROWS_WITH(TokenCorpus::load((dir / "huge.bin").string()),
+                    Catch::Contains("huge.bin") && Catch::Contains("2147483648"));
   fs::remove_all(dir);
 }
 
@@ -137,8 +138,9 @@ TEST_CASE("truncated or mislabelled 32-bit token files are refused naming the fi
   CHECK_THROWS_WITH(TokenCorpus::load((dir / "header.bin").string()),
                     Catch::Contains("header.bin") && Catch::Contains("1024-byte header"));
   write_bytes(dir / "body.bin", whole.data(), whole.size() - 4);  // the last token gone
-  CHECK_THROWS_WITH(TokenCorpus::load((dir / "body.bin").string()),
-                    Catch::Contains("body.bin") && Catch::Contains("4 tokens of 4 bytes") && Catch::Contains("12 bytes"));
+  CHECK_THROWS_WITH(TokenCorpus::load((dir / "body.bin").string()), Catch::Contains("body.bin") &&
+                                                                        Catch::Contains("4 tokens of 4 bytes") &&
+                                                                        Catch::Contains("12 bytes"));
   write_bytes(dir / "ragged.bin", whole.data(), whole.size() - 1);  // a partial token
   CHECK_THROWS_WITH(TokenCorpus::load((dir / "ragged.bin").string()), Catch::Contains("ragged.bin"));
   write_llmc(dir / "version.bin", 20240801, 1, 4, ids);  // the 32-bit magic with the 16-bit version

@@ -36,13 +36,15 @@ class TokenIds {
   // Holds the ids as 32 bits from now on (a vocabulary past 65536 writes 32-bit files even while
   // the ids seen so far fit 16 bits).
   void widen();
-  void push_back(uint32_t id);             // widens first when `id` passes 65535
-  void append(const TokenIds& more);       // widens when `more` is wide
-  TokenIds take_tail(size_t n);            // removes the last n ids and returns them, in this width
+  void push_back(uint32_t id);        // widens first when `id` passes 65535
+  void append(const TokenIds& more);  // widens when `more` is wide
+  TokenIds take_tail(size_t n);       // removes the last n ids and returns them, in this width
   // Ids [first, first + n) into `out`: the caller has checked first + n <= size().
   void copy_to(size_t first, size_t n, int32_t* out) const;
 
-  bool operator==(const TokenIds& o) const { return is_wide_ == o.is_wide_ && narrow_ == o.narrow_ && wide_ == o.wide_; }
+  bool operator==(const TokenIds& o) const {
+    return is_wide_ == o.is_wide_ && narrow_ == o.narrow_ && wide_ == o.wide_;
+  }
 
  private:
   std::vector<uint16_t> narrow_;
