@@ -97,7 +97,7 @@ TEST_CASE("llm.c and nanoGPT token files load, bad ones are named", "[data]") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("llm.c 32-bit token files round-trip and batch; ids past the model's vocabulary are refused by name",
+TEST_CASE("llm.c 32-bit token files round-trip and batch, and ids past the model's vocabulary are refused by name",
           "[data]") {
   const fs::path dir = temp_dir() / "wide";
   fs::create_directories(dir);

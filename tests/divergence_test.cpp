@@ -88,7 +88,7 @@ TEST_CASE("data identity: size and the head's checksum; a file of the same size 
   CHECK_THROWS_WITH(engine::DataIdentity::from_json({{"tokens", 3}}, "m.json"), Contains("head_crc32c"));
 }
 
-TEST_CASE("data identity of 16-bit ids is what checkpoints recorded before 32-bit ids; width does not change it",
+TEST_CASE("data identity of 16-bit ids is what checkpoints recorded before 32-bit ids, whatever width holds them",
           "[identity]") {
   // CRC32C (Castagnoli) of the 15 ids as little-endian uint16, worked out apart from zinf's crc32c:
   // a checkpoint written before ids could be 32 bits names the same data on resume.
