@@ -2,7 +2,8 @@
 // files are each a document) is encoded by the user's tokenizer (engine/data/bpe_tokenizer.hpp:
 // GPT-2's vocab.json + merges.txt, or a tokenizer.json of GPT-2, GPT-NeoX, Llama 2/3, Mistral or
 // Qwen2), each document between the tokenizer's document start and end (the template's BOS, else
-// <|endoftext|> before it), and written as an llm.c .bin that `zinf train --data` reads.
+// <|endoftext|> before it), and written as an llm.c .bin that `zinf train --data` reads: 16-bit ids
+// for a vocabulary up to 65536 (GPT-2's format), 32-bit past it (llm.c's Llama 3 format).
 #include <fmt/format.h>
 
 #include <memory>
@@ -25,15 +26,16 @@ void run_tokenize(const TokenizeArgs& a) {
   for (const auto& input : a.inputs) check_input("inputs", input, kDataInput);
   check_output("tokenize", "--output", a.output);
   auto tok = engine::BpeTokenizer::load(a.tokenizer);
-  std::vector<uint16_t> tokens;
+  engine::TokenIds tokens;
   for (const auto& input : a.inputs) {
     const auto corpus = engine::TokenCorpus::load(input, &tok);
     fmt::print("{}: {} tokens\n", input, corpus.tokens.size());
-    tokens.insert(tokens.end(), corpus.tokens.begin(), corpus.tokens.end());
+    tokens.append(corpus.tokens);
   }
   engine::write_llmc_bin(a.output, tokens);
-  fmt::print("wrote {} ({} tokens, vocabulary of {} from {}: {})\n", a.output, tokens.size(), tok.vocab_size(),
-             tok.source(), tok.description());
+  fmt::print("wrote {} ({} tokens as {}, vocabulary of {} from {}: {})\n", a.output, tokens.size(),
+             tokens.wide() ? "32-bit ids, llm.c's Llama 3 format" : "16-bit ids, llm.c's GPT-2 format",
+             tok.vocab_size(), tok.source(), tok.description());
 }
 
 }  // namespace

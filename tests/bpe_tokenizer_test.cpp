@@ -79,7 +79,8 @@ TEST_CASE("text data is encoded with the tokenizer, each document after <|endoft
   std::ofstream(dir.path / "two.txt") << "abab";
   BpeTokenizer t = tiny();
   const auto c = zinf::engine::TokenCorpus::load(dir.path.string(), &t);
-  CHECK(c.tokens == std::vector<uint16_t>{8, 4, 5, 2, 8, 4, 4});
+  CHECK(c.tokens.values() == std::vector<uint32_t>{8, 4, 5, 2, 8, 4, 4});
+  CHECK_FALSE(c.tokens.wide());
   CHECK(c.vocab == 9);
   const auto bytes = zinf::engine::TokenCorpus::load((dir.path / "two.txt").string());
   CHECK(bytes.vocab == 256);
@@ -91,7 +92,30 @@ TEST_CASE("text data is encoded with the tokenizer, each document after <|endoft
   // A held-out tail.
   auto all = zinf::engine::TokenCorpus::load(dir.path.string(), &t);
   const auto tail = all.split_tail(0.3, 2);
-  CHECK(tail.tokens == std::vector<uint16_t>{4, 4});
+  CHECK(tail.tokens.values() == std::vector<uint32_t>{4, 4});
   CHECK(all.tokens.size() == 5);
   CHECK_THROWS_WITH(all.split_tail(0.1, 2), Contains("held-out"));
+}
+
+TEST_CASE("a vocabulary past 65536 encodes to 32-bit ids and writes llm.c's 32-bit file", "[bpe]") {
+  zinf::test::TempDir dir("bpe-wide");
+  std::ofstream(dir.path / "one.txt") << "ab abc";
+  // tiny()'s tokens, with <|endoftext|> at 65540: no id fits a uint16 past it.
+  const std::string vocab =
+      R"({"a": 0, "b": 1, "c": 2, "Ġ": 3, "ab": 4, "Ġab": 5, "abc": 6, "!": 7, "<|endoftext|>": 65540})";
+  auto t = BpeTokenizer::from_strings(vocab, "#version: 0.2\na b\nĠ ab\nab c\n", "wide");
+  const auto c = zinf::engine::TokenCorpus::load((dir.path / "one.txt").string(), &t);
+  CHECK(c.tokens.wide());
+  CHECK(c.tokens.values() == std::vector<uint32_t>{65540, 4, 5, 2});
+  CHECK(c.vocab == 65541);
+  const std::string bin = (dir.path / "t.bin").string();
+  zinf::engine::write_llmc_bin(bin, c.tokens);
+  std::ifstream in(bin, std::ios::binary);
+  int32_t head[3] = {};
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  CHECK(head[0] == 20240801);
+  CHECK(head[1] == 7);
+  CHECK(head[2] == 4);
+  CHECK(std::filesystem::file_size(bin) == 1024 + 4 * 4);
+  CHECK(zinf::engine::TokenCorpus::load(bin).tokens == c.tokens);
 }

@@ -11,7 +11,8 @@ ignore_merges; byte fallback; fused unknowns). Pieces, ids and the decoded text 
 The same holds for variants made from them with the other steps zinf reads (Digits, ByteLevel's
 add_prefix_space, Metaspace with prepend_scheme "first", split or not).
 Then `zinf tokenize` encodes documents from a folder holding each file, and its token file must
-hold the reference's ids with the family's document start (the template's BOS, or <|endoftext|>).
+hold the reference's ids with the family's document start (the template's BOS, or <|endoftext|>),
+16-bit; with Llama 3's file given an added token past 65535, llm.c's 32-bit token file.
 
     ZINF_TOKENIZER_CHECK=build/tests/tokenizer_check ZINF_BINARY=build/zinf /usr/bin/python3 tests/tokenizer_families_test.py
 """
@@ -287,20 +288,24 @@ def check_family(name, path, tool, rng):
 
 
 def read_bin(path):
+    """The ids of an llm.c token file and their width in bits: 16 (GPT-2's header) or 32 (Llama 3's)."""
     data = open(path, "rb").read()
     magic, version, count = struct.unpack("<3i", data[:12])
-    assert (magic, version) == (20240520, 1), (magic, version)
-    return list(struct.unpack(f"<{count}H", data[1024:1024 + 2 * count]))
+    formats = {(20240520, 1): ("H", 16), (20240801, 7): ("I", 32)}
+    assert (magic, version) in formats, (magic, version)
+    code, bits = formats[(magic, version)]
+    assert len(data) == 1024 + count * bits // 8, (len(data), count, bits)
+    return list(struct.unpack(f"<{count}{code}", data[1024:])), bits
 
 
-def check_cli(name, path, ref, zinf, tmp):
+def check_cli(name, path, ref, zinf, tmp, bits=16, extra=""):
     folder = os.path.join(tmp, name)
     docs = os.path.join(tmp, name + "-docs")
     os.makedirs(folder)
     os.makedirs(docs)
     with open(path, encoding="utf-8") as src, open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as dst:
         dst.write(src.read())
-    texts = ["Hello world's 12345\r\n", "caf\u00e9 na\u00efve \u4e2d\u6587 \U0001F600  x\n"]
+    texts = ["Hello world's 12345\r\n" + extra, "caf\u00e9 na\u00efve \u4e2d\u6587 \U0001F600  x\n"]
     want = []
     for i, text in enumerate(texts):
         with open(os.path.join(docs, f"{i}.txt"), "w", encoding="utf-8") as f:
@@ -310,8 +315,25 @@ def check_cli(name, path, ref, zinf, tmp):
     r = subprocess.run([zinf, "tokenize", "--tokenizer", folder, "-o", out, docs], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{name}: zinf tokenize failed ({r.returncode}): {r.stderr}")
-    if read_bin(out) != want:
-        sys.exit(f"{name}: zinf tokenize wrote {read_bin(out)}, the reference {want}")
+    if read_bin(out) != (want, bits):
+        sys.exit(f"{name}: zinf tokenize wrote {read_bin(out)}, the reference {(want, bits)}")
+    if f"{bits}-bit ids" not in r.stdout:
+        sys.exit(f"{name}: zinf tokenize did not say it wrote {bits}-bit ids: {r.stdout!r}")
+
+
+def check_wide(folder, tool, rng, zinf, tmp):
+    """Llama 3's file with an added token past 65535, as its real vocabulary of 128256 has: the
+    encoding still matches, and `zinf tokenize` writes llm.c's 32-bit token file."""
+    with open(os.path.join(folder, "llama3.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    j["added_tokens"].append({"id": 65600, "content": "<|wide|>", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True})
+    path = os.path.join(tmp, "llama3-wide.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f)
+    ref, texts = check_family("llama3-wide", path, tool, rng)
+    check_cli("llama3-wide", path, ref, zinf, tmp, bits=32, extra="a<|wide|>b")
+    return texts
 
 
 def check_refusal(folder, zinf, tmp):
@@ -347,6 +369,8 @@ def main():
             print(f"ok: {name}: pieces, ids and decoded text of {len(texts)} texts as the reference; zinf tokenize too")
         check_refusal(folder, zinf, tmp)
         print("ok: an unknown Split pattern is refused by zinf tokenize naming the file and the pattern")
+        texts = check_wide(folder, tool, rng, zinf, tmp)
+        print(f"ok: llama3 with an added id past 65535: {len(texts)} texts as the reference; zinf tokenize wrote 32 bits")
         for name, path in variants(folder, tmp).items():
             ref, texts = check_family(name, path, tool, rng)
             print(f"ok: {name}: pieces, ids and decoded text of {len(texts)} texts as the reference")

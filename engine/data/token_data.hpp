@@ -1,7 +1,8 @@
 // Training data as a flat array of token ids, and the deterministic loader that cuts it into
-// micro-batches. A TokenCorpus is loaded once (text as bytes, vocab 256; or a uint16 token file in
-// llm.c's or nanoGPT's .bin convention) and is immutable afterwards, safe to share between threads.
-// A BatchLoader holds a position and belongs to one thread (one per rank).
+// micro-batches. A TokenCorpus is loaded once (text as bytes, vocab 256; text encoded by a BPE
+// tokenizer; or a token file in llm.c's 16- or 32-bit .bin format or nanoGPT's raw uint16) and is
+// immutable afterwards, safe to share between threads. A BatchLoader holds a position and belongs
+// to one thread (one per rank).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,9 +15,46 @@ class BpeTokenizer;
 // The fortunes corpus installed by scripts/setup.sh (Debian package `fortunes`).
 inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
+// Token ids, 16 bits each while every id fits and the source's vocabulary does (GPT-2's 50257),
+// 32 bits otherwise (Llama 3's 128256, Qwen2's 151646): a 16-bit corpus keeps half the memory.
+class TokenIds {
+ public:
+  TokenIds() = default;
+  explicit TokenIds(std::vector<uint16_t> ids) : narrow_(std::move(ids)) {}
+  explicit TokenIds(std::vector<uint32_t> ids) : wide_(std::move(ids)), is_wide_(true) {}
+
+  size_t size() const { return is_wide_ ? wide_.size() : narrow_.size(); }
+  bool empty() const { return size() == 0; }
+  bool wide() const { return is_wide_; }
+  uint32_t operator[](size_t i) const { return is_wide_ ? wide_[i] : narrow_[i]; }
+  uint32_t max() const;  // 0 when empty
+  // The storage of one width; each throws std::logic_error when the ids are held in the other.
+  const std::vector<uint16_t>& narrow() const;
+  const std::vector<uint32_t>& wide_ids() const;
+  std::vector<uint32_t> values() const;  // a copy, 32-bit whatever the width
+
+  // Holds the ids as 32 bits from now on (a vocabulary past 65536 writes 32-bit files even while
+  // the ids seen so far fit 16 bits).
+  void widen();
+  void push_back(uint32_t id);        // widens first when `id` passes 65535
+  void append(const TokenIds& more);  // widens when `more` is wide
+  TokenIds take_tail(size_t n);       // removes the last n ids and returns them, in this width
+  // Ids [first, first + n) into `out`: the caller has checked first + n <= size().
+  void copy_to(size_t first, size_t n, int32_t* out) const;
+
+  bool operator==(const TokenIds& o) const {
+    return is_wide_ == o.is_wide_ && narrow_ == o.narrow_ && wide_ == o.wide_;
+  }
+
+ private:
+  std::vector<uint16_t> narrow_;
+  std::vector<uint32_t> wide_;
+  bool is_wide_ = false;
+};
+
 struct TokenCorpus {
   std::string source;            // what was loaded, for messages
-  std::vector<uint16_t> tokens;
+  TokenIds tokens;
   int64_t vocab = 0;             // 256 for text; max token + 1 for a token file
 
   // Loads `path`: a directory (its regular text files — everything but *.dat indexes and symlinks —
@@ -32,14 +70,20 @@ struct TokenCorpus {
   // either part would hold fewer than `min_tokens`.
   TokenCorpus split_tail(double fraction, int64_t min_tokens);
   static TokenCorpus from_text(const std::string& text, std::string source = "<text>");
-  // A *.bin token file: llm.c's (256 x int32 header: magic 20240520, version 1, token count; then
-  // uint16 tokens) when it starts with the magic, else nanoGPT's raw little-endian uint16 array.
+  // A *.bin token file: llm.c's 256 x int32 header (magic, version, token count) and then the
+  // tokens, little-endian: GPT-2's magic 20240520 version 1 with uint16 tokens, or Llama 3's
+  // 20240801 version 7 with uint32 ones (ids past 2^31 - 1 are refused); a file without either magic
+  // is nanoGPT's raw uint16 array. Throws naming the path on a bad header or size.
   static TokenCorpus load_bin(const std::string& path);
+  // Throws std::runtime_error naming the source, the largest id and where it first occurs unless
+  // every id is below `model_vocab` (the vocabulary of the model named `model`).
+  void require_vocab(int64_t model_vocab, const std::string& model, const std::string& what = "data") const;
 };
 
-// Writes `tokens` as an llm.c token file (the header load_bin reads, then uint16 little-endian),
-// through a temporary name renamed into place; throws naming the path on failure.
-void write_llmc_bin(const std::string& path, const std::vector<uint16_t>& tokens);
+// Writes `tokens` as an llm.c token file load_bin reads: uint16 (version 1) when they are held in
+// 16 bits, else uint32 (version 7), through a temporary name renamed into place; throws naming the
+// path on failure.
+void write_llmc_bin(const std::string& path, const TokenIds& tokens);
 
 struct Batch {
   int64_t micro_batch = 0, seq = 0;

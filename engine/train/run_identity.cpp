@@ -62,10 +62,24 @@ std::string DataIdentity::describe() const {
                      head_crc32c, source.empty() ? "" : " from " + source);
 }
 
+// The checksum is of the head's ids as 16-bit values when they all fit, as 32-bit ones otherwise:
+// the same ids give the same identity whichever width holds them, and a 16-bit corpus keeps the
+// identity its checkpoints recorded before ids could be 32 bits.
 DataIdentity data_identity(const TokenCorpus& corpus) {
   DataIdentity d;
   d.tokens = corpus.tokens.size();
-  d.head_crc32c = crc32c(corpus.tokens.data(), std::min<uint64_t>(d.tokens, DataIdentity::kHeadTokens) * sizeof(uint16_t));
+  const size_t head = size_t(std::min<uint64_t>(d.tokens, DataIdentity::kHeadTokens));
+  if (!corpus.tokens.wide()) {
+    d.head_crc32c = crc32c(corpus.tokens.narrow().data(), head * sizeof(uint16_t));
+  } else {
+    const auto& ids = corpus.tokens.wide_ids();
+    if (std::all_of(ids.begin(), ids.begin() + std::ptrdiff_t(head), [](uint32_t id) { return id <= UINT16_MAX; })) {
+      const std::vector<uint16_t> narrow(ids.begin(), ids.begin() + std::ptrdiff_t(head));
+      d.head_crc32c = crc32c(narrow.data(), head * sizeof(uint16_t));
+    } else {
+      d.head_crc32c = crc32c(ids.data(), head * sizeof(uint32_t));
+    }
+  }
   d.source = corpus.source;
   return d;
 }

@@ -215,15 +215,11 @@ struct Trainer::Impl {
       note(fmt::format("data {} is read as bytes (ids 0-255) for a model with a vocabulary of {}: pass --tokenizer "
                        "(GPT-2's vocab.json + merges.txt or tokenizer.json) to train on BPE tokens",
                        corpus.source, opt.model.vocab));
-    if (corpus.vocab > opt.model.vocab)
-      throw std::runtime_error(fmt::format("data {}: token ids go up to {}, but model {} has a vocabulary of {}",
-                                           corpus.source, corpus.vocab - 1, opt.model.name, opt.model.vocab));
+    corpus.require_vocab(opt.model.vocab, opt.model.name);
     // The held-out split: its own data, or the end of this data, which training then leaves out.
     if (!opt.val_data.empty()) {
       held_out = TokenCorpus::load(opt.val_data, tokenizer ? &*tokenizer : nullptr);
-      if (held_out->vocab > opt.model.vocab)
-        throw std::runtime_error(fmt::format("held-out data {}: token ids go up to {}, but model {} has a vocabulary of {}",
-                                             held_out->source, held_out->vocab - 1, opt.model.name, opt.model.vocab));
+      held_out->require_vocab(opt.model.vocab, opt.model.name, "held-out data");
     } else if (opt.val_fraction > 0) {
       held_out = corpus.split_tail(opt.val_fraction, opt.model.seq + 1);
     }

@@ -1,4 +1,4 @@
-// Fuzz target: .bin token files, llm.c (a 1024-byte header) and nanoGPT (raw uint16), through
+// Fuzz target: .bin token files, llm.c's 16- and 32-bit (a 1024-byte header) and nanoGPT's (raw uint16), through
 // engine::TokenCorpus::load and a BatchLoader over what loads.
 #include <unistd.h>
 
@@ -30,8 +30,12 @@ std::vector<std::string> builtin_seeds() {
   const int32_t head[3] = {20240520, 1, 16};
   std::memcpy(llmc.data(), head, sizeof head);
   for (uint16_t t = 0; t < 16; ++t) llmc.append(reinterpret_cast<const char*>(&t), 2);
+  std::string wide(1024, '\0');
+  const int32_t wide_head[3] = {20240801, 7, 16};
+  std::memcpy(wide.data(), wide_head, sizeof wide_head);
+  for (uint32_t t = 70000; t < 70016; ++t) wide.append(reinterpret_cast<const char*>(&t), 4);
   std::string raw;
   for (uint16_t t = 0; t < 32; ++t) raw.append(reinterpret_cast<const char*>(&t), 2);
-  return {llmc, raw};
+  return {llmc, wide, raw};
 }
 }  // namespace zinf::fuzz
