@@ -68,6 +68,7 @@ struct TrainArgs {
   bool accept_unverified = false;
   bool allow_changes = false;
   std::string init_from, export_path, timeline, trace;
+  std::string export_dtype, export_shard_size;
   uint64_t seed = 1234;
   unsigned adam_threads = 1;
   std::string backend = "auto";
@@ -259,6 +260,7 @@ void run_train(const TrainArgs& a) {
   check_output_directory("--timeline", a.timeline);
   check_output_directory("--trace", a.trace);
   check_outside_locked(a);
+  engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);  // a bad size refused before training
   const std::string root = core::zinf_root(source_dir());
   engine::TrainerOptions o;
   o.model = models::find_model(a.model, source_dir());
@@ -453,8 +455,11 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                                           a.export_path.empty() ? "" : "; --export skipped: the run is incomplete")};
   }
   if (!a.export_path.empty()) {
-    trainer.export_safetensors(a.export_path);
-    if (lead) print_line("exported {} (Hugging Face GPT-2 names, F32)\n", a.export_path);
+    const engine::ExportTarget target = engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);
+    trainer.export_weights(target);
+    if (lead)
+      print_line("exported {} (Hugging Face GPT-2 names, {}{})\n", a.export_path, engine::to_string(target.how.dtype),
+                 target.folder ? ", a folder" : "");
   }
 }
 
@@ -512,8 +517,16 @@ void add_train_command(CLI::App& app) {
                 "Resume from a checkpoint that has no checksums (written by an older zinf)");
   cmd->add_flag("--allow-changes", a->allow_changes,
                 "Resume with another data seed, data, micro-batch or run config than the checkpoint recorded");
-  cmd->add_option("--init-from", a->init_from, "Start from a safetensors file with Hugging Face GPT-2 names");
-  cmd->add_option("--export", a->export_path, "Write the trained weights as safetensors (Hugging Face GPT-2 names)");
+  cmd->add_option("--init-from", a->init_from,
+                  "Start from Hugging Face GPT-2 weights: a safetensors file, or a folder (model.safetensors or shards "
+                  "with model.safetensors.index.json)");
+  cmd->add_option("--export", a->export_path,
+                  "Write the trained weights in Hugging Face GPT-2 names: one safetensors file, or a folder (an existing "
+                  "directory, a path ending in '/', or with --export-shard-size) of shards and their index");
+  cmd->add_option("--export-dtype", a->export_dtype, "fp32 (the master weights, default), bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--export-shard-size", a->export_shard_size,
+                  "Largest shard of an exported folder, as transformers counts it (5GB, 500MB, 2GiB; default 5GB)");
   cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline as CSV to this path (X.csv)");
   cmd->add_option("--trace", a->trace, "Write the last step's Timeline as a Chrome trace (Perfetto) to this path");
   cmd->add_option("--seed", a->seed, "Data order seed")->capture_default_str();
