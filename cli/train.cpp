@@ -203,6 +203,14 @@ void write_timeline(const core::Timeline& t, const std::string& csv, const std::
   }
 }
 
+void export_weights(engine::Trainer& trainer, const TrainArgs& a, bool lead) {
+  const engine::ExportTarget target = engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);
+  trainer.export_weights(target);
+  if (lead)
+    print_line("exported {} (Hugging Face GPT-2 names, {}{})\n", a.export_path, engine::to_string(target.how.dtype),
+               target.folder ? ", a folder" : "");
+}
+
 void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
                 const engine::HeapRelease& heap, engine::MetricsLog* metrics);
 
@@ -454,13 +462,7 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                                           a.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : ", checkpoint saved",
                                           a.export_path.empty() ? "" : "; --export skipped: the run is incomplete")};
   }
-  if (!a.export_path.empty()) {
-    const engine::ExportTarget target = engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);
-    trainer.export_weights(target);
-    if (lead)
-      print_line("exported {} (Hugging Face GPT-2 names, {}{})\n", a.export_path, engine::to_string(target.how.dtype),
-                 target.folder ? ", a folder" : "");
-  }
+  if (!a.export_path.empty()) export_weights(trainer, a, lead);
 }
 
 // CLI11's Range lets NaN through (every comparison with it is false): memory sizes must be finite.

@@ -766,8 +766,6 @@ bool Trainer::any_rank(bool mine) {
   return v > 0;
 }
 
-void Trainer::export_safetensors(const std::string& path) { export_weights(ExportTarget{path, {}, false}); }
-
 void Trainer::export_weights(const ExportTarget& target) {
   const std::string& path = target.path;
   Impl& I = *impl_;

@@ -164,7 +164,8 @@ public:
   // about one group's master, m and v (the CUDA backend still gathers and loads its whole state).
   std::string save_checkpoint(bool final = true);  // returns the directory written
   void publish_pending();
-  void export_safetensors(const std::string& path);  // rank 0 writes the master weights, F32
+  // Rank 0 writes the master weights, F32, as one file.
+  void export_safetensors(const std::string& path) { export_weights(ExportTarget{path, {}, false}); }
   // The same as a Hugging Face folder or one file, in the dtype asked for (engine/model/hf_weights.hpp).
   void export_weights(const ExportTarget& target);
 
