@@ -1,6 +1,6 @@
 // Hugging Face weight folders for GPT-2 (gpt-tiny): sharded model-0000N-of-0000M.safetensors with
 // model.safetensors.index.json in F32, F16 and BF16, with and without the "transformer." prefix,
-// loaded and exported back bitwise; a single model.safetensors folder; shard sizes and the index as
+// loaded and exported back bitwise, directly and through a Trainer whose states live on NVMe; a single model.safetensors folder; shard sizes and the index as
 // transformers writes them; refusals of a missing shard, a tensor in no shard or in two, a
 // misshapen tensor and an extra one, each naming the tensor or file.
 #include <catch2/catch.hpp>
@@ -16,9 +16,14 @@
 #include "core/bounded_input.hpp"
 #include "engine/bf16.hpp"
 #include "engine/fp16.hpp"
+#include "core/hwprofile.hpp"
+#include "core/run_config.hpp"
+#include "engine/comm/collectives.hpp"
 #include "engine/model/hf_weights.hpp"
+#include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
 #include "temp_dir.hpp"
+#include "test_paths.hpp"
 
 using namespace zinf::engine;
 namespace fs = std::filesystem;
@@ -271,5 +276,37 @@ TEST_CASE("broken Hugging Face folders are refused naming the tensor or file", "
     fs::remove_all(dir);
     fs::create_directories(dir);
     CHECK_THAT(load(), Contains(dir.string()) && Contains("neither model.safetensors nor"));
+  }
+}
+
+TEST_CASE("a Trainer with its states on NVMe starts from a sharded folder and exports it bitwise", "[hf_weights]") {
+  const auto graph = tiny();
+  zinf::test::TempDir tmp("hf");
+  const fs::path in = tmp.path / "in", out = tmp.path / "out";
+  const auto tensors = hf_tensors(graph, TensorDtype::BF16, "transformer.");
+  write_folder(in, tensors, TensorDtype::BF16, 4);
+
+  zinf::engine::TrainerOptions o;
+  o.model = zinf::core::load_model_spec(zinf::test::source("models/gpt-tiny.yaml"));
+  o.hw = zinf::core::load_hwprofile(zinf::test::source("hwprofiles/cpu-dev.yaml"));
+  o.config = zinf::core::parse_run_config(
+      "zero_stage: 3\noffload: {params: nvme, optimizer: nvme}\noptimizer: {lr: 1.0e-3, sub_group_size: 20000}\n", "test");
+  o.nvme_dir = (tmp.path / "nvme").string();
+  fs::create_directories(o.nvme_dir);
+  o.init_from = in.string();
+  zinf::engine::LocalCollectives comm;
+  zinf::engine::Trainer trainer(o, comm);
+  trainer.export_weights(export_target(out.string(), "bf16", "60KB"));
+
+  std::ifstream in_index_file(in / kHfIndexFile), out_index_file(out / kHfIndexFile);
+  const auto in_index = nlohmann::json::parse(in_index_file), out_index = nlohmann::json::parse(out_index_file);
+  CHECK(out_index["weight_map"].size() + 1 == tensors.size());  // all but the mask buffer
+  for (const Tensor& t : tensors) {
+    const std::string name = t.name.substr(std::string("transformer.").size());
+    if (name == "h.0.attn.bias") continue;
+    INFO(name);
+    REQUIRE(out_index["weight_map"].contains(name));
+    CHECK(raw_bytes((out / out_index["weight_map"][name].get<std::string>()).string(), name) ==
+          raw_bytes((in / in_index["weight_map"][t.name].get<std::string>()).string(), t.name));
   }
 }
