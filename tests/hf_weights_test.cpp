@@ -1,6 +1,7 @@
 // Hugging Face weight folders for GPT-2 (gpt-tiny): sharded model-0000N-of-0000M.safetensors with
 // model.safetensors.index.json in F32, F16 and BF16, with and without the "transformer." prefix,
-// loaded and exported back bitwise, directly and through a Trainer whose states live on NVMe; a single model.safetensors folder; shard sizes and the index as
+// loaded and exported back bitwise, directly and through a Trainer whose states live on NVMe; a
+// full disk while exporting leaves the earlier export whole; a single model.safetensors folder; shard sizes and the index as
 // transformers writes them; refusals of a missing shard, a tensor in no shard or in two, a
 // misshapen tensor and an extra one, each naming the tensor or file.
 #include <catch2/catch.hpp>
@@ -22,6 +23,7 @@
 #include "engine/model/hf_weights.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
+#include "forwarding_io_env.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
 
@@ -309,4 +311,44 @@ TEST_CASE("a Trainer with its states on NVMe starts from a sharded folder and ex
     CHECK(raw_bytes((out / out_index["weight_map"][name].get<std::string>()).string(), name) ==
           raw_bytes((in / in_index["weight_map"][t.name].get<std::string>()).string(), t.name));
   }
+}
+
+namespace {
+
+// Fails the n-th write of a shard with ENOSPC, as a disk that fills during an export would.
+class FullDiskEnv final : public zinf::test::ForwardingIoEnv {
+ public:
+  explicit FullDiskEnv(int fail_at) : left_(fail_at) {}
+  int64_t pwrite(int fd, const void* d, uint64_t n, uint64_t o) override {
+    if (--left_ == 0) return -ENOSPC;
+    return ForwardingIoEnv::pwrite(fd, d, n, o);
+  }
+
+ private:
+  int left_;
+};
+
+}  // namespace
+
+TEST_CASE("a disk that fills while exporting leaves the earlier export whole and no temporary file", "[hf_weights]") {
+  const auto graph = tiny();
+  zinf::test::TempDir tmp("hf");
+  const fs::path in = tmp.path / "in", out = tmp.path / "out";
+  write_folder(in, hf_tensors(graph, TensorDtype::F32, ""), TensorDtype::F32, 2);
+  save_gpt2_hf_folder(out.string(), graph, gpt2_safetensors_groups(in.string(), graph), {TensorDtype::F32, 100000});
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::directory_iterator(out))
+    before[e.path().filename().string()] = zinf::core::read_bounded_file(e.path().string(), 1 << 20, "export");
+
+  FullDiskEnv full(12);  // past the export's first shard
+  const std::string m = message_of([&] {
+    save_gpt2_hf_folder(out.string(), graph, gpt2_safetensors_groups(in.string(), graph), {TensorDtype::BF16, 50000},
+                        full);
+  });
+  CHECK_THAT(m, Contains("export") && Contains(".safetensors.tmp") && Contains("No space left"));
+  CHECK_THAT(m, !Contains("model-00001-of"));  // a shard written before it is set aside too
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::directory_iterator(out))
+    after[e.path().filename().string()] = zinf::core::read_bounded_file(e.path().string(), 1 << 20, "export");
+  CHECK(after == before);
 }

@@ -144,44 +144,49 @@ uint64_t parse_shard_size(const std::string& text) {
 
 namespace {
 
-// One shard at a time, written to <name>.tmp through the project's checked file calls, then
-// fsynced and renamed into place.
+// One shard at a time, written to <name>.tmp through the project's checked file calls and fsynced;
+// the shards are renamed into place only when every one is written, so a write that fails (a full
+// disk) leaves the folder's earlier export whole and no temporary file behind.
 class ShardWriter {
  public:
   ShardWriter(IoEnv& env, std::string dir, std::string who) : env_(env), dir_(std::move(dir)), who_(std::move(who)) {}
   ~ShardWriter() {
-    if (fd_ >= 0) {
-      env_.close(fd_);
-      env_.remove(tmp_);
-    }
+    if (fd_ >= 0) env_.close(fd_);
+    for (const auto& names : written_) env_.remove(names.first);
   }
   void open(const std::string& name, const std::string& header) {
-    final_ = dir_ + "/" + name;
-    tmp_ = final_ + ".tmp";
-    const int r = env_.remove(tmp_);  // a leftover of a crash; O_EXCL refuses anything put there since
-    if (r < 0 && r != -ENOENT) throw FileError(who_, "remove", tmp_, -r);
-    fd_ = open_own_file(env_, tmp_, O_WRONLY | O_CREAT | O_EXCL, 0644, who_);
+    const std::string path = dir_ + "/" + name, tmp = path + ".tmp";
+    const int r = env_.remove(tmp);  // a leftover of a crash; O_EXCL refuses anything put there since
+    if (r < 0 && r != -ENOENT) throw FileError(who_, "remove", tmp, -r);
+    fd_ = open_own_file(env_, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644, who_);
+    written_.emplace_back(tmp, path);
     offset_ = 0;
     write(header.data(), header.size());
   }
   void write(const char* data, size_t bytes) {
     while (bytes > 0) {
       const int64_t w = env_.pwrite(fd_, data, bytes, offset_);
-      if (w <= 0) throw FileError(who_, "write", tmp_, w < 0 ? int(-w) : EIO);
+      if (w <= 0) throw FileError(who_, "write", written_.back().first, w < 0 ? int(-w) : EIO);
       data += w, bytes -= size_t(w), offset_ += uint64_t(w);
     }
   }
   void close() {
-    fsync_checked(env_, fd_, tmp_, who_);
-    int r = env_.close(std::exchange(fd_, -1));
-    if (r < 0) throw FileError(who_, "close", tmp_, -r);
-    r = env_.rename(tmp_, final_);
-    if (r < 0) throw FileError(who_, "rename " + tmp_ + " to", final_, -r);
+    const std::string& tmp = written_.back().first;
+    fsync_checked(env_, fd_, tmp, who_);
+    const int r = env_.close(std::exchange(fd_, -1));
+    if (r < 0) throw FileError(who_, "close", tmp, -r);
+  }
+  void rename_all() {
+    for (auto it = written_.begin(); it != written_.end(); it = written_.erase(it)) {
+      const int r = env_.rename(it->first, it->second);
+      if (r < 0) throw FileError(who_, "rename " + it->first + " to", it->second, -r);
+    }
   }
 
  private:
   IoEnv& env_;
-  std::string dir_, who_, tmp_, final_;
+  std::string dir_, who_;
+  std::vector<std::pair<std::string, std::string>> written_;  // temporary name, final name
   int fd_ = -1;
   uint64_t offset_ = 0;
 };
@@ -263,6 +268,7 @@ void save_gpt2_hf_folder(const std::string& dir, const core::ModelGraph& graph, 
     out.write(data, bytes);
   });
   out.close();
+  out.rename_all();
   if (n > 1) {
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
     for (size_t i = 0; i < layout.size(); ++i) index["weight_map"][layout[i].name] = names[shard_of[i]];

@@ -57,8 +57,9 @@ uint64_t parse_shard_size(const std::string& text);
 // shard, else shards of at most how.shard_bytes tensor bytes each (a tensor larger than that
 // alone in its shard) and model.safetensors.index.json with metadata.total_size and weight_map,
 // and a config.json from which transformers builds the same GPT-2.
-// Files are filled in group order, one open at a time, each written under a temporary name,
-// fsynced and renamed; files of an earlier export that this one does not write are removed.
+// Files are filled in group order, one open at a time, each under a temporary name and fsynced;
+// all are renamed into place once written (a failed write leaves an earlier export whole), then
+// the index and config are replaced and files of an earlier export this one did not write removed.
 void save_gpt2_hf_folder(const std::string& dir, const core::ModelGraph& graph, const GroupSource& group,
                          const HfExport& how, IoEnv& env = default_io_env());
 
