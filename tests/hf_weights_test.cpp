@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -243,6 +244,14 @@ TEST_CASE("broken Hugging Face folders are refused naming the tensor or file", "
     write_safetensors((dir / "model-00004-of-00004.safetensors").string(), extra, TensorDtype::BF16);
     edit_index([](nlohmann::json& j) { j["weight_map"]["zz"] = "model-00004-of-00004.safetensors"; });
     CHECK_THAT(load(), Contains("tensor 'ln_f.weight' is in two shards"));
+  }
+  SECTION("a tensor the weight_map names twice") {
+    std::ifstream f(dir / kHfIndexFile);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string entry = "\"weight_map\": {";
+    text.insert(text.find(entry) + entry.size(), "\"ln_f.bias\": \"model-00001-of-00003.safetensors\",");
+    std::ofstream(dir / kHfIndexFile) << text;
+    CHECK_THAT(load(), Contains("tensor 'ln_f.bias' is named twice"));
   }
   SECTION("a misshapen tensor") {
     auto bad = tensors;

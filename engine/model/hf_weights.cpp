@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <utility>
 
 #include "core/bounded_input.hpp"
@@ -53,13 +54,25 @@ WeightFiles::WeightFiles(const std::string& path) : path_(path) {
 void WeightFiles::open_index(const std::string& dir) {
   const std::string index = (fs::path(dir) / kHfIndexFile).string();
   nlohmann::json j;
+  // JSON keeps the last of two equal keys: a tensor the weight_map names twice is found here.
+  std::string top_key, named_twice;
+  std::set<std::string> mapped;
+  const nlohmann::json::parser_callback_t watch = [&](int depth, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json& parsed) {
+    if (event != nlohmann::json::parse_event_t::key || !parsed.is_string()) return true;
+    if (depth == 1) top_key = parsed.get<std::string>();
+    if (depth == 2 && top_key == "weight_map" && !mapped.insert(parsed.get<std::string>()).second && named_twice.empty())
+      named_twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(core::read_bounded_file(index, kMaxIndexBytes, "safetensors index"));
+    j = nlohmann::json::parse(core::read_bounded_file(index, kMaxIndexBytes, "safetensors index"), watch);
   } catch (const core::ConfigError& e) {
     throw SafetensorsError(std::string("safetensors: ") + e.what());
   } catch (const nlohmann::json::exception& e) {
     fail(index, std::string("not valid JSON: ") + e.what());
   }
+  if (!named_twice.empty()) fail(index, "tensor '" + named_twice + "' is named twice in the weight_map");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(index, "needs a 'weight_map' object (tensor name -> shard file)");
   std::map<std::string, std::string> weight_map;

@@ -23,8 +23,8 @@ class WeightFiles {
  public:
   // `path` is one safetensors file or a folder holding model.safetensors or an index and its
   // shards. Throws SafetensorsError naming the file and tensor at fault: a shard the index names
-  // that is not there, a tensor in two shards, a tensor the index maps to a shard that lacks it, a
-  // tensor in a shard the index does not map there.
+  // that is not there, a tensor in two shards or named twice in the index, a tensor the index maps
+  // to a shard that lacks it, a tensor in a shard the index does not map there.
   explicit WeightFiles(const std::string& path);
 
   const std::string& path() const { return path_; }
