@@ -16,7 +16,7 @@ const InputKind kTokenizerInput{"tokenizer file", 64ull << 20, true};
 const InputKind kDataInput{"data file", 8ull << 30, true};
 // The largest checkpoint a safetensors header may describe is checked by its reader; this bounds
 // the file itself (a 1T-parameter model in fp32 is 4 TB).
-const InputKind kWeightsInput{"safetensors file", 16ull << 40, false};
+const InputKind kWeightsInput{"safetensors file or Hugging Face folder", 16ull << 40, true};
 
 void check_input(const std::string& flag, const std::string& path, const InputKind& kind) {
   if (path.empty()) return;
@@ -37,6 +37,9 @@ void check_named_input(const std::string& flag, const std::string& name_or_path,
     if (::lstat(name_or_path.c_str(), &st) != 0) return;
     path = name_or_path;
   }
+  // A model may be a Hugging Face folder: its config.json is the file read.
+  struct stat st {};
+  if (folder == "models" && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/config.json";
   check_input(flag, path, kConfigInput);
 }
 

@@ -7,6 +7,7 @@
 // others to wait out the collective timeout. Not thread-safe; one run per process.
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +71,7 @@ struct TrainArgs {
   bool accept_unverified = false;
   bool allow_changes = false;
   std::string init_from, export_path, timeline, trace;
+  std::string export_dtype, export_shard_size;
   uint64_t seed = 1234;
   unsigned adam_threads = 1;
   std::string backend = "auto";
@@ -174,6 +176,20 @@ void resolve_timeline_paths(TrainArgs& a) {
 // Every file the run names, checked before anything is loaded or trained: inputs as the bounded
 // reader reads them, outputs as the one writer writes them (a missing directory for --export is
 // found now, not after training).
+// --export, before training: a bad dtype or shard size is refused, and so is a file target or a
+// folder's parent that cannot be written (a folder is created by the export itself).
+void check_export(const TrainArgs& a) {
+  if (a.export_path.empty()) return;
+  const auto target = engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);
+  if (!target.folder) return check_output("train", "--export", a.export_path);
+  std::string dir = a.export_path;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw std::runtime_error(fmt::format("--export {}: a Hugging Face folder export needs a directory here", dir));
+  check_output("train", "--export", ::lstat(dir.c_str(), &st) == 0 ? dir + "/model.safetensors" : dir);
+}
+
 void check_files(const TrainArgs& a) {
   check_named_input("--model", a.model, "models");
   check_named_input("--hw", a.hw, "hwprofiles");
@@ -182,9 +198,10 @@ void check_files(const TrainArgs& a) {
   check_input("--val-data", a.val_data, kDataInput);
   check_input("--tokenizer", a.tokenizer, kTokenizerInput);
   check_input("--init-from", a.init_from, kWeightsInput);
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--export", a.export_path},
-                                   {"--timeline", a.timeline}, {"--trace", a.trace}, {"--metrics", a.metrics}})
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--timeline", a.timeline},
+                                   {"--trace", a.trace}, {"--metrics", a.metrics}})
     check_output("train", flag, path);
+  check_export(a);
 }
 
 // `path` of rank `rank` when several ranks write: X.csv -> X.rank1.csv.
@@ -204,6 +221,14 @@ void write_timeline(const core::Timeline& t, const std::string& csv, const std::
     else t.write_chrome_trace(out.stream());
     out.commit();
   }
+}
+
+void export_weights(engine::Trainer& trainer, const TrainArgs& a, bool lead) {
+  const engine::ExportTarget target = engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);
+  trainer.export_weights(target);
+  if (lead)
+    print_line("exported {} (Hugging Face GPT-2 names, {}{})\n", a.export_path, engine::to_string(target.how.dtype),
+               target.folder ? ", a folder" : "");
 }
 
 void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Trainer& trainer, engine::Collectives& comm,
@@ -455,10 +480,7 @@ void train_loop(const TrainArgs& a, const engine::TrainerOptions& o, engine::Tra
                                           a.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : ", checkpoint saved",
                                           a.export_path.empty() ? "" : "; --export skipped: the run is incomplete")};
   }
-  if (!a.export_path.empty()) {
-    trainer.export_safetensors(a.export_path);
-    if (lead) print_line("exported {} (Hugging Face GPT-2 names, F32)\n", a.export_path);
-  }
+  if (!a.export_path.empty()) export_weights(trainer, a, lead);
 }
 
 // CLI11's Range lets NaN through (every comparison with it is false): memory sizes must be finite.
@@ -516,8 +538,16 @@ void add_train_command(CLI::App& app) {
                 "Resume from a checkpoint that has no checksums (written by an older zinf)");
   cmd->add_flag("--allow-changes", a->allow_changes,
                 "Resume with another data seed, data, micro-batch or run config than the checkpoint recorded");
-  cmd->add_option("--init-from", a->init_from, "Start from a safetensors file with Hugging Face GPT-2 names");
-  cmd->add_option("--export", a->export_path, "Write the trained weights as safetensors (Hugging Face GPT-2 names)");
+  cmd->add_option("--init-from", a->init_from,
+                  "Start from Hugging Face GPT-2 weights: a safetensors file, or a folder (model.safetensors or shards "
+                  "with model.safetensors.index.json)");
+  cmd->add_option("--export", a->export_path,
+                  "Write the trained weights in Hugging Face GPT-2 names: one safetensors file, or a folder (an existing "
+                  "directory, a path ending in '/', or with --export-shard-size) of shards and their index");
+  cmd->add_option("--export-dtype", a->export_dtype, "fp32 (the master weights, default), bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--export-shard-size", a->export_shard_size,
+                  "Largest shard of an exported folder, as transformers counts it (5GB, 500MB, 2GiB; default 5GB)");
   cmd->add_option("--timeline", a->timeline, "Write the last step's Timeline as CSV to this path (X.csv)");
   cmd->add_option("--trace", a->trace, "Write the last step's Timeline as a Chrome trace (Perfetto) to this path");
   cmd->add_option("--seed", a->seed, "Data order seed")->capture_default_str();

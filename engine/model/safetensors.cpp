@@ -9,12 +9,15 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "engine/bf16.hpp"
+#include "engine/fp16.hpp"
 #include "engine/io/output_file.hpp"
+#include "engine/model/hf_weights.hpp"
 
 namespace zinf::engine {
 
@@ -42,7 +45,23 @@ int64_t dtype_bytes(const std::string& dtype) {
 
 }  // namespace
 
-const char* to_string(TensorDtype d) { return d == TensorDtype::F32 ? "F32" : "BF16"; }
+const char* to_string(TensorDtype d) {
+  switch (d) {
+    case TensorDtype::F32: return "F32";
+    case TensorDtype::BF16: return "BF16";
+    case TensorDtype::F16: return "F16";
+  }
+  return "?";
+}
+
+int64_t element_bytes(TensorDtype d) { return d == TensorDtype::F32 ? 4 : 2; }
+
+TensorDtype parse_tensor_dtype(const std::string& text) {
+  if (text == "fp32") return TensorDtype::F32;
+  if (text == "bf16") return TensorDtype::BF16;
+  if (text == "fp16") return TensorDtype::F16;
+  throw SafetensorsError("safetensors: dtype '" + text + "' is not one of fp32, bf16, fp16");
+}
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
   // A FIFO or device would block or never end: only a regular file is opened.
@@ -133,8 +152,8 @@ std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
 
 void SafetensorsReader::read_f32(const std::string& name, std::vector<float>& out) const {
   const TensorInfo& t = info(name);
-  if (t.dtype != "F32" && t.dtype != "BF16")
-    fail(path_, "tensor '" + name + "': dtype " + t.dtype + " is not supported (F32 or BF16)");
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+    fail(path_, "tensor '" + name + "': dtype " + t.dtype + " is not supported (F32, BF16 or F16)");
   std::ifstream f(path_, std::ios::binary);
   f.seekg(std::streamoff(data_offset_ + t.begin));
   auto read = [&](char* into, uint64_t bytes) {
@@ -152,13 +171,16 @@ void SafetensorsReader::read_f32(const std::string& name, std::vector<float>& ou
   for (size_t begin = 0; begin < out.size(); begin += kChunk) {
     const size_t count = std::min(kChunk, out.size() - begin);
     read(reinterpret_cast<char*>(raw.data()), count * 2);
-    for (size_t i = 0; i < count; ++i) out[begin + i] = to_float(bf16{raw[i]});
+    if (t.dtype == "BF16")
+      for (size_t i = 0; i < count; ++i) out[begin + i] = to_float(bf16{raw[i]});
+    else
+      for (size_t i = 0; i < count; ++i) out[begin + i] = to_float(fp16{raw[i]});
   }
 }
 
 std::string safetensors_header(std::span<const TensorToWrite> tensors, TensorDtype dtype,
                                const std::map<std::string, std::string>& metadata) {
-  const int64_t esize = dtype == TensorDtype::F32 ? 4 : 2;
+  const int64_t esize = element_bytes(dtype);
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -187,7 +209,10 @@ void write_tensor_data(const ByteSink& sink, const float* data, int64_t n, Tenso
   std::vector<uint16_t> chunk(size_t(std::min(n, kChunk)));
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     const int64_t count = std::min(kChunk, n - begin);
-    for (int64_t i = 0; i < count; ++i) chunk[size_t(i)] = to_bf16(data[begin + i]).bits;
+    if (dtype == TensorDtype::BF16)
+      for (int64_t i = 0; i < count; ++i) chunk[size_t(i)] = to_bf16(data[begin + i]).bits;
+    else
+      for (int64_t i = 0; i < count; ++i) chunk[size_t(i)] = to_fp16(data[begin + i]).bits;
     sink(reinterpret_cast<const char*>(chunk.data()), size_t(count) * 2);
   }
 }
@@ -243,56 +268,98 @@ GroupKind kind_of(const core::ParamGroup& g) {
   return GroupKind::Conv1D;
 }
 
+// Tensors Hugging Face files carry that the model does not read: the causal-mask buffers older
+// transformers saved, and the head when it is tied to wte.
+bool ignorable(const std::string& name, bool tied_head) {
+  auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || (tied_head && name == "lm_head.weight");
+}
+
 }  // namespace
 
+std::vector<TensorToWrite> gpt2_hf_layout(const core::ModelGraph& graph) {
+  std::vector<TensorToWrite> layout;
+  for (const core::ParamGroup& g : graph.params) {
+    switch (kind_of(g)) {
+      case GroupKind::Embedding:
+      case GroupKind::Linear: layout.push_back({g.name + ".weight", {g.rows, g.cols}, nullptr}); break;
+      case GroupKind::LayerNorm:
+        layout.push_back({g.name + ".weight", {g.cols}, nullptr});
+        layout.push_back({g.name + ".bias", {g.cols}, nullptr});
+        break;
+      case GroupKind::Conv1D:  // Hugging Face's Conv1D: in x out
+        layout.push_back({g.name + ".weight", {g.cols, g.rows}, nullptr});
+        layout.push_back({g.name + ".bias", {g.rows}, nullptr});
+        break;
+    }
+  }
+  return layout;
+}
+
 GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGraph& graph) {
-  auto r = std::make_shared<const SafetensorsReader>(path);
-  return [r, path, &graph](int32_t group, std::vector<float>& v) {
-    auto resolve = [&](const std::string& name) {
-      if (r->has(name)) return name;
-      if (r->has("transformer." + name)) return "transformer." + name;
-      fail(path, "tensor '" + name + "' is missing (model " + graph.spec.name + ")");
-    };
-    auto load = [&](const std::string& name, const std::vector<int64_t>& want) {
-      const std::string key = resolve(name);
-      const TensorInfo& t = r->info(key);
-      if (t.shape != want)
-        fail(path, "tensor '" + key + "' has shape " + shape_str(t.shape) + ", model " + graph.spec.name + " needs " +
-                       shape_str(want));
-      return r->read_f32(key);
+  auto files = std::make_shared<const WeightFiles>(path);
+  // Every tensor the model reads is found and its shape checked, and every other tensor refused,
+  // before the first is read: a bad file fails before any state is written.
+  auto keys = std::make_shared<std::map<std::string, std::string>>();  // Hugging Face name -> name in the files
+  std::set<std::string> used;
+  const std::string& model = graph.spec.name;
+  for (const TensorToWrite& t : gpt2_hf_layout(graph)) {
+    const bool bare = files->has(t.name), prefixed = files->has("transformer." + t.name);
+    if (bare && prefixed)
+      fail(path, "tensor '" + t.name + "' is there both with and without the 'transformer.' prefix");
+    if (!bare && !prefixed) fail(path, "tensor '" + t.name + "' is missing (model " + model + ")");
+    const std::string key = bare ? t.name : "transformer." + t.name;
+    const std::vector<int64_t>& have = files->info(key).shape;
+    // The file may hold more positions than the model uses (GPT-2 has 1024).
+    const bool fits = t.name == "wpe.weight"
+                          ? have.size() == 2 && have[1] == t.shape[1] && have[0] >= t.shape[0]
+                          : have == t.shape;
+    if (!fits)
+      fail(files->file_of(key), "tensor '" + key + "' has shape " + shape_str(have) + ", model " + model + " needs " +
+                                    (t.name == "wpe.weight" ? "[>= " + std::to_string(t.shape[0]) + ", " +
+                                                                  std::to_string(t.shape[1]) + "]"
+                                                            : shape_str(t.shape)));
+    (*keys)[t.name] = key;
+    used.insert(key);
+  }
+  const bool tied_head = std::none_of(graph.params.begin(), graph.params.end(),
+                                      [](const core::ParamGroup& g) { return g.name == "lm_head"; });
+  for (const std::string& name : files->names()) {
+    const std::string bare = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    if (!used.count(name) && !ignorable(bare, tied_head))
+      fail(files->file_of(name), "tensor '" + name + "' is not part of model " + model + " (GPT-2)");
+  }
+  return [files, keys, &graph](int32_t group, std::vector<float>& v) {
+    auto load = [&](const std::string& name) {
+      std::vector<float> out;
+      files->read_f32(keys->at(name), out);
+      return out;
     };
     const core::ParamGroup& g = graph.params.at(size_t(group));
     v.assign(size_t(g.numel), 0.0f);
     switch (kind_of(g)) {
       case GroupKind::Embedding: {
-        if (g.name == "wpe") {  // the file may hold more positions than the model uses
-          const std::string key = resolve("wpe.weight");
-          const TensorInfo& t = r->info(key);
-          if (t.shape.size() != 2 || t.shape[1] != g.cols || t.shape[0] < g.rows)
-            fail(path, "tensor '" + key + "' has shape " + shape_str(t.shape) + ", model " + graph.spec.name +
-                           " needs [>= " + std::to_string(g.rows) + ", " + std::to_string(g.cols) + "]");
-          auto all = r->read_f32(key);
-          std::copy(all.begin(), all.begin() + g.rows * g.cols, v.begin());
-        } else {
-          v = load(g.name + ".weight", {g.rows, g.cols});
-        }
+        auto all = load(g.name + ".weight");  // wpe may hold more rows: its first ones are used
+        std::copy(all.begin(), all.begin() + g.rows * g.cols, v.begin());
         break;
       }
       case GroupKind::LayerNorm: {
-        auto w = load(g.name + ".weight", {g.cols}), b = load(g.name + ".bias", {g.cols});
+        auto w = load(g.name + ".weight"), b = load(g.name + ".bias");
         std::copy(w.begin(), w.end(), v.begin());
         std::copy(b.begin(), b.end(), v.begin() + g.cols);
         break;
       }
       case GroupKind::Conv1D: {
-        auto w = load(g.name + ".weight", {g.cols, g.rows});  // in x out
-        auto b = load(g.name + ".bias", {g.rows});
+        auto w = load(g.name + ".weight");  // in x out
+        auto b = load(g.name + ".bias");
         for (int64_t o = 0; o < g.rows; ++o)
           for (int64_t i = 0; i < g.cols; ++i) v[size_t(o * g.cols + i)] = w[size_t(i * g.rows + o)];
         std::copy(b.begin(), b.end(), v.begin() + g.rows * g.cols);
         break;
       }
-      case GroupKind::Linear: v = load(g.name + ".weight", {g.rows, g.cols}); break;
+      case GroupKind::Linear: v = load(g.name + ".weight"); break;
     }
   };
 }
@@ -312,54 +379,56 @@ void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& grap
   save_gpt2_safetensors(path, graph, [&params](int32_t g, std::vector<float>& out) { out = params[size_t(g)]; }, dtype);
 }
 
-void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph, const GroupSource& group,
-                           TensorDtype dtype) {
-  std::vector<TensorToWrite> layout;  // in the order the groups supply them
+void stream_gpt2_tensors(const std::string& path, const core::ModelGraph& graph, const GroupSource& group,
+                         TensorDtype dtype, const TensorSink& sink) {
+  size_t index = 0;  // the tensor of gpt2_hf_layout being sent
+  auto send = [&](const float* data, int64_t n) {
+    write_tensor_data([&](const char* p, size_t bytes) { sink(index, p, bytes); }, data, n, dtype);
+  };
+  std::vector<float> v, columns;
   for (const core::ParamGroup& g : graph.params) {
+    group(g.id, v);
+    if (int64_t(v.size()) != g.numel)
+      fail(path, "parameter group " + g.name + " has " + std::to_string(v.size()) + " elements, expected " +
+                     std::to_string(g.numel));
     switch (kind_of(g)) {
       case GroupKind::Embedding:
-      case GroupKind::Linear: layout.push_back({g.name + ".weight", {g.rows, g.cols}, nullptr}); break;
+      case GroupKind::Linear:
+        send(v.data(), g.numel);
+        ++index;
+        break;
       case GroupKind::LayerNorm:
-        layout.push_back({g.name + ".weight", {g.cols}, nullptr});
-        layout.push_back({g.name + ".bias", {g.cols}, nullptr});
+        send(v.data(), g.cols);
+        ++index;
+        send(v.data() + g.cols, g.cols);
+        ++index;
         break;
-      case GroupKind::Conv1D:
-        layout.push_back({g.name + ".weight", {g.cols, g.rows}, nullptr});
-        layout.push_back({g.name + ".bias", {g.rows}, nullptr});
+      case GroupKind::Conv1D: {
+        // HF's in x out order, transposed a bounded band of input columns at a time.
+        const int64_t band = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(g.rows, 1));
+        columns.resize(size_t(std::min(band, g.cols) * g.rows));
+        for (int64_t i0 = 0; i0 < g.cols; i0 += band) {
+          const int64_t i1 = std::min(g.cols, i0 + band);
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t o = 0; o < g.rows; ++o) columns[size_t((i - i0) * g.rows + o)] = v[size_t(o * g.cols + i)];
+          send(columns.data(), (i1 - i0) * g.rows);
+        }
+        ++index;
+        send(v.data() + g.rows * g.cols, g.rows);
+        ++index;
         break;
+      }
     }
   }
+}
+
+void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph, const GroupSource& group,
+                           TensorDtype dtype) {
+  const std::vector<TensorToWrite> layout = gpt2_hf_layout(graph);
   write_file_atomically(path, [&](const ByteSink& sink) {
     const std::string header = safetensors_header(layout, dtype, {{"format", "pt"}});
     sink(header.data(), header.size());
-    std::vector<float> v, columns;
-    for (const core::ParamGroup& g : graph.params) {
-      group(g.id, v);
-      if (int64_t(v.size()) != g.numel)
-        fail(path, "parameter group " + g.name + " has " + std::to_string(v.size()) + " elements, expected " +
-                       std::to_string(g.numel));
-      switch (kind_of(g)) {
-        case GroupKind::Embedding:
-        case GroupKind::Linear: write_tensor_data(sink, v.data(), g.numel, dtype); break;
-        case GroupKind::LayerNorm:
-          write_tensor_data(sink, v.data(), g.cols, dtype);
-          write_tensor_data(sink, v.data() + g.cols, g.cols, dtype);
-          break;
-        case GroupKind::Conv1D: {
-          // HF's in x out order, transposed a bounded band of input columns at a time.
-          const int64_t band = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(g.rows, 1));
-          columns.resize(size_t(std::min(band, g.cols) * g.rows));
-          for (int64_t i0 = 0; i0 < g.cols; i0 += band) {
-            const int64_t i1 = std::min(g.cols, i0 + band);
-            for (int64_t i = i0; i < i1; ++i)
-              for (int64_t o = 0; o < g.rows; ++o) columns[size_t((i - i0) * g.rows + o)] = v[size_t(o * g.cols + i)];
-            write_tensor_data(sink, columns.data(), (i1 - i0) * g.rows, dtype);
-          }
-          write_tensor_data(sink, v.data() + g.rows * g.cols, g.rows, dtype);
-          break;
-        }
-      }
-    }
+    stream_gpt2_tensors(path, graph, group, dtype, [&sink](size_t, const char* p, size_t n) { sink(p, n); });
   });
 }
 

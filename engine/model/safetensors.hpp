@@ -24,8 +24,11 @@ class SafetensorsError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class TensorDtype { F32, BF16 };
+enum class TensorDtype { F32, BF16, F16 };
 const char* to_string(TensorDtype d);
+int64_t element_bytes(TensorDtype d);
+// "fp32", "bf16" or "fp16" (as --export-dtype takes them); throws SafetensorsError otherwise.
+TensorDtype parse_tensor_dtype(const std::string& text);
 
 struct TensorInfo {
   std::string dtype;            // as written in the file: "F32", "BF16", "F16", ...
@@ -43,7 +46,7 @@ class SafetensorsReader {
   const TensorInfo& info(const std::string& name) const;  // throws naming the missing tensor
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // The tensor's elements converted to fp32 (F32 and BF16 are supported).
+  // The tensor's elements converted to fp32 (F32, BF16 and F16 are supported; widening is exact).
   std::vector<float> read_f32(const std::string& name) const;
   // The same into `out` (resized; its memory reused), read straight from the file: a streamed
   // load holds one tensor, not two copies of it.
@@ -79,16 +82,28 @@ std::string encode_safetensors(std::span<const TensorToWrite> tensors, TensorDty
 void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors, TensorDtype dtype,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Parameter group g's fp32 tensor, supplied on request (the writers below call it once per group, in order).
+using GroupSource = std::function<void(int32_t group, std::vector<float>& out)>;
+// Where a streamed GPT-2 writer sends tensor `index` (of gpt2_hf_layout's list)'s bytes, in order.
+using TensorSink = std::function<void(size_t index, const char* data, size_t bytes)>;
+// GPT-2's tensors in Hugging Face's names and shapes, in the order the writers send them (group order).
+std::vector<TensorToWrite> gpt2_hf_layout(const core::ModelGraph& graph);
+// Sends every tensor of gpt2_hf_layout(graph) to `sink` in `dtype`, asking `group` for each parameter
+// group once, in group order; `path` names the destination in messages.
+void stream_gpt2_tensors(const std::string& path, const core::ModelGraph& graph, const GroupSource& group,
+                         TensorDtype dtype, const TensorSink& sink);
+
 // GPT-2 in Hugging Face's names (wte.weight, h.N.attn.c_attn.weight, ...; an optional
 // "transformer." prefix is accepted on import). HF's Conv1D stores c_attn, c_proj and c_fc weights
 // as in x out; they are transposed to core's out x in. A wpe with more rows than the model's seq
 // (GPT-2 has 1024 positions) contributes its first seq rows. Tensors the model does not use
-// (HF's attn.bias mask buffers, a tied lm_head.weight) are ignored.
+// (HF's attn.bias mask buffers, a tied lm_head.weight) are ignored; any other tensor is refused by
+// name, as is a missing or misshapen one, before any is read. `path` is a safetensors file or a
+// Hugging Face folder (engine/model/hf_weights.hpp: model.safetensors, or shards with their index).
 Gpt2Params load_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph);
 // Parameter group g's fp32 tensor, read from the file when asked:
-// the header is read and checked at once, each group's tensors on its call, so an import into
+// the headers is read and checked at once, each group's tensors on its call, so an import into
 // NVMe-resident states holds one group. `graph` must outlive the returned function.
-using GroupSource = std::function<void(int32_t group, std::vector<float>& out)>;
 GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGraph& graph);
 void save_gpt2_safetensors(const std::string& path, const core::ModelGraph& graph, const Gpt2Params& params,
                            TensorDtype dtype);

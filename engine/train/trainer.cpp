@@ -26,6 +26,7 @@
 #include "engine/io/io_priority.hpp"
 #include "engine/io/crc32c.hpp"
 #include "engine/io/safe_files.hpp"
+#include "engine/model/hf_weights.hpp"
 #include "engine/model/safetensors.hpp"
 #include "engine/train/checkpoint_dir.hpp"
 #include "engine/train/divergence.hpp"
@@ -761,13 +762,14 @@ bool Trainer::any_rank(bool mine) {
   return v > 0;
 }
 
-void Trainer::export_safetensors(const std::string& path) {
+void Trainer::export_weights(const ExportTarget& target) {
+  const std::string& path = target.path;
   Impl& I = *impl_;
   auto seq = I.gather_sequence(false);
   std::string error;
   if (I.comm.rank() == 0) {
     try {
-      save_gpt2_safetensors(path, I.file_graph(), [&seq](int32_t, std::vector<float>& out) { seq.next(out); }, TensorDtype::F32);
+      save_gpt2_export(target, I.file_graph(), [&seq](int32_t, std::vector<float>& out) { seq.next(out); });
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -32,6 +32,7 @@
 #include "core/timeline.hpp"
 #include "engine/comm/collectives.hpp"
 #include "engine/io/io_env.hpp"
+#include "engine/model/hf_weights.hpp"
 #include "engine/train/evaluation.hpp"
 
 namespace zinf::engine {
@@ -163,7 +164,10 @@ public:
   // about one group's master, m and v (the CUDA backend still gathers and loads its whole state).
   std::string save_checkpoint(bool final = true);  // returns the directory written
   void publish_pending();
-  void export_safetensors(const std::string& path);  // rank 0 writes the master weights
+  // Rank 0 writes the master weights, F32, as one file.
+  void export_safetensors(const std::string& path) { export_weights(ExportTarget{path, {}, false}); }
+  // The same as a Hugging Face folder or one file, in the dtype asked for (engine/model/hf_weights.hpp).
+  void export_weights(const ExportTarget& target);
 
   struct Impl;
 
