@@ -61,6 +61,16 @@ class BackendReadsProgram(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("4 reads of the plan, all in set-up", out)
 
+    def test_a_class_templates_constructor_is_set_up(self):
+        templ = ("#include \"engine/backend/b.hpp\"\nnamespace zinf::engine {\ntemplate <class S>\n"
+                 "T<S>::T(const core::Program& p, const core::Plan& pl) : P(&p) {\n  home_.init(pl.params);\n}\n"
+                 "template <class S>\nvoid T<S>::run(const core::Task& t, const core::Plan& plan) {\n"
+                 "  if (plan.params == Tier::Nvme) read(t.buffer);\n}\n}  // namespace zinf::engine\n")
+        rc, out = check({"engine/backend/t.cpp": templ})
+        self.assertEqual(rc, 1, out)
+        self.assertNotIn("t.cpp:5", out)
+        self.assertIn("t.cpp:9:", out)
+
     def test_a_handler_reading_the_plan_fails(self):
         handler = SETUP.replace("if (t.from == Tier::Nvme)", "if (plan_.optimizer == Tier::Nvme)")
         header = HEADER.replace("  void run(const core::Task& t);", "  void run(const core::Task& t);\n  const core::Plan& plan_;")

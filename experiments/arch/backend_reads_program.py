@@ -10,8 +10,9 @@ by CTest as `arch_backend_reads_program` (and its own test, tests/backend_reads_
 What it checks, in every *.cpp, *.hpp, *.h, *.cu and *.cuh below ROOT/engine/backend (comments and
 literals blanked out, functions found as experiments/arch/size_limits.py finds them):
 - a name declared as a core::Plan (a parameter, a variable, a member) is used only inside a set-up
-  function: a constructor, `uses_nvme` (whether the homes need an NVMe store) or `make_backend` (the
-  plugin's factory, which hands the plan to a constructor);
+  function: a constructor (of a class or a class template), `uses_nvme` (whether the homes need an
+  NVMe store), `make_backend` (the plugin's factory) or `make_gpt_cpu_backend` (which picks the CPU
+  backend's storage type), both of which only hand the plan to a constructor;
 - no class keeps the plan as a member (a `Plan& name;` or `Plan name;` outside a function);
 - no file reads a state's placement from the run config (`config.params`, `.gradients`,
   `.optimizer`, `.checkpoints`, `.activation_tier`): the plan decided those, the Program states them.
@@ -26,13 +27,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from size_limits import blank_cpp, cpp_functions  # noqa: E402
 
 SUFFIXES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
-SETUP = {"uses_nvme", "make_backend"}
+SETUP = {"uses_nvme", "make_backend", "make_gpt_cpu_backend"}
 PLAN_DECL = re.compile(r"\bPlan\s*(?:const\s*)?[&*]{0,2}\s*(?:const\s*)?([A-Za-z_]\w*)")
 CONFIG_PLACEMENT = re.compile(r"\bconfig\s*(?:\.|->)\s*(params|gradients|optimizer|checkpoints|activation_tier)\b")
 
 
 def is_setup(name):
-    parts = name.split("::")
+    # A class template's constructor (Backend<S>::Backend) is a constructor too.
+    # The function finder drops the template arguments, so Backend<S>::Backend arrives as ::Backend.
+    parts = [re.sub(r"<.*>$", "", p) for p in name.split("::")]
+    if len(parts) == 2 and parts[0] == "" and parts[1][:1].isupper():
+        return True
     return parts[-1] in SETUP or (len(parts) >= 2 and parts[-1] == parts[-2])
 
 
