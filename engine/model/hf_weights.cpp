@@ -14,6 +14,7 @@
 
 #include "core/bounded_input.hpp"
 #include "core/errors.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/io/safe_files.hpp"
 
 namespace zinf::engine {
@@ -287,9 +288,9 @@ void save_gpt2_hf_folder(const std::string& dir, const core::ModelGraph& graph, 
     for (size_t i = 0; i < layout.size(); ++i) index["weight_map"][layout[i].name] = names[shard_of[i]];
     names.push_back(kHfIndexFile);
     // As transformers writes it: json.dumps(index, indent=2, sort_keys=True) + "\n".
-    write_file_durable(env, dir + "/" + kHfIndexFile, index.dump(2) + "\n", who);
+    write_output_file(env, dir + "/" + kHfIndexFile, index.dump(2) + "\n", who);
   }
-  write_file_durable(env, dir + "/config.json", gpt2_hf_config(graph.spec, how.dtype), who);
+  write_output_file(env, dir + "/config.json", gpt2_hf_config(graph.spec, how.dtype), who);
   remove_stale(env, dir, names, who);
   fsync_directory(env, dir, who);
 }
