@@ -16,13 +16,39 @@ const InputKind kTokenizerInput{"tokenizer file", 64ull << 20, true};
 const InputKind kDataInput{"data file", 8ull << 30, true};
 // The largest checkpoint a safetensors header may describe is checked by its reader; this bounds
 // the file itself (a 1T-parameter model in fp32 is 4 TB).
-const InputKind kWeightsInput{"safetensors file or Hugging Face folder", 16ull << 40, true};
+const InputKind kWeightsInput{"safetensors file", 16ull << 40, true,
+                               {"model.safetensors", "model.safetensors.index.json"}};
+// A model given as a folder is a Hugging Face one: its config.json is the file read.
+const InputKind kModelFolderInput{"file", core::kMaxConfigBytes, true, {"config.json"}};
+
+namespace {
+
+// A directory `path` given to `flag`: taken when the kind takes directories and it holds what the
+// kind's reader looks for; otherwise refused as the directory it is, naming what was looked for.
+void check_directory(const std::string& flag, const std::string& path, const InputKind& kind) {
+  if (kind.directory_too && kind.directory_holds.empty()) return;
+  std::string looked;
+  for (const char* name : kind.directory_holds) {
+    const std::string inside = path + "/" + name;
+    struct stat st {};
+    if (::lstat(inside.c_str(), &st) == 0) {
+      // What the reader will open in the folder is held to the same bounds as a file given alone.
+      core::check_bounded_file(inside, kind.limit, fmt::format("{} given to {}", kind.what, flag));
+      return;
+    }
+    looked += (looked.empty() ? "" : " or ") + std::string(name);
+  }
+  throw core::ConfigError(path, "", fmt::format("the {} given to {} is a directory{}", kind.what, flag,
+                                                looked.empty() ? std::string() : " holding no " + looked));
+}
+
+}  // namespace
 
 void check_input(const std::string& flag, const std::string& path, const InputKind& kind) {
   if (path.empty()) return;
   struct stat st {};
   // stat follows a link: a link to a directory is a directory, as the readers see it.
-  if (kind.directory_too && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return check_directory(flag, path, kind);
   core::check_bounded_file(path, kind.limit, fmt::format("{} given to {}", kind.what, flag));
 }
 
@@ -37,10 +63,7 @@ void check_named_input(const std::string& flag, const std::string& name_or_path,
     if (::lstat(name_or_path.c_str(), &st) != 0) return;
     path = name_or_path;
   }
-  // A model may be a Hugging Face folder: its config.json is the file read.
-  struct stat st {};
-  if (folder == "models" && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) path += "/config.json";
-  check_input(flag, path, kConfigInput);
+  check_input(flag, path, folder == "models" ? kModelFolderInput : kConfigInput);
 }
 
 void check_output(const std::string& command, const std::string& flag, const std::string& path) {

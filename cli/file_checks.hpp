@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zinf::cli {
 
@@ -15,12 +16,14 @@ struct InputKind {
   const char* what;      // "run config", in messages
   uint64_t limit;        // bytes
   bool directory_too;    // the option also takes a directory (read file by file)
+  // A directory is taken only when it holds one of these (empty: any directory is taken).
+  std::vector<const char*> directory_holds = {};
 };
 
 extern const InputKind kConfigInput;     // run configs, DeepSpeed JSON, models, profiles, sweep specs
 extern const InputKind kTokenizerInput;  // a tokenizer file, or a directory holding one
 extern const InputKind kDataInput;       // text or token data, or a directory of text files
-extern const InputKind kWeightsInput;    // a safetensors file
+extern const InputKind kWeightsInput;    // a safetensors file, or a Hugging Face folder of them
 
 // Refuses (ConfigError naming `flag` and `path`) what the kind's reader would refuse by its type or
 // size. Empty paths are skipped (the option was not given).

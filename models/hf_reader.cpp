@@ -28,7 +28,16 @@ const std::set<std::string>& harmless_keys() {
       "output_attentions", "output_hidden_states", "torchscript", "use_bfloat16", "problem_type", "id2label",
       "label2id", "max_length", "min_length", "do_sample", "temperature", "top_k", "top_p", "num_beams",
       "repetition_penalty", "tokenizer_class", "apply_residual_connection_post_layernorm", "use_mrope",
-      "use_flash_attn", "_attn_implementation", "attn_implementation", "head_dim_scale"};
+      "use_flash_attn", "_attn_implementation", "attn_implementation", "head_dim_scale",
+      // PretrainedConfig's generic attributes (generation and task settings) that
+      // save_pretrained writes into many decoder configs, and the legacy sequence-length key of the
+      // first converted LLaMA checkpoints (transformers 4.28 kept it as an unused attribute).
+      "max_sequence_length", "model_max_length", "_commit_hash", "chunk_size_feed_forward",
+      "pruned_heads", "tf_legacy_loss",
+      "bad_words_ids", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "length_penalty", "early_stopping",
+      "num_return_sequences", "num_beam_groups", "diversity_penalty", "typical_p", "forced_bos_token_id",
+      "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+      "begin_suppress_tokens", "output_scores", "return_dict_in_generate", "finetuning_task", "use_return_dict"};
   return keys;
 }
 

@@ -186,6 +186,18 @@ TEST_CASE("an unknown model_type, an unknown key, or a bad value is refused by n
   CHECK_THROWS_WITH(parse("[1]"), Contains("JSON object"));
 }
 
+TEST_CASE("generic and legacy keys that change no parameter are read past", "[hf]") {
+  // The first converted LLaMA checkpoints (huggyllama/llama-30b, transformers 4.28) carry
+  // max_sequence_length; generation settings ride in many configs. LLaMA-33B, the paper's 32.5B:
+  // 60 x (4 x 6656^2 + 3 x 6656 x 17920 + 2 x 6656) + 2 x 32000 x 6656 + 6656.
+  const auto m = parse(R"({"model_type": "llama", "hidden_size": 6656, "intermediate_size": 17920,
+      "num_attention_heads": 52, "num_hidden_layers": 60, "vocab_size": 32000, "max_sequence_length": 2048,
+      "rms_norm_eps": 1e-06, "pad_token_id": 0, "early_stopping": false, "length_penalty": 1.0})");
+  CHECK(core::exact_params(m).total == 32'528'943'616);
+  // A key of the same kind that does change the model is still refused.
+  CHECK_THROWS_WITH(parse(R"({"model_type": "llama", "is_encoder_decoder": true})"), Contains("'is_encoder_decoder'"));
+}
+
 TEST_CASE("layer_types must say what the sliding-window keys say", "[hf]") {
   const std::string two = R"({"model_type": "gemma2", "num_hidden_layers": 2, )";
   CHECK(parse(two + R"("layer_types": ["sliding_attention", "full_attention"]})").sliding_window == 4096);

@@ -369,7 +369,6 @@ struct Trainer::Impl {
 
   static models::GptPlan plan_run(TrainerOptions& o, BackendKind kind, int ranks) {
     if (o.config.micro_batch) o.model.micro_batch = *o.config.micro_batch;
-    refuse_untrained_settings(o, kind == BackendKind::Cuda);
     if (o.config.tensor_parallel > 1) {
       // What tensor-parallel training does not do yet, refused by name before anything runs.
       const auto refuse = [&](const std::string& what) {
@@ -387,7 +386,11 @@ struct Trainer::Impl {
     // counts them at that size, whatever working precision the profile gives its device.
     if (kind != BackendKind::Cuda) o.hw.node.gpu.working_bytes = 4;
     if (o.resolve_auto) o.config = o.resolve_auto(o.model, o.hw, ranks, o.config);
-    return models::plan_gpt(o.model, o.hw, o.config, ranks);
+    // A plan that cannot be made is refused in the planner's words first (exit 3, as zinf plan and
+    // sim say it); a plan that can, with a setting the engine does not train, is refused after it.
+    auto planned = models::plan_gpt(o.model, o.hw, o.config, ranks);
+    refuse_untrained_settings(o, kind == BackendKind::Cuda);
+    return planned;
   }
 
   StepStats step() {

@@ -103,7 +103,13 @@ outputs() {
       /dev/null) expect "$name $flag /dev/null refused, not replaced" 1 "$flag.*/dev/null.*character device" "$LOG" $rc
         [ -c /dev/null ] || fail "/dev/null is no longer a character device" "$LOG" ;;
       */fifo) expect "$name $flag a FIFO refused" 1 "$flag.*fifo.*FIFO" "$LOG" $rc ;;
-      */dir) expect "$name $flag a directory refused" 1 "$flag.*dir.*directory" "$LOG" $rc ;;
+      */dir) if [ "${FOLDER_TARGET:-}" = "$flag" ]; then
+          # This flag writes a folder when given a directory (a Hugging Face export), nothing else there.
+          expect "$name $flag a directory written as a folder" 0 "" "$LOG" $rc
+          [ -f "$BASE/dir/model.safetensors" ] || fail "$name $flag wrote no model.safetensors into the folder" "$LOG"
+        else
+          expect "$name $flag a directory refused" 1 "$flag.*dir.*directory" "$LOG" $rc
+        fi ;;
       */link) expect "$name $flag a planted symbolic link refused, its target untouched" 1 "$flag.*link.*symbolic link" "$LOG" $rc
         [ "$(cat "$BASE/victim")" = victim ] || fail "$name $flag wrote through the link" "$LOG" ;;
       */missing/out) expect "$name $flag into a missing directory refused before any work" 1 "$flag.*missing does not exist" "$LOG" $rc
@@ -117,7 +123,7 @@ outputs sim --timeline sim "${SMALL[@]}" --timeline @F
 outputs sim --trace sim "${SMALL[@]}" --trace @F
 outputs tune --yaml tune "${SMALL[@]}" --yaml @F --deepspeed ''
 outputs tune --deepspeed tune "${SMALL[@]}" --yaml '' --deepspeed @F
-outputs train --export train "${SMALL[@]}" --steps 1 --export @F
+FOLDER_TARGET=--export outputs train --export train "${SMALL[@]}" --steps 1 --export @F
 outputs train --trace train "${SMALL[@]}" --steps 1 --trace @F
 outputs train --metrics train "${SMALL[@]}" --steps 1 --metrics @F
 outputs tokenize --output tokenize --tokenizer "$BASE/tok" -o @F "$BASE/text.txt"
