@@ -18,22 +18,12 @@ from collections import Counter
 
 import regex
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_bytes import byte_char_table  # noqa: E402
+
 PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
-
-def bytes_to_unicode():
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-BYTE_CHAR = bytes_to_unicode()
+BYTE_CHAR = byte_char_table()
 
 
 def pieces(text):
