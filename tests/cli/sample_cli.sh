@@ -43,8 +43,8 @@ mkdir -p "$D/bpe"
 /usr/bin/python3 - "$D/bpe" "$(dirname "$0")/.." <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from bpe_gpt2_test import bytes_to_unicode  # GPT-2's byte-to-symbol table, as the tokenizer test builds it
-symbol = bytes_to_unicode()
+from gpt2_bytes import byte_char_table  # GPT-2's byte-to-symbol table, as the tokenizer tests build it
+symbol = byte_char_table()
 json.dump({symbol[b]: 255 - b for b in range(256)}, open(sys.argv[1] + "/vocab.json", "w"))
 open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n")
 PY
