@@ -7,6 +7,7 @@
 #include <array>
 #include <cctype>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -38,9 +39,13 @@ std::vector<Segment> split_added(std::string_view text, const std::vector<AddedT
   bool any = false;
   for (const auto& a : added)
     if (a.normalized == normalized) by_first[static_cast<unsigned char>(a.content[0])].push_back(&a), any = true;
+  // Equal lengths keep the file's order: the pointers into `added` rise with it. (std::sort, not
+  // stable_sort, whose temporary buffer ASan's build reports as a new/free mismatch in libstdc++.)
   for (auto& list : by_first)
-    std::stable_sort(list.begin(), list.end(),
-                     [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
+    std::sort(list.begin(), list.end(), [](const AddedToken* a, const AddedToken* b) {
+      if (a->content.size() != b->content.size()) return a->content.size() > b->content.size();
+      return std::less<const AddedToken*>()(a, b);
+    });
   std::vector<Segment> out;
   size_t start = 0;
   for (size_t at = 0; at < text.size() && any;) {

@@ -1,6 +1,7 @@
 #include "engine/data/unicode_text.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -144,9 +145,16 @@ std::string nfc(std::string_view text) {
   for (size_t i = 0; i < s.size();) {
     size_t j = i;
     while (j < s.size() && cls(s[j]) != 0) ++j;
-    if (j > i)
-      std::stable_sort(s.begin() + std::ptrdiff_t(i), s.begin() + std::ptrdiff_t(j),
-                       [&](char32_t a, char32_t b) { return cls(a) < cls(b); });
+    if (j > i + 1) {
+      // Canonical ordering is a stable sort by combining class (0-255): a counting sort, linear
+      // however long a hostile run of marks is.
+      std::array<size_t, 257> start{};
+      for (size_t k = i; k < j; ++k) ++start[cls(s[k]) + 1];
+      for (size_t c = 1; c < start.size(); ++c) start[c] += start[c - 1];
+      std::vector<char32_t> sorted(j - i);
+      for (size_t k = i; k < j; ++k) sorted[start[cls(s[k])]++] = s[k];
+      std::copy(sorted.begin(), sorted.end(), s.begin() + std::ptrdiff_t(i));
+    }
     i = j + 1;
   }
   // Canonical composition: each character joins the last starter unless one of its class or a
