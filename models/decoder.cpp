@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/model_layout.hpp"
+#include "models/graph_builder.hpp"
 
 namespace zinf::models {
 
@@ -18,38 +19,13 @@ namespace {
 
 constexpr double kAct = 2.0;  // bytes per bf16 activation element
 
-struct DecoderBuilder {
-  ModelGraph g;
+struct DecoderBuilder : GraphBuilder {
   double T = 0;
-
-  int group(const std::string& name, int64_t rows, int64_t cols, int64_t numel, bool tileable) {
-    core::ParamGroup p;
-    p.id = static_cast<int>(g.params.size());
-    p.name = name;
-    p.rows = rows;
-    p.cols = cols;
-    p.numel = numel;
-    p.tileable = tileable;
-    g.params.push_back(p);
-    return p.id;
-  }
-
-  core::Operator& op(const std::string& name, OpKind kind, int block, int pg, Role role) {
-    core::Operator o;
-    o.id = static_cast<int>(g.ops.size());
-    o.name = name;
-    o.kind = kind;
-    o.role = role;
-    o.block = block;
-    if (pg >= 0) o.param_groups.push_back(pg);
-    g.ops.push_back(o);
-    return g.ops.back();
-  }
 
   // y = x W^T + b: forward 2·T·in·out, backward twice that (dX and dW).
   void linear(const LayerStep& s, int block, Role role) {
-    const int pg = group(s.name, s.out, s.in, s.numel, true);
-    auto& o = op(s.name, OpKind::Linear, block, pg, role);
+    const int pg = add_params(s.name, s.out, s.in, s.numel, true);
+    auto& o = add_op(s.name, OpKind::Linear, block, pg, role);
     o.m = g.tokens;
     o.n = s.out;
     o.k = s.in;
@@ -61,7 +37,7 @@ struct DecoderBuilder {
 
   void elementwise(const std::string& name, OpKind kind, Role role, int block, int pg, int64_t width, double flops,
                    double tensors) {
-    auto& o = op(name, kind, block, pg, role);
+    auto& o = add_op(name, kind, block, pg, role);
     o.fwd_flops = flops * T * double(width);
     o.bwd_flops = 2.0 * o.fwd_flops;
     o.fwd_bytes = kAct * tensors * T * double(width);
@@ -69,13 +45,13 @@ struct DecoderBuilder {
   }
 
   void norm(const LayerStep& s, int block, Role role) {
-    elementwise(s.name, OpKind::LayerNorm, role, block, group(s.name, 1, s.width, s.numel, false), s.width, 8.0, 2.0);
+    elementwise(s.name, OpKind::LayerNorm, role, block, add_params(s.name, 1, s.width, s.numel, false), s.width, 8.0, 2.0);
   }
 
   // softmax(Q K^T) V over `span` keys per query, per head: 2·T·span·qk for the scores and
   // 2·T·span·v for the mix. Its bytes: q, k, v and the output, and the probabilities.
   void attention(const LayerStep& s, int block) {
-    auto& o = op(s.name, OpKind::Attention, block, -1, Role::Attn);
+    auto& o = add_op(s.name, OpKind::Attention, block, -1, Role::Attn);
     const auto& m = g.spec;
     o.m = m.seq;
     o.n = s.span;
@@ -92,8 +68,8 @@ struct DecoderBuilder {
   // top_k of them, so the FLOPs are top_k experts' while the parameters are all of them.
   void experts(const LayerStep& s, int block) {
     const int64_t mats = s.gated ? 3 : 2;
-    const int pg = group(s.name, s.experts * mats * s.out, s.in, s.numel, false);
-    auto& o = op(s.name, OpKind::Linear, block, pg, Role::Fc);
+    const int pg = add_params(s.name, s.experts * mats * s.out, s.in, s.numel, false);
+    auto& o = add_op(s.name, OpKind::Linear, block, pg, Role::Fc);
     o.m = std::max<int64_t>(1, g.tokens * s.top_k / s.experts);  // tokens one expert takes, evenly routed
     o.n = s.out;
     o.k = s.in;
@@ -106,8 +82,8 @@ struct DecoderBuilder {
   }
 
   void router(const LayerStep& s, int block) {
-    const int pg = group(s.name, s.out, s.in, s.numel, true);
-    auto& o = op(s.name, OpKind::Linear, block, pg, Role::Fc);
+    const int pg = add_params(s.name, s.out, s.in, s.numel, true);
+    auto& o = add_op(s.name, OpKind::Linear, block, pg, Role::Fc);
     o.m = g.tokens;
     o.n = s.out;
     o.k = s.in;
@@ -165,12 +141,12 @@ struct DecoderBuilder {
     for (const auto& s : core::embedding_steps(m)) {
       if (s.kind == StepKind::Embedding) {
         const bool vocabulary = groups.empty();
-        const int pg = group(s.name, s.out, s.in, s.numel, vocabulary);
+        const int pg = add_params(s.name, s.out, s.in, s.numel, vocabulary);
         g.params[size_t(pg)].vocabulary = vocabulary;
         if (vocabulary) token_group = pg;
         groups.push_back(pg);
         if (groups.size() > 1) continue;
-        auto& o = op("embed", OpKind::Embedding, -1, pg, Role::Embed);
+        auto& o = add_op("embed", OpKind::Embedding, -1, pg, Role::Embed);
         o.fwd_bytes = kAct * 3.0 * T * double(m.hidden);
         o.out_bytes = kAct * T * double(m.hidden);
         o.fwd_flops = o.bwd_flops = T * double(m.hidden);
@@ -194,9 +170,9 @@ struct DecoderBuilder {
       } else if (s.kind == StepKind::Linear) {
         linear(s, -1, Role::None);
       } else if (s.kind == StepKind::Head) {
-        const int pg = m.tied_embeddings ? token_group : group(s.name, s.out, s.in, s.numel, true);
+        const int pg = m.tied_embeddings ? token_group : add_params(s.name, s.out, s.in, s.numel, true);
         g.params[size_t(pg)].vocabulary = true;
-        auto& o = op(s.name, OpKind::LmHead, -1, pg, Role::LmHead);
+        auto& o = add_op(s.name, OpKind::LmHead, -1, pg, Role::LmHead);
         const double v = double(m.vocab), e = double(s.in);
         o.m = g.tokens;
         o.n = m.vocab;
@@ -207,7 +183,7 @@ struct DecoderBuilder {
         o.out_bytes = 4.0 * T * v;  // fp32 logits
       }
     }
-    auto& o = op("loss", OpKind::Loss, -1, -1, Role::Loss);
+    auto& o = add_op("loss", OpKind::Loss, -1, -1, Role::Loss);
     o.fwd_flops = 5.0 * T * double(m.vocab);
     o.backward = false;
     o.fwd_bytes = 4.0 * 2.0 * T * double(m.vocab);

@@ -9,6 +9,7 @@
 #include "core/config_paths.hpp"
 #include "core/errors.hpp"
 #include "models/decoder.hpp"
+#include "models/graph_builder.hpp"
 #include "models/hf_config.hpp"
 
 namespace zinf::models {
@@ -23,33 +24,7 @@ namespace {
 
 constexpr double kAct = 2.0;  // bytes per bf16 activation element
 
-struct Builder {
-  ModelGraph g;
-
-  int add_params(std::string name, int64_t rows, int64_t cols, int64_t numel, bool tileable) {
-    ParamGroup p;
-    p.id = static_cast<int>(g.params.size());
-    p.name = std::move(name);
-    p.rows = rows;
-    p.cols = cols;
-    p.numel = numel;
-    p.tileable = tileable;
-    g.params.push_back(p);
-    return p.id;
-  }
-
-  Operator& add_op(std::string name, OpKind kind, int block, int group, core::OpRole role) {
-    Operator o;
-    o.id = static_cast<int>(g.ops.size());
-    o.name = std::move(name);
-    o.kind = kind;
-    o.role = role;
-    o.block = block;
-    if (group >= 0) o.param_groups.push_back(group);
-    g.ops.push_back(o);
-    return g.ops.back();
-  }
-
+struct Builder : GraphBuilder {
   // y = x W^T + b with W out x in: forward 2·T·in·out, backward twice that (dX and dW).
   void linear(const std::string& name, core::OpRole role, int block, int64_t in, int64_t out) {
     int pg = add_params(name, out, in, out * in + out, true);
