@@ -156,10 +156,12 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
   MemoryRow states{"model states", {}, MemCategory::States};
   add(states.bytes, tier_of(c.params), param_bytes(c) * params_share, G);
-  // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32.
-  const bool fp32_grads = c.optimizer_host_path == HostPath::DeepSpeed03 && tier_of(c.optimizer) != Tier::Device &&
+  // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32 (from v0.9 beside
+  // the partition in the run's precision).
+  const bool fp32_grads = c.optimizer_host_path != HostPath::Fused && tier_of(c.optimizer) != Tier::Device &&
                           tier_of(c.gradients) != Tier::Device;
-  add(states.bytes, tier_of(c.gradients), (fp32_grads ? 4.0 : grad_bytes(c)) * grads_share, G);
+  const double host_grad_bytes = c.optimizer_host_path == HostPath::DeepSpeed09 ? grad_bytes(c) + 4.0 : 4.0;
+  add(states.bytes, tier_of(c.gradients), (fp32_grads ? host_grad_bytes : grad_bytes(c)) * grads_share, G);
   add(states.bytes, tier_of(c.optimizer), optimizer_state_bytes(c) * optim_share, G);
   r.rows.push_back(states);
 

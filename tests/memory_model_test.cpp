@@ -144,6 +144,9 @@ TEST_CASE("model states are 16 bytes per parameter, partitioned by ZeRO-3", "[me
   const double fused_host = memory_requirement(in).rows[0].bytes.host;
   in.config.optimizer_host_path = HostPath::DeepSpeed03;
   CHECK(memory_requirement(in).rows[0].bytes.host - fused_host == Approx(2.0 * P));
+  // From v0.9 the bf16 partition stays beside the fp32 one: 4 bytes more than zinf's path.
+  in.config.optimizer_host_path = HostPath::DeepSpeed09;
+  CHECK(memory_requirement(in).rows[0].bytes.host - fused_host == Approx(4.0 * P));
 }
 
 TEST_CASE("memory-centric tiling: largest hidden size on a 32 GB V100", "[memory][paper][tiling]") {
