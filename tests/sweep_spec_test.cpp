@@ -202,6 +202,8 @@ TEST_CASE("a sweep CSV keeps finished rows, drops failed and cut-off ones, and r
   fs::resize_file(dir / "big.csv", 2 << 20);
   CHECK_THROWS_WITH(zinf::engine::RowFile(env, (dir / "big.csv").string(), "test", 1 << 20),
                     Catch::Contains("big.csv") && Catch::Contains("larger than"));
+  // ... and before its lock is taken: the refused command leaves no big.csv.lock behind.
+  CHECK_FALSE(fs::exists(dir / "big.csv.lock"));
   fs::remove_all(dir);
 }
 
