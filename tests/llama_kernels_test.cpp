@@ -1,7 +1,7 @@
 // The Llama kernels (engine/backend/cpu/llama_kernels.hpp), each two ways: its double-precision
 // backward against central finite differences of its own forward (|analytic - numeric| <= 1e-6 +
 // 1e-5 |analytic|), and its float forward and backward against a plain double-precision reference
-// written here a different way (transformers' formulas: rotate_half with cos/sin over the whole head,
+// written a different way (tests/llama_reference.hpp) (transformers' formulas: rotate_half with cos/sin over the whole head,
 // repeat_kv then masked softmax, RMSNorm as x * rsqrt(mean(x^2) + eps)), whose gradients are
 // finite differences of that reference (float tolerance: 2e-5 + 2e-4 |want|).
 #include <catch2/catch.hpp>
@@ -13,8 +13,12 @@
 
 #include "engine/backend/cpu/kernels.hpp"
 #include "engine/backend/cpu/llama_kernels.hpp"
+#include "llama_reference.hpp"
 
 namespace ref = zinf::engine::cpu::ref;
+using zinf::test::llama::attention;
+using zinf::test::llama::rmsnorm;
+using zinf::test::llama::rope;
 
 namespace {
 
@@ -78,66 +82,6 @@ void check_close(const char* what, const std::vector<G>& got, const std::vector<
   CHECK(bad == 0);
 }
 
-// ---- the independent references ---------------------------------------------------------------
-
-std::vector<double> rmsnorm_plain(const std::vector<double>& x, const std::vector<double>& w, int64_t T, int64_t C,
-                                  double eps) {
-  std::vector<double> y(x.size());
-  for (int64_t t = 0; t < T; ++t) {
-    double variance = 0;
-    for (int64_t c = 0; c < C; ++c) variance += std::pow(x[size_t(t * C + c)], 2) / double(C);
-    for (int64_t c = 0; c < C; ++c) y[size_t(t * C + c)] = w[size_t(c)] * (x[size_t(t * C + c)] / std::sqrt(variance + eps));
-  }
-  return y;
-}
-
-// q * cos + rotate_half(q) * sin, cos and sin over the whole head (emb = cat(freqs, freqs)).
-std::vector<double> rope_plain(const std::vector<double>& x, int64_t B, int64_t S, int64_t H, int64_t D, double theta) {
-  std::vector<double> y(x.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t h = 0; h < H; ++h) {
-        const size_t off = size_t(((b * S + s) * H + h) * D);
-        for (int64_t j = 0; j < D; ++j) {
-          const int64_t i = j % (D / 2);
-          const double freq = double(s) / std::pow(theta, double(2 * i) / double(D));
-          const double rotated = j < D / 2 ? -x[off + size_t(j + D / 2)] : x[off + size_t(j - D / 2)];
-          y[off + size_t(j)] = x[off + size_t(j)] * std::cos(freq) + rotated * std::sin(freq);
-        }
-      }
-  return y;
-}
-
-// repeat_kv to NH heads, then softmax(q k^T / sqrt(D) + mask) v with a -inf mask above the diagonal.
-std::vector<double> attention_plain(const std::vector<double>& q, const std::vector<double>& k,
-                                    const std::vector<double>& v, int64_t B, int64_t S, int64_t NH, int64_t KV, int64_t D) {
-  const int64_t rep = NH / KV;
-  std::vector<double> out(size_t(B * S * NH * D), 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h) {
-      std::vector<double> kr(size_t(S * D)), vr(size_t(S * D));
-      for (int64_t u = 0; u < S; ++u)
-        for (int64_t i = 0; i < D; ++i) {
-          kr[size_t(u * D + i)] = k[size_t(((b * S + u) * KV + h / rep) * D + i)];
-          vr[size_t(u * D + i)] = v[size_t(((b * S + u) * KV + h / rep) * D + i)];
-        }
-      for (int64_t t = 0; t < S; ++t) {
-        std::vector<double> scores(static_cast<size_t>(S));
-        for (int64_t u = 0; u < S; ++u) {
-          double s = 0;
-          for (int64_t i = 0; i < D; ++i) s += q[size_t(((b * S + t) * NH + h) * D + i)] * kr[size_t(u * D + i)];
-          scores[size_t(u)] = s / std::sqrt(double(D)) + (u > t ? -INFINITY : 0.0);
-        }
-        double z = 0;
-        for (double s : scores) z += std::exp(s);
-        for (int64_t u = 0; u < S; ++u)
-          for (int64_t i = 0; i < D; ++i)
-            out[size_t(((b * S + t) * NH + h) * D + i)] += std::exp(scores[size_t(u)]) / z * vr[size_t(u * D + i)];
-      }
-    }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("RMSNorm backward matches finite differences and a plain reference", "[llama_kernels]") {
@@ -156,13 +100,13 @@ TEST_CASE("RMSNorm backward matches finite differences and a plain reference", "
   check_grad("gamma", g, dg, loss);
 
   // float kernel against the plain reference and its finite differences
-  auto plain = [&] { return dot(rmsnorm_plain(x, g, T, C, eps), r); };
+  auto plain = [&] { return dot(rmsnorm(x, g, T, C, eps), r); };
   const auto want_dx = numeric_grad(x, plain), want_dg = numeric_grad(g, plain);
   auto xf = to_float(x), gf = to_float(g), rf = to_float(r);
   std::vector<float> of(T * C), rsf(T), dxf(x.size(), 0.0f), dgf(C, 0.0f);
   ref::rmsnorm_forward(of.data(), rsf.data(), xf.data(), gf.data(), T, C, eps);
   ref::rmsnorm_backward(dxf.data(), dgf.data(), rf.data(), xf.data(), gf.data(), rsf.data(), T, C);
-  check_close("forward", of, rmsnorm_plain(x, g, T, C, eps));
+  check_close("forward", of, rmsnorm(x, g, T, C, eps));
   check_close("dx", dxf, want_dx);
   check_close("dgamma", dgf, want_dg);
   // eps matters: a zero row normalises to zero instead of dividing by zero
@@ -185,13 +129,13 @@ TEST_CASE("rotary embedding backward matches finite differences and rotate_half"
   ref::rope_backward(dx.data(), r.data(), B, S, H, D, theta);
   check_grad("x", x, dx, loss);
 
-  auto plain = [&] { return dot(rope_plain(x, B, S, H, D, theta), r); };
+  auto plain = [&] { return dot(rope(x, B, S, H, D, theta), r); };
   const auto want_dx = numeric_grad(x, plain);
   auto xf = to_float(x), rf = to_float(r);
   std::vector<float> of(x.size()), dxf(x.size(), 0.0f);
   ref::rope_forward(of.data(), xf.data(), B, S, H, D, theta);
   ref::rope_backward(dxf.data(), rf.data(), B, S, H, D, theta);
-  check_close("forward", of, rope_plain(x, B, S, H, D, theta));
+  check_close("forward", of, rope(x, B, S, H, D, theta));
   check_close("dx", dxf, want_dx);
 
   // A rotation: position 0 is the identity; in place equals out of place; and the score of a
@@ -263,14 +207,14 @@ TEST_CASE("grouped-query attention backward matches finite differences and repea
   check_grad("k", k, dk, loss);
   check_grad("v", v, dv, loss);
 
-  auto plain = [&] { return dot(attention_plain(q, k, v, B, S, NH, KV, D), r); };
+  auto plain = [&] { return dot(attention(q, k, v, B, S, NH, KV, D), r); };
   const auto want_dq = numeric_grad(q, plain), want_dk = numeric_grad(k, plain), want_dv = numeric_grad(v, plain);
   auto qf = to_float(q), kf = to_float(k), vf = to_float(v), rf = to_float(r);
   std::vector<float> of(q.size()), af(att.size()), dqf(q.size(), 0.0f), dkf(k.size(), 0.0f), dvf(v.size(), 0.0f);
   ref::gqa_attention_forward(of.data(), af.data(), qf.data(), kf.data(), vf.data(), B, S, NH, KV, D);
   ref::gqa_attention_backward(dqf.data(), dkf.data(), dvf.data(), rf.data(), qf.data(), kf.data(), vf.data(),
                               af.data(), B, S, NH, KV, D);
-  check_close("forward", of, attention_plain(q, k, v, B, S, NH, KV, D));
+  check_close("forward", of, attention(q, k, v, B, S, NH, KV, D));
   check_close("dq", dqf, want_dq);
   check_close("dk", dkf, want_dk);
   check_close("dv", dvf, want_dv);
