@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -24,10 +26,14 @@
 #include "engine/comm/collectives.hpp"
 #include "engine/data/token_data.hpp"
 #include "engine/exec/executor.hpp"
+#include "engine/model/hf_weights.hpp"
 #include "engine/reference_trainer.hpp"
+#include "engine/train/trainer.hpp"
 #include "llama_reference.hpp"
 #include "models/decoder.hpp"
+#include "models/gpt.hpp"
 #include "models/hf_config.hpp"
+#include "temp_dir.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf;
@@ -154,6 +160,14 @@ TEST_CASE("the engine's Llama computes LlamaForCausalLM's loss and gradients", "
 }
 
 TEST_CASE("the engine refuses a Llama its kernels do not compute, naming what", "[llama]") {
+  CHECK_NOTHROW(models::require_engine_architecture(tiny_llama(8, 1), "zinf train"));
+  auto scaled = models::load_hf_config(source("tests/data/hf/llama-3.1-8b/config.json"));
+  CHECK_THROWS_WITH(models::require_engine_architecture(scaled, "zinf train"),
+                    Catch::Contains("llama-3.1-8b/config.json") && Catch::Contains("'rope_scaling'") &&
+                        Catch::Contains("'llama3'"));
+  CHECK_THROWS_WITH(models::require_engine_architecture(models::load_hf_config(source("tests/data/hf/mistral-7b-v0.1/config.json")),
+                                                        "zinf train"),
+                    Catch::Contains("GPT-2 and Llama architectures only") && Catch::Contains("mistral"));
   auto spec = tiny_llama(8, 1);
   spec.rope_scaling = "llama3";
   CHECK_THROWS_WITH(engine::Gpt2(models::build_decoder(spec)), Catch::Contains("rope_scaling 'llama3'"));
@@ -211,4 +225,50 @@ TEST_CASE("Llama: offloaded and tiled configurations match the device-resident l
     CHECK(worst <= 1e-5);
     CHECK(got.back() < got.front());
   }
+}
+
+namespace {
+std::string file_bytes(const std::filesystem::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+}  // namespace
+
+TEST_CASE("zinf's Trainer fine-tunes tiny Llama from its Hugging Face folder with every state on NVMe, and exports it",
+          "[llama][trainer]") {
+  namespace fs = std::filesystem;
+  test::TempDir tmp("llama_trainer");
+  const fs::path in = tmp.path / "in", before = tmp.path / "before", after = tmp.path / "after";
+  // The starting folder: tiny Llama's config.json and weights, as transformers would hold them.
+  const auto graph = models::build_decoder(tiny_llama(64, 1));
+  const engine::Gpt2 start(graph);
+  const auto initial = start.init_params(21);
+  engine::HfExport f32;
+  engine::save_gpt2_hf_folder(in.string(), graph, [&](int32_t g, std::vector<float>& out) { out = initial[size_t(g)]; }, f32);
+
+  engine::TrainerOptions o;
+  o.model = models::find_model(in.string(), ZINF_SOURCE_DIR);  // the folder's config.json is the model
+  o.model.seq = 32;  // as --seq sets it
+  o.hw = core::load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
+  o.config = core::parse_run_config("zero_stage: 3\nprecision: fp32\nmicro_batch: 2\n"
+                                    "offload: {params: nvme, optimizer: nvme}\n"
+                                    "activation_checkpoint: {interval: 1, tier: nvme}\noptimizer: {lr: 1.0e-3}\n",
+                                    "test");
+  o.nvme_dir = (tmp.path / "nvme").string();
+  fs::create_directories(o.nvme_dir);
+  o.init_from = in.string();
+  o.note = [](const std::string&) {};
+  engine::LocalCollectives comm;
+  engine::Trainer trainer(o, comm);
+  // Through the NVMe homes and back, untouched: the same bytes.
+  trainer.export_weights(engine::export_target(before.string() + "/", "fp32", ""));
+  CHECK(file_bytes(before / engine::kHfSingleFile) == file_bytes(in / engine::kHfSingleFile));
+  std::vector<double> losses;
+  for (int s = 0; s < 10; ++s) losses.push_back(trainer.step().loss);
+  CHECK(losses.back() < losses.front() - 0.3);
+  trainer.export_weights(engine::export_target(after.string() + "/", "fp32", ""));
+  const auto trained = engine::load_gpt2_safetensors(after.string(), graph);
+  REQUIRE(trained.size() == initial.size());
+  CHECK(trained[0] != initial[0]);
+  CHECK(models::load_hf_config((after / "config.json").string()).family == core::Family::Llama);
 }

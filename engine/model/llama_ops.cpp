@@ -9,6 +9,7 @@
 #include "engine/backend/cpu/kernels.hpp"
 #include "engine/backend/cpu/llama_kernels.hpp"
 #include "engine/model/gpt2.hpp"
+#include "models/gpt.hpp"
 
 namespace zinf::engine {
 
@@ -43,17 +44,11 @@ void Gpt2::llama_setup() {
   const core::ModelSpec& s = spec();
   const std::string who = "the engine's Llama '" + s.name + "'";
   auto refuse = [&](const std::string& what) { throw std::invalid_argument(who + ": " + what); };
-  if (s.family != core::Family::Llama) refuse(std::string("trains the llama family, not ") + core::to_string(s.family));
-  if (s.norm != core::NormKind::RmsNorm || s.mlp != core::MlpKind::GatedSilu || s.positions != core::PositionKind::Rotary)
-    refuse("needs RMSNorm, a SiLU-gated MLP and rotary positions");
-  if (s.qkv_bias || s.attn_out_bias || s.mlp_bias) refuse("has no kernels for attention_bias or mlp_bias");
-  if (s.rotary_fraction != 1.0 || s.sliding_window > 0 || s.mla() || s.experts > 0 || s.fused_qkv || s.fused_gate_up)
-    refuse("has no kernels for partial rotation, sliding windows, latent attention, experts or fused projections");
+  // The variants the kernels below compute are models/gpt.hpp's to say, so that zinf train refuses
+  // the others before it plans.
+  if (const models::EngineProblem p = models::llama_engine_problem(s); !p.why.empty()) refuse(p.why + " (" + p.key + ")");
   if (TP_ > 1) refuse("runs without tensor parallelism");
-  if (!s.rope_scaling.empty()) refuse("has no kernels for rope_scaling '" + s.rope_scaling + "' (only unscaled rotation)");
   KV_ = s.kv_head_count(), D_ = s.head_dim();
-  if (NH_ % KV_ != 0) refuse("num_attention_heads is not a multiple of num_key_value_heads");
-  if (NH_ * D_ != C_ || D_ % 2 != 0) refuse("needs heads x head_dim = hidden_size and an even head_dim");
   QW_ = NH_ * D_, KW_ = KV_ * D_;
   theta_ = s.rope_theta, eps_ = s.norm_eps;
   // The graph's linears of a block in order: q, k, v, o, gate, up, down (core::block_steps).
