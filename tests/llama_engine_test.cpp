@@ -1,10 +1,12 @@
 // The Llama family on the engine's CPU backend (engine/model/llama_ops.cpp): the whole model's loss
 // and gradients against the plain double-precision Llama of tests/llama_reference.hpp (gradients:
 // its central finite differences), then training through planned Programs: offloaded, tiled and
-// checkpoint-offloaded configurations against the device-resident one, and that against the plain
-// reference trainer, and per-tensor activation choices against keeping them. The model is tests/data/llama-tiny (hidden 64, 2 layers, 4 heads over 2
-// key/value heads, vocabulary 256, untied head). Training runs in fp32, where the stated tolerance
-// is a relative 1e-5 on every step's loss (tiles sum the input gradients in another order).
+// checkpoint-offloaded configurations against the device-resident one, that against the plain
+// reference trainer, per-tensor activation choices against keeping every tensor, and the Trainer
+// from a Hugging Face folder with its states on NVMe. The model is tests/data/llama-tiny (hidden
+// 64, 2 layers, 4 heads over 2 key/value heads, vocabulary 256, untied head). Training runs in
+// fp32, where the stated tolerance is a relative 1e-5 on every step's loss (tiles sum the input
+// gradients in another order).
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
