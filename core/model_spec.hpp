@@ -54,6 +54,9 @@ struct ModelSpec {
   PositionKind positions = PositionKind::Learned;
   int64_t learned_positions = 0;     // rows of a learned position embedding; 0: seq
   double rotary_fraction = 1.0;      // the share of a head's dimensions rotated (GPT-NeoX's rotary_pct)
+  double rope_theta = 10000.0;       // the rotary base (config.json's rope_theta)
+  double norm_eps = 1e-5;            // the norms' epsilon (rms_norm_eps, layer_norm_eps)
+  std::string rope_scaling;          // config.json's rope_scaling type ("llama3", "linear", ...); empty: none
   bool parallel_attention = false;   // attention and MLP read the same input (GPT-NeoX, Falcon)
   int64_t embed_dim = 0;             // the token embedding's width (OPT's word_embed_proj_dim); 0: hidden
   int64_t sliding_window = 0;        // tokens a query attends to in a local layer; 0: all

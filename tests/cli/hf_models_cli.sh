@@ -23,8 +23,10 @@ expect "sim of Llama-3.1-8B gives a step time" 0 "^step time +[0-9.]+ (ms|s)" "$
 expect "sim of Mixtral-8x7B gives a step time" 0 "^step time +[0-9.]+ (ms|s)" "$D/sim-mixtral" $?
 "$ZINF" plan --model $HF/opt-1.3b --hw dgx-h100 --config zero3 --seq 4096 > "$D/opt" 2>&1
 expect "a seq past OPT's learned positions is the plan's refusal" 0 "refused: seq 4096 is longer than the 2048 learned positions" "$D/opt" $?
-"$ZINF" train --model $HF/llama-2-7b --hw cpu-dev --config demo > "$D/train" 2>&1
-expect "zinf train refuses a Llama, naming its file" 2 "llama-2-7b/config.json: key 'architecture': zinf train runs the GPT-2 architecture only" "$D/train" $?
+"$ZINF" train --model $HF/mixtral-8x7b-v0.1 --hw cpu-dev --config demo > "$D/train" 2>&1
+expect "zinf train refuses a Mixtral, naming its file" 2 "mixtral-8x7b-v0.1/config.json: key 'architecture': zinf train runs the GPT-2 and Llama architectures only" "$D/train" $?
+"$ZINF" train --model $HF/llama-3.1-8b --hw cpu-dev --config demo > "$D/train-scaled" 2>&1
+expect "zinf train refuses Llama 3.1's scaled rope, naming the key" 2 "llama-3.1-8b/config.json: key 'rope_scaling': zinf train: the engine's Llama has no kernels for rope_scaling 'llama3'" "$D/train-scaled" $?
 # LLaMA-33B with stanford_alpaca's ZeRO-3 offload config on 8 A100s: DeepSpeed's own host allocation
 # (20 bytes a parameter: bf16 parameters and gradients, fp32 gradients, master, m and v) beside zinf's 16.
 "$ZINF" plan --model $HF/llama-33b --hw dgx-a100 --config tests/data/deepspeed/alpaca/default_offload_opt_param.json \
