@@ -43,7 +43,11 @@ def flops_per_sample(point):
         return 8 * seq * params_of(m)
     if point["flops"] == "megatron":
         return 96 * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
-    raise ValueError(f"point {point['id']}: flops must be zero-infinity or megatron, not {point['flops']!r}")
+    if point["flops"] == "mosaicml":  # llm-foundry's MFU: 3 x 2 x params x seq + 3 x layers x 2 x 2 x hidden x seq^2
+        if "num_params" not in point:
+            raise ValueError(f"point {point['id']}: flops mosaicml needs 'num_params' (the row's NumParams)")
+        return 6 * point["num_params"] * seq + 12 * layers * hidden * seq ** 2
+    raise ValueError(f"point {point['id']}: flops must be zero-infinity, megatron or mosaicml, not {point['flops']!r}")
 
 
 def expand(spec):
@@ -75,8 +79,14 @@ def write_inputs(point, folder):
     """The point's model, run config and (when it overrides one) hwprofile as files zinf reads."""
     m = point["model"]
     tp = point["tensor_parallel"]
-    # A tensor-parallel group trains one micro-batch: batch per GPU x its ranks.
-    micro_batch = point["batch"] * tp
+    # A tensor-parallel group trains one micro-batch: batch per GPU x its ranks. A point that names its
+    # micro-batch accumulates batch / micro_batch of them per step (its config's gradient_accumulation).
+    micro_batch = point.get("micro_batch", point["batch"]) * tp
+    if "micro_batch" in point:
+        accumulation = point["config"].get("gradient_accumulation", 1)
+        if point["micro_batch"] * accumulation != point["batch"]:
+            raise ValueError(f"point {point['id']}: micro_batch {point['micro_batch']} x config.gradient_accumulation "
+                             f"{accumulation} is not batch {point['batch']}")
     if abs(micro_batch - round(micro_batch)) > 1e-9:
         raise ValueError(f"point {point['id']}: batch {point['batch']} x tensor_parallel {tp} is not a whole micro-batch")
     vocab = m.get("vocab", point["vocab"])
@@ -84,6 +94,8 @@ def write_inputs(point, folder):
         vocab = -(-vocab // (128 * tp)) * (128 * tp)
     model = {"name": point["id"], "layers": m["layers"], "hidden": m["hidden"], "heads": m["heads"],
              "seq": point["seq"], "vocab": vocab, "micro_batch": int(round(micro_batch))}
+    if "attention" in m:  # the attention kernel (eager, or flash: FlashAttention keeps no probabilities)
+        model["attention"] = m["attention"]
     paths = {"model": os.path.join(folder, "model.yaml"), "config": os.path.join(folder, "config.yaml")}
     with open(paths["model"], "w") as f:
         yaml.safe_dump(model, f)
