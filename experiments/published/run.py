@@ -123,7 +123,7 @@ def write_inputs(point, folder):
 
 
 # Point fields that change the profile it is simulated on.
-PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory", "fabric")
+PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory", "fabric", "nic_bandwidth")
 
 
 def with_overrides(profile, point):
@@ -138,7 +138,27 @@ def with_overrides(profile, point):
     if "fabric" in point:
         p["fabric"] = point["fabric"]
         p["name"] = f"{p['name']}-{point['fabric'].get('topology', 'fabric')}"
+    if "nic_bandwidth" in point:  # each NIC's rate, as the profile writes it ("200 Gb/s")
+        p["node"]["nic"] = dict(profile["node"]["nic"], bandwidth=point["nic_bandwidth"])
+        p["name"] = f"{p['name']}-nic{point['nic_bandwidth'].replace(' ', '').replace('/', '')}"
     return p
+
+
+# Inputs a point may give as a range (`ranged:`): each bound from a source, before any comparison.
+RANGED_INPUTS = ("nic_bandwidth",)
+
+
+def ranged_inputs(point):
+    """The point's ranged inputs as (name, low, high, source), each checked for its bounds and source."""
+    out = []
+    for name, r in (point.get("ranged") or {}).items():
+        if name not in RANGED_INPUTS:
+            raise ValueError(f"point {point['id']}: ranged input '{name}' is not one of {', '.join(RANGED_INPUTS)}")
+        for key in ("low", "high", "source"):
+            if key not in r:
+                raise ValueError(f"point {point['id']}: ranged.{name} needs '{key}' (bounds come from a source)")
+        out.append((name, r["low"], r["high"], r["source"]))
+    return out
 
 
 def shown_command(cmd, folder):
@@ -219,6 +239,28 @@ def simulate_on_tree(point, zinf, folder, fabric):
     return round(predicted_tflops(point, report["samples_per_s"], report["ranks"]), 2)
 
 
+def simulate_range(point, zinf, folder):
+    """TFLOP/s per GPU at each bound of the point's ranged inputs (expected slowest GPU: seeds 0), as (low, high)
+    over every combination of bounds; None when the point has none, or a bound does not simulate."""
+    ranged = ranged_inputs(point)
+    if not ranged:
+        return None
+    combos = [{}]
+    for name, low, high, _ in ranged:
+        combos = [dict(c, **{name: v}) for c in combos for v in (low, high)]
+    values = []
+    for i, combo in enumerate(combos):
+        sub = os.path.join(folder, f"bound{i}")
+        os.makedirs(sub, exist_ok=True)
+        paths = write_inputs(dict(point, **combo), sub)
+        run = subprocess.run(sim_command(zinf, paths, point), capture_output=True, text=True, cwd=ROOT)
+        report = read_report(run)
+        if run.returncode != 0 or report is None or not report.get("within_budget", True):
+            return None
+        values.append(predicted_tflops(point, report["samples_per_s"], report["ranks"]))
+    return round(min(values), 2), round(max(values), 2)
+
+
 def mechanisms(row):
     """What moves the point, as the simulation saw it: the slowest GPU a collective waits for, the fabric."""
     out = []
@@ -252,6 +294,9 @@ def table(rows):
             ends = [r["band_p10"], r["band_p90"]] + ([r["tree_tflops"]] if r.get("tree_tflops") else [])
             covered = min(ends) <= r["measured_tflops"] <= max(ends)
             notes.append("band covers the measurement" if covered else "band misses the measurement")
+        if r.get("range_lo"):
+            inside = r["range_lo"] <= r["measured_tflops"] <= r["range_hi"]
+            notes.append(f"input range {r['range_lo']:.1f}-{r['range_hi']:.1f}: {'covers' if inside else 'misses'} the measurement")
         if mechanisms(r):
             notes.append(mechanisms(r))
         note = "; ".join(notes)
@@ -260,6 +305,12 @@ def table(rows):
         s = summary(rows, kind)
         ranged = [r for r in rows if r["kind"] == kind and r.get("measured_range")]
         inside = f"; {sum(r['in_range'] for r in ranged)} of {len(ranged)} inside their published range" if ranged else ""
+        ranged_rows = [r for r in rows if r["kind"] == kind and r.get("range_lo")]
+        if ranged_rows:
+            covered = sum(r["range_lo"] <= r["measured_tflops"] <= r["range_hi"] for r in ranged_rows)
+            half = statistics.median((r["range_hi"] - r["range_lo"]) / (r["range_hi"] + r["range_lo"]) for r in ranged_rows)
+            inside += (f"; {covered} of {len(ranged_rows)} measurements inside their input range "
+                       f"(median half-width {100 * half:.1f} %)")
         if s["points"]:
             lines.append(f"\n{kind}: {s['points']} points simulated, {s['refused']} refused or failed; "
                          f"median |error| {100 * s['median']:.0f} %, largest {100 * s['largest']:.0f} %{inside}")
@@ -409,13 +460,17 @@ def main(argv=None):
             print(f"[{i}/{len(points)}] {p['id']} ...", end=" ", flush=True)
             r = simulate(p, a.zinf, folder, a.seeds, a.jobs)
             r["series"] = p.get("series", "")
+            if r["status"] == "ok" and ranged_inputs(p):
+                bounds = simulate_range(p, a.zinf, folder)
+                if bounds:
+                    r["range_lo"], r["range_hi"] = bounds
             if a.fabric_range and p["nodes"] > 1 and r["status"] == "ok":
                 r["tree_tflops"] = simulate_on_tree(p, a.zinf, folder, spec["plausible_fabric"])
             print(f"{r['predicted_tflops']} TFLOP/s (measured {r['measured_tflops']}){' ' + mechanisms(r) if mechanisms(r) else ''}"
                   if r["status"] == "ok" else f"{r['status']}: {r['reason'][:160]}", flush=True)
             rows.append(r)
     fields = ["id", "kind", "figure", "status", "measured_tflops", "measured_range", "predicted_tflops", "band_p10",
-              "band_p90", "seeds", "slowest_gpu", "tree_tflops", "error", "step_time", "tensor_parallel", "flops", "reason",
+              "band_p90", "seeds", "slowest_gpu", "tree_tflops", "range_lo", "range_hi", "error", "step_time", "tensor_parallel", "flops", "reason",
               "assumed", "source", "command"]
     with open(os.path.join(a.out, "published.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
