@@ -123,7 +123,7 @@ def write_inputs(point, folder):
 
 
 # Point fields that change the profile it is simulated on.
-PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory", "fabric", "nic_bandwidth")
+PROFILE_OVERRIDES = ("gpus_per_node", "gpu_memory", "fabric")
 
 
 def with_overrides(profile, point):
@@ -138,22 +138,16 @@ def with_overrides(profile, point):
     if "fabric" in point:
         p["fabric"] = point["fabric"]
         p["name"] = f"{p['name']}-{point['fabric'].get('topology', 'fabric')}"
-    if "nic_bandwidth" in point:  # each NIC's rate, as the profile writes it ("200 Gb/s")
-        p["node"]["nic"] = dict(profile["node"]["nic"], bandwidth=point["nic_bandwidth"])
-        p["name"] = f"{p['name']}-nic{point['nic_bandwidth'].replace(' ', '').replace('/', '')}"
     return p
 
 
-# Inputs a point may give as a range (`ranged:`): each bound from a source, before any comparison.
-RANGED_INPUTS = ("nic_bandwidth",)
-
-
 def ranged_inputs(point):
-    """The point's ranged inputs as (name, low, high, source), each checked for its bounds and source."""
+    """The point's ranged inputs as (profile key path, low, high, source), each checked for its bounds and
+    source: the inputs no source gives, each bound from a source, before any comparison."""
     out = []
     for name, r in (point.get("ranged") or {}).items():
-        if name not in RANGED_INPUTS:
-            raise ValueError(f"point {point['id']}: ranged input '{name}' is not one of {', '.join(RANGED_INPUTS)}")
+        if not isinstance(r, dict):
+            raise ValueError(f"point {point['id']}: ranged.{name} must be a mapping of low, high and source")
         for key in ("low", "high", "source"):
             if key not in r:
                 raise ValueError(f"point {point['id']}: ranged.{name} needs '{key}' (bounds come from a source)")
@@ -240,24 +234,24 @@ def simulate_on_tree(point, zinf, folder, fabric):
 
 
 def simulate_range(point, zinf, folder):
-    """TFLOP/s per GPU at each bound of the point's ranged inputs (expected slowest GPU: seeds 0), as (low, high)
-    over every combination of bounds; None when the point has none, or a bound does not simulate."""
+    """TFLOP/s per GPU over every combination of the bounds of the point's ranged inputs (`zinf sim --range`,
+    expected slowest GPU), as (low, high); None when the point has none or the run does not simulate."""
     ranged = ranged_inputs(point)
     if not ranged:
         return None
-    combos = [{}]
+    sub = os.path.join(folder, "range")
+    os.makedirs(sub, exist_ok=True)
+    paths = write_inputs(point, sub)
+    cmd = sim_command(zinf, paths, point)
     for name, low, high, _ in ranged:
-        combos = [dict(c, **{name: v}) for c in combos for v in (low, high)]
-    values = []
-    for i, combo in enumerate(combos):
-        sub = os.path.join(folder, f"bound{i}")
-        os.makedirs(sub, exist_ok=True)
-        paths = write_inputs(dict(point, **combo), sub)
-        run = subprocess.run(sim_command(zinf, paths, point), capture_output=True, text=True, cwd=ROOT)
-        report = read_report(run)
-        if run.returncode != 0 or report is None or not report.get("within_budget", True):
-            return None
-        values.append(predicted_tflops(point, report["samples_per_s"], report["ranks"]))
+        cmd += ["--range", f"{name}={low}:{high}"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    report = read_report(run)
+    if run.returncode != 0 or report is None or "range" not in report:
+        raise ValueError(f"point {point['id']}: zinf sim --range failed: {(run.stderr or run.stdout).strip()[:300]}")
+    samples_per_step = report["samples_per_s"] * report["step_time"]
+    steps = [b["step_time"] for b in report["range"]["per_bound"]]
+    values = [predicted_tflops(point, samples_per_step / t, report["ranks"]) for t in steps]
     return round(min(values), 2), round(max(values), 2)
 
 
