@@ -14,7 +14,7 @@ double mlp_inner(const ModelSpec& s) { return double(s.ffn_hidden()) * (s.gated_
 
 double block_forward_elements(const ModelSpec& s, int64_t tensor_parallel) {
   const double t = double(std::max<int64_t>(1, tensor_parallel)), h = double(s.hidden);
-  return 6.0 * h + 4.0 + (4.0 * h + mlp_inner(s) + double(s.ffn_hidden()) + double(s.heads) * double(s.seq)) / t;
+  return 6.0 * h + 4.0 + (4.0 * h + mlp_inner(s) + double(s.ffn_hidden()) + s.kept_attention_elements(s.seq)) / t;
 }
 
 double block_backward_elements(const ModelSpec& s, int64_t tensor_parallel) {
@@ -54,7 +54,7 @@ RunActivations run_activation_elements(const ModelGraph& g, const std::vector<in
 
 std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, int64_t tensor_parallel) {
   const double tp = double(std::max<int64_t>(1, tensor_parallel));
-  const double h = double(s.hidden), f = double(s.ffn_hidden()), probs = double(s.heads) * double(s.seq);
+  const double h = double(s.hidden), f = double(s.ffn_hidden()), probs = s.kept_attention_elements(s.seq);
   // Elements per token as the fp32 kernels keep them on one rank (block_forward_elements).
   std::vector<BlockTensor> t = {
       {"ln1", OpRole::Ln1, -1, h + 2},  {"qkv", OpRole::CAttn, 0, 3 * h},     {"attn", OpRole::Attn, 1, h + probs},

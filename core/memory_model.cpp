@@ -100,7 +100,7 @@ double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_paral
   if (!m.is_gpt2()) return layout_activation_bytes_per_token(m);  // planned whole: no tensor parallelism
   const double t = double(std::max<int64_t>(1, tensor_parallel));
   const double replicated = 10.0 / 34.0;
-  return 16.0 * double(m.hidden) * (replicated + (1.0 - replicated) / t) + 2.0 * double(m.heads) * double(m.seq) / t;
+  return 16.0 * double(m.hidden) * (replicated + (1.0 - replicated) / t) + 2.0 * m.kept_attention_elements(m.seq) / t;
 }
 
 namespace {

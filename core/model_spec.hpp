@@ -79,6 +79,19 @@ struct ModelSpec {
   int64_t qk_rope_head_dim = 0;
   int64_t qk_nope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // The attention kernel (`attention: flash` in a model YAML): eager attention writes the
+  // probabilities (heads x span per token) to memory and keeps them for backward; FlashAttention
+  // (Dao et al., NeurIPS 2022, Algorithms 1-2) keeps one fp32 log-sum-exp per head and query, and its
+  // backward recomputes the scores: 5 matrix products where eager attention's backward has 4.
+  // Planned and simulated; the engine's kernels are eager (models::require_engine_architecture).
+  bool flash_attention = false;
+
+  // Elements per token of one block's attention kept for backward beyond q, k, v and the output,
+  // counted in 16-bit elements: the probabilities over `span` keys, or FlashAttention's fp32
+  // log-sum-exp (2 per head).
+  double kept_attention_elements(int64_t span) const {
+    return double(heads) * (flash_attention ? 2.0 : double(span));
+  }
 
   int64_t ffn_hidden() const { return intermediate > 0 ? intermediate : ffn_multiple * hidden; }
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }

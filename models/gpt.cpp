@@ -112,8 +112,11 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
       o.n = s.seq;
       o.k = h / s.heads;
       o.fwd_flops = 4.0 * T * double(s.seq) * double(h / tp);
-      o.bwd_flops = 2.0 * o.fwd_flops;
-      o.fwd_bytes = kAct * (4.0 * T * double(h / tp) + 2.0 * double(s.micro_batch * heads) * double(s.seq * s.seq));
+      // FlashAttention's backward recomputes the scores (5 products to eager's 4) and never writes the
+      // probabilities to memory; eager attention writes and reads them.
+      o.bwd_flops = (s.flash_attention ? 2.5 : 2.0) * o.fwd_flops;
+      const double probs = s.flash_attention ? 0.0 : 2.0 * double(s.micro_batch * heads) * double(s.seq * s.seq);
+      o.fwd_bytes = kAct * (4.0 * T * double(h / tp) + probs);
       o.out_bytes = kAct * T * double(h / tp);
     }
     b.linear(p + "attn.c_proj", Role::AttnProj, l, h / tp, h);
@@ -208,6 +211,10 @@ EngineProblem llama_engine_problem(const core::ModelSpec& m) {
 }
 
 void require_engine_architecture(const core::ModelSpec& m, const std::string& what) {
+  if (m.flash_attention)
+    throw core::ConfigError(m.file.empty() ? m.name : m.file, "attention",
+                            fmt::format("{} runs eager attention only; attention: flash is modelled by zinf plan, sim "
+                                        "and tune", what));
   if (m.is_gpt2()) return;
   const std::string where = m.file.empty() ? m.name : m.file;
   if (m.family == core::Family::Llama) {
