@@ -6,8 +6,8 @@
 
 #include "cli/command.hpp"
 #include "cli/file_checks.hpp"
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "models/gpt.hpp"
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"

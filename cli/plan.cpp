@@ -13,7 +13,7 @@
 #include "cli/inputs.hpp"
 #include "core/errors.hpp"
 #include "core/fit.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"

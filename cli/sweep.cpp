@@ -37,7 +37,7 @@
 #include "cli/file_checks.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/sweep_runner.hpp"
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_table.hpp"
 #include "engine/io/row_file.hpp"

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/config_reader.hpp"
+#include "formats/config_reader.hpp"
 #include "core/model_layout.hpp"
 
 namespace zinf::core {

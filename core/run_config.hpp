@@ -155,7 +155,7 @@ struct RunConfig {
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
   // Overrides the model's sequence length when set: a Hugging Face config.json's default is
-  // capped (models/hf_config.hpp), and a run trains on what it trains on.
+  // capped (formats/hf_config.hpp), and a run trains on what it trains on.
   std::optional<int64_t> seq;
   bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint
   // Backpressure on backward: a backward step that starts new gradients waits until the gradient
@@ -180,7 +180,7 @@ bool decoupled_weight_decay(const std::string& optimizer_type);
 RunConfig load_run_config(const std::string& path);
 RunConfig parse_run_config(const std::string& yaml_text, const std::string& name);
 
-// A DeepSpeed JSON (Hjson) config, read as DeepSpeed reads it (core/deepspeed_config.hpp) for the
+// A DeepSpeed JSON (Hjson) config, read as DeepSpeed reads it (formats/deepspeed_config.hpp) for the
 // run `ctx` describes (a default context: one GPU, micro-batch 1); the reader's lines for the user
 // are appended to `warnings`.
 RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,

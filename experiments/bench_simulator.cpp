@@ -13,7 +13,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/hwprofile.hpp"
 #include "core/plan.hpp"
 #include "core/run_config.hpp"

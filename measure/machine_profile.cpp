@@ -34,9 +34,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/plan.hpp"
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "engine/build_info.hpp"

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"

@@ -1,4 +1,4 @@
-// Bounded reading of user files (core/bounded_input.hpp): devices, FIFOs and directories are
+// Bounded reading of user files (formats/bounded_input.hpp): devices, FIFOs and directories are
 // refused without blocking, files over the limit are refused by size, YAML alias bombs and deep
 // nesting are refused by their expansion, and each refusal names the file. The readers of
 // configs, models, profiles and sweep specs go through it.
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"

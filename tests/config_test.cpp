@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/run_config.hpp"
 #include "core/units.hpp"
 #include "test_paths.hpp"

@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/errors.hpp"
 #include "core/fit.hpp"
 #include "core/memory_model.hpp"

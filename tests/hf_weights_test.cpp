@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "engine/bf16.hpp"
 #include "engine/fp16.hpp"
 #include "core/hwprofile.hpp"

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "core/hwprofile.hpp"
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf::core;

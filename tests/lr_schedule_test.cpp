@@ -11,7 +11,7 @@
 
 #include "core/errors.hpp"
 #include "core/lr_schedule.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/run_config.hpp"
 
 using namespace zinf::core;

@@ -11,7 +11,7 @@
 
 #include "core/hwprofile.hpp"
 #include "core/lr_schedule.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"

@@ -18,7 +18,7 @@
 
 #include <fmt/format.h>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/hwprofile.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"

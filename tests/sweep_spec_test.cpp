@@ -5,7 +5,7 @@
 #include <fstream>
 #include <set>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/sweep_table.hpp"

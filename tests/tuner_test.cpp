@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/hwprofile.hpp"
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 #include "core/validation.hpp"
 #include "engine/build_info.hpp"
 #include "engine/machine_info.hpp"

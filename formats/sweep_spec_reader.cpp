@@ -6,8 +6,8 @@
 #include <sstream>
 #include <set>
 
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/units.hpp"

@@ -1,4 +1,4 @@
-#include "core/deepspeed_schema.hpp"
+#include "formats/deepspeed_schema.hpp"
 
 namespace zinf::core::deepspeed {
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "core/deepspeed_reader.hpp"
+#include "formats/deepspeed_reader.hpp"
 
 namespace zinf::core::deepspeed {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 
 namespace zinf::core::deepspeed {
 

@@ -1,9 +1,9 @@
 // The readers of each family's config.json keys (transformers' configuration classes, their
-// defaults, and what the modeling code builds from them). Internal to models/hf_config.cpp.
+// defaults, and what the modeling code builds from them). Internal to formats/hf_config.cpp.
 // Stateless functions; the HfReader they fill is not shared.
 #pragma once
 #include "core/model_spec.hpp"
-#include "models/hf_reader.hpp"
+#include "formats/hf_reader.hpp"
 
 namespace zinf::models {
 

@@ -1,4 +1,4 @@
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>

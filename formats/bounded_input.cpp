@@ -1,4 +1,4 @@
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

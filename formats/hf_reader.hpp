@@ -1,6 +1,6 @@
 // HfReader hands out the typed values of one config.json object and remembers which keys were
 // read, so that every key nobody read is refused by name unless it is one that changes nothing zinf
-// models. Internal to models/hf_config.cpp and hf_families.cpp. Not thread-safe; one per file.
+// models. Internal to formats/hf_config.cpp and hf_families.cpp. Not thread-safe; one per file.
 #pragma once
 #include <nlohmann/json.hpp>
 

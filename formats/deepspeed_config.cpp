@@ -3,16 +3,16 @@
 // sections (DeepSpeedConfigModel: unknown keys refused, an "auto" at a section's top level dropped
 // for the default), then the meaning of each section (deepspeed_sections.cpp), then the ledger
 // that accounts for every key of the file.
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <set>
 
-#include "core/deepspeed_reader.hpp"
+#include "formats/deepspeed_reader.hpp"
 #include "core/errors.hpp"
-#include "core/hjson.hpp"
+#include "formats/hjson.hpp"
 #include "core/json_text.hpp"
 
 namespace zinf::core {

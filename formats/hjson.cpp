@@ -1,4 +1,4 @@
-#include "core/hjson.hpp"
+#include "formats/hjson.hpp"
 
 #include <fmt/format.h>
 

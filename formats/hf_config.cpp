@@ -1,14 +1,14 @@
-#include "models/hf_config.hpp"
+#include "formats/hf_config.hpp"
 
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
-#include "models/hf_families.hpp"
-#include "models/hf_reader.hpp"
+#include "formats/hf_families.hpp"
+#include "formats/hf_reader.hpp"
 
 namespace zinf::models {
 namespace {

@@ -1,5 +1,5 @@
-// The writer of a RunConfig as zinf's YAML (read back by core/run_config.cpp's reader). The
-// DeepSpeed writer is core/deepspeed_writer.cpp.
+// The writer of a RunConfig as zinf's YAML (read back by formats/run_config_reader.cpp's reader). The
+// DeepSpeed writer is formats/deepspeed_writer.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-#include "models/hf_reader.hpp"
+#include "formats/hf_reader.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
-#include "core/config_reader.hpp"
+#include "formats/config_reader.hpp"
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 
 #include <fmt/format.h>
 

@@ -21,7 +21,7 @@ inline constexpr int64_t kDefaultHfSeq = 4096;
 
 // `path` names the file in errors and the model (its folder's name).
 core::ModelSpec parse_hf_config(const std::string& json_text, const std::string& path);
-// Reads through the bounded reader (core/bounded_input.hpp).
+// Reads through the bounded reader (formats/bounded_input.hpp).
 core::ModelSpec load_hf_config(const std::string& path);
 
 // The config.json that `path` names: the file itself when it ends in .json, the folder's

@@ -9,9 +9,9 @@
 #include <set>
 #include <type_traits>
 
-#include "core/deepspeed_reader.hpp"
-#include "core/config_reader.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/deepspeed_reader.hpp"
+#include "formats/config_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/program.hpp"
 #include "core/run_config_bounds.hpp"
 

@@ -1,4 +1,4 @@
-#include "models/hf_families.hpp"
+#include "formats/hf_families.hpp"
 
 #include <fmt/format.h>
 

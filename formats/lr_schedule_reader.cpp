@@ -1,12 +1,12 @@
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 
 #include <fmt/format.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "core/bounded_input.hpp"
-#include "core/hjson.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/hjson.hpp"
 #include "core/run_config.hpp"
 
 namespace zinf::core {

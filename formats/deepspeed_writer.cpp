@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 
 namespace zinf::core {
 

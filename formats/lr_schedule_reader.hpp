@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config_reader.hpp"
+#include "formats/config_reader.hpp"
 #include "core/lr_schedule.hpp"
 
 namespace zinf::core {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <iterator>
 
-#include "core/config_reader.hpp"
+#include "formats/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/graph.hpp"
 #include "core/units.hpp"

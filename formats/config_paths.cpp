@@ -1,4 +1,4 @@
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 
 #include <fmt/format.h>
 

@@ -6,11 +6,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
-#include "core/deepspeed_config.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/errors.hpp"
-#include "core/hjson.hpp"
+#include "formats/hjson.hpp"
 #include "core/units.hpp"
 
 namespace zinf::core {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/deepspeed_config.hpp"
-#include "core/deepspeed_schema.hpp"
+#include "formats/deepspeed_config.hpp"
+#include "formats/deepspeed_schema.hpp"
 #include "core/errors.hpp"
 
 namespace zinf::core::deepspeed {
@@ -67,7 +67,7 @@ public:
   void read_activation_checkpointing();
   void read_tensor_parallel();
   void read_other_sections();
-  void read_scheduler();  // through core/lr_schedule_reader.hpp
+  void read_scheduler();  // through formats/lr_schedule_reader.hpp
 
   // --- validation (deepspeed_config.cpp) ---
   void validate();

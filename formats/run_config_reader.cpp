@@ -7,9 +7,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/bounded_input.hpp"
-#include "core/config_reader.hpp"
-#include "core/deepspeed_config.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_reader.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/run_config_bounds.hpp"
 
 namespace zinf::core {
@@ -182,7 +182,7 @@ RunConfig read_yaml(ConfigReader& r) {
                      "Program (their sizes and count are the plan's host peak); delete the pinned block");
   r.ignore("pinned");
   if (auto o = r.maybe_child("optimizer")) read_optimizer(*o, c);
-  r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (core/lr_schedule_reader.hpp)
+  r.ignore("lr_schedule");  // changes no cost: read by load_lr_schedule (formats/lr_schedule_reader.hpp)
   if (const std::string p = r.choice("precision", {"auto", "bf16", "fp16", "fp32"}, "auto"); p != "auto")
     c.precision = parse_precision(p);
   if (auto l = r.maybe_child("loss_scale")) read_loss_scale(*l, c.loss_scaling);

@@ -6,7 +6,7 @@
 // (autotuning.enabled) reads "auto" as "search this", which is zinf tune's work.
 #include <fmt/format.h>
 
-#include "core/deepspeed_reader.hpp"
+#include "formats/deepspeed_reader.hpp"
 
 namespace zinf::core::deepspeed {
 
