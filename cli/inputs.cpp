@@ -10,6 +10,8 @@
 #include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::cli {
 

@@ -42,6 +42,7 @@
 #include "core/sweep_table.hpp"
 #include "engine/io/row_file.hpp"
 #include "tune/scenario.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 namespace zinf::cli {
 namespace {

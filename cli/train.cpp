@@ -46,6 +46,8 @@
 #include "engine/train/metrics_log.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::cli {
 namespace {

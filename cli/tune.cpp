@@ -19,6 +19,7 @@
 #include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
 #include "engine/io/output_file.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::cli {
 namespace {

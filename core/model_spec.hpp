@@ -105,9 +105,8 @@ struct ExactParams {
 };
 ExactParams exact_params(const ModelSpec& m);
 
-// Loads and validates a model spec; throws ConfigError naming the file and key.
-ModelSpec load_model_spec(const std::string& path);
-ModelSpec parse_model_spec(const std::string& yaml_text, const std::string& name);
+// Checks a model spec as its readers give it (formats/model_spec_reader.hpp,
+// formats/hf_config.hpp); throws ConfigError naming the file and key.
 void validate(const ModelSpec& m, const std::string& file);
 
 }  // namespace zinf::core

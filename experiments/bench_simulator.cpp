@@ -20,6 +20,8 @@
 #include "models/gpt.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace {
 

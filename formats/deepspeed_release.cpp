@@ -1,4 +1,4 @@
-#include "core/deepspeed_release.hpp"
+#include "formats/deepspeed_release.hpp"
 
 #include <stdexcept>
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "formats/deepspeed_config.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::core {
 

@@ -8,6 +8,7 @@
 #include "formats/bounded_input.hpp"
 #include "formats/hjson.hpp"
 #include "core/run_config.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::core {
 

@@ -1,4 +1,4 @@
-#include "core/run_config.hpp"
+#include "formats/run_config_reader.hpp"
 
 #include "core/program.hpp"
 
@@ -11,28 +11,9 @@
 #include "formats/config_reader.hpp"
 #include "formats/deepspeed_config.hpp"
 #include "core/run_config_bounds.hpp"
+#include "formats/deepspeed_release.hpp"
 
 namespace zinf::core {
-
-const char* to_string(Tier t) {
-  switch (t) {
-    case Tier::Device: return "device";
-    case Tier::Host: return "host";
-    case Tier::Nvme: return "nvme";
-  }
-  return "?";
-}
-
-const char* to_string(ActivationPolicy p) {
-  switch (p) {
-    case ActivationPolicy::None: return "none";
-    case ActivationPolicy::Lifetime: return "lifetime";
-    case ActivationPolicy::OffloadAll: return "offload_all";
-  }
-  return "?";
-}
-
-std::string to_string(const Placement& p) { return p.automatic ? "auto" : to_string(p.tier); }
 
 namespace {
 
@@ -256,16 +237,5 @@ bool is_deepspeed_json(const std::string& text) {
   }
   return false;
 }
-
-double param_bytes(const RunConfig& c) { return element_bytes(c.precision.value_or(Precision::Bf16)); }
-double grad_bytes(const RunConfig& c) { return element_bytes(c.precision.value_or(Precision::Bf16)); }
-double optimizer_state_bytes(const RunConfig& c) {
-  // Without ZeRO an fp32 run's optimizer updates the parameters themselves; every other run keeps
-  // fp32 master weights (DeepSpeed's ZeRO optimizers clone them even in fp32).
-  const bool master = !(c.precision == Precision::Fp32 && c.zero_stage == 0);
-  return (master ? 4.0 : 0.0) + 4.0 * double(c.optimizer_states);
-}
-
-bool decoupled_weight_decay(const std::string& t) { return t == "adamw" || t == "lamb" || t == "lion" || t == "adafactor"; }
 
 }  // namespace zinf::core

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/run_config.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::core {
 

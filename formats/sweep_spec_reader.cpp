@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/units.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 namespace zinf::core {
 namespace {

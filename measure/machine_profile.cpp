@@ -51,6 +51,8 @@
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::measure {
 namespace {

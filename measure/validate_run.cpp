@@ -26,6 +26,8 @@
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
 #include "sim/simulator.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::measure {
 namespace {

@@ -11,6 +11,7 @@
 #include "models/decoder.hpp"
 #include "models/graph_builder.hpp"
 #include "formats/hf_config.hpp"
+#include "formats/model_spec_reader.hpp"
 
 namespace zinf::models {
 

@@ -16,6 +16,9 @@
 #include "core/run_config.hpp"
 #include "core/sweep_spec.hpp"
 #include "temp_dir.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;

@@ -13,6 +13,9 @@
 #include "core/memory_model.hpp"
 #include "models/gpt.hpp"
 #include "planner_test_util.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

@@ -12,6 +12,7 @@
 #include "core/model_spec.hpp"
 #include "models/gpt.hpp"
 #include "formats/hf_config.hpp"
+#include "formats/model_spec_reader.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;

@@ -8,6 +8,7 @@
 #include "core/hwprofile.hpp"
 #include "formats/hwprofile_writer.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

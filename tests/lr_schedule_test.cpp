@@ -13,6 +13,7 @@
 #include "core/lr_schedule.hpp"
 #include "formats/lr_schedule_reader.hpp"
 #include "core/run_config.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

@@ -20,6 +20,8 @@
 #include "measure/validate_run.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace fs = std::filesystem;
 

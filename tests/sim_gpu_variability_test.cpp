@@ -16,6 +16,9 @@
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "tune/scenario.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 

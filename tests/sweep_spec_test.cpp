@@ -10,6 +10,8 @@
 #include "core/sweep_spec.hpp"
 #include "core/sweep_table.hpp"
 #include "engine/io/row_file.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 using namespace zinf::core;
 namespace fs = std::filesystem;

@@ -22,6 +22,9 @@
 #include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using namespace zinf::core;

@@ -17,6 +17,7 @@
 #include "engine/build_info.hpp"
 #include "engine/machine_info.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf::core;
 
