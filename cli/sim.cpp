@@ -67,7 +67,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   opts.seed = o.seed;
   if (o.seeds > 0 && (!o.timeline_csv.empty() || !o.chrome_trace.empty()))
     throw CLI::ValidationError("--seeds", "writes no Timeline: simulate one seed (--seed S) with --timeline or --trace");
-  sim::ScenarioResult res = sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, o.seeds, o.jobs);
+  tune::ScenarioResult res = tune::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, o.seeds, o.jobs);
   const auto& r = res.report;
 
   if (!o.timeline_csv.empty()) write_file(o.timeline_csv, "--timeline", [&](std::ostream& f) { r.timeline.write_csv(f); });

@@ -60,7 +60,7 @@ std::string run_point(const core::SweepPoint& p, const std::string& collective, 
   opts.timeline_ranks.clear();
   nlohmann::json j;
   try {
-    auto res = sim::run_scenario({in.model, in.hw, in.config, p.nodes}, opts);
+    auto res = tune::run_scenario({in.model, in.hw, in.config, p.nodes}, opts);
     j = nlohmann::json::parse(sim::report_to_json(res.report));
     j["status"] = "ok";
     j["ideal_step_time"] = res.ideal_step_time;

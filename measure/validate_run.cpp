@@ -67,7 +67,7 @@ Loaded load(const ValidateOptions& a) {
   std::vector<std::string> warnings;
   l.config = core::load_any_run_config(core::resolve_config(a.config, "configs", root), warnings);
   // `auto` as zinf train decides it (the measuring ranks load the same and get the same answer).
-  l.config = sim::resolve_auto_for_ranks(l.model, l.hw, a.ranks, l.config).config;
+  l.config = tune::resolve_auto_for_ranks(l.model, l.hw, a.ranks, l.config).config;
   return l;
 }
 
