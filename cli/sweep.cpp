@@ -1,4 +1,4 @@
-// `zinf sweep SPEC.yaml`: simulate every point of a sweep spec (core/sweep_spec.hpp) and write one
+// `zinf sweep SPEC.yaml`: simulate every point of a sweep spec (formats/sweep_spec_reader.hpp) and write one
 // CSV row per point as it finishes. Alone, points run in -j worker processes; under
 // `mpirun -np N zinf sweep SPEC` they are spread over the ranks, rank 0 handing out one point at a
 // time and writing the CSV (cli/sweep_runner.hpp). Resumable: rows of finished points (ok,
@@ -9,6 +9,7 @@
 //
 // Spec (YAML):
 //   models: [gpt-10b, gpt-100b]            # names (models/NAME.yaml) or paths (relative: to the spec)
+//                                          # or a Hugging Face config.json or its folder
 //   hwprofiles: [dgx2-v100]                # names or paths
 //   nodes: [1, 2, 4]
 //   configs: [infinity-cpu, infinity-nvme]
@@ -169,6 +170,7 @@ void run_sweep(const SweepOptions& o) {
     check_input("spec", o.spec, kConfigInput);
     spec = core::load_sweep_spec(o.spec, root);
     check_spec_files(spec, root);
+    core::check_sweep_models(spec, root);
     points = core::expand(spec);
     columns = core::sweep_columns(spec);
     if (world.rank() == 0) {

@@ -12,6 +12,7 @@
 #include "core/errors.hpp"
 #include "formats/hjson.hpp"
 #include "core/units.hpp"
+#include "formats/hf_config.hpp"
 #include "formats/hwprofile_reader.hpp"
 #include "formats/model_spec_reader.hpp"
 #include "formats/run_config_reader.hpp"
@@ -125,13 +126,14 @@ nlohmann::ordered_json yaml_to_json(const YAML::Node& n) {
   }
 }
 
-// A DeepSpeed config (Hjson) with the point's overrides for it applied on its keys, as JSON text.
-LoadedFile deepspeed_overridden_text(const std::string& path, const std::vector<FieldOverride>& all) {
+// A JSON file (a DeepSpeed config in Hjson, a Hugging Face config.json) with the point's overrides
+// of target `t` applied on its keys, as JSON text.
+LoadedFile json_overridden_text(const std::string& path, SweepTarget t, const std::vector<FieldOverride>& all) {
   LoadedFile f{path, path, slurp(path), false};
   std::vector<std::string> origins;
   nlohmann::ordered_json root;
   for (const auto& o : all) {
-    if (o.target != SweepTarget::Config) continue;
+    if (o.target != t) continue;
     if (!f.overridden) root = parse_hjson(f.text, path);
     f.overridden = true;
     const auto parts = split_key(o.key);
@@ -165,14 +167,20 @@ LoadedFile deepspeed_overridden_text(const std::string& path, const std::vector<
 PointInputs load_with(const std::string& model_path, const std::string& hw_path, const std::string& config_path,
                       int nodes, const std::vector<FieldOverride>& overrides) {
   PointInputs in;
-  const auto m = overridden_text(model_path, SweepTarget::Model, overrides);
-  in.model = parse_model_spec(m.text, m.name);
+  const std::string hf = models::hf_config_path(model_path);
+  if (!hf.empty()) {
+    // Named by its own path whatever the overrides: the model takes its name from the folder.
+    in.model = models::parse_hf_config(json_overridden_text(hf, SweepTarget::Model, overrides).text, hf);
+  } else {
+    const auto m = overridden_text(model_path, SweepTarget::Model, overrides);
+    in.model = parse_model_spec(m.text, m.name);
+  }
   const auto h = overridden_text(hw_path, SweepTarget::Hwprofile, overrides);
   in.hw = parse_hwprofile(h.text, h.name);
   // The DeepSpeed test looks at the file as written: an override never turns one kind into the other.
   const std::string original = slurp(config_path);
   if (is_deepspeed_json(original)) {
-    const auto c = deepspeed_overridden_text(config_path, overrides);
+    const auto c = json_overridden_text(config_path, SweepTarget::Config, overrides);
     DeepSpeedContext ctx;
     ctx.ranks = nodes * in.hw.node.gpus;
     ctx.ranks_text = fmt::format("{} node{} x {} GPUs of {}", nodes, nodes == 1 ? "" : "s", in.hw.node.gpus, in.hw.name);

@@ -1,4 +1,4 @@
-// The sweep spec's reader: the YAML walk, the axes and their checks (core/sweep_spec.hpp).
+// The sweep spec's reader: the YAML walk, the axes and their checks (formats/sweep_spec_reader.hpp).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -8,6 +8,8 @@
 
 #include "formats/bounded_input.hpp"
 #include "formats/config_paths.hpp"
+#include "formats/hf_config.hpp"
+#include "formats/model_spec_reader.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/units.hpp"
@@ -260,6 +262,25 @@ SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path
   point_count(s);  // refuses a spec of too many points before anything is expanded
   check_field_values(s, root);
   return s;
+}
+
+void check_sweep_models(const SweepSpec& s, const std::string& root) {
+  for (const auto* f : s.field_axes())
+    if (f->target == SweepTarget::Model) return;
+  for (const auto& g : s.groups)
+    for (const auto& a : g.axes) {
+      if (a.kind != SweepAxis::Kind::Models) continue;
+      for (size_t i = 0; i < a.size(); ++i) {
+        try {
+          const std::string file = resolve_config(point_file(a.texts[i], root), "models", root);
+          const std::string hf = models::hf_config_path(file);
+          if (hf.empty()) load_model_spec(file);
+          else models::load_hf_config(hf);
+        } catch (const ConfigError& e) {
+          throw ConfigError(fmt::format("{}:{}", s.path, a.lines[i]), a.key, e.what());
+        }
+      }
+    }
 }
 
 SweepSpec load_sweep_spec(const std::string& path, const std::string& root) {

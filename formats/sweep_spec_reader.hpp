@@ -22,6 +22,14 @@ namespace zinf::core {
 SweepSpec load_sweep_spec(const std::string& path, const std::string& root);
 SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path, const std::string& root);
 
+// Reads every model of `spec` once by its reader (a Hugging Face config.json, or its folder, by the
+// config.json reader; a YAML by zinf's), so that a file its reader refuses refuses the sweep before
+// any point runs, naming the spec's line and the file, rather than as an error row in every point.
+// Does nothing where an axis writes into the models: a model may then read only with a point's
+// values, and those values were checked when the spec was read. Callers check the files' types
+// first (zinf sweep refuses a FIFO or a device by the spec's field).
+void check_sweep_models(const SweepSpec& spec, const std::string& root);
+
 // Writes one field value into a parsed file. A set creates missing mappings on its path; a scale
 // needs the field present as a number (with or without a unit) and writes the product as a plain
 // number. Throws ConfigError naming `file`, the key and `o.origin`.
