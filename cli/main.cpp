@@ -1,7 +1,9 @@
 #include <fmt/core.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <exception>
 
 #include "cli/command.hpp"
@@ -29,6 +31,18 @@ void add_threads_option(CLI::App* cmd) {
 
 }  // namespace zinf::cli
 
+namespace {
+
+// The last word of a refused or failed command, written whatever becomes of the write: fmt::print
+// throws when stderr is a file on a full disk, and a throw from a handler here would turn the
+// documented exit code into an abort.
+void say(std::string_view line) noexcept {
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fputc('\n', stderr);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Every command runs its GEMMs (training, profile-hw's rates, validate's children) on the same BLAS
   // threads: OPENBLAS_NUM_THREADS, else the cores this process may use over the ranks on its node
@@ -50,23 +64,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const zinf::cli::ExitCode& e) {
-    if (!e.message.empty()) fmt::print(stderr, "{}\n", e.message);
+    if (!e.message.empty()) say(e.message);
     return e.code;
   } catch (const zinf::engine::TrainingDiverged& e) {
-    fmt::print(stderr, "zinf: training diverged: {}\n", e.what());
+    say(fmt::format("zinf: training diverged: {}", e.what()));
     return 4;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "zinf: error: out of memory (the configuration asks for more than this machine has; "
-                       "check micro-batch, gradient accumulation and model sizes)\n");
+    say("zinf: error: out of memory (the configuration asks for more than this machine has; "
+        "check micro-batch, gradient accumulation and model sizes)");
     return 1;
   } catch (const zinf::core::ConfigError& e) {
-    fmt::print(stderr, "zinf: config error: {}\n", e.what());
+    say(fmt::format("zinf: config error: {}", e.what()));
     return 2;
   } catch (const zinf::core::PlanError& e) {
-    fmt::print(stderr, "zinf: plan refused: {}\n", e.what());
+    say(fmt::format("zinf: plan refused: {}", e.what()));
     return 3;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "zinf: error: {}\n", e.what());
+    say(fmt::format("zinf: error: {}", e.what()));
     return 1;
   }
   return 0;

@@ -213,7 +213,27 @@ struct PlanFigures {
   Fit fit;  // the one verdict (core/fit.hpp), from the Program
   double auto_seconds = 0, plan_seconds = 0;  // wall time resolving `auto`, and planning in all
   TileTable tiles;
+  // A DeepSpeed config's ZeRO-3 with an offloaded optimizer as DeepSpeed itself allocates it
+  // (optimizer.host_path: deepspeed-0.9), beside zinf's engine running the same config.
+  std::optional<MemoryReport> deepspeed_own;
 };
+
+// What DeepSpeed's stage3.py (v0.9.0-v0.10.0) holds for a DeepSpeed config that zinf plans on its
+// own engine's host path: the closed form with DeepSpeed's path, only where the paths differ.
+std::optional<MemoryReport> deepspeed_own_memory(const Inputs& in, const MemoryModelInput& mm) {
+  if (!in.deepspeed || mm.config.zero_stage != 3 || mm.config.optimizer_host_path != HostPath::Fused ||
+      mm.config.optimizer.tier == Tier::Device || mm.config.gradients.tier == Tier::Device)
+    return std::nullopt;
+  MemoryModelInput ds = mm;
+  ds.config.optimizer_host_path = HostPath::DeepSpeed09;
+  return memory_requirement(ds);
+}
+
+TierBytes model_states(const MemoryReport& r) {
+  for (const auto& row : r.rows)
+    if (row.category == MemCategory::States) return row.bytes;
+  return {};
+}
 
 // The Program's accounting as JSON: per tier its peak, budget and items, in the units a user reads
 // (device per GPU, host and NVMe per node).
@@ -318,6 +338,12 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
   for (const auto& e : f.eff)
     j["efficiency"].push_back({{"what", e.what}, {"tier", to_string(e.tier)}, {"ait", e.ait},
                                {"bandwidth_per_gpu", e.bandwidth}, {"efficiency", e.efficiency}});
+  if (f.deepspeed_own)
+    j["deepspeed_own"] = {{"release", "0.9.0-0.10.0"},
+                          {"host_path", to_string(HostPath::DeepSpeed09)},
+                          {"model_states", tier_json(model_states(*f.deepspeed_own))},
+                          {"total", tier_json(f.deepspeed_own->total)},
+                          {"fits", f.deepspeed_own->fits}};
   if (!f.program_line.empty()) j["program"] = f.program_line;
   if (!f.auto_line.empty()) j["auto"] = f.auto_line;
   j["wall_seconds"] = {{"auto", f.auto_seconds}, {"plan", f.plan_seconds}};
@@ -411,6 +437,19 @@ void print_model_params(const ModelSpec& m) {
   fmt::print("{})\n", line);
 }
 
+// DeepSpeed's own allocation of the same config, where it holds more than zinf's engine would.
+void print_deepspeed_own(const PlanFigures& f) {
+  if (!f.deepspeed_own) return;
+  const MemoryReport& ds = *f.deepspeed_own;
+  fmt::print("DeepSpeed itself (ZeRO-3 as stage3.py v0.9.0-v0.10.0 allocates it) would hold per node on the host:\n"
+             "  model states {}: zinf's {} and the fp32 gradient partition its CPU Adam reads (4 B/param, +{})\n"
+             "  in all {} with the closed form's buffers; {}\n"
+             "  (to plan or simulate the whole run as DeepSpeed runs it: optimizer.host_path: deepspeed-0.9 in a run config)\n\n",
+             format_bytes(model_states(ds).host), format_bytes(model_states(f.rep).host),
+             format_bytes(model_states(ds).host - model_states(f.rep).host), format_bytes(ds.total.host),
+             ds.fits ? "fits" : fmt::format("short on {} by {}", to_string(*ds.short_tier), format_bytes(ds.shortfall)));
+}
+
 // The header and the memory table: what is planned, per tier, and whether it fits.
 void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, const PlanFigures& f) {
   const auto& m = in.model;
@@ -436,6 +475,7 @@ void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, cons
                in.config.checkpoints_partitioned ? "; activation checkpoints are partitioned across the group" : "");
   print_program_memory(f.fit);
   print_closed_form(f);
+  print_deepspeed_own(f);
 }
 
 // The largest models per strategy, the largest hidden size, the efficiency estimate and the rest.
@@ -484,6 +524,7 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   f.auto_line = resolved.searched ? resolved.summary : planner_auto_line(in, planned, mm);
   f.config = mm.config;
   f.rep = memory_requirement(mm);
+  f.deepspeed_own = deepspeed_own_memory(in, mm);
   f.eff = efficiency_rows(in.model, in.hw, mm.config);
   f.act_lines = activation_lines(in, planned);
   f.tiles = tile_table(in, planned);

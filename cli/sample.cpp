@@ -144,7 +144,7 @@ void add_sample_command(CLI::App& app) {
   add_threads_option(cmd);
   auto a = std::make_shared<SampleArgs>();
   cmd->add_option("--checkpoint", a->checkpoint, "A checkpoint directory (zinf train --checkpoint-dir): its latest step");
-  cmd->add_option("--weights", a->weights, "Weights in safetensors with Hugging Face GPT-2 names (zinf train --export)");
+  cmd->add_option("--weights", a->weights, "Weights in safetensors with Hugging Face names, GPT-2 or Llama (zinf train --export)");
   cmd->add_option("--model,-m", a->model, "Model name or path (default with --checkpoint: the one it trained)");
   cmd->add_option("--prompt,-p", a->prompt, "Text to continue")->required();
   cmd->add_option("--tokens,-n", a->tokens, "Tokens to generate")->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 20));

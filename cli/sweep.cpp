@@ -38,8 +38,12 @@
 #include "cli/file_checks.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/sweep_runner.hpp"
+#include "formats/bounded_input.hpp"
 #include "formats/config_paths.hpp"
 #include "core/errors.hpp"
+#include "formats/hjson.hpp"
+#include "formats/run_config_reader.hpp"
+#include "core/run_config.hpp"
 #include "core/sweep_table.hpp"
 #include "engine/io/row_file.hpp"
 #include "tune/scenario.hpp"
@@ -138,6 +142,21 @@ private:
 // The largest results CSV a sweep reads back to resume (a million points' rows are about 400 MB).
 constexpr uint64_t kMaxCsvBytes = 1ull << 30;
 
+// A DeepSpeed config's text is the same for every point that names it: a number past a double's
+// range, a key given twice or a syntax error refuses the spec once, naming the file and key, instead
+// of failing each of its points. (A YAML run config is read with each point's overrides, so it is
+// left to the points.) A name that resolves to nothing is left to the spec's reader.
+void check_deepspeed_text(const std::string& text, const std::string& root) {
+  std::string path;
+  try {
+    path = core::resolve_config(core::point_file(text, root), "configs", root);
+  } catch (const core::ConfigError&) {
+    return;
+  }
+  const std::string body = core::read_bounded_file(path, core::kMaxConfigBytes, "run config");
+  if (core::is_deepspeed_json(body)) core::parse_hjson(body, path);
+}
+
 // Every model, profile and config the spec names, checked as --model, --hw and --config are before
 // any point runs: a FIFO or a device there is refused at once, naming the spec's field.
 void check_spec_files(const core::SweepSpec& spec, const std::string& root) {
@@ -148,8 +167,10 @@ void check_spec_files(const core::SweepSpec& spec, const std::string& root) {
                            : a.kind == core::SweepAxis::Kind::Configs    ? "configs"
                                                                          : nullptr;
       if (!folder) continue;
-      for (const auto& text : a.texts)
+      for (const auto& text : a.texts) {
         check_named_input(fmt::format("{}'s {}", spec.path, folder), core::point_file(text, root), folder);
+        if (a.kind == core::SweepAxis::Kind::Configs) check_deepspeed_text(text, root);
+      }
     }
 }
 

@@ -229,7 +229,7 @@ void export_weights(engine::Trainer& trainer, const TrainArgs& a, bool lead) {
   const engine::ExportTarget target = engine::export_target(a.export_path, a.export_dtype, a.export_shard_size);
   trainer.export_weights(target);
   if (lead)
-    print_line("exported {} (Hugging Face GPT-2 names, {}{})\n", a.export_path, engine::to_string(target.how.dtype),
+    print_line("exported {} (Hugging Face names, {}{})\n", a.export_path, engine::to_string(target.how.dtype),
                target.folder ? ", a folder" : "");
 }
 
@@ -541,10 +541,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--allow-changes", a->allow_changes,
                 "Resume with another data seed, data, micro-batch or run config than the checkpoint recorded");
   cmd->add_option("--init-from", a->init_from,
-                  "Start from Hugging Face GPT-2 weights: a safetensors file, or a folder (model.safetensors or shards "
+                  "Start from Hugging Face weights (GPT-2 or Llama names): a safetensors file, or a folder (model.safetensors or shards "
                   "with model.safetensors.index.json)");
   cmd->add_option("--export", a->export_path,
-                  "Write the trained weights in Hugging Face GPT-2 names: one safetensors file, or a folder (an existing "
+                  "Write the trained weights in Hugging Face names (GPT-2 or Llama): one safetensors file, or a folder (an existing "
                   "directory, a path ending in '/', or with --export-shard-size) of shards and their index");
   cmd->add_option("--export-dtype", a->export_dtype, "fp32 (the master weights, default), bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

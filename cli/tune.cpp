@@ -327,7 +327,15 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   {
     StopDeferred hold;  // a signal now waits for the files: none is left half written
     if (!o.yaml_out.empty()) write_text(o.yaml_out, "--yaml", run_config_to_yaml(best.candidate.config, description));
-    if (!o.deepspeed_out.empty() && ds_error.empty()) write_text(o.deepspeed_out, "--deepspeed", ds.json);
+    // The run config is on disk by now: a DeepSpeed config that cannot be written (a full disk) is
+    // said beside the report, with the file that was written, like one that cannot be made.
+    if (!o.deepspeed_out.empty() && ds_error.empty()) {
+      try {
+        write_text(o.deepspeed_out, "--deepspeed", ds.json);
+      } catch (const std::exception& e) {
+        ds_error = e.what();
+      }
+    }
     set_stop_leaves("the configs are written, the report is not printed");
   }
   const auto fail_if_partial = [&] {

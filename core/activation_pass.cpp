@@ -57,7 +57,7 @@ double op_seconds(const GpuSpec& gpu, const Operator& o, bool backward) {
 std::vector<ActivationLifetime> activation_lifetimes(const ModelGraph& g, const GpuSpec& gpu,
                                                      const std::vector<std::vector<int32_t>>& runs, bool per_tensor) {
   const auto& s = g.spec;
-  const double per_block = double(g.tokens) * (s.is_gpt2() ? 16.0 * double(s.hidden) + 2.0 * double(s.heads) * double(s.seq)
+  const double per_block = double(g.tokens) * (s.is_gpt2() ? 16.0 * double(s.hidden) + 2.0 * s.kept_attention_elements(s.seq)
                                                            : block_activation_bytes_per_token(s, 1));
   const std::vector<BlockTensor> tensors = block_tensors(s, true, g.tensor_parallel);
   std::vector<double> fwd(runs.size(), 0), bwd(runs.size(), 0);

@@ -7,14 +7,19 @@
 
 namespace zinf::core {
 
+namespace {
+// The MLP's inner tensor before the activation: gate and up side by side in a gated MLP.
+double mlp_inner(const ModelSpec& s) { return double(s.ffn_hidden()) * (s.gated_mlp() ? 2.0 : 1.0); }
+}  // namespace
+
 double block_forward_elements(const ModelSpec& s, int64_t tensor_parallel) {
   const double t = double(std::max<int64_t>(1, tensor_parallel)), h = double(s.hidden);
-  return 6.0 * h + 4.0 + (4.0 * h + 2.0 * double(s.ffn_hidden()) + double(s.heads) * double(s.seq)) / t;
+  return 6.0 * h + 4.0 + (4.0 * h + mlp_inner(s) + double(s.ffn_hidden()) + s.kept_attention_elements(s.seq)) / t;
 }
 
 double block_backward_elements(const ModelSpec& s, int64_t tensor_parallel) {
   const double t = double(std::max<int64_t>(1, tensor_parallel)), h = double(s.hidden);
-  return 7.0 * h + (4.0 * h + 2.0 * double(s.ffn_hidden())) / t;
+  return 7.0 * h + (4.0 * h + mlp_inner(s) + double(s.ffn_hidden())) / t;
 }
 
 RunActivations run_activation_elements(const ModelGraph& g, const std::vector<int32_t>& ops, bool recompute) {
@@ -49,12 +54,12 @@ RunActivations run_activation_elements(const ModelGraph& g, const std::vector<in
 
 std::vector<BlockTensor> block_tensors(const ModelSpec& s, bool bf16_formula, int64_t tensor_parallel) {
   const double tp = double(std::max<int64_t>(1, tensor_parallel));
-  const double h = double(s.hidden), f = double(s.ffn_hidden()), probs = double(s.heads) * double(s.seq);
+  const double h = double(s.hidden), f = double(s.ffn_hidden()), probs = s.kept_attention_elements(s.seq);
   // Elements per token as the fp32 kernels keep them on one rank (block_forward_elements).
   std::vector<BlockTensor> t = {
       {"ln1", OpRole::Ln1, -1, h + 2},  {"qkv", OpRole::CAttn, 0, 3 * h},     {"attn", OpRole::Attn, 1, h + probs},
       {"attproj", OpRole::AttnProj, 2, h}, {"res1", OpRole::Res1, 3, h},   {"ln2", OpRole::Ln2, 4, h + 2},
-      {"fch", OpRole::Fc, 5, f},         {"gelu", OpRole::Gelu, 6, f},      {"mlpproj", OpRole::MlpProj, 7, h},
+      {"fch", OpRole::Fc, 5, mlp_inner(s)},         {"gelu", OpRole::Gelu, 6, f},      {"mlpproj", OpRole::MlpProj, 7, h},
       {"out", OpRole::Res2, 8, h}};
   if (bf16_formula) {
     // block_activation_bytes_per_token: the probabilities at 2 bytes per element, the rest hidden-sized.

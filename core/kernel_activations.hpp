@@ -13,7 +13,10 @@ namespace zinf::core {
 // Elements per token of one transformer block. Forward: ln1 and ln2 with a mean and rstd each,
 // qkv (3 hidden), the attention output, attn.c_proj's output, both residuals (the second is the
 // block's output), the MLP's inner activation before and after GELU (ffn each) and mlp.c_proj's
-// output, plus the heads x seq attention probabilities. Backward: the gradient of each
+// output, plus the heads x seq attention probabilities. A gated MLP's inner tensor before its
+// activation is gate and up side by side (2 ffn), and so is its gradient; the Llama family's
+// narrower q/k/v (grouped-query attention) and rstd-only RMSNorms are counted at GPT-2's widths,
+// an upper bound. Backward: the gradient of each
 // hidden-sized one, of qkv and of the MLP's two, the block's input gradient and the incoming one.
 // Under tensor parallelism t a rank keeps 1/t of qkv, of the attention's output and probabilities
 // and of the MLP's inner two, and of their gradients (engine/model/gpt2's column-parallel shares);

@@ -100,7 +100,7 @@ double block_activation_bytes_per_token(const ModelSpec& m, int64_t tensor_paral
   if (!m.is_gpt2()) return layout_activation_bytes_per_token(m);  // planned whole: no tensor parallelism
   const double t = double(std::max<int64_t>(1, tensor_parallel));
   const double replicated = 10.0 / 34.0;
-  return 16.0 * double(m.hidden) * (replicated + (1.0 - replicated) / t) + 2.0 * double(m.heads) * double(m.seq) / t;
+  return 16.0 * double(m.hidden) * (replicated + (1.0 - replicated) / t) + 2.0 * m.kept_attention_elements(m.seq) / t;
 }
 
 namespace {
@@ -156,10 +156,12 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
   MemoryRow states{"model states", {}, MemCategory::States};
   add(states.bytes, tier_of(c.params), param_bytes(c) * params_share, G);
-  // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32.
-  const bool fp32_grads = c.optimizer_host_path == HostPath::DeepSpeed03 && tier_of(c.optimizer) != Tier::Device &&
+  // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32 (from v0.9 beside
+  // the partition in the run's precision).
+  const bool fp32_grads = c.optimizer_host_path != HostPath::Fused && tier_of(c.optimizer) != Tier::Device &&
                           tier_of(c.gradients) != Tier::Device;
-  add(states.bytes, tier_of(c.gradients), (fp32_grads ? 4.0 : grad_bytes(c)) * grads_share, G);
+  const double host_grad_bytes = c.optimizer_host_path == HostPath::DeepSpeed09 ? grad_bytes(c) + 4.0 : 4.0;
+  add(states.bytes, tier_of(c.gradients), (fp32_grads ? host_grad_bytes : grad_bytes(c)) * grads_share, G);
   add(states.bytes, tier_of(c.optimizer), optimizer_state_bytes(c) * optim_share, G);
   r.rows.push_back(states);
 

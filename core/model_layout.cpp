@@ -313,7 +313,7 @@ double layout_activation_bytes_per_token(const ModelSpec& m) {
         case StepKind::Attention: {
           const double kv = double(m.mla() ? s.heads : m.kv_head_count());
           elements += double(s.heads) * double(s.qk_dim + s.v_dim) + kv * double(s.qk_dim + s.v_dim);
-          bytes += 2.0 * double(s.heads) * double(s.span);
+          bytes += 2.0 * double(s.heads) * (m.flash_attention ? 2.0 : double(s.span));
           break;
         }
         case StepKind::Experts:

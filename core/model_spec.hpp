@@ -54,6 +54,9 @@ struct ModelSpec {
   PositionKind positions = PositionKind::Learned;
   int64_t learned_positions = 0;     // rows of a learned position embedding; 0: seq
   double rotary_fraction = 1.0;      // the share of a head's dimensions rotated (GPT-NeoX's rotary_pct)
+  double rope_theta = 10000.0;       // the rotary base (config.json's rope_theta)
+  double norm_eps = 1e-5;            // the norms' epsilon (rms_norm_eps, layer_norm_eps)
+  std::string rope_scaling;          // config.json's rope_scaling type ("llama3", "linear", ...); empty: none
   bool parallel_attention = false;   // attention and MLP read the same input (GPT-NeoX, Falcon)
   int64_t embed_dim = 0;             // the token embedding's width (OPT's word_embed_proj_dim); 0: hidden
   int64_t sliding_window = 0;        // tokens a query attends to in a local layer; 0: all
@@ -76,6 +79,19 @@ struct ModelSpec {
   int64_t qk_rope_head_dim = 0;
   int64_t qk_nope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // The attention kernel (`attention: flash` in a model YAML): eager attention writes the
+  // probabilities (heads x span per token) to memory and keeps them for backward; FlashAttention
+  // (Dao et al., NeurIPS 2022, Algorithms 1-2) keeps one fp32 log-sum-exp per head and query, and its
+  // backward recomputes the scores: 5 matrix products where eager attention's backward has 4.
+  // Planned and simulated; the engine's kernels are eager (models::require_engine_architecture).
+  bool flash_attention = false;
+
+  // Elements per token of one block's attention kept for backward beyond q, k, v and the output,
+  // counted in 16-bit elements: the probabilities over `span` keys, or FlashAttention's fp32
+  // log-sum-exp (2 per head).
+  double kept_attention_elements(int64_t span) const {
+    return double(heads) * (flash_attention ? 2.0 : double(span));
+  }
 
   int64_t ffn_hidden() const { return intermediate > 0 ? intermediate : ffn_multiple * hidden; }
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }

@@ -88,9 +88,14 @@ void place(PlanState& ps) {
   if (ps.config_.zero_stage < 2 && ps.plan_.gradients != Tier::Device)
     throw PlanError(fmt::format("gradients on {} need ZeRO stage 2 or 3 (zero_stage is {})", to_string(ps.plan_.gradients),
                                 ps.config_.zero_stage));
-  if (ps.config_.optimizer_host_path == HostPath::DeepSpeed03 && ps.plan_.optimizer == Tier::Device)
-    throw PlanError("optimizer.host_path deepspeed-0.3 describes an optimizer on the host, but this plan keeps the "
-                    "optimizer on the device; offload it (offload.optimizer: cpu or nvme) or drop host_path");
+  const HostPath path = ps.config_.optimizer_host_path;
+  if (path != HostPath::Fused && ps.plan_.optimizer == Tier::Device)
+    throw PlanError(std::string("optimizer.host_path ") + to_string(path) +
+                    " describes an optimizer on the host, but this plan keeps the optimizer on the device; offload it "
+                    "(offload.optimizer: cpu or nvme) or drop host_path");
+  if (path == HostPath::DeepSpeed09 && ps.config_.zero_stage != 3)
+    throw PlanError("optimizer.host_path deepspeed-0.9 describes ZeRO-3's stage3.py; this run is ZeRO stage " +
+                    std::to_string(ps.config_.zero_stage) + " (use deepspeed-0.3's path or drop host_path)");
 }
 
 // `auto` placements are chosen greedily (each state in turn takes the fastest tier that fits given

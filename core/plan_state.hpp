@@ -243,13 +243,18 @@ struct PlanState {
   Tier optim_compute_tier() const { return plan_.optimizer == Tier::Device ? Tier::Device : Tier::Host; }
   bool params_partitioned() const { return config_.zero_stage >= 3; }
   bool grads_partitioned() const { return config_.zero_stage >= 2; }
-  // DeepSpeed's host path (optimizer.host_path: deepspeed-0.3) for a host optimizer.
+  // DeepSpeed's host path (optimizer.host_path: deepspeed-0.3 or deepspeed-0.9) for a host optimizer.
   bool deepspeed_host_path() const {
-    return config_.optimizer_host_path == HostPath::DeepSpeed03 && plan_.optimizer != Tier::Device;
+    return config_.optimizer_host_path != HostPath::Fused && plan_.optimizer != Tier::Device;
   }
   // Bytes per element of a gradient once it leaves the device for a host optimizer: bf16, or fp32
-  // on DeepSpeed's path (converted on the device, copied, accumulated and swapped in fp32).
-  double moved_grad_bytes() const { return deepspeed_host_path() ? 4.0 : grad_bytes_; }
+  // on DeepSpeed's path (converted on the device, copied, accumulated and swapped in fp32); from
+  // v0.9 both, each copied from the device and each kept on the host (stage3.py's
+  // grad_partitions_flat_buffer and the sub-groups' fp32 .grad).
+  double moved_grad_bytes() const {
+    if (!deepspeed_host_path()) return grad_bytes_;
+    return config_.optimizer_host_path == HostPath::DeepSpeed09 ? grad_bytes_ + 4.0 : 4.0;
+  }
   // Bytes per element of an updated parameter as a host optimizer hands it back: bf16, or on
   // DeepSpeed's path with stages 0-2 the fp32 master itself (its device kernel reads it over PCIe).
   double updated_param_bytes() const { return deepspeed_host_path() && !params_partitioned() ? 4.0 : param_bytes_; }

@@ -59,8 +59,13 @@ enum class OptimizerTiming { AfterBackward, OverlapBackward };
 // stage3.py): fp32 gradients to the host, then per sub-group a pass that unscales them (fp16 loss
 // scaling), Adam, and a pass copying the fp32 master to fp16 (stage 3) or, stages 1-2, Adam writing
 // the fp32 master into a pinned buffer that goes back to the device in fp32. Planned and simulated
-// only: the engine runs the fused path in every precision.
-enum class HostPath { Fused, DeepSpeed03 };
+// only: the engine runs the fused path in every precision. DeepSpeed09: ZeRO-3's offloaded
+// optimizer as stage3.py allocates it from v0.9.0 to v0.10.0: the same passes as DeepSpeed03, and on
+// the host both the gradient partition in the run's precision (its pinned flat buffer) and, per
+// sub-group, the fp32 gradient the optimizer reads (also pinned, never released), each copied from
+// the device; stage 3 only.
+enum class HostPath { Fused, DeepSpeed03, DeepSpeed09 };
+const char* to_string(HostPath p);
 
 struct RunConfig {
   int zero_stage = 3;

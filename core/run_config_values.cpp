@@ -24,6 +24,15 @@ const char* to_string(ActivationPolicy p) {
   return "?";
 }
 
+const char* to_string(HostPath p) {
+  switch (p) {
+    case HostPath::Fused: return "fused";
+    case HostPath::DeepSpeed03: return "deepspeed-0.3";
+    case HostPath::DeepSpeed09: return "deepspeed-0.9";
+  }
+  return "?";
+}
+
 std::string to_string(const Placement& p) { return p.automatic ? "auto" : to_string(p.tier); }
 
 double param_bytes(const RunConfig& c) { return element_bytes(c.precision.value_or(Precision::Bf16)); }

@@ -57,7 +57,9 @@ int64_t llama(HfReader& r, ModelSpec& m) {
   m.mlp = gated_activation(r, "hidden_act", "silu");
   m.qkv_bias = m.attn_out_bias = r.flag("attention_bias", false);
   m.mlp_bias = r.flag("mlp_bias", false);
-  r.rope_scaling();
+  m.rope_theta = r.number("rope_theta", 1.0, 1e12, 10000.0);
+  m.norm_eps = r.number("rms_norm_eps", 0.0, 1.0, 1e-6);
+  m.rope_scaling = r.rope_scaling();
   return max_pos;
 }
 

@@ -145,9 +145,9 @@ std::vector<std::string> HfReader::strings(const std::string& key) {
   return out;
 }
 
-void HfReader::rope_scaling() {
+std::string HfReader::rope_scaling() {
   const nlohmann::json* v = at("rope_scaling");
-  if (!v) return;
+  if (!v) return "";
   if (!v->is_object()) fail("rope_scaling", fmt::format("must be an object or null, not {}", type_name(*v)));
   const std::string kind = v->contains("rope_type") ? "rope_type" : "type";
   if (!v->contains(kind) || !(*v)[kind].is_string()) fail("rope_scaling", "names no rope_type");
@@ -155,6 +155,7 @@ void HfReader::rope_scaling() {
   const std::string t = (*v)[kind].get<std::string>();
   if (std::find(known.begin(), known.end(), t) == known.end())
     fail("rope_scaling." + kind, fmt::format("'{}' is not a rope scaling zinf knows; expected one of: {}", t, fmt::join(known, ", ")));
+  return t == "default" ? "" : t;
 }
 
 void HfReader::accept(std::initializer_list<const char*> keys) {

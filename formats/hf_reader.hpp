@@ -41,7 +41,8 @@ public:
   std::vector<int64_t> integers(const std::string& key, int64_t lowest, int64_t highest);  // a list; absent or null: empty
   std::vector<std::string> strings(const std::string& key);  // a list of strings; absent or null: empty
   // rope_scaling: null or an object with a known type (it changes no parameter or FLOP zinf counts).
-  void rope_scaling();
+  // Returns the type, empty for none or "default" (the engine's kernels rotate without scaling).
+  std::string rope_scaling();
   // Keys read without interpreting them: they change nothing zinf models.
   void accept(std::initializer_list<const char*> keys);
   // Refuses the first key nobody read that is not one of the keys every family may carry.

@@ -65,6 +65,7 @@ void read_architecture(ConfigReader& r, ModelSpec& m) {
   m.qk_rope_head_dim = r.int_in("qk_rope_head_dim", 0, 1 << 16, m.qk_rope_head_dim);
   m.qk_nope_head_dim = r.int_in("qk_nope_head_dim", 0, 1 << 16, m.qk_nope_head_dim);
   m.v_head_dim = r.int_in("v_head_dim", 0, 1 << 16, m.v_head_dim);
+  m.flash_attention = r.choice("attention", {"eager", "flash"}, m.flash_attention ? "flash" : "eager") == "flash";
 }
 
 ModelSpec read(ConfigReader& r) {

@@ -65,9 +65,9 @@ void read_optimizer(ConfigReader& o, RunConfig& c) {
   }
   c.optimizer_nvme_phases = o.boolean("nvme_phases", c.optimizer_nvme_phases);
   c.optimizer_read_ahead = o.boolean("read_ahead", c.optimizer_read_ahead);
-  c.optimizer_host_path = o.choice("host_path", {"fused", "deepspeed-0.3"}, "fused") == "deepspeed-0.3"
-                              ? HostPath::DeepSpeed03
-                              : HostPath::Fused;
+  const std::string path = o.choice("host_path", {"fused", "deepspeed-0.3", "deepspeed-0.9"}, "fused");
+  for (HostPath p : {HostPath::Fused, HostPath::DeepSpeed03, HostPath::DeepSpeed09})
+    if (path == to_string(p)) c.optimizer_host_path = p;
 }
 
 // The `loss_scale:` section: fp16's loss scale, DeepSpeed's fp16 keys by shorter names.

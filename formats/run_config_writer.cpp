@@ -61,7 +61,7 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
       c.optimizer_timing == OptimizerTiming::OverlapBackward ? "overlap-backward" : "after-backward",
       c.optimizer_sub_groups_in_flight > 0 ? std::to_string(c.optimizer_sub_groups_in_flight) : "auto",
       c.optimizer_nvme_phases, c.optimizer_read_ahead,
-      c.optimizer_host_path == HostPath::DeepSpeed03 ? "deepspeed-0.3" : "fused");
+      to_string(c.optimizer_host_path));
   out += fmt::format("precision: {}\n", c.precision ? to_string(*c.precision) : "auto");
   const auto& l = c.loss_scaling;
   if (!(l == LossScaleConfig{}))

@@ -21,6 +21,7 @@
 #include "core/program.hpp"
 #include "core/units.hpp"
 #include "engine/io/nvme_store.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/io/stream_io.hpp"
 #include "engine/memory/pinned_pool.hpp"
 #include "engine/splitmix.hpp"
@@ -111,7 +112,10 @@ IoBenchPoint run_io_bench(const IoBenchOptions& opt) {
   if (!std::filesystem::is_directory(opt.dir))
     throw engine::IoError("use directory", opt.dir, ENOENT, "io-bench needs an existing directory on the disk to test");
 
-  const std::string dir = fmt::format("{}/zinf-io-bench-{}", opt.dir, ::getpid());
+  // A private directory made by mkdtemp on the disk under test: a name another user can guess
+  // (the pid) would let them plant a link there first.
+  const engine::PrivateDir scratch("zinf-io-bench", opt.dir);
+  const std::string dir = scratch.path();
   constexpr size_t kBuffers = 4, kBufferBytes = 64 << 20;
   PinnedPool pool({kBuffers, kBufferBytes});
   std::vector<PinnedBuffer> loans;
@@ -122,14 +126,6 @@ IoBenchPoint run_io_bench(const IoBenchOptions& opt) {
     fill_incompressible(buffers.back(), kBufferBytes, 0x9e3779b97f4a7c15ull * (i + 1));
   }
   auto regions = pool.regions();
-
-  struct Cleanup {
-    std::string d;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove_all(d, ec);
-    }
-  } cleanup{dir};
 
   auto make_store = [&](uint64_t block, int64_t qd) {
     NvmeStoreOptions o;

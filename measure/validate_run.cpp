@@ -2,6 +2,7 @@
 #include "measure/validate_run.hpp"
 
 #include <fmt/format.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -146,6 +147,15 @@ void check_ranks(const ValidateOptions& a) {
                                             a.ranks, engine::usable_cores(), kRanksPerCore, most));
 }
 
+// Why the measured run failed, for the user. A run that could not write even its log leaves
+// nothing to see there: the message says so when the disk is full.
+std::string measured_run_failed(int rc, const std::string& out_dir, const std::string& cmd) {
+  struct statvfs disk {};
+  const bool full = ::statvfs(out_dir.c_str(), &disk) == 0 && disk.f_bavail == 0;
+  return fmt::format("the measured run failed (exit status {}); see {}/measure.log{} (the command was: {})", rc, out_dir,
+                     full ? fmt::format(", though the disk holding {} is full", out_dir) : "", cmd);
+}
+
 }  // namespace
 
 nlohmann::json validate(const ValidateOptions& a, const std::function<void(const std::string&)>& say) {
@@ -183,9 +193,7 @@ nlohmann::json validate(const ValidateOptions& a, const std::function<void(const
     throw ChildStopped(e.signal(), fmt::format("{}; {} holds what it wrote so far (measure.log and the ranks' files), no "
                                                "summary", e.what(), a.out_dir));
   }
-  if (rc != 0)
-    throw std::runtime_error(fmt::format("the measured run failed (exit status {}); see {}/measure.log (the command was: {})", rc,
-                                         a.out_dir, cmd));
+  if (rc != 0) throw std::runtime_error(measured_run_failed(rc, a.out_dir, cmd));
   state.stamp("after_run");
   const std::string state_note = engine::probe::run_state_note(state.profile, state.run, state.blas_threads);
   if (!state_note.empty()) say("note: " + state_note);

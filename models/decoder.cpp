@@ -57,10 +57,10 @@ struct DecoderBuilder : GraphBuilder {
     o.n = s.span;
     o.k = s.qk_dim;
     o.fwd_flops = 2.0 * T * double(s.span) * double(s.heads) * double(s.qk_dim + s.v_dim);
-    o.bwd_flops = 2.0 * o.fwd_flops;
+    o.bwd_flops = (m.flash_attention ? 2.5 : 2.0) * o.fwd_flops;  // FlashAttention recomputes the scores
     const double kv = double(m.mla() ? s.heads : m.kv_head_count());
-    o.fwd_bytes = kAct * (T * (double(s.heads) * double(s.qk_dim + s.v_dim) + kv * double(s.qk_dim + s.v_dim)) +
-                          double(m.micro_batch * s.heads) * double(m.seq) * double(s.span));
+    const double probs = m.flash_attention ? 0.0 : double(m.micro_batch * s.heads) * double(m.seq) * double(s.span);
+    o.fwd_bytes = kAct * (T * (double(s.heads) * double(s.qk_dim + s.v_dim) + kv * double(s.qk_dim + s.v_dim)) + probs);
     o.out_bytes = kAct * T * double(s.heads * s.v_dim);
   }
 

@@ -113,8 +113,11 @@ ModelGraph build_gpt(const core::ModelSpec& s, int64_t tp) {
       o.n = s.seq;
       o.k = h / s.heads;
       o.fwd_flops = 4.0 * T * double(s.seq) * double(h / tp);
-      o.bwd_flops = 2.0 * o.fwd_flops;
-      o.fwd_bytes = kAct * (4.0 * T * double(h / tp) + 2.0 * double(s.micro_batch * heads) * double(s.seq * s.seq));
+      // FlashAttention's backward recomputes the scores (5 products to eager's 4) and never writes the
+      // probabilities to memory; eager attention writes and reads them.
+      o.bwd_flops = (s.flash_attention ? 2.5 : 2.0) * o.fwd_flops;
+      const double probs = s.flash_attention ? 0.0 : 2.0 * double(s.micro_batch * heads) * double(s.seq * s.seq);
+      o.fwd_bytes = kAct * (4.0 * T * double(h / tp) + probs);
       o.out_bytes = kAct * T * double(h / tp);
     }
     b.linear(p + "attn.c_proj", Role::AttnProj, l, h / tp, h);
@@ -186,13 +189,45 @@ GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const c
   return p;
 }
 
+EngineProblem llama_engine_problem(const core::ModelSpec& m) {
+  using core::Family;
+  if (m.family != Family::Llama) return {"architecture", fmt::format("{} is not of the llama family", m.name)};
+  if (m.norm != core::NormKind::RmsNorm || m.positions != core::PositionKind::Rotary)
+    return {"architecture", "the engine's Llama needs RMSNorm and rotary positions"};
+  if (m.mlp != core::MlpKind::GatedSilu) return {"hidden_act", "the engine's Llama has kernels for a SiLU-gated MLP only"};
+  if (m.qkv_bias || m.attn_out_bias) return {"attention_bias", "the engine's Llama has no kernels for attention_bias"};
+  if (m.mlp_bias) return {"mlp_bias", "the engine's Llama has no kernels for mlp_bias"};
+  if (!m.rope_scaling.empty())
+    return {"rope_scaling", fmt::format("the engine's Llama has no kernels for rope_scaling '{}' (only unscaled rotation)",
+                                        m.rope_scaling)};
+  if (m.heads <= 0 || m.kv_head_count() <= 0 || m.heads % m.kv_head_count() != 0)
+    return {"num_key_value_heads", "num_attention_heads must be a multiple of num_key_value_heads"};
+  if (m.heads * m.head_dim() != m.hidden || m.head_dim() % 2 != 0)
+    return {"head_dim", "the engine's Llama needs heads x head_dim = hidden_size and an even head_dim"};
+  if (m.rotary_fraction != 1.0 || m.sliding_window > 0 || m.mla() || m.experts > 0 || m.fused_qkv || m.fused_gate_up ||
+      m.embedding_norm || !m.final_norm || m.parallel_attention || m.norms_per_block != 2 || m.embed_dim > 0)
+    return {"architecture", "the engine's Llama has no kernels for partial rotation, sliding windows, latent attention, "
+                            "experts, fused projections or extra norms"};
+  return {};
+}
+
 void require_engine_architecture(const core::ModelSpec& m, const std::string& what) {
+  if (m.flash_attention)
+    throw core::ConfigError(m.file.empty() ? m.name : m.file, "attention",
+                            fmt::format("{} runs eager attention only; attention: flash is modelled by zinf plan, sim "
+                                        "and tune", what));
   if (m.is_gpt2()) return;
+  const std::string where = m.file.empty() ? m.name : m.file;
+  if (m.family == core::Family::Llama) {
+    const EngineProblem p = llama_engine_problem(m);
+    if (p.why.empty()) return;
+    throw core::ConfigError(where, p.key, fmt::format("{}: {}", what, p.why));
+  }
   std::string arch = core::to_string(m.family);
   if (m.family == core::Family::Gpt2) arch += " with positions, heads or biases GPT-2's kernels do not have";
-  throw core::ConfigError(m.file.empty() ? m.name : m.file, "architecture",
-                          fmt::format("{} runs the GPT-2 architecture only, and {} is {}; zinf plan, sim and tune "
-                                      "model it",
+  throw core::ConfigError(where, "architecture",
+                          fmt::format("{} runs the GPT-2 and Llama architectures only, and {} is {}; zinf plan, sim "
+                                      "and tune model it",
                                       what, m.name, arch));
 }
 

@@ -38,9 +38,17 @@ GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const c
 // the file or the folder holding it (formats/hf_config.hpp); throws ConfigError naming what was tried.
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir);
 
-// The engine (zinf train, sample, validate) runs the GPT-2 architecture's kernels only: any other
-// architecture is refused at once with a ConfigError naming the model's file and its architecture.
-// `what` names the command for the message.
+// What keeps the engine's Llama kernels (engine/model/llama_ops.cpp) from computing a model: the
+// config.json key at fault and why, or an empty `why` for a Llama they compute (RMSNorm, unscaled
+// rotary positions, grouped-query attention, SiLU-gated MLP, no biases).
+struct EngineProblem {
+  std::string key, why;
+};
+EngineProblem llama_engine_problem(const core::ModelSpec& m);
+
+// The engine (zinf train, sample, validate) runs GPT-2's kernels and the Llama family's: any other
+// architecture, or a Llama variant llama_engine_problem names, is refused at once with a
+// ConfigError naming the model's file and the key. `what` names the command for the message.
 void require_engine_architecture(const core::ModelSpec& m, const std::string& what);
 
 }  // namespace zinf::models

@@ -157,13 +157,16 @@ TEST_CASE("the removed pinned block is an error that says what replaced it", "[c
   CHECK_FALSE(e.optimizer_read_ahead);
 }
 
-TEST_CASE("optimizer.host_path reads fused or deepspeed-0.3 and names the file on anything else", "[config]") {
+TEST_CASE("optimizer.host_path reads fused, deepspeed-0.3 or deepspeed-0.9 and names the file on anything else", "[config]") {
   CHECK(parse_run_config("zero_stage: 2\n", "a.yaml").optimizer_host_path == HostPath::Fused);
   const RunConfig c = parse_run_config("optimizer: {host_path: deepspeed-0.3}\n", "b.yaml");
   CHECK(c.optimizer_host_path == HostPath::DeepSpeed03);
   CHECK(parse_run_config(run_config_to_yaml(c, "round trip"), "rt.yaml").optimizer_host_path == HostPath::DeepSpeed03);
   CHECK_THROWS_WITH(parse_run_config("optimizer: {host_path: deepspeed}\n", "bad.yaml"),
-                    Contains("bad.yaml") && Contains("host_path") && Contains("deepspeed-0.3"));
+                    Contains("bad.yaml") && Contains("host_path") && Contains("deepspeed-0.3") && Contains("deepspeed-0.9"));
+  const RunConfig d = parse_run_config("optimizer: {host_path: deepspeed-0.9}\n", "d.yaml");
+  CHECK(d.optimizer_host_path == HostPath::DeepSpeed09);
+  CHECK(parse_run_config(run_config_to_yaml(d, "round trip"), "rt.yaml").optimizer_host_path == HostPath::DeepSpeed09);
 }
 
 TEST_CASE("DeepSpeed keys zinf does not support are named in warnings", "[config][deepspeed]") {

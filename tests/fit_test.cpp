@@ -216,3 +216,28 @@ TEST_CASE("a refusal carried by a PlanError is the verdict the accounting gives"
   }
   CHECK(fit_of(PlanError("something else")).verdict == Verdict::Refused);
 }
+
+TEST_CASE("DeepSpeed's v0.9 host path keeps both gradient partitions on the host, and is ZeRO-3's only", "[fit][host_path]") {
+  // stage3.py v0.9.0-v0.10.0 with an offloaded optimizer: the bf16 gradient partition (its pinned
+  // flat buffer) and every sub-group's fp32 .grad, 2 + 4 bytes a parameter where zinf keeps 2.
+  RunConfig c = parse_run_config("zero_stage: 3\noffload: {params: cpu, gradients: cpu, optimizer: cpu}\n", "c.yaml");
+  const auto home = [&](const RunConfig& rc) {
+    const PlanResult r = zinf::models::plan_gpt(model("gpt2-small"), profile("dgx-a100"), rc, 8).planned;
+    double grads = 0;
+    for (const auto& i : r.plan.accounting.at(Tier::Host).items)
+      if (i.what == "gradients (home shards)") grads += i.bytes;
+    return grads;
+  };
+  const double fused = home(c);
+  REQUIRE(fused > 0);
+  c.optimizer_host_path = HostPath::DeepSpeed09;
+  CHECK(home(c) == Approx(3.0 * fused));
+  c.optimizer_host_path = HostPath::DeepSpeed03;
+  CHECK(home(c) == Approx(2.0 * fused));
+  c.optimizer_host_path = HostPath::DeepSpeed09;
+  c.zero_stage = 2;
+  c.params = {false, Tier::Device};
+  const Fit f = decide(model("gpt2-small"), profile("dgx-a100"), c, 8);
+  CHECK(f.verdict == Verdict::Refused);
+  CHECK_THAT(f.reason, Contains("optimizer.host_path deepspeed-0.9") && Contains("ZeRO stage 2"));
+}

@@ -35,6 +35,8 @@ struct Known {
 const Known kKnown[] = {
     // Llama 2 paper's 7B, the count transformers prints for meta-llama/Llama-2-7b-hf.
     {"llama-2-7b", 6'738'415'616, 6'738'415'616, "Llama-2-7b-hf"},
+    // LLaMA paper, Table 2: 32.5B for "33B" (huggyllama/llama-30b's config, 2023's key names).
+    {"llama-33b", 32'528'943'616, 32'528'943'616, "llama-30b"},
     // Meta's "8B": 8,030,261,248 (transformers' count of Meta-Llama-3.1-8B).
     {"llama-3.1-8b", 8'030'261'248, 8'030'261'248, "Llama-3.1-8B"},
     // "70B": 70,553,706,496 (transformers' count of Meta-Llama-3.1-70B).

@@ -147,6 +147,9 @@ TEST_CASE("model states are 16 bytes per parameter, partitioned by ZeRO-3", "[me
   const double fused_host = memory_requirement(in).rows[0].bytes.host;
   in.config.optimizer_host_path = HostPath::DeepSpeed03;
   CHECK(memory_requirement(in).rows[0].bytes.host - fused_host == Approx(2.0 * P));
+  // From v0.9 the bf16 partition stays beside the fp32 one: 4 bytes more than zinf's path.
+  in.config.optimizer_host_path = HostPath::DeepSpeed09;
+  CHECK(memory_requirement(in).rows[0].bytes.host - fused_host == Approx(4.0 * P));
 }
 
 TEST_CASE("memory-centric tiling: largest hidden size on a 32 GB V100", "[memory][paper][tiling]") {
@@ -250,4 +253,32 @@ TEST_CASE("on an fp32 device a tensor-parallel rank's activation working memory 
   CHECK(awm(1) == Approx(4.0 * tokens * ((10 * h + 2 * f + 4 + probs) + (11 * h + 2 * f))));
   CHECK(awm(2) == Approx(4.0 * tokens * ((6 * h + 4 + (4 * h + 2 * f + probs) / 2) + (7 * h + (4 * h + 2 * f) / 2))));
   CHECK(block_forward_elements(m, 2) == Approx(6 * h + 4 + (4 * h + 2 * f + probs) / 2));
+}
+
+TEST_CASE("FlashAttention keeps no probabilities, recomputes the scores in backward, and the engine refuses it",
+          "[memory][attention]") {
+  const std::string shape = "name: mpt-7b\nlayers: 32\nhidden: 4096\nheads: 32\nseq: 2048\nvocab: 50368\nmicro_batch: 6\n";
+  const ModelSpec eager = parse_model_spec(shape, "eager.yaml");
+  const ModelSpec flash = parse_model_spec(shape + "attention: flash\n", "flash.yaml");
+  CHECK_FALSE(eager.flash_attention);
+  REQUIRE(flash.flash_attention);
+  // Per token of one block: eager keeps 2 bytes x heads x seq of probabilities beside 16 x hidden;
+  // FlashAttention one fp32 log-sum-exp per head.
+  CHECK(block_activation_bytes_per_token(eager, 1) == Approx(16.0 * 4096 + 2.0 * 32 * 2048));
+  CHECK(block_activation_bytes_per_token(flash, 1) == Approx(16.0 * 4096 + 4.0 * 32));
+  const auto ge = zinf::models::build_gpt(eager), gf = zinf::models::build_gpt(flash);
+  int attention_ops = 0;
+  for (size_t i = 0; i < ge.ops.size(); ++i) {
+    if (ge.ops[i].kind != OpKind::Attention) continue;
+    ++attention_ops;
+    CHECK(gf.ops[i].fwd_flops == Approx(ge.ops[i].fwd_flops));
+    CHECK(gf.ops[i].bwd_flops == Approx(2.5 * gf.ops[i].fwd_flops));  // 5 products to the forward's 2
+    // q, k, v and the output in 16 bits, and no seq x seq tensor written or read (eager: 2 x 6 x 32 x 2048^2 more).
+    CHECK(gf.ops[i].fwd_bytes == Approx(2.0 * 4.0 * 6 * 2048 * 4096));
+    CHECK(ge.ops[i].fwd_bytes == Approx(gf.ops[i].fwd_bytes + 2.0 * 2.0 * 6 * 32 * 2048.0 * 2048.0));
+  }
+  CHECK(attention_ops == 32);
+  CHECK_THROWS_WITH(zinf::models::require_engine_architecture(flash, "zinf train"), Catch::Contains("attention"));
+  CHECK_NOTHROW(zinf::models::require_engine_architecture(eager, "zinf train"));
+  CHECK_THROWS_WITH(parse_model_spec(shape + "attention: fast\n", "bad.yaml"), Catch::Contains("attention"));
 }

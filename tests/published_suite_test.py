@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""experiments/published/run.py's counting and bookkeeping: the two FLOP formulas on hand-computed
+"""experiments/published/run.py's counting and bookkeeping: the three FLOP formulas on hand-computed
 cases, defaults and missing fields, each point's DeepSpeed release, error summaries that keep refused
 points apart."""
 import importlib.util
@@ -34,6 +34,51 @@ class Counting(unittest.TestCase):
         p = self.point(flops="megatron", model={"layers": 40, "hidden": 1536, "heads": 16, "vocab": 51200})
         s, l, h, v = 1024, 40, 1536, 51200
         self.assertAlmostEqual(published.flops_per_sample(p), 96 * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
+
+    def test_mosaicml_count(self):
+        # llm-foundry's MFU numerator: 3 x 2 x params x seq + 3 x layers x 2 x 2 x hidden x seq^2, params as the row counts them.
+        p = self.point(flops="mosaicml", seq=2048, num_params=6658859008,
+                       model={"layers": 32, "hidden": 4096, "heads": 32, "vocab": 50368})
+        self.assertAlmostEqual(published.flops_per_sample(p), 6 * 6658859008 * 2048 + 12 * 32 * 4096 * 2048 ** 2)
+        # The README's 7B row on 8 H100: 41 samples/s at MFU 46.44 % of 989 TFLOP/s (41.0 rounded in the table).
+        self.assertAlmostEqual(published.predicted_tflops(p, 41.0, 8) / 989, 0.4644, delta=0.01)
+        with self.assertRaisesRegex(ValueError, "needs 'num_params'"):
+            published.flops_per_sample(self.point(flops="mosaicml"))
+
+    def test_micro_batch_and_accumulation(self):
+        # batch is samples per GPU per step; micro_batch the model's, and the config accumulates the rest.
+        p = self.point(batch=12, micro_batch=6, config={"zero_stage": 3, "gradient_accumulation": 2},
+                       model={"layers": 2, "hidden": 64, "heads": 4, "attention": "flash"})
+        with tempfile.TemporaryDirectory() as folder:
+            paths = published.write_inputs(p, folder)
+            with open(paths["model"]) as f:
+                model = yaml.safe_load(f)
+            with open(paths["config"]) as f:
+                config = yaml.safe_load(f)
+        self.assertEqual(model["micro_batch"], 6)
+        self.assertEqual(model["attention"], "flash")
+        self.assertEqual(config["gradient_accumulation"], 2)
+        bad = self.point(batch=12, micro_batch=6, config={"gradient_accumulation": 3})
+        with tempfile.TemporaryDirectory() as folder:
+            with self.assertRaisesRegex(ValueError, "is not batch 12"):
+                published.write_inputs(bad, folder)
+
+    def test_ranged_inputs_need_sourced_bounds(self):
+        with self.assertRaisesRegex(ValueError, "needs 'source'"):
+            published.ranged_inputs(self.point(ranged={"node.nic.bandwidth": {"low": "200 Gb/s", "high": "400 Gb/s"}}))
+        with self.assertRaisesRegex(ValueError, "must be a mapping"):
+            published.ranged_inputs(self.point(ranged={"node.nic.bandwidth": "200 Gb/s"}))
+        p = self.point(ranged={"node.nic.bandwidth": {"low": "200 Gb/s", "high": "400 Gb/s", "source": "datasheets"}})
+        self.assertEqual(published.ranged_inputs(p), [("node.nic.bandwidth", "200 Gb/s", "400 Gb/s", "datasheets")])
+        # The table says whether the measurement falls inside, and the summary counts it.
+        rows = [{"id": "a", "kind": "prediction", "status": "ok", "measured_tflops": 40, "predicted_tflops": 38,
+                 "error": -0.05, "tensor_parallel": 1, "range_lo": 36.0, "range_hi": 44.0},
+                {"id": "b", "kind": "prediction", "status": "ok", "measured_tflops": 40, "predicted_tflops": 30,
+                 "error": -0.25, "tensor_parallel": 1, "range_lo": 28.0, "range_hi": 32.0}]
+        text = published.table(rows)
+        self.assertIn("input range 36.0-44.0: covers the measurement", text)
+        self.assertIn("input range 28.0-32.0: misses the measurement", text)
+        self.assertIn("1 of 2 measurements inside their input range (median half-width 8.3 %)", text)
 
     def test_bad_points(self):
         with self.assertRaisesRegex(ValueError, "missing 'measured_tflops'"):

@@ -12,8 +12,11 @@ namespace zinf::engine {
 RowFile::RowFile(IoEnv& env, const std::string& path, const std::string& who, uint64_t limit)
     : env_(env), path_(path), who_(who) {
   check_output_path(env_, path_, who_);
-  lock_ = DirLock::for_output(env_, path_, who_);
+  // A file past the bound is refused before the lock is taken: a refused command leaves no
+  // <path>.lock behind. It is read, within the bound again, once the lock is held.
   FileInfo st;
+  if (env_.lstat(path_, st) == 0) core::check_bounded_file(path_, limit, "results file");
+  lock_ = DirLock::for_output(env_, path_, who_);
   if (env_.lstat(path_, st) == 0) existing_ = core::read_bounded_file(path_, limit, "results file");
 }
 

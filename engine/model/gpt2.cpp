@@ -73,7 +73,8 @@ int64_t Gpt2Activations::bytes() const {
 Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl, TensorParallelRank tp)
     : graph_(std::move(graph)), impl_(impl), tp_(tp) {
   const core::ModelSpec& s = graph_.spec;
-  if (s.heads <= 0 || s.hidden % s.heads != 0)
+  llama_ = s.family != core::Family::Gpt2;
+  if (!llama_ && (s.heads <= 0 || s.hidden % s.heads != 0))
     throw std::invalid_argument("gpt2 '" + s.name + "': hidden must be a multiple of heads");
   B_ = s.micro_batch, S_ = s.seq, C_ = s.hidden, NH_ = s.heads, V_ = s.vocab, F_ = s.ffn_hidden();
   T_ = B_ * S_;
@@ -94,6 +95,7 @@ Gpt2::Gpt2(core::ModelGraph graph, KernelImpl impl, TensorParallelRank tp)
     const Role r = op.role;
     roles_.push_back({r, op.block});
   }
+  if (llama_) llama_setup();
 }
 
 Gpt2Activations Gpt2::make_activations(CpuDeviceArena* arena) const {
@@ -161,13 +163,15 @@ Gpt2::LinearIo Gpt2::linear_io(int op, Gpt2Activations& a) const {
   const OpRole& r = role(op);
   const std::string& name = graph_.ops[size_t(op)].name;
   auto blk = [&]() -> BlockActivations& { return a.blocks.at(size_t(r.block)); };
+  if (llama_ && r.role != Role::LmHead) return llama_linear_io(r, a);
   switch (r.role) {
-    case Role::CAttn: return {&blk().ln1, &blk().qkv, &blk().d_ln1, &blk().d_qkv, C_, 3 * Ca_, true};
-    case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, Ca_, C_, true};
-    case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, Fl_, true};
-    case Role::MlpProj: return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, Fl_, C_, true};
-    // The head's output gradient is written over its logits (head_backward).
-    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.logits, C_, Vl_, false};
+    case Role::CAttn: return {&blk().ln1, &blk().qkv, &blk().d_ln1, &blk().d_qkv, C_, 3 * Ca_, true, 3 * Ca_, 0};
+    case Role::AttnProj: return {&blk().atty, &blk().attproj, &blk().d_atty, &blk().d_attproj, Ca_, C_, true, C_, 0};
+    case Role::Fc: return {&blk().ln2, &blk().fch, &blk().d_ln2, &blk().d_fch, C_, Fl_, true, Fl_, 0};
+    case Role::MlpProj:
+      return {&blk().fch_gelu, &blk().mlpproj, &blk().d_fch_gelu, &blk().d_mlpproj, Fl_, C_, true, C_, 0};
+    // The head's output gradient is written over its logits (head_backward). Llama's has no bias.
+    case Role::LmHead: return {&a.lnf, &a.logits, &a.d_lnf, &a.logits, C_, Vl_, false, Vl_, 0};
     default: throw std::invalid_argument("gpt2: operator " + name + " is not a linear");
   }
 }
@@ -190,6 +194,7 @@ void Gpt2::recompute(int op, std::span<const ParamBuf> params, Gpt2Activations& 
 
 void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) const {
   const OpRole r = role(op);
+  if (llama_ && llama_forward(op, p, a)) return;
   const std::string& name = graph_.ops[size_t(op)].name;
   const bool fast = impl_ == KernelImpl::Fast;
   const int64_t TC = T_ * C_;
@@ -202,7 +207,7 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
   switch (r.role) {
     case Role::None:  // refused by the constructor
       throw std::logic_error("an operator without a role");
-    case Role::Embed: return embed_forward(0, Vl_, p[0].data, p[1].data, a);
+    case Role::Embed: return embed_forward(0, Vl_, p[0].data, p.size() > 1 ? p[1].data : nullptr, a);
     case Role::Ln1: {
       auto& b = a.blocks[size_t(r.block)];
       layernorm(a.x[size_t(r.block)], b.ln1, b.ln1_mean, b.ln1_rstd);
@@ -225,7 +230,8 @@ void Gpt2::run_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) 
       const float* bias = adds_bias(io, r.role) ? w + io.out * io.in : nullptr;
       (fast ? static_cast<void (*)(float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
                                    int64_t, int64_t)>(cpu::linear_forward)
-            : cpu::ref::linear_forward<float>)(ensure(*io.y, T_ * io.out), x, w, bias, T_, io.in, io.out, 0, io.out);
+            : cpu::ref::linear_forward<float>)(ensure(*io.y, T_ * io.stride) + io.offset, x, w, bias, T_, io.in,
+                                              io.stride, 0, io.out);
       break;
     }
     case Role::Attn: {
@@ -279,6 +285,7 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
     if (g[i].numel != p[i].numel || !g[i].data)
       throw std::invalid_argument("gpt2: operator " + name + ": gradient buffer " + std::to_string(i) + " has " +
                                   std::to_string(g[i].numel) + " elements, expected " + std::to_string(p[i].numel));
+  if (llama_ && llama_backward(op, p, g, a)) return;
   const bool fast = impl_ == KernelImpl::Fast;
   const int64_t TC = T_ * C_;
   auto layernorm = [&](Activation& dx, const Activation& dout, const Activation& x, const Activation& mean,
@@ -321,8 +328,8 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
                                    int64_t, int64_t, int64_t)>(cpu::linear_backward)
             : cpu::ref::linear_backward<float>)(
           ensure(*io.dx, T_ * io.in), dw, io.bias ? dw + io.out * io.in : nullptr,
-          need(*io.dy, T_ * io.out, name, "the output gradient"), need(*io.x, T_ * io.in, name, "the input"), w, T_,
-          io.in, io.out, 0, io.out);
+          need(*io.dy, T_ * io.stride, name, "the output gradient") + io.offset,
+          need(*io.x, T_ * io.in, name, "the input"), w, T_, io.in, io.stride, 0, io.out);
       break;
     }
     case Role::Attn: {
@@ -355,7 +362,7 @@ void Gpt2::backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf
           need(b.fch, T_ * Fl_, name, "mlp.c_fc's output"), T_ * Fl_);
       break;
     }
-    case Role::Embed: return embed_backward(0, Vl_, g[0].data, g[1].data, a);
+    case Role::Embed: return embed_backward(0, Vl_, g[0].data, g.size() > 1 ? g[1].data : nullptr, a);
   }
 }
 
@@ -372,6 +379,11 @@ void Gpt2::embed_forward(int64_t r0, int64_t r1, const float* wte, const float* 
     const bool mine = v >= 0 && v < Vvalid_;
     if (mine ? (v < r0 || v >= r1) : r0 != 0) continue;
     float* row = x + t * C_;
+    if (!wpe) {  // rotary positions (Llama): the token's row alone
+      const float* e = wte + (v - r0) * C_;
+      std::copy(e, e + C_, row);
+      continue;
+    }
     const float* pos = wpe + (t % S_) * C_;
     if (mine) {
       const float* e = wte + (v - r0) * C_;
@@ -393,7 +405,7 @@ void Gpt2::embed_backward(int64_t r0, int64_t r1, float* dwte, float* dwpe, Gpt2
       float* e = dwte + (v - r0) * C_;
       for (int64_t c = 0; c < C_; ++c) e[c] += row[c];
     }
-    if (r0 == 0) {
+    if (r0 == 0 && dwpe) {
       float* pos = dwpe + (t % S_) * C_;
       for (int64_t c = 0; c < C_; ++c) pos[c] += row[c];
     }
@@ -419,15 +431,15 @@ void Gpt2::forward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf
   check_activations(a);
   check_tile(op, r0, r1, params, {});
   const float* w = params[0].data;
-  if (role(op).role == Role::Embed) return embed_forward(r0, r1, w, params[1].data, a);
+  if (role(op).role == Role::Embed) return embed_forward(r0, r1, w, params.size() > 1 ? params[1].data : nullptr, a);
   const LinearIo io = linear_io(op, a);
   const std::string& name = graph_.ops[size_t(op)].name;
   const int64_t rows = r1 - r0;
   const float* x = need(*io.x, T_ * io.in, name, "the input");
   const float* b = adds_bias(io, role(op).role) ? w + rows * io.in : nullptr;
-  float* y = ensure(*io.y, T_ * io.out);
-  if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, w, b, T_, io.in, io.out, r0, r1);
-  else cpu::ref::linear_forward(y, x, w, b, T_, io.in, io.out, r0, r1);
+  float* y = ensure(*io.y, T_ * io.stride) + io.offset;
+  if (impl_ == KernelImpl::Fast) cpu::linear_forward(y, x, w, b, T_, io.in, io.stride, r0, r1);
+  else cpu::ref::linear_forward(y, x, w, b, T_, io.in, io.stride, r0, r1);
 }
 
 void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBuf> params, std::span<const GradBuf> grads,
@@ -437,7 +449,7 @@ void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBu
   const float* w = params[0].data;
   float* dw = grads[0].data;
   switch (role(op).role) {
-    case Role::Embed: return embed_backward(r0, r1, dw, grads[1].data, a);
+    case Role::Embed: return embed_backward(r0, r1, dw, grads.size() > 1 ? grads[1].data : nullptr, a);
     case Role::LmHead: return head_backward(r0, r1, w, dw, a);
     default: break;
   }
@@ -445,11 +457,11 @@ void Gpt2::backward_tile(int op, int64_t r0, int64_t r1, std::span<const ParamBu
   const std::string& name = graph_.ops[size_t(op)].name;
   const int64_t rows = r1 - r0;
   const float* x = need(*io.x, T_ * io.in, name, "the input");
-  const float* dy = need(*io.dy, T_ * io.out, name, "the output gradient");
+  const float* dy = need(*io.dy, T_ * io.stride, name, "the output gradient") + io.offset;
   float* dx = ensure(*io.dx, T_ * io.in);
   float* db = io.bias ? dw + rows * io.in : nullptr;
-  if (impl_ == KernelImpl::Fast) cpu::linear_backward(dx, dw, db, dy, x, w, T_, io.in, io.out, r0, r1);
-  else cpu::ref::linear_backward(dx, dw, db, dy, x, w, T_, io.in, io.out, r0, r1);
+  if (impl_ == KernelImpl::Fast) cpu::linear_backward(dx, dw, db, dy, x, w, T_, io.in, io.stride, r0, r1);
+  else cpu::ref::linear_backward(dx, dw, db, dy, x, w, T_, io.in, io.stride, r0, r1);
 }
 
 // A tile's buffers: the tiled group's rows [r0, r1) first (its weight rows, then their biases), the
@@ -531,8 +543,9 @@ void Gpt2::InitStream::next(int32_t group, std::vector<float>& out) {
   const WholeShape w = model_.whole_shape(group);
   std::vector<float>& t = model_.TP_ > 1 ? whole_ : out;
   t.assign(size_t(w.numel), 0.0f);
-  if (g.name == "ln_f" || ends_with(g.name, ".ln_1") || ends_with(g.name, ".ln_2")) {
-    std::fill(t.begin(), t.begin() + w.cols, 1.0f);  // gamma; beta stays 0
+  const Role reader = model_.group_role_[size_t(group)];
+  if (reader == Role::Ln1 || reader == Role::Ln2 || reader == Role::LnF) {
+    std::fill(t.begin(), t.begin() + w.cols, 1.0f);  // gamma; beta (LayerNorm's) stays 0
   } else {
     Rng rng{rng_state_};
     const double proj_std = 0.02 / std::sqrt(2.0 * double(model_.spec().layers));

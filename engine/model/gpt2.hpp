@@ -10,6 +10,14 @@
 // followed by bias [r0, r1); a layernorm is gamma then beta; wte is vocab x hidden, wpe seq x hidden.
 // Gradients are ACCUMULATED into the gradient buffers handed in (zero them per step).
 //
+// The same class runs the Llama family (LlamaForCausalLM: RMSNorm, rotary positions, q/k/v
+// projections with grouped-query attention, SwiGLU MLP, no biases, a tied or untied head) from
+// models::build_decoder's graph (engine/model/llama_ops.cpp): its tensors reuse GPT-2's names, so
+// checkpointing and activation offload treat both alike. qkv holds [q | k | v] per token (q_proj,
+// k_proj and v_proj each write their columns), fch [gate | up] (gate_proj, up_proj), fch_gelu
+// silu(gate) * up; the norms keep only their rstd; the rotation is recomputed from qkv in backward.
+// Tensor parallelism is GPT-2's only.
+//
 // Tensor parallelism (graph.tensor_parallel t > 1, models/gpt.hpp): the graph is one rank's share and
 // Gpt2 runs that share, Megatron-style. c_attn and c_fc hold this rank's output rows (its heads'
 // q, k and v rows; its slice of the MLP), both c_proj this rank's input columns with the whole bias
@@ -177,6 +185,7 @@ class Gpt2 {
   struct OpRole {
     Role role;
     int block;
+    int part = 0;  // Llama: which of q/k/v (0-2), of gate/up (0-1) a CAttn or Fc linear is
   };
   struct LinearIo {  // a linear operator's input, output and their gradients
     const Activation* x;
@@ -185,6 +194,9 @@ class Gpt2 {
     Activation* dy;
     int64_t in, out;
     bool bias;
+    // The output's row width and this linear's first column in it: out and 0, but for Llama's
+    // q/k/v and gate/up, which share one tensor.
+    int64_t stride, offset;
   };
 
   struct WholeShape {  // a parameter group's shape in the whole model
@@ -207,6 +219,14 @@ class Gpt2 {
   void tp_loss_forward(Gpt2Activations& a) const;
   void tp_loss_reduce(Gpt2Activations& a) const;
 
+  // Llama (engine/model/llama_ops.cpp): the checks and shapes, the linears' places in the shared
+  // tensors, and the operators whose math differs from GPT-2's (norms, attention, the gate),
+  // which return false for the rest.
+  void llama_setup();
+  LinearIo llama_linear_io(const OpRole& r, Gpt2Activations& a) const;
+  bool llama_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a) const;
+  bool llama_backward(int op, std::span<const ParamBuf> p, std::span<const GradBuf> g, Gpt2Activations& a) const;
+
   const OpRole& role(int op) const;
   LinearIo linear_io(int op, Gpt2Activations& a) const;
   void run_forward(int op, std::span<const ParamBuf> params, Gpt2Activations& a) const;
@@ -223,6 +243,11 @@ class Gpt2 {
   int64_t TP_ = 1, Ca_, NHl_, Fl_, Vl_, Voff_, Vvalid_;
   TensorParallelRank tp_;
   std::vector<Role> group_role_;  // the role of the operator that first reads each group
+  // Llama: query and key/value heads' widths (NH * D, KV * D), key/value heads, head size, rotary
+  // base and the norms' epsilon.
+  bool llama_ = false;
+  int64_t QW_ = 0, KW_ = 0, KV_ = 0, D_ = 0;
+  double theta_ = 0, eps_ = 0;
 };
 
 }  // namespace zinf::engine

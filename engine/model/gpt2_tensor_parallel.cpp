@@ -13,6 +13,7 @@ namespace zinf::engine {
 
 Gpt2::WholeShape Gpt2::whole_shape(int32_t group) const {
   const core::ParamGroup& g = graph_.params.at(size_t(group));
+  if (TP_ == 1) return {g.rows, g.cols, g.numel};  // the whole model is this rank's (Llama's always)
   switch (group_role_[size_t(group)]) {
     case Role::Embed:
     case Role::LmHead: return {V_, C_, V_ * C_};

@@ -243,6 +243,31 @@ std::string gpt2_hf_config(const core::ModelSpec& spec, TensorDtype dtype) {
   return config.dump(2) + "\n";
 }
 
+// LlamaForCausalLM's config.json for the engine's Llama: its shapes, rotary base and RMSNorm
+// epsilon, no biases, and as many positions as the model trained on.
+std::string llama_hf_config(const core::ModelSpec& spec, TensorDtype dtype) {
+  const char* torch_dtype = dtype == TensorDtype::F32 ? "float32" : dtype == TensorDtype::BF16 ? "bfloat16" : "float16";
+  const nlohmann::json config = {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
+                                 {"model_type", "llama"},
+                                 {"hidden_act", "silu"},
+                                 {"hidden_size", spec.hidden},
+                                 {"intermediate_size", spec.ffn_hidden()},
+                                 {"num_hidden_layers", spec.layers},
+                                 {"num_attention_heads", spec.heads},
+                                 {"num_key_value_heads", spec.kv_head_count()},
+                                 {"head_dim", spec.head_dim()},
+                                 {"vocab_size", spec.vocab},
+                                 {"max_position_embeddings", spec.seq},
+                                 {"rms_norm_eps", spec.norm_eps},
+                                 {"rope_theta", spec.rope_theta},
+                                 {"attention_bias", false},
+                                 {"mlp_bias", false},
+                                 {"attention_dropout", 0.0},
+                                 {"tie_word_embeddings", spec.tied_embeddings},
+                                 {"torch_dtype", torch_dtype}};
+  return config.dump(2) + "\n";
+}
+
 }  // namespace
 
 void save_gpt2_hf_folder(const std::string& dir, const core::ModelGraph& graph, const GroupSource& group,
@@ -290,7 +315,9 @@ void save_gpt2_hf_folder(const std::string& dir, const core::ModelGraph& graph, 
     // As transformers writes it: json.dumps(index, indent=2, sort_keys=True) + "\n".
     write_output_file(env, dir + "/" + kHfIndexFile, index.dump(2) + "\n", who);
   }
-  write_output_file(env, dir + "/config.json", gpt2_hf_config(graph.spec, how.dtype), who);
+  const bool llama = graph.spec.family == core::Family::Llama;
+  write_output_file(env, dir + "/config.json",
+                    llama ? llama_hf_config(graph.spec, how.dtype) : gpt2_hf_config(graph.spec, how.dtype), who);
   remove_stale(env, dir, names, who);
   fsync_directory(env, dir, who);
 }

@@ -52,11 +52,12 @@ struct HfExport {
 // count of bytes; throws SafetensorsError naming the text otherwise, or for zero.
 uint64_t parse_shard_size(const std::string& text);
 
-// Writes GPT-2's tensors (gpt2_hf_layout) into folder `dir` (created if missing; it must be this
+// Writes the model's tensors (gpt2_hf_layout: GPT-2's names, or LlamaForCausalLM's for the Llama
+// family) into folder `dir` (created if missing; it must be this
 // user's own, as safe_files checks) in `how.dtype`: one model.safetensors when they fit in one
 // shard, else shards of at most how.shard_bytes tensor bytes each (a tensor larger than that
 // alone in its shard) and model.safetensors.index.json with metadata.total_size and weight_map,
-// and a config.json from which transformers builds the same GPT-2.
+// and a config.json from which transformers builds the same model.
 // Files are filled in group order, one open at a time, each under a temporary name and fsynced;
 // all are renamed into place once written (a failed write leaves an earlier export whole), then
 // the index and config are replaced and files of an earlier export this one did not write removed.

@@ -259,9 +259,14 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
 
 namespace {
 
-enum class GroupKind { Embedding, LayerNorm, Conv1D, Linear };
+enum class GroupKind { Embedding, LayerNorm, Conv1D, Linear, RmsNorm };
 
-GroupKind kind_of(const core::ParamGroup& g) {
+bool is_llama(const core::ModelGraph& graph) { return graph.spec.family == core::Family::Llama; }
+
+// The Llama family's groups (models/decoder.cpp names them below the model): the embedding,
+// nn.Linear weights (out x in, no bias) and RMSNorm weights (one row).
+GroupKind kind_of(const core::ModelGraph& graph, const core::ParamGroup& g) {
+  if (is_llama(graph)) return g.name == "embed_tokens" ? GroupKind::Embedding : g.rows == 1 ? GroupKind::RmsNorm : GroupKind::Linear;
   if (g.name == "wte" || g.name == "wpe") return GroupKind::Embedding;
   if (g.name == "lm_head") return GroupKind::Linear;  // nn.Linear: out x in, no bias
   if (g.name.find("ln_") != std::string::npos) return GroupKind::LayerNorm;
@@ -270,11 +275,20 @@ GroupKind kind_of(const core::ParamGroup& g) {
 
 // Tensors Hugging Face files carry that the model does not read: the causal-mask buffers older
 // transformers saved, and the head when it is tied to wte.
-bool ignorable(const std::string& name, bool tied_head) {
+bool ignorable(const std::string& name, bool tied_head, bool llama) {
   auto ends_with = [&](const std::string& tail) {
     return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || (tied_head && name == "lm_head.weight");
+  if (tied_head && name == "lm_head.weight") return true;
+  // Older Llama checkpoints saved the rotary embedding's inv_freq buffer; the engine computes it.
+  if (llama) return ends_with(".rotary_emb.inv_freq");
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+}
+
+// A group's tensor name in transformers' files, less ".weight"/".bias": GPT-2's are the group's
+// names; LlamaForCausalLM's sit below "model." but for its head.
+std::string hf_base(const core::ModelGraph& graph, const core::ParamGroup& g) {
+  return is_llama(graph) && g.name != "lm_head" ? "model." + g.name : g.name;
 }
 
 }  // namespace
@@ -282,9 +296,11 @@ bool ignorable(const std::string& name, bool tied_head) {
 std::vector<TensorToWrite> gpt2_hf_layout(const core::ModelGraph& graph) {
   std::vector<TensorToWrite> layout;
   for (const core::ParamGroup& g : graph.params) {
-    switch (kind_of(g)) {
+    const std::string base = hf_base(graph, g);
+    switch (kind_of(graph, g)) {
       case GroupKind::Embedding:
-      case GroupKind::Linear: layout.push_back({g.name + ".weight", {g.rows, g.cols}, nullptr}); break;
+      case GroupKind::Linear: layout.push_back({base + ".weight", {g.rows, g.cols}, nullptr}); break;
+      case GroupKind::RmsNorm: layout.push_back({base + ".weight", {g.cols}, nullptr}); break;
       case GroupKind::LayerNorm:
         layout.push_back({g.name + ".weight", {g.cols}, nullptr});
         layout.push_back({g.name + ".bias", {g.cols}, nullptr});
@@ -305,8 +321,9 @@ GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGr
   auto keys = std::make_shared<std::map<std::string, std::string>>();  // Hugging Face name -> name in the files
   std::set<std::string> used;
   const std::string& model = graph.spec.name;
+  const bool llama = is_llama(graph);
   for (const TensorToWrite& t : gpt2_hf_layout(graph)) {
-    const bool bare = files->has(t.name), prefixed = files->has("transformer." + t.name);
+    const bool bare = files->has(t.name), prefixed = !llama && files->has("transformer." + t.name);
     if (bare && prefixed)
       fail(path, "tensor '" + t.name + "' is there both with and without the 'transformer.' prefix");
     if (!bare && !prefixed) fail(path, "tensor '" + t.name + "' is missing (model " + model + ")");
@@ -327,9 +344,10 @@ GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGr
   const bool tied_head = std::none_of(graph.params.begin(), graph.params.end(),
                                       [](const core::ParamGroup& g) { return g.name == "lm_head"; });
   for (const std::string& name : files->names()) {
-    const std::string bare = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-    if (!used.count(name) && !ignorable(bare, tied_head))
-      fail(files->file_of(name), "tensor '" + name + "' is not part of model " + model + " (GPT-2)");
+    const std::string bare = !llama && name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    if (!used.count(name) && !ignorable(bare, tied_head, llama))
+      fail(files->file_of(name), "tensor '" + name + "' is not part of model " + model + " (" +
+                                     (llama ? "Llama" : "GPT-2") + ")");
   }
   return [files, keys, &graph](int32_t group, std::vector<float>& v) {
     auto load = [&](const std::string& name) {
@@ -339,9 +357,11 @@ GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGr
     };
     const core::ParamGroup& g = graph.params.at(size_t(group));
     v.assign(size_t(g.numel), 0.0f);
-    switch (kind_of(g)) {
+    const std::string base = hf_base(graph, g);
+    switch (kind_of(graph, g)) {
+      case GroupKind::RmsNorm: v = load(base + ".weight"); break;
       case GroupKind::Embedding: {
-        auto all = load(g.name + ".weight");  // wpe may hold more rows: its first ones are used
+        auto all = load(base + ".weight");  // wpe may hold more rows: its first ones are used
         std::copy(all.begin(), all.begin() + g.rows * g.cols, v.begin());
         break;
       }
@@ -359,7 +379,7 @@ GroupSource gpt2_safetensors_groups(const std::string& path, const core::ModelGr
         std::copy(b.begin(), b.end(), v.begin() + g.rows * g.cols);
         break;
       }
-      case GroupKind::Linear: v = load(g.name + ".weight"); break;
+      case GroupKind::Linear: v = load(base + ".weight"); break;
     }
   };
 }
@@ -391,9 +411,10 @@ void stream_gpt2_tensors(const std::string& path, const core::ModelGraph& graph,
     if (int64_t(v.size()) != g.numel)
       fail(path, "parameter group " + g.name + " has " + std::to_string(v.size()) + " elements, expected " +
                      std::to_string(g.numel));
-    switch (kind_of(g)) {
+    switch (kind_of(graph, g)) {
       case GroupKind::Embedding:
       case GroupKind::Linear:
+      case GroupKind::RmsNorm:
         send(v.data(), g.numel);
         ++index;
         break;

@@ -87,6 +87,12 @@ using GroupSource = std::function<void(int32_t group, std::vector<float>& out)>;
 // Where a streamed GPT-2 writer sends tensor `index` (of gpt2_hf_layout's list)'s bytes, in order.
 using TensorSink = std::function<void(size_t index, const char* data, size_t bytes)>;
 // GPT-2's tensors in Hugging Face's names and shapes, in the order the writers send them (group order).
+// For a Llama graph (models::build_decoder) LlamaForCausalLM's: model.embed_tokens.weight,
+// model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.{gate,up,down}_proj.weight,
+// model.layers.N.{input,post_attention}_layernorm.weight, model.norm.weight and, untied,
+// lm_head.weight; nn.Linear's out x in, as core keeps them. The loaders below read those names
+// (an older checkpoint's rotary_emb.inv_freq buffers are ignored) with every shape checked against
+// the graph built from config.json, and refuse a misshapen, missing or foreign tensor by name.
 std::vector<TensorToWrite> gpt2_hf_layout(const core::ModelGraph& graph);
 // Sends every tensor of gpt2_hf_layout(graph) to `sink` in `dtype`, asking `group` for each parameter
 // group once, in group order; `path` names the destination in messages.

@@ -20,6 +20,7 @@
 #include "engine/backend/cpu/kernels.hpp"
 #include "engine/exec/executor.hpp"
 #include "engine/io/nvme_store.hpp"
+#include "engine/io/output_file.hpp"
 #include "engine/memory/cpu_device_arena.hpp"
 #include "engine/memory/staging_cache.hpp"
 #include "engine/optim/cpu_adam.hpp"
@@ -183,9 +184,11 @@ LinearFit measure_copy(bool quick) {
 }
 
 DiskFit measure_nvme(const std::string& dir_root, bool quick) {
-  const fs::path dir = fs::path(dir_root) / fmt::format("zinf-profile-{}", ::getpid());
+  // mkdtemp on the disk under test, removed with its files: a pid-named directory there could be a
+  // link someone planted first.
+  const engine::PrivateDir scratch("zinf-profile-disk", dir_root);
   engine::NvmeStoreOptions o;
-  o.dir = dir.string();
+  o.dir = scratch.path();
   DiskFit f;
   {
     engine::NvmeStore store(o);
@@ -231,8 +234,6 @@ DiskFit measure_nvme(const std::string& dir_root, bool quick) {
     f.overlap = (reads + writes) / alone;
     store.remove(id);
   }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
   return f;
 }
 

@@ -71,7 +71,7 @@ struct TrainerOptions {
   uint64_t data_seed = 1234;
   int64_t total_steps = 0;       // the run's length (--steps): what an `auto` length of the lr schedule means
   uint64_t init_seed = 1;
-  std::string init_from;         // safetensors with Hugging Face GPT-2 names; empty: GPT-2 init
+  std::string init_from;         // safetensors with Hugging Face names (GPT-2, Llama); empty: fresh init
   std::string checkpoint_dir;    // where save_checkpoint writes and resume reads; locked while the Trainer lives
   CheckpointStart start = CheckpointStart::Fresh;
   bool accept_unverified = false;  // resume from a checkpoint without checksums (--accept-unverified)

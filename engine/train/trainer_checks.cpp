@@ -21,8 +21,9 @@ std::string untrained_setting(const core::RunConfig& c, bool cuda) {
                        "(Megatron's --split-transformers) are planned and simulated only",
                        c.checkpoints_per_block);
   if (c.optimizer_host_path != core::HostPath::Fused)
-    return "optimizer.host_path deepspeed-0.3: the engine moves gradients in the training precision to a host "
-           "optimizer (host_path: fused); DeepSpeed's fp32 host path is planned and simulated only";
+    return fmt::format("optimizer.host_path {}: the engine moves gradients in the training precision to a host "
+                       "optimizer (host_path: fused); DeepSpeed's fp32 host path is planned and simulated only",
+                       core::to_string(c.optimizer_host_path));
   // The CPU backend trains every precision (engine/storage.hpp); the CUDA one's kernels are bf16's.
   if (cuda && c.precision && *c.precision != core::Precision::Bf16)
     return fmt::format("precision {}: the CUDA backend trains bf16 only; train {} with --backend cpu",

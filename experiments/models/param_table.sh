@@ -8,6 +8,7 @@ zinf="${1:-$root/build/zinf}"
 # model folder | published total | published active | where the figure is published
 published=(
   "llama-2-7b|6,738,415,616|=|transformers' count of meta-llama/Llama-2-7b-hf (the paper's 7B)"
+  "llama-33b|32.5B|=|LLaMA paper, Table 2: 32.5B (huggyllama/llama-30b's config)"
   "llama-3.1-8b|8,030,261,248|=|transformers' count of Meta-Llama-3.1-8B (8B)"
   "llama-3.1-70b|70,553,706,496|=|transformers' count of Meta-Llama-3.1-70B (70B)"
   "mistral-7b-v0.1|7,241,732,096|=|transformers' count (7.24B)"

@@ -43,7 +43,11 @@ def flops_per_sample(point):
         return 8 * seq * params_of(m)
     if point["flops"] == "megatron":
         return 96 * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
-    raise ValueError(f"point {point['id']}: flops must be zero-infinity or megatron, not {point['flops']!r}")
+    if point["flops"] == "mosaicml":  # llm-foundry's MFU: 3 x 2 x params x seq + 3 x layers x 2 x 2 x hidden x seq^2
+        if "num_params" not in point:
+            raise ValueError(f"point {point['id']}: flops mosaicml needs 'num_params' (the row's NumParams)")
+        return 6 * point["num_params"] * seq + 12 * layers * hidden * seq ** 2
+    raise ValueError(f"point {point['id']}: flops must be zero-infinity, megatron or mosaicml, not {point['flops']!r}")
 
 
 def expand(spec):
@@ -75,8 +79,14 @@ def write_inputs(point, folder):
     """The point's model, run config and (when it overrides one) hwprofile as files zinf reads."""
     m = point["model"]
     tp = point["tensor_parallel"]
-    # A tensor-parallel group trains one micro-batch: batch per GPU x its ranks.
-    micro_batch = point["batch"] * tp
+    # A tensor-parallel group trains one micro-batch: batch per GPU x its ranks. A point that names its
+    # micro-batch accumulates batch / micro_batch of them per step (its config's gradient_accumulation).
+    micro_batch = point.get("micro_batch", point["batch"]) * tp
+    if "micro_batch" in point:
+        accumulation = point["config"].get("gradient_accumulation", 1)
+        if point["micro_batch"] * accumulation != point["batch"]:
+            raise ValueError(f"point {point['id']}: micro_batch {point['micro_batch']} x config.gradient_accumulation "
+                             f"{accumulation} is not batch {point['batch']}")
     if abs(micro_batch - round(micro_batch)) > 1e-9:
         raise ValueError(f"point {point['id']}: batch {point['batch']} x tensor_parallel {tp} is not a whole micro-batch")
     vocab = m.get("vocab", point["vocab"])
@@ -84,6 +94,8 @@ def write_inputs(point, folder):
         vocab = -(-vocab // (128 * tp)) * (128 * tp)
     model = {"name": point["id"], "layers": m["layers"], "hidden": m["hidden"], "heads": m["heads"],
              "seq": point["seq"], "vocab": vocab, "micro_batch": int(round(micro_batch))}
+    if "attention" in m:  # the attention kernel (eager, or flash: FlashAttention keeps no probabilities)
+        model["attention"] = m["attention"]
     paths = {"model": os.path.join(folder, "model.yaml"), "config": os.path.join(folder, "config.yaml")}
     with open(paths["model"], "w") as f:
         yaml.safe_dump(model, f)
@@ -127,6 +139,20 @@ def with_overrides(profile, point):
         p["fabric"] = point["fabric"]
         p["name"] = f"{p['name']}-{point['fabric'].get('topology', 'fabric')}"
     return p
+
+
+def ranged_inputs(point):
+    """The point's ranged inputs as (profile key path, low, high, source), each checked for its bounds and
+    source: the inputs no source gives, each bound from a source, before any comparison."""
+    out = []
+    for name, r in (point.get("ranged") or {}).items():
+        if not isinstance(r, dict):
+            raise ValueError(f"point {point['id']}: ranged.{name} must be a mapping of low, high and source")
+        for key in ("low", "high", "source"):
+            if key not in r:
+                raise ValueError(f"point {point['id']}: ranged.{name} needs '{key}' (bounds come from a source)")
+        out.append((name, r["low"], r["high"], r["source"]))
+    return out
 
 
 def shown_command(cmd, folder):
@@ -207,6 +233,28 @@ def simulate_on_tree(point, zinf, folder, fabric):
     return round(predicted_tflops(point, report["samples_per_s"], report["ranks"]), 2)
 
 
+def simulate_range(point, zinf, folder):
+    """TFLOP/s per GPU over every combination of the bounds of the point's ranged inputs (`zinf sim --range`,
+    expected slowest GPU), as (low, high); None when the point has none or the run does not simulate."""
+    ranged = ranged_inputs(point)
+    if not ranged:
+        return None
+    sub = os.path.join(folder, "range")
+    os.makedirs(sub, exist_ok=True)
+    paths = write_inputs(point, sub)
+    cmd = sim_command(zinf, paths, point)
+    for name, low, high, _ in ranged:
+        cmd += ["--range", f"{name}={low}:{high}"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    report = read_report(run)
+    if run.returncode != 0 or report is None or "range" not in report:
+        raise ValueError(f"point {point['id']}: zinf sim --range failed: {(run.stderr or run.stdout).strip()[:300]}")
+    samples_per_step = report["samples_per_s"] * report["step_time"]
+    steps = [b["step_time"] for b in report["range"]["per_bound"]]
+    values = [predicted_tflops(point, samples_per_step / t, report["ranks"]) for t in steps]
+    return round(min(values), 2), round(max(values), 2)
+
+
 def mechanisms(row):
     """What moves the point, as the simulation saw it: the slowest GPU a collective waits for, the fabric."""
     out = []
@@ -240,6 +288,9 @@ def table(rows):
             ends = [r["band_p10"], r["band_p90"]] + ([r["tree_tflops"]] if r.get("tree_tflops") else [])
             covered = min(ends) <= r["measured_tflops"] <= max(ends)
             notes.append("band covers the measurement" if covered else "band misses the measurement")
+        if r.get("range_lo"):
+            inside = r["range_lo"] <= r["measured_tflops"] <= r["range_hi"]
+            notes.append(f"input range {r['range_lo']:.1f}-{r['range_hi']:.1f}: {'covers' if inside else 'misses'} the measurement")
         if mechanisms(r):
             notes.append(mechanisms(r))
         note = "; ".join(notes)
@@ -248,6 +299,12 @@ def table(rows):
         s = summary(rows, kind)
         ranged = [r for r in rows if r["kind"] == kind and r.get("measured_range")]
         inside = f"; {sum(r['in_range'] for r in ranged)} of {len(ranged)} inside their published range" if ranged else ""
+        ranged_rows = [r for r in rows if r["kind"] == kind and r.get("range_lo")]
+        if ranged_rows:
+            covered = sum(r["range_lo"] <= r["measured_tflops"] <= r["range_hi"] for r in ranged_rows)
+            half = statistics.median((r["range_hi"] - r["range_lo"]) / (r["range_hi"] + r["range_lo"]) for r in ranged_rows)
+            inside += (f"; {covered} of {len(ranged_rows)} measurements inside their input range "
+                       f"(median half-width {100 * half:.1f} %)")
         if s["points"]:
             lines.append(f"\n{kind}: {s['points']} points simulated, {s['refused']} refused or failed; "
                          f"median |error| {100 * s['median']:.0f} %, largest {100 * s['largest']:.0f} %{inside}")
@@ -397,13 +454,17 @@ def main(argv=None):
             print(f"[{i}/{len(points)}] {p['id']} ...", end=" ", flush=True)
             r = simulate(p, a.zinf, folder, a.seeds, a.jobs)
             r["series"] = p.get("series", "")
+            if r["status"] == "ok" and ranged_inputs(p):
+                bounds = simulate_range(p, a.zinf, folder)
+                if bounds:
+                    r["range_lo"], r["range_hi"] = bounds
             if a.fabric_range and p["nodes"] > 1 and r["status"] == "ok":
                 r["tree_tflops"] = simulate_on_tree(p, a.zinf, folder, spec["plausible_fabric"])
             print(f"{r['predicted_tflops']} TFLOP/s (measured {r['measured_tflops']}){' ' + mechanisms(r) if mechanisms(r) else ''}"
                   if r["status"] == "ok" else f"{r['status']}: {r['reason'][:160]}", flush=True)
             rows.append(r)
     fields = ["id", "kind", "figure", "status", "measured_tflops", "measured_range", "predicted_tflops", "band_p10",
-              "band_p90", "seeds", "slowest_gpu", "tree_tflops", "error", "step_time", "tensor_parallel", "flops", "reason",
+              "band_p90", "seeds", "slowest_gpu", "tree_tflops", "range_lo", "range_hi", "error", "step_time", "tensor_parallel", "flops", "reason",
               "assumed", "source", "command"]
     with open(os.path.join(a.out, "published.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)

@@ -50,6 +50,12 @@ GptCudaBackend::GptCudaBackend(const core::Program& p, const core::Plan& pl, con
                                GptCudaBackendOptions o)
     : GptBackendBase(p, pl, mdl.graph(), r, c, std::move(o.base), "CUDA"), device_(o.device),
       adam_(AdamOptions::from_run_config(opt.config), opt.adam_threads) {
+  // Its kernels are GPT-2's; the Llama family's (RMSNorm, rotary, grouped-query attention,
+  // SwiGLU) are the CPU backend's only.
+  if (mdl.spec().family != core::Family::Gpt2)
+    throw std::invalid_argument(fmt::format("model {} is {}: the CUDA training backend has GPT-2's kernels only; "
+                                            "train it with --backend cpu",
+                                            mdl.spec().name, core::to_string(mdl.spec().family)));
   // Its kernels, copies and Adam are bf16's; fp16 and fp32 train on the CPU backend.
   if (const auto want = opt.config.precision; want && *want != core::Precision::Bf16)
     throw std::invalid_argument(fmt::format("precision {}: the CUDA training backend trains bf16 only (its kernels "
