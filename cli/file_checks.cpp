@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 
 #include "cli/command.hpp"
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "engine/io/output_file.hpp"
 

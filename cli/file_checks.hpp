@@ -1,5 +1,5 @@
 // The files a command names on its command line or in its spec, checked before its work starts:
-// every input as the bounded reader will read it (core/bounded_input.hpp: a regular file within
+// every input as the bounded reader will read it (formats/bounded_input.hpp: a regular file within
 // its kind's limit; a directory only where the option takes one), every output as the one writer
 // will write it (engine/io/output_file.hpp). A refusal names the flag and the file, so a FIFO,
 // /dev/zero, a directory or a 100 GB file is refused at once instead of read. The readers behind

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"
@@ -46,6 +46,6 @@ core::DeepSpeedContext deepspeed_context(const core::ModelSpec& model, const cor
 // Shared with the libraries behind the commands: the check that a profile describes this machine
 // (measure/machine_profile.hpp) and `auto` for a run of N ranks (tune/auto_config.hpp).
 using measure::profile_machine_mismatch;
-using sim::resolve_auto_for_ranks;
+using tune::resolve_auto_for_ranks;
 
 }  // namespace zinf::cli

@@ -13,7 +13,7 @@
 #include "cli/inputs.hpp"
 #include "core/errors.hpp"
 #include "core/fit.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
@@ -512,7 +512,7 @@ void run_plan(const InputOptions& opts, bool json, int64_t probe_tiling, const P
   const RunConfig asked = in.config;
   // `auto` decided as every other command decides it (tune/auto_config.hpp).
   const auto t0 = std::chrono::steady_clock::now();
-  const sim::AutoResolution resolved = sim::resolve_auto(in.model, in.hw, opts.nodes, in.config);
+  const tune::AutoResolution resolved = tune::resolve_auto(in.model, in.hw, opts.nodes, in.config);
   in.config = resolved.config;
   const auto t_auto = std::chrono::steady_clock::now();
   MemoryModelInput mm{in.model, in.hw, opts.nodes, in.config};

@@ -14,6 +14,7 @@
 #include "engine/io/output_file.hpp"
 #include "measure/child_process.hpp"
 #include "measure/machine_profile.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 namespace zinf::cli {
 namespace {

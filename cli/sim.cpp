@@ -15,8 +15,9 @@
 #include "cli/command.hpp"
 #include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
 #include "core/errors.hpp"
 #include "engine/io/output_file.hpp"
 #include "core/units.hpp"
@@ -117,7 +118,7 @@ nlohmann::json simulate_range(const InputOptions& in_opts, const SimCliOptions& 
         const Inputs in = load_inputs(bound);
         sim::SimOptions opts = base;
         opts.seed = 0;
-        return fmt::format("{:.17g}", sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, 0, 1).report.step_time);
+        return fmt::format("{:.17g}", tune::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, 0, 1).report.step_time);
       }));
     } catch (...) {
       unlink(name);
@@ -168,7 +169,7 @@ void run_sim(const InputOptions& in_opts, const SimCliOptions& o) {
   if (o.seeds > 0 && (!o.timeline_csv.empty() || !o.chrome_trace.empty()))
     throw CLI::ValidationError("--seeds", "writes no Timeline: simulate one seed (--seed S) with --timeline or --trace");
   const nlohmann::json range = o.ranges.empty() ? nlohmann::json() : simulate_range(in_opts, o, opts);
-  sim::ScenarioResult res = sim::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, o.seeds, o.jobs);
+  tune::ScenarioResult res = tune::run_scenario({in.model, in.hw, in.config, in_opts.nodes}, opts, o.seeds, o.jobs);
   const auto& r = res.report;
 
   if (!o.timeline_csv.empty()) write_file(o.timeline_csv, "--timeline", [&](std::ostream& f) { r.timeline.write_csv(f); });

@@ -1,4 +1,4 @@
-// `zinf sweep SPEC.yaml`: simulate every point of a sweep spec (core/sweep_spec.hpp) and write one
+// `zinf sweep SPEC.yaml`: simulate every point of a sweep spec (formats/sweep_spec_reader.hpp) and write one
 // CSV row per point as it finishes. Alone, points run in -j worker processes; under
 // `mpirun -np N zinf sweep SPEC` they are spread over the ranks, rank 0 handing out one point at a
 // time and writing the CSV (cli/sweep_runner.hpp). Resumable: rows of finished points (ok,
@@ -9,6 +9,7 @@
 //
 // Spec (YAML):
 //   models: [gpt-10b, gpt-100b]            # names (models/NAME.yaml) or paths (relative: to the spec)
+//                                          # or a Hugging Face config.json or its folder
 //   hwprofiles: [dgx2-v100]                # names or paths
 //   nodes: [1, 2, 4]
 //   configs: [infinity-cpu, infinity-nvme]
@@ -37,14 +38,16 @@
 #include "cli/file_checks.hpp"
 #include "cli/stop_signals.hpp"
 #include "cli/sweep_runner.hpp"
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
-#include "core/hjson.hpp"
+#include "formats/hjson.hpp"
+#include "formats/run_config_reader.hpp"
 #include "core/run_config.hpp"
 #include "core/sweep_table.hpp"
 #include "engine/io/row_file.hpp"
 #include "tune/scenario.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -62,7 +65,7 @@ std::string run_point(const core::SweepPoint& p, const std::string& collective, 
   opts.timeline_ranks.clear();
   nlohmann::json j;
   try {
-    auto res = sim::run_scenario({in.model, in.hw, in.config, p.nodes}, opts);
+    auto res = tune::run_scenario({in.model, in.hw, in.config, p.nodes}, opts);
     j = nlohmann::json::parse(sim::report_to_json(res.report));
     j["status"] = "ok";
     j["ideal_step_time"] = res.ideal_step_time;
@@ -188,6 +191,7 @@ void run_sweep(const SweepOptions& o) {
     check_input("spec", o.spec, kConfigInput);
     spec = core::load_sweep_spec(o.spec, root);
     check_spec_files(spec, root);
+    core::check_sweep_models(spec, root);
     points = core::expand(spec);
     columns = core::sweep_columns(spec);
     if (world.rank() == 0) {

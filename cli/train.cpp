@@ -27,9 +27,9 @@
 #include "cli/command.hpp"
 #include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/memory_model.hpp"
 #include "core/self_exe.hpp"
 #include "core/units.hpp"
@@ -46,6 +46,8 @@
 #include "engine/train/metrics_log.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::cli {
 namespace {

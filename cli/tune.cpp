@@ -12,13 +12,14 @@
 #include "cli/file_checks.hpp"
 #include "cli/inputs.hpp"
 #include "cli/stop_signals.hpp"
-#include "core/bounded_input.hpp"
-#include "core/deepspeed_config.hpp"
-#include "core/hjson.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/deepspeed_config.hpp"
+#include "formats/hjson.hpp"
 #include "core/units.hpp"
 #include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
 #include "engine/io/output_file.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::cli {
 namespace {
@@ -62,7 +63,7 @@ private:
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
-std::pair<std::string, double> bottleneck(const sim::TuneEntry& e) {
+std::pair<std::string, double> bottleneck(const tune::TuneEntry& e) {
   if (e.simulated && e.simulated->ok && !e.simulated->busy.empty()) {
     auto it = std::max_element(e.simulated->busy.begin(), e.simulated->busy.end(),
                                [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -72,7 +73,7 @@ std::pair<std::string, double> bottleneck(const sim::TuneEntry& e) {
 }
 
 // The knobs on which two candidates differ, as "optimizer host (nvme)".
-std::string differences(const sim::TuneCandidate& a, const sim::TuneCandidate& b) {
+std::string differences(const tune::TuneCandidate& a, const tune::TuneCandidate& b) {
   std::vector<std::string> d;
   const RunConfig &x = a.config, &y = b.config;
   auto add = [&](const char* what, const std::string& u, const std::string& v) {
@@ -120,14 +121,14 @@ struct DeepSpeedOutput {
   double samples_per_s = 0, step_time = 0;
 };
 
-DeepSpeedOutput deepspeed_output(const Inputs& in, const TuneCliOptions& o, const sim::TuneReport& rep,
-                                 const sim::TuneEvaluators& eval) {
+DeepSpeedOutput deepspeed_output(const Inputs& in, const TuneCliOptions& o, const tune::TuneReport& rep,
+                                 const tune::TuneEvaluators& eval) {
   nlohmann::ordered_json base;
   if (in.deepspeed) {
     base = parse_hjson(read_bounded_file(in.config_path, kMaxConfigBytes, "run config"), in.config_path);
   }
   const Precision precision = in.config.precision.value_or(native_precision(in.hw.node.gpu));
-  auto write = [&](const sim::TuneCandidate& cand, std::vector<std::string>& missing, RunConfig& read_back) {
+  auto write = [&](const tune::TuneCandidate& cand, std::vector<std::string>& missing, RunConfig& read_back) {
     DeepSpeedTarget t;
     t.ranks = cand.nodes * in.hw.node.gpus;
     t.model_micro_batch = in.model.micro_batch;
@@ -158,7 +159,7 @@ DeepSpeedOutput deepspeed_output(const Inputs& in, const TuneCliOptions& o, cons
   // No finalist is expressible: DeepSpeed's reading of each, simulated, and the fastest that runs.
   // The best's reading alone may not fit (its tiling or checkpoint placement, which DeepSpeed
   // cannot say, is what made it fit): then a later finalist's reading is the config to write.
-  std::vector<sim::TuneCandidate> projected;
+  std::vector<tune::TuneCandidate> projected;
   std::vector<std::string> jsons;
   std::vector<size_t> from;
   for (size_t i = 0; i < rep.finalists.size(); ++i) {
@@ -212,8 +213,8 @@ void print_written(const TuneCliOptions& o, const DeepSpeedOutput& ds, const std
 }
 
 // The finalists ranked, each with the lane that bounds it and why it ranks where it does.
-void print_report(const Inputs& in, const InputOptions& in_opts, const TuneCliOptions& o, const sim::TuneRequest& req,
-                  const sim::TuneReport& rep) {
+void print_report(const Inputs& in, const InputOptions& in_opts, const TuneCliOptions& o, const tune::TuneRequest& req,
+                  const tune::TuneReport& rep) {
   fmt::print("zinf tune: {} on {} x {} node(s) = {} GPUs ({}), global batch {}, objective {}\n", in.model.name,
              in.hw.name, in_opts.nodes, in_opts.nodes * in.hw.node.gpus, in.hw.node.gpu.name, rep.global_batch,
              o.objective == "cost" ? "cost (GPU-seconds per sample)" : "throughput");
@@ -227,7 +228,7 @@ void print_report(const Inputs& in, const InputOptions& in_opts, const TuneCliOp
   for (size_t i = 0; i < rep.not_searched.size(); ++i) fmt::print("{}{}", i ? "; " : "", rep.not_searched[i]);
   fmt::print("\n\n");
 
-  const bool cost = req.objective == sim::TuneObjective::Cost;
+  const bool cost = req.objective == tune::TuneObjective::Cost;
   fmt::print("{:<3}{}{:>11}{:>9}{:>10}{:>4}  {:<7}{:<7}{:<10}{:>7}{:>8}  {:<9}{:>9}{:>9}  {:<8}{:<20}\n", "#",
              cost ? fmt::format("{:>6}{:>12}", "nodes", "GPU-s/smpl") : "", "samples/s", "TFLOP/s", "step", "tp", "params",
              "optim", "ckpt", "tiling", "mb x ga", "prefetch", "live", "sub-grp", "optim", "busiest lane");
@@ -277,27 +278,27 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   check_output("tune", "--deepspeed", o.deepspeed_out);
   stop_at_once_on_signals("zinf tune", "nothing written");
   Inputs in = load_inputs(in_opts, /*for_tune=*/true);
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = in.model;
   req.hw = in.hw;
   req.nodes = in_opts.nodes;
   req.base = in.config;
   req.global_batch = o.global_batch;
-  req.objective = o.objective == "cost" ? sim::TuneObjective::Cost : sim::TuneObjective::Throughput;
+  req.objective = o.objective == "cost" ? tune::TuneObjective::Cost : tune::TuneObjective::Throughput;
   req.time_limit = o.time_limit;
   req.plan_budget = o.plan_budget;
   req.finalists = o.finalists;
   // What plan, sim and train run for the base config (its `auto` resolved as they resolve it), and
   // the whole activation choices it leaves open: simulated beside the finalists, so that the pick
   // is never slower than what plan chose.
-  const sim::AutoResolution as_planned = sim::resolve_auto(in.model, in.hw, in_opts.nodes, in.config);
+  const tune::AutoResolution as_planned = tune::resolve_auto(in.model, in.hw, in_opts.nodes, in.config);
   req.incumbents.push_back({"the base config, as zinf plan resolves it", as_planned.config});
-  const auto alternatives = sim::activation_alternatives(as_planned.config, in.hw);
+  const auto alternatives = tune::activation_alternatives(as_planned.config, in.hw);
   for (size_t i = 1; i < alternatives.size(); ++i) req.incumbents.push_back(alternatives[i]);
 
   TuneProgressBar bar;
-  const sim::TuneEvaluators eval = sim::isolated_evaluators(in.model, in.hw, o.jobs);
-  const sim::TuneReport rep = sim::tune(req, eval,
+  const tune::TuneEvaluators eval = tune::isolated_evaluators(in.model, in.hw, o.jobs);
+  const tune::TuneReport rep = tune::tune(req, eval,
                                         [&](const std::string& stage, size_t done, size_t total) {
                                           bar.update(stage, done, total);
                                         });
@@ -305,7 +306,7 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   if (rep.finalists.empty() || !rep.finalists.front().simulated || !rep.finalists.front().simulated->ok)
     throw std::runtime_error("no finalist could be simulated: " +
                              (rep.finalists.empty() ? std::string("none") : rep.finalists.front().simulated->message));
-  const sim::TuneEntry& best = rep.finalists.front();
+  const tune::TuneEntry& best = rep.finalists.front();
 
   const std::string description =
       fmt::format("zinf tune: {} on {} x {} node(s), global batch {}, objective {}: predicted {:.3g} samples/s, "
@@ -346,7 +347,7 @@ void run_tune(const InputOptions& in_opts, const TuneCliOptions& o) {
   };
 
   if (o.json) {
-    std::cout << sim::tune_report_json(req, rep) << "\n";
+    std::cout << tune::tune_report_json(req, rep) << "\n";
     return fail_if_partial();
   }
 

@@ -45,9 +45,4 @@ struct DeepSpeedBehaviour {
   bool trace_misaligned = false;
 };
 
-// The behaviours of a DeepSpeed release: 0.3.12 to 0.3.16, the releases read. Throws
-// std::invalid_argument naming the releases known for any other.
-DeepSpeedBehaviour deepspeed_release_behaviour(const std::string& release);
-const std::vector<std::string>& known_deepspeed_releases();
-
 }  // namespace zinf::core

@@ -266,7 +266,4 @@ struct HwProfile {
   double nvme_budget() const { return node.nvme_capacity * (1.0 - reserve.nvme); }
 };
 
-HwProfile load_hwprofile(const std::string& path);
-HwProfile parse_hwprofile(const std::string& yaml_text, const std::string& name);
-
 }  // namespace zinf::core

@@ -8,7 +8,7 @@
 //    iteration k-2 (the scheduler steps after each optimizer step, and its constructor sets the
 //    first step's rate from iteration -1): rates_at does the same, so step k here is step k there.
 // A schedule changes no cost: the planner and the simulator never read it. Parsing lives in
-// core/lr_schedule_reader.hpp. Plain value type; the functions are pure.
+// formats/lr_schedule_reader.hpp. Plain value type; the functions are pure.
 #pragma once
 #include <cstdint>
 #include <optional>

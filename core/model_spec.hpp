@@ -1,6 +1,6 @@
 // ModelSpec is what zinf knows of a model: its shape, its architecture (which family's blocks: their
 // norms, MLP, attention, positions, experts) and the micro-batch it trains with. A models/*.yaml
-// file or a Hugging Face config.json (models/hf_config.hpp) gives it. Every architecture field has a
+// file or a Hugging Face config.json (formats/hf_config.hpp) gives it. Every architecture field has a
 // default that is GPT-2's, so a YAML that names none of them describes the GPT-2 it always did.
 // Plain value type.
 #pragma once
@@ -121,9 +121,8 @@ struct ExactParams {
 };
 ExactParams exact_params(const ModelSpec& m);
 
-// Loads and validates a model spec; throws ConfigError naming the file and key.
-ModelSpec load_model_spec(const std::string& path);
-ModelSpec parse_model_spec(const std::string& yaml_text, const std::string& name);
+// Checks a model spec as its readers give it (formats/model_spec_reader.hpp,
+// formats/hf_config.hpp); throws ConfigError naming the file and key.
 void validate(const ModelSpec& m, const std::string& file);
 
 }  // namespace zinf::core

@@ -1,7 +1,7 @@
 // RunConfig is how one training run is set up: ZeRO stage, where each state lives, activation
 // checkpointing, tiling, prefetch, the aio and pinned-buffer settings, the optimizer. It comes from
-// zinf's own YAML (configs/*.yaml) or from a DeepSpeed JSON config; keys zinf does not support are
-// returned as warnings by the DeepSpeed reader, never dropped silently. Plain value type.
+// zinf's own YAML (configs/*.yaml) or from a DeepSpeed JSON config, read by
+// formats/run_config_reader.hpp. Plain value type.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -32,8 +32,6 @@ struct LossScaleConfig {
 inline constexpr int64_t kDefaultNvmePrefetchDistance = 3;
 inline constexpr int64_t kDefaultH2dPrefetchDistance = 2;
 inline constexpr int64_t kDefaultAllgatherPrefetchDistance = 1;
-
-struct DeepSpeedContext;
 
 enum class Tier { Device, Host, Nvme };
 const char* to_string(Tier t);
@@ -160,7 +158,7 @@ struct RunConfig {
   int64_t gradient_accumulation = 1;
   std::optional<int64_t> micro_batch;        // overrides the model's micro_batch when set
   // Overrides the model's sequence length when set: a Hugging Face config.json's default is
-  // capped (models/hf_config.hpp), and a run trains on what it trains on.
+  // capped (formats/hf_config.hpp), and a run trains on what it trains on.
   std::optional<int64_t> seq;
   bool reserve_nvme_for_checkpoint = true;   // keep room on NVMe for one saved training checkpoint
   // Backpressure on backward: a backward step that starts new gradients waits until the gradient
@@ -180,30 +178,5 @@ double grad_bytes(const RunConfig& c);
 double optimizer_state_bytes(const RunConfig& c);
 // Whether the optimizer's weight decay is decoupled from the gradient (AdamW, LAMB, Lion).
 bool decoupled_weight_decay(const std::string& optimizer_type);
-
-// zinf's YAML run config. Unknown keys are errors.
-RunConfig load_run_config(const std::string& path);
-RunConfig parse_run_config(const std::string& yaml_text, const std::string& name);
-
-// A DeepSpeed JSON (Hjson) config, read as DeepSpeed reads it (core/deepspeed_config.hpp) for the
-// run `ctx` describes (a default context: one GPU, micro-batch 1); the reader's lines for the user
-// are appended to `warnings`.
-RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
-                                 std::vector<std::string>& warnings, const DeepSpeedContext& ctx);
-RunConfig parse_deepspeed_config(const std::string& json_text, const std::string& name,
-                                 std::vector<std::string>& warnings);
-
-// Picks the reader by content (is_deepspeed_json), DeepSpeed configs read for the run `ctx` describes.
-RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings, const DeepSpeedContext& ctx);
-RunConfig load_any_run_config(const std::string& path, std::vector<std::string>& warnings);
-// Whether a file's text is a DeepSpeed config: its first character other than blanks and comments
-// is '{' (zinf's YAML run configs are block mappings).
-bool is_deepspeed_json(const std::string& text);
-
-// `config` as zinf's YAML, every key written out (no `auto`: an automatic placement is written as
-// the tier it names), so that load_run_config reads back the same values. `description` becomes
-// the file's description and a comment above it.
-std::string run_config_to_yaml(const RunConfig& config, const std::string& description);
-
 
 }  // namespace zinf::core

@@ -1,20 +1,14 @@
 // A sweep spec (YAML) names the points `zinf sweep` simulates. Axes are whole files (models,
 // hwprofiles, run configs, node counts) or single fields of those files: any run-config key, any
 // hwprofile field, any model field, set to listed values or scaled by factors. Axes combine as a
-// product, except those grouped under `zip:`, which advance together. A point's files are read with
-// its field values written into the parsed YAML before the file's own reader sees it, so a swept
-// value is checked exactly as the same value written in the file would be, and a bad one is named
-// by the spec line that gave it. Plain value types and functions that only read files; thread-safe.
+// product, except those grouped under `zip:`, which advance together. The spec and each point's
+// files are read by formats/sweep_spec_reader.hpp. Plain value types and pure functions; thread-safe.
 #pragma once
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "core/hwprofile.hpp"
-#include "core/model_spec.hpp"
-#include "core/run_config.hpp"
 
 namespace zinf::core {
 
@@ -77,12 +71,6 @@ struct SweepPoint {
   std::string key() const;
 };
 
-// Reads and checks a spec; throws ConfigError naming the spec, the line and the key at fault.
-// `root` is where names are looked up (models/, hwprofiles/, configs/). Every field value is
-// applied alone to every file of its kind in the spec and read by that file's reader.
-SweepSpec load_sweep_spec(const std::string& path, const std::string& root);
-SweepSpec parse_sweep_spec(const std::string& yaml_text, const std::string& path, const std::string& root);
-
 // The most points a spec may have: each is a simulation, and the points are expanded in memory.
 inline constexpr uint64_t kMaxSweepPoints = 1'000'000;
 // The number of points, the product of the groups' sizes, each step checked: throws ConfigError
@@ -91,23 +79,5 @@ uint64_t point_count(const SweepSpec& spec);
 
 // Every point, in spec order (product of the groups, first group outermost); counted first.
 std::vector<SweepPoint> expand(const SweepSpec& spec);
-
-// Writes one field value into a parsed file. A set creates missing mappings on its path; a scale
-// needs the field present as a number (with or without a unit) and writes the product as a plain
-// number. Throws ConfigError naming `file`, the key and `o.origin`.
-void apply_override(YAML::Node root, const FieldOverride& o, const std::string& file);
-
-// A point's three files, found under `root`, with its overrides applied and read by their readers.
-struct PointInputs {
-  ModelSpec model;
-  HwProfile hw;
-  RunConfig config;
-  std::string config_path;
-  std::vector<std::string> warnings;  // DeepSpeed keys zinf does not support
-};
-PointInputs load_point_inputs(const SweepPoint& p, const std::string& root);
-// A point's file as a command takes it: a tree-relative path joined to `root`; names and absolute
-// paths as they are.
-std::string point_file(const std::string& text, const std::string& root);
 
 }  // namespace zinf::core

@@ -26,6 +26,9 @@
 #include "engine/memory/pinned_pool.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 namespace fs = std::filesystem;

@@ -13,6 +13,9 @@
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace {
 

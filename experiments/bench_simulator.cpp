@@ -13,13 +13,15 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/hwprofile.hpp"
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace {
 

@@ -34,9 +34,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/plan.hpp"
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
 #include "engine/build_info.hpp"
@@ -51,6 +51,8 @@
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::measure {
 namespace {

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "core/bounded_input.hpp"
-#include "core/config_paths.hpp"
+#include "formats/bounded_input.hpp"
+#include "formats/config_paths.hpp"
 #include "core/plan.hpp"
 #include "core/units.hpp"
 #include "core/validation.hpp"
@@ -27,6 +27,8 @@
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
 #include "sim/simulator.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::measure {
 namespace {
@@ -66,7 +68,7 @@ Loaded load(const ValidateOptions& a) {
   std::vector<std::string> warnings;
   l.config = core::load_any_run_config(core::resolve_config(a.config, "configs", root), warnings);
   // `auto` as zinf train decides it (the measuring ranks load the same and get the same answer).
-  l.config = sim::resolve_auto_for_ranks(l.model, l.hw, a.ranks, l.config).config;
+  l.config = tune::resolve_auto_for_ranks(l.model, l.hw, a.ranks, l.config).config;
   return l;
 }
 

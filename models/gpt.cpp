@@ -6,11 +6,12 @@
 
 #include <filesystem>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "models/decoder.hpp"
 #include "models/graph_builder.hpp"
-#include "models/hf_config.hpp"
+#include "formats/hf_config.hpp"
+#include "formats/model_spec_reader.hpp"
 
 namespace zinf::models {
 

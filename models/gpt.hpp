@@ -35,7 +35,7 @@ GptPlan plan_gpt(const core::ModelSpec& spec, const core::HwProfile& hw, const c
                  const std::vector<int32_t>& recorded_order = {});
 
 // Finds models/<name>.yaml (or a path) and loads it, or reads a Hugging Face config.json given as
-// the file or the folder holding it (models/hf_config.hpp); throws ConfigError naming what was tried.
+// the file or the folder holding it (formats/hf_config.hpp); throws ConfigError naming what was tried.
 core::ModelSpec find_model(const std::string& name_or_path, const std::string& source_dir);
 
 // What keeps the engine's Llama kernels (engine/model/llama_ops.cpp) from computing a model: the

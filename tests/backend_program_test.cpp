@@ -19,6 +19,9 @@
 #include "models/gpt.hpp"
 #include "program_edit.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using core::Data;

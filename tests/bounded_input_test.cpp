@@ -1,4 +1,4 @@
-// Bounded reading of user files (core/bounded_input.hpp): devices, FIFOs and directories are
+// Bounded reading of user files (formats/bounded_input.hpp): devices, FIFOs and directories are
 // refused without blocking, files over the limit are refused by size, YAML alias bombs and deep
 // nesting are refused by their expansion, and each refusal names the file. The readers of
 // configs, models, profiles and sweep specs go through it.
@@ -10,12 +10,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "core/model_spec.hpp"
 #include "core/run_config.hpp"
 #include "core/sweep_spec.hpp"
 #include "temp_dir.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;

@@ -25,6 +25,9 @@
 #include "forwarding_io_env.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace {
 

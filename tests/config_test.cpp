@@ -5,14 +5,17 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/hwprofile.hpp"
 #include "core/model_spec.hpp"
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/run_config.hpp"
 #include "core/units.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

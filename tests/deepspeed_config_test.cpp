@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/errors.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "test_paths.hpp"
 
 using namespace zinf::core;

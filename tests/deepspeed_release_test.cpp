@@ -15,6 +15,8 @@
 #include "core/timeline.hpp"
 #include "models/gpt.hpp"
 #include "planner_test_util.hpp"
+#include "formats/deepspeed_release.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using namespace zinf::core;

@@ -20,6 +20,9 @@
 #include "engine/exec/executor.hpp"
 #include "models/gpt.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using core::Lane;

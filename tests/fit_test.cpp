@@ -7,12 +7,15 @@
 
 #include <cmath>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/errors.hpp"
 #include "core/fit.hpp"
 #include "core/memory_model.hpp"
 #include "models/gpt.hpp"
 #include "planner_test_util.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

@@ -30,6 +30,9 @@
 #include "engine/reference_trainer.hpp"
 #include "models/gpt.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using zinf::test::source;

@@ -5,13 +5,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/memory_model.hpp"
 #include "core/model_layout.hpp"
 #include "core/model_spec.hpp"
 #include "models/gpt.hpp"
-#include "models/hf_config.hpp"
+#include "formats/hf_config.hpp"
+#include "formats/model_spec_reader.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;

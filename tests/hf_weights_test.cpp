@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "engine/bf16.hpp"
 #include "engine/fp16.hpp"
 #include "core/hwprofile.hpp"
@@ -27,6 +27,9 @@
 #include "forwarding_io_env.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::engine;
 namespace fs = std::filesystem;

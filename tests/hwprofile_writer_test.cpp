@@ -6,8 +6,9 @@
 #include <filesystem>
 
 #include "core/hwprofile.hpp"
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

@@ -37,7 +37,9 @@
 #include "llama_reference.hpp"
 #include "models/decoder.hpp"
 #include "models/gpt.hpp"
-#include "models/hf_config.hpp"
+#include "formats/hf_config.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
 

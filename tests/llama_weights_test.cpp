@@ -14,7 +14,7 @@
 #include "engine/model/gpt2.hpp"
 #include "engine/model/hf_weights.hpp"
 #include "models/decoder.hpp"
-#include "models/hf_config.hpp"
+#include "formats/hf_config.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
 

@@ -11,8 +11,9 @@
 
 #include "core/errors.hpp"
 #include "core/lr_schedule.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/run_config.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using Catch::Matchers::Contains;

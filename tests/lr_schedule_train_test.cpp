@@ -11,7 +11,7 @@
 
 #include "core/hwprofile.hpp"
 #include "core/lr_schedule.hpp"
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
 #include "engine/comm/collectives.hpp"
@@ -22,6 +22,9 @@
 #include "models/gpt.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using zinf::test::source;

@@ -20,6 +20,8 @@
 #include "measure/validate_run.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace fs = std::filesystem;
 
@@ -151,12 +153,12 @@ TEST_CASE("measure::validate names the log when the measured run fails") {
   }
 }
 
-TEST_CASE("sim::resolve_auto_for_ranks leaves a run of no whole number of nodes to the planner") {
+TEST_CASE("tune::resolve_auto_for_ranks leaves a run of no whole number of nodes to the planner") {
   auto hw = zinf::core::load_hwprofile(std::string(ZINF_SOURCE_DIR) + "/hwprofiles/dgx2-v100.yaml");
   REQUIRE(hw.node.gpus == 16);
   const auto model = zinf::models::find_model("gpt-tiny", ZINF_SOURCE_DIR);
   auto config = zinf::core::parse_run_config("zero_stage: 3\noffload: {params: auto, optimizer: auto}\n", "test");
-  const auto r = zinf::sim::resolve_auto_for_ranks(model, hw, 3, config);
+  const auto r = zinf::tune::resolve_auto_for_ranks(model, hw, 3, config);
   CHECK_FALSE(r.searched);
   CHECK(r.summary.empty());
 }

@@ -7,6 +7,9 @@
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using zinf::test::source;

@@ -8,6 +8,7 @@
 #include "core/hwprofile.hpp"
 #include "core/nccl.hpp"
 #include "core/timeline.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf;
 using core::NcclAlgorithm;

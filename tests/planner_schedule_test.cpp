@@ -14,6 +14,7 @@
 #include "models/gpt.hpp"
 #include "planner_test_util.hpp"
 #include "test_paths.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using namespace zinf::test;  // tiny_spec, roomy_hw, require_valid, source

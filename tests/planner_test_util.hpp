@@ -10,6 +10,8 @@
 #include "core/plan.hpp"
 #include "core/timeline.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
 
 namespace zinf::test {
 

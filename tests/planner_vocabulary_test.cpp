@@ -17,6 +17,8 @@
 #include "planner_test_util.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf::core;
 using namespace zinf::test;

@@ -18,7 +18,7 @@
 
 #include <fmt/format.h>
 
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/hwprofile.hpp"
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
@@ -35,6 +35,9 @@
 #include "models/gpt.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using core::Precision;

@@ -21,6 +21,9 @@
 #include "engine/backend/cpu/gpt_cpu_backend.hpp"
 #include "models/gpt.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using namespace zinf::core;

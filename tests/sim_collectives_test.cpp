@@ -12,6 +12,7 @@
 #include "sim/collectives.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf;
 using core::TaskKind;

@@ -15,6 +15,7 @@
 #include "sim/fat_tree.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf;
 using core::TaskKind;

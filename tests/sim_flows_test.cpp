@@ -17,6 +17,7 @@
 #include "sim/flows.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf;
 namespace sg4 = simgrid::s4u;

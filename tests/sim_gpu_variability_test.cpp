@@ -16,6 +16,9 @@
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
 #include "tune/scenario.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 
@@ -152,15 +155,15 @@ TEST_CASE("every collective waits for the slowest GPU: a folded run's order stat
 }
 
 TEST_CASE("zinf sim --seeds K: each seed's step as a run of that seed, the band its percentiles, the median seed's report") {
-  CHECK(sim::percentile({4, 1, 3, 2}, 0.5) == Approx(2.5));
-  CHECK(sim::percentile({4, 1, 3, 2}, 0.1) == Approx(1.3));
-  CHECK(sim::percentile({7}, 0.9) == 7);
-  CHECK_THROWS(sim::percentile({}, 0.5));
+  CHECK(tune::percentile({4, 1, 3, 2}, 0.5) == Approx(2.5));
+  CHECK(tune::percentile({4, 1, 3, 2}, 0.1) == Approx(1.3));
+  CHECK(tune::percentile({7}, 0.9) == 7);
+  CHECK_THROWS(tune::percentile({}, 0.5));
   const auto hw = core::parse_hwprofile(profile(0.22), "var.yaml");
   const auto spec = core::parse_model_spec("name: v\nlayers: 4\nhidden: 2048\nheads: 16\nseq: 1024\nvocab: 1024\nmicro_batch: 8\n", "v.yaml");
   const auto config = core::parse_run_config("zero_stage: 3\nactivation_checkpoint: {interval: 1, tier: device}\n", "v.yaml");
   const int seeds = 5;
-  const auto res = sim::run_scenario({spec, hw, config, 4}, sim::SimOptions{}, seeds, 2);
+  const auto res = tune::run_scenario({spec, hw, config, 4}, sim::SimOptions{}, seeds, 2);
   const auto& b = res.band;
   REQUIRE(b.seeds.size() == size_t(seeds));
   auto pr = plan(hw, 8);

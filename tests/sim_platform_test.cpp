@@ -10,6 +10,7 @@
 #include "core/hwprofile.hpp"
 #include "sim/isolate.hpp"
 #include "sim/platform.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf;
 namespace sg4 = simgrid::s4u;

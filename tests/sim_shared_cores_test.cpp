@@ -17,6 +17,9 @@
 #include "measure/calibration.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 

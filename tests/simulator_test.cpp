@@ -12,6 +12,9 @@
 #include "models/gpt.hpp"
 #include "sim/isolate.hpp"
 #include "sim/simulator.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using core::TaskKind;

@@ -162,3 +162,36 @@ TEST_CASE("a sweep point's results equal zinf sim's on files with the swept valu
   const auto base = nlohmann::json::parse(read(dir / "base.txt"));
   CHECK(std::stod(r[0].at("step_time_s")) != Approx(base["step_time"].get<double>()).epsilon(1e-4));
 }
+
+TEST_CASE("zinf sweep runs a model axis of four Hugging Face families end to end; a bad config.json is refused by name") {
+  TempDir dir("hf");
+  const std::string hf = std::string(ZINF_SOURCE_DIR) + "/tests/data/hf/";
+  const std::vector<std::string> models = {"llama-3.1-8b", "qwen2.5-7b", "gemma-7b", "mixtral-8x7b-v0.1"};
+  std::string list;
+  for (const auto& m : models) list += (list.empty() ? "" : ", ") + hf + m;
+  write(dir / "spec.yaml", "models: [" + list + "]\nhwprofiles: [dgx-h100]\nconfigs: [infinity-cpu]\nnodes: [1]\n"
+                           "axes:\n  - {key: config.seq, values: [256]}\n");
+  const std::string csv = dir / "out.csv";
+  std::string log;
+  REQUIRE(run_zinf("sweep " + (dir / "spec.yaml") + " -o " + csv, log, dir / "log.txt") == 0);
+  const auto r = rows(csv);
+  REQUIRE(r.size() == models.size());
+  for (size_t i = 0; i < models.size(); ++i) {
+    INFO(r[i].at("message"));
+    CHECK(r[i].at("model") == "tests/data/hf/" + models[i]);
+    CHECK(r[i].at("status") == "ok");
+    CHECK(std::stod(r[i].at("step_time_s")) > 0);
+    CHECK(r[i].at("config.seq") == "256");
+  }
+  // A larger model takes longer a step on the same machine: Mixtral's 47B beside Llama's 8B.
+  CHECK(std::stod(r[3].at("step_time_s")) > std::stod(r[0].at("step_time_s")));
+
+  fs::create_directories(dir / "bad");
+  write(dir / "bad/config.json", "{\"model_type\": \"mamba\", \"hidden_size\": 768}\n");
+  write(dir / "bad.yaml", "models: [" + hf + "llama-3.1-8b, " + (dir / "bad") + "]\nhwprofiles: [dgx-h100]\n"
+                          "configs: [infinity-cpu]\nnodes: [1]\n");
+  CHECK(run_zinf("sweep " + (dir / "bad.yaml") + " -o " + (dir / "bad.csv"), log, dir / "log-bad.txt") != 0);
+  CHECK(log.find(dir / "bad/config.json") != std::string::npos);
+  CHECK(log.find("'mamba' is not a family zinf models") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "bad.csv"));
+}

@@ -5,11 +5,13 @@
 #include <fstream>
 #include <set>
 
-#include "core/config_paths.hpp"
+#include "formats/config_paths.hpp"
 #include "core/errors.hpp"
 #include "core/sweep_spec.hpp"
 #include "core/sweep_table.hpp"
 #include "engine/io/row_file.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 using namespace zinf::core;
 namespace fs = std::filesystem;
@@ -24,6 +26,16 @@ SweepSpec parse(const std::string& text) { return parse_sweep_spec(text, "spec.y
 std::string error_of(const std::string& text) {
   try {
     parse(text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The message of the ConfigError reading `text`'s models raises ("" if none).
+std::string models_error_of(const std::string& text) {
+  try {
+    check_sweep_models(parse(text), kRoot);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -257,4 +269,67 @@ TEST_CASE("a spec's points are counted before they are expanded: a product past 
   CHECK_THROWS_WITH(expand(huge), Catch::Contains("huge.yaml") && Catch::Contains("more than"));
   CHECK_THAT(error_of("models: [gpt-tiny]\nhwprofiles: [dgx2-v100]\nconfigs: [infinity-nvme]\nnodes: [1e30]\n"),
              Catch::Contains("not a node count from 1 to"));
+}
+
+TEST_CASE("a model axis takes Hugging Face config.json files and their folders beside zinf's YAML models") {
+  const std::string hf = kRoot + "/tests/data/hf/";
+  const auto spec = parse("models: [" + hf + "llama-3.1-8b, " + hf + "qwen2.5-7b/config.json, gpt-tiny]\n"
+                          "hwprofiles: [dgx-h100]\nconfigs: [infinity-cpu]\nnodes: [1]\n");
+  const auto points = expand(spec);
+  REQUIRE(points.size() == 3);
+  // Named as the CSV names them: relative to the tree.
+  CHECK(points[0].model == "tests/data/hf/llama-3.1-8b");
+  CHECK(points[1].model == "tests/data/hf/qwen2.5-7b/config.json");
+  CHECK(points[2].model == "gpt-tiny");
+  const auto llama = load_point_inputs(points[0], kRoot).model;
+  CHECK(llama.name == "llama-3.1-8b");
+  CHECK(llama.family == Family::Llama);
+  CHECK(exact_params(llama).total == 8030261248);
+  const auto qwen = load_point_inputs(points[1], kRoot).model;
+  CHECK(qwen.name == "qwen2.5-7b");
+  CHECK(qwen.family == Family::Qwen2);
+  CHECK(load_point_inputs(points[2], kRoot).model.family == Family::Gpt2);
+}
+
+TEST_CASE("a config.json takes its own keys as model axes, and the run config's seq overrides its sequence") {
+  const auto spec = parse("models: [" + kRoot + "/tests/data/hf/mixtral-8x7b-v0.1]\nhwprofiles: [dgx-h100]\n"
+                          "configs: [infinity-cpu]\nnodes: [1]\n"
+                          "axes:\n  - {key: model.num_hidden_layers, values: [2, 4]}\n  - {key: config.seq, values: [256]}\n");
+  const auto points = expand(spec);
+  REQUIRE(points.size() == 2);
+  const auto two = load_point_inputs(points[0], kRoot);
+  CHECK(two.model.layers == 2);
+  CHECK(two.model.seq == 256);
+  CHECK(two.model.name == "mixtral-8x7b-v0.1");  // the folder's name, whatever the overrides
+  CHECK(load_point_inputs(points[1], kRoot).model.layers == 4);
+  // zinf's YAML word for the same field is not a config.json key: refused, naming the spec line.
+  const auto msg = error_of("models: [" + kRoot + "/tests/data/hf/mixtral-8x7b-v0.1]\nhwprofiles: [dgx-h100]\n"
+                            "configs: [infinity-cpu]\nnodes: [1]\naxes:\n  - {key: layers, values: [2]}\n");
+  CHECK(msg.find("spec.yaml:6") != std::string::npos);
+  CHECK(msg.find("'layers'") != std::string::npos);
+}
+
+TEST_CASE("a bad config.json in a model axis refuses the spec, naming the spec's line and the file") {
+  const fs::path dir = fs::temp_directory_path() / ("zinf-sweep-hf-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "bad");
+  fs::create_directories(dir / "empty");
+  std::ofstream(dir / "bad" / "config.json") << "{\"model_type\": \"llama\", \"hidden_size\": 4096, \"num_lstm_layers\": 2}\n";
+  const std::string files = "\nhwprofiles: [dgx-h100]\nconfigs: [infinity-cpu]\nnodes: [1]\n";
+  const std::string bad = (dir / "bad").string();
+  const auto msg = models_error_of("models:\n  - " + kRoot + "/tests/data/hf/gemma-7b\n  - " + bad + files);
+  CHECK(msg.find("spec.yaml:3") != std::string::npos);
+  CHECK(msg.find(bad + "/config.json") != std::string::npos);
+  CHECK(msg.find("num_lstm_layers") != std::string::npos);
+  const auto broken = (dir / "broken.json").string();
+  std::ofstream(broken) << "{\"model_type\": \"llama\",";
+  CHECK_THAT(models_error_of("models: [" + broken + "]" + files), Catch::Contains(broken) && Catch::Contains("not valid JSON"));
+  CHECK_THAT(models_error_of("models: [" + (dir / "empty").string() + "]" + files),
+             Catch::Contains((dir / "empty").string()) && Catch::Contains("spec.yaml:1"));
+  // Where an axis writes into the models, a model is read with each point's values instead: one
+  // that reads only with them (heads 8 divide hidden 64, not the file's 100) is not refused.
+  const auto odd = (dir / "odd.yaml").string();
+  std::ofstream(odd) << "name: odd\nlayers: 2\nhidden: 100\nheads: 8\nseq: 64\nvocab: 512\n";
+  CHECK_THAT(models_error_of("models: [" + odd + "]" + files), Catch::Contains("divisible by heads"));
+  CHECK(models_error_of("models: [" + odd + "]" + files + "axes:\n  - {key: hidden, values: [64]}\n").empty());
+  fs::remove_all(dir);
 }

@@ -22,6 +22,9 @@
 #include "models/gpt.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using Catch::Matchers::Contains;

@@ -16,12 +16,15 @@
 #include <fmt/format.h>
 
 #include "core/errors.hpp"
-#include "core/deepspeed_config.hpp"
+#include "formats/deepspeed_config.hpp"
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
 #include "tune/auto_config.hpp"
 #include "tune/tuner.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using namespace zinf::core;
@@ -40,10 +43,10 @@ HwProfile small_machine(double device_bytes, double host_bytes, double nvme_byte
   return hw;
 }
 
-sim::TuneEvaluators in_process(const ModelSpec& m, const HwProfile& hw) {
-  auto each = [m, hw](const std::vector<sim::TuneCandidate>& cs) {
-    std::vector<sim::TuneOutcome> out;
-    for (const auto& c : cs) out.push_back(sim::schedule_in_process(m, hw, c));
+tune::TuneEvaluators in_process(const ModelSpec& m, const HwProfile& hw) {
+  auto each = [m, hw](const std::vector<tune::TuneCandidate>& cs) {
+    std::vector<tune::TuneOutcome> out;
+    for (const auto& c : cs) out.push_back(tune::schedule_in_process(m, hw, c));
     return out;
   };
   return {each, each};
@@ -51,8 +54,8 @@ sim::TuneEvaluators in_process(const ModelSpec& m, const HwProfile& hw) {
 
 // A grid small enough to search exhaustively: every combination, every tiling factor and live
 // bound, each planned.
-sim::TuneSpace small_space() {
-  sim::TuneSpace s;
+tune::TuneSpace small_space() {
+  tune::TuneSpace s;
   s.params_tiers = {Tier::Device, Tier::Host, Tier::Nvme};
   s.optimizer_tiers = {Tier::Host, Tier::Nvme};
   s.checkpoint_intervals = {1};
@@ -69,7 +72,7 @@ struct Exhaustive {
   double best_step = 1e300;
 };
 
-Exhaustive exhaustive(const ModelSpec& m, const HwProfile& hw, const RunConfig& base, const sim::TuneSpace& s,
+Exhaustive exhaustive(const ModelSpec& m, const HwProfile& hw, const RunConfig& base, const tune::TuneSpace& s,
                       int64_t global_batch) {
   Exhaustive out;
   for (int64_t mb : s.micro_batches)
@@ -88,7 +91,7 @@ Exhaustive exhaustive(const ModelSpec& m, const HwProfile& hw, const RunConfig& 
                 c.max_live_bytes = live;
                 c.micro_batch = mb;
                 c.gradient_accumulation = global_batch / mb;
-                const auto r = sim::schedule_in_process(m, hw, {c, 1});
+                const auto r = tune::schedule_in_process(m, hw, {c, 1});
                 if (!r.ok) continue;
                 out.any_fits = true;
                 out.best_step = std::min(out.best_step, r.step_time);
@@ -114,7 +117,7 @@ TEST_CASE("tune finds a fitting configuration whenever exhaustive search does", 
       {3e6, 6e6, 50e9},  {3e6, 1e6, 1e6},   {1e6, 24e9, 50e9}, {2e5, 1e9, 1e9},   {3e6, 2e9, 1e6}};
   for (const auto& [dev, host, nvme] : machines) {
     const HwProfile hw = small_machine(dev, host, nvme);
-    sim::TuneRequest req;
+    tune::TuneRequest req;
     req.model = m;
     req.hw = hw;
     req.nodes = 1;
@@ -127,8 +130,8 @@ TEST_CASE("tune finds a fitting configuration whenever exhaustive search does", 
     INFO("device " << dev << ", host " << host << ", NVMe " << nvme);
     if (ex.any_fits) {
       ++found;
-      sim::TuneReport rep;
-      REQUIRE_NOTHROW(rep = sim::tune(req, in_process(m, hw)));
+      tune::TuneReport rep;
+      REQUIRE_NOTHROW(rep = tune::tune(req, in_process(m, hw)));
       REQUIRE_FALSE(rep.finalists.empty());
       REQUIRE(rep.finalists.front().simulated->ok);
       // Within 25 % of the exhaustive optimum of the idealized schedule, with a plan budget of 4.
@@ -138,11 +141,11 @@ TEST_CASE("tune finds a fitting configuration whenever exhaustive search does", 
       if (host >= 1e9) CHECK(rep.finalists.front().simulated->step_time <= 1.25 * ex.best_step);
       // Planning all of them, it is the optimum or better (the local search may go beyond the grid).
       req.plan_budget = 1000;
-      rep = sim::tune(req, in_process(m, hw));
+      rep = tune::tune(req, in_process(m, hw));
       CHECK(rep.finalists.front().simulated->step_time <= ex.best_step * (1 + 1e-9));
     } else {
       ++none;
-      CHECK_THROWS_AS(sim::tune(req, in_process(m, hw)), PlanError);
+      CHECK_THROWS_AS(tune::tune(req, in_process(m, hw)), PlanError);
     }
   }
   // The machines cover both outcomes.
@@ -153,27 +156,27 @@ TEST_CASE("tune finds a fitting configuration whenever exhaustive search does", 
 TEST_CASE("tune is deterministic", "[tuner]") {
   const ModelSpec m = tiny();
   const HwProfile hw = small_machine(3e6, 24e9, 50e9);
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = hw;
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.global_batch = 4;
   req.plan_budget = 12;
-  const std::string a = sim::tune_report_json(req, sim::tune(req, in_process(m, hw)));
-  const std::string b = sim::tune_report_json(req, sim::tune(req, in_process(m, hw)));
+  const std::string a = tune::tune_report_json(req, tune::tune(req, in_process(m, hw)));
+  const std::string b = tune::tune_report_json(req, tune::tune(req, in_process(m, hw)));
   CHECK(without_seconds(a) == without_seconds(b));
 }
 
 TEST_CASE("tune refuses with the short tier when nothing fits", "[tuner]") {
   const ModelSpec m = zinf::models::find_model("gpt-1t", ZINF_SOURCE_DIR);
   const HwProfile hw = load_hwprofile(source("hwprofiles/cpu-dev.yaml"));
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = hw;
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.plan_budget = 2;
   try {
-    sim::tune(req, in_process(m, hw));
+    tune::tune(req, in_process(m, hw));
     FAIL("a 1T model does not fit a 2-core machine");
   } catch (const PlanError& e) {
     CHECK_THAT(e.what(), Contains("no configuration of gpt-1t"));
@@ -183,26 +186,26 @@ TEST_CASE("tune refuses with the short tier when nothing fits", "[tuner]") {
 
 TEST_CASE("tune refuses a global batch the ranks cannot split", "[tuner]") {
   const ModelSpec m = tiny();
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.global_batch = 17;  // 16 GPUs: 16, 8 or 4 data-parallel ranks under tensor parallelism 1, 2 or 4
-  CHECK_THROWS_WITH(sim::tune(req, in_process(m, req.hw)), Contains("cannot be split"));
+  CHECK_THROWS_WITH(tune::tune(req, in_process(m, req.hw)), Contains("cannot be split"));
 }
 
 TEST_CASE("tensor parallelism is searched: degrees the node and the model allow, the batch over data-parallel ranks",
           "[tuner][tp]") {
   const ModelSpec m = tiny();  // 4 heads
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));  // 16 GPUs a node
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.global_batch = 32;
-  const sim::TuneSpace space = sim::default_tune_space(req);
+  const tune::TuneSpace space = tune::default_tune_space(req);
   CHECK(space.tensor_parallels == std::vector<int64_t>{1, 2, 4});  // 8 and 16 do not divide 4 heads
   std::set<int64_t> degrees;
-  for (const auto& c : sim::enumerate_candidates(req, space)) {
+  for (const auto& c : tune::enumerate_candidates(req, space)) {
     const int64_t t = c.config.tensor_parallel;
     degrees.insert(t);
     CHECK(16 / t * *c.config.micro_batch * c.config.gradient_accumulation == 32);
@@ -212,15 +215,15 @@ TEST_CASE("tensor parallelism is searched: degrees the node and the model allow,
   // The closed form: a quarter of the FLOPs per GPU, plus all-reduces on the compute lane.
   RunConfig c = req.base;
   c.micro_batch = 2;
-  const auto one = sim::estimate_lanes(m, req.hw, 1, c);
+  const auto one = tune::estimate_lanes(m, req.hw, 1, c);
   c.tensor_parallel = 4;
-  const auto four = sim::estimate_lanes(m, req.hw, 1, c);
+  const auto four = tune::estimate_lanes(m, req.hw, 1, c);
   CHECK(four.flops_per_gpu < 0.3 * one.flops_per_gpu);
   CHECK(four.flops_per_gpu > 0.25 * one.flops_per_gpu);
   // Restricted to degree 2, the pick plans with it (the planner builds one rank's share).
   req.space.tensor_parallels = {2};
   req.plan_budget = 4;
-  const sim::TuneReport rep = sim::tune(req, in_process(m, req.hw));
+  const tune::TuneReport rep = tune::tune(req, in_process(m, req.hw));
   REQUIRE_FALSE(rep.finalists.empty());
   CHECK(rep.finalists.front().candidate.config.tensor_parallel == 2);
   CHECK_THAT(rep.finalists.front().candidate.describe(), Contains("tp 2"));
@@ -229,16 +232,16 @@ TEST_CASE("tensor parallelism is searched: degrees the node and the model allow,
 TEST_CASE("the cost objective weighs node counts by GPU-seconds per sample", "[tuner]") {
   const ModelSpec m = tiny();
   const HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = hw;
   req.nodes = 2;
   req.base = load_run_config(source("configs/zero3.yaml"));
   req.global_batch = 64;
-  req.objective = sim::TuneObjective::Cost;
+  req.objective = tune::TuneObjective::Cost;
   req.plan_budget = 6;
   req.local_search_top = 0;
-  const auto rep = sim::tune(req, in_process(m, hw));
+  const auto rep = tune::tune(req, in_process(m, hw));
   const auto& best = rep.finalists.front();
   const double gpu_s = best.simulated->step_time * best.candidate.nodes * hw.node.gpus / 64.0;
   CHECK(best.score == Approx(gpu_s));
@@ -250,22 +253,22 @@ TEST_CASE("the closed form names the lane that bounds a step", "[tuner]") {
   const HwProfile hw = load_hwprofile(source("hwprofiles/dgx2-v100.yaml"));
   RunConfig c = load_run_config(source("configs/infinity-nvme.yaml"));
   c.micro_batch = 1;
-  const auto nvme = sim::estimate_lanes(m, hw, 1, c);
+  const auto nvme = tune::estimate_lanes(m, hw, 1, c);
   CHECK(nvme.bottleneck.rfind("nvme", 0) == 0);
   // The same model on 32 nodes with states in host memory and a large micro-batch is compute-bound,
   // given room for two gathered operators (1T's h x 4h linear is 5.2 GB in bf16).
   c.params = c.gradients = c.optimizer = {false, Tier::Host};
   c.micro_batch = 16;
   c.max_live_bytes = 16e9;
-  const auto host = sim::estimate_lanes(m, hw, 32, c);
+  const auto host = tune::estimate_lanes(m, hw, 32, c);
   CHECK(host.bottleneck == "compute");
   CHECK(host.flops_per_gpu > nvme.flops_per_gpu);
   // With the base config's 2 GB the next operator cannot be gathered while one computes: compute
   // and collectives take turns, and the step is their sum.
   c.max_live_bytes = 2e9;
-  const auto serial = sim::estimate_lanes(m, hw, 32, c);
+  const auto serial = tune::estimate_lanes(m, hw, 32, c);
   CHECK(serial.bottleneck == "compute+comm");
-  auto lane = [](const sim::LaneEstimate& e, const std::string& name) {
+  auto lane = [](const tune::LaneEstimate& e, const std::string& name) {
     for (const auto& l : e.lanes)
       if (l.lane == name) return l.seconds;
     return -1.0;
@@ -276,7 +279,7 @@ TEST_CASE("the closed form names the lane that bounds a step", "[tuner]") {
   // Tiling by 4 makes each gathered unit a quarter: 1.3 GB, two of them within 8 GB.
   c.max_live_bytes = 8e9;
   c.tiling_factor = 4;
-  CHECK(sim::estimate_lanes(m, hw, 32, c).bottleneck != "compute+comm");
+  CHECK(tune::estimate_lanes(m, hw, 32, c).bottleneck != "compute+comm");
 }
 
 TEST_CASE("the run config tune writes as YAML is read back the same", "[tuner][config]") {
@@ -444,20 +447,20 @@ TEST_CASE("a base DeepSpeed config keeps its own choices in the config tune writ
 TEST_CASE("a time limit stops simulating once another batch would end past it", "[tuner]") {
   const ModelSpec m = tiny();
   const HwProfile hw = small_machine(2e9, 24e9, 50e9);
-  sim::TuneEvaluators eval = in_process(m, hw);
+  tune::TuneEvaluators eval = in_process(m, hw);
   const auto schedule = eval.schedule;
-  eval.simulate = [schedule](const std::vector<sim::TuneCandidate>& cs) {
+  eval.simulate = [schedule](const std::vector<tune::TuneCandidate>& cs) {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     return schedule(cs);
   };
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = hw;
   req.base = load_run_config(source("configs/infinity-nvme.yaml"));
   req.plan_budget = 4;
   req.finalists = 4;
   req.time_limit = 0.6;
-  const auto rep = sim::tune(req, eval);
+  const auto rep = tune::tune(req, eval);
   CHECK(rep.simulations == 2);  // two at a time under a time limit; a second batch would end at ~0.8 s
   CHECK(rep.finalists.size() == 2);
   CHECK(rep.time_limited);
@@ -482,13 +485,13 @@ TEST_CASE("activation_offload tier auto: zinf tune simulates the whole choices b
       "zero_stage: 3\ngradient_accumulation: 4\noptimizer: {timing: overlap-backward}\noffload: {params: cpu, optimizer: cpu}\n"
       "activation_offload: {policy: lifetime, tier: auto}\n",
       "c.yaml");
-  REQUIRE(sim::has_auto_knobs(c));
+  REQUIRE(tune::has_auto_knobs(c));
   // plan, sim and train leave the path to the pass: nothing simulated, nothing fixed.
-  const sim::AutoResolution r = sim::resolve_auto(m, hw, 1, c);
+  const tune::AutoResolution r = tune::resolve_auto(m, hw, 1, c);
   CHECK_FALSE(r.searched);
   CHECK(r.config.activation_tier.automatic);
   // zinf tune: the base config's own knobs only, and its whole activation choices beside them.
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = m;
   req.hw = hw;
   req.base = c;
@@ -506,9 +509,9 @@ TEST_CASE("activation_offload tier auto: zinf tune simulates the whole choices b
   req.space.sub_group_sizes = {c.sub_group_size};
   req.space.timings = {c.optimizer_timing};
   req.local_search_top = 0;
-  req.incumbents = sim::activation_alternatives(c, hw);
+  req.incumbents = tune::activation_alternatives(c, hw);
   REQUIRE(req.incumbents.size() == 5);
-  const sim::TuneReport rep = sim::tune(req, sim::isolated_evaluators(m, hw, 2));
+  const tune::TuneReport rep = tune::tune(req, tune::isolated_evaluators(m, hw, 2));
   double own = 0;
   for (const auto& f : rep.finalists) {
     INFO(f.found_by << ": " << (f.simulated ? f.simulated->message : "not simulated"));
@@ -531,13 +534,13 @@ TEST_CASE("tune's pick is never slower than what plan resolves for the base conf
                            "zero_stage: 3\noffload: {optimizer: nvme}\n"}) {
     INFO(yaml);
     const RunConfig base = parse_run_config(yaml, "c.yaml");
-    const sim::AutoResolution as_planned = sim::resolve_auto(m, hw, 1, base);
-    const auto planned = sim::schedule_in_process(m, hw, {as_planned.config, 1});
+    const tune::AutoResolution as_planned = tune::resolve_auto(m, hw, 1, base);
+    const auto planned = tune::schedule_in_process(m, hw, {as_planned.config, 1});
     INFO(as_planned.summary << " " << planned.message);
     REQUIRE(planned.ok);
     // What auto planned is what the command plans.
     if (as_planned.planned) CHECK(as_planned.planned->planned.plan.tiling_factor == as_planned.config.tiling_factor);
-    sim::TuneRequest req;
+    tune::TuneRequest req;
     req.model = m;
     req.hw = hw;
     req.base = base;
@@ -545,7 +548,7 @@ TEST_CASE("tune's pick is never slower than what plan resolves for the base conf
     req.plan_budget = 2;  // a short search, so that the incumbent can be better than what it finds
     req.finalists = 1;
     req.incumbents = {{"the base config, as zinf plan resolves it", as_planned.config}};
-    const sim::TuneReport rep = sim::tune(req, in_process(m, hw));
+    const tune::TuneReport rep = tune::tune(req, in_process(m, hw));
     REQUIRE(!rep.finalists.empty());
     CHECK(rep.finalists.front().score <= planned.step_time * (1 + 1e-9));
   }
@@ -597,7 +600,7 @@ TEST_CASE("auto's skip rule holds: moving states between host and NVMe leaves th
             INFO(a.name << " against " << b.name);
             if (a.peak >= 0 && b.peak >= 0) CHECK(a.peak == Approx(b.peak).epsilon(1e-3));
             // One refused where another of its group is accepted: the rule must not have skipped on it.
-            if (a.peak < 0 && b.peak >= 0) CHECK(a.shortfall <= sim::kSkipMargin);
+            if (a.peak < 0 && b.peak >= 0) CHECK(a.shortfall <= tune::kSkipMargin);
           }
       if (device < 1e9) CHECK(refused > 0);
       else CHECK(refused == 0);

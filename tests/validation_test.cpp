@@ -12,11 +12,12 @@
 #include <string>
 
 #include "core/hwprofile.hpp"
-#include "core/hwprofile_writer.hpp"
+#include "formats/hwprofile_writer.hpp"
 #include "core/validation.hpp"
 #include "engine/build_info.hpp"
 #include "engine/machine_info.hpp"
 #include "test_paths.hpp"
+#include "formats/hwprofile_reader.hpp"
 
 using namespace zinf::core;
 

@@ -10,7 +10,7 @@
 #include "core/plan.hpp"
 #include "tune/tuner.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 using core::RunConfig;
 using core::Tier;
@@ -183,4 +183,4 @@ std::vector<std::pair<std::string, RunConfig>> activation_alternatives(const Run
   return out;
 }
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

@@ -28,7 +28,7 @@
 #include "core/run_config.hpp"
 #include "models/gpt.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 struct AutoResolution {
   core::RunConfig config;  // auto knobs fixed (unchanged when none were auto or none was accepted)
@@ -61,4 +61,4 @@ AutoResolution resolve_auto_for_ranks(const core::ModelSpec& model, const core::
 std::vector<std::pair<std::string, core::RunConfig>> activation_alternatives(const core::RunConfig& config,
                                                                              const core::HwProfile& hw);
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

@@ -9,7 +9,7 @@
 #include "sim/isolate.hpp"
 #include "tune/auto_config.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) throw std::invalid_argument("percentile of no values");
@@ -22,22 +22,22 @@ double percentile(std::vector<double> v, double p) {
 namespace {
 
 // Simulates seeds 1 .. n of `program` in children; fills the band and returns the median seed's report.
-SimReport simulate_seeds(const core::Program& program, const core::HwProfile& hw, const SimOptions& options, int n,
+sim::SimReport simulate_seeds(const core::Program& program, const core::HwProfile& hw, const sim::SimOptions& options, int n,
                          int workers, SeedBand& band) {
-  std::vector<SimReport> reports(static_cast<size_t>(n));
+  std::vector<sim::SimReport> reports(static_cast<size_t>(n));
   std::string failure;
-  run_isolated_parallel(
+  sim::run_isolated_parallel(
       static_cast<size_t>(n), std::max(1, workers),
       [&](size_t i) {
-        SimOptions o = options;
+        sim::SimOptions o = options;
         o.seed = i + 1;
         o.timeline_ranks.clear();
         o.timeline_all_ranks = false;
-        return report_to_json(simulate(program, hw, o));
+        return sim::report_to_json(sim::simulate(program, hw, o));
       },
       [&](size_t i, bool ok, const std::string& text) {
         if (ok)
-          reports[i] = report_from_json(text);
+          reports[i] = sim::report_from_json(text);
         else if (failure.empty())
           failure = "seed " + std::to_string(i + 1) + ": " + text;
       });
@@ -63,7 +63,7 @@ SimReport simulate_seeds(const core::Program& program, const core::HwProfile& hw
 
 }  // namespace
 
-ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options, int seeds, int workers) {
+ScenarioResult run_scenario(const Scenario& asked, const sim::SimOptions& options, int seeds, int workers) {
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   const AutoResolution resolved = resolve_auto(asked.model, asked.hw, asked.nodes, asked.config);
@@ -80,13 +80,13 @@ ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options, in
   out.plan = planned.plan;
   out.program_tasks = static_cast<int64_t>(planned.program.tasks().size());
   out.ideal_step_time = core::estimate_step_time(planned.program, s.hw);
-  SimOptions opts = options;
+  sim::SimOptions opts = options;
   // A tensor-parallel group trains one micro-batch together.
   opts.samples_per_step = double(ranks / std::max<int64_t>(1, s.config.tensor_parallel)) * double(graph.spec.micro_batch) *
                           planned.program.micro_batches();
   auto t2 = clock::now();
   out.report = seeds > 0 ? simulate_seeds(planned.program, s.hw, opts, seeds, workers, out.band)
-                         : simulate(planned.program, s.hw, opts);
+                         : sim::simulate(planned.program, s.hw, opts);
   auto t3 = clock::now();
   out.plan_seconds = std::chrono::duration<double>(t1 - t0).count();
   out.auto_seconds = std::chrono::duration<double>(t_auto - t0).count();
@@ -94,4 +94,4 @@ ScenarioResult run_scenario(const Scenario& asked, const SimOptions& options, in
   return out;
 }
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

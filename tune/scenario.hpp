@@ -15,7 +15,7 @@
 #include "core/run_config.hpp"
 #include "sim/simulator.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 struct Scenario {
   core::ModelSpec model;
@@ -41,16 +41,16 @@ struct ScenarioResult {
   double auto_seconds = 0;       // ... of which resolving `auto` (its plan is the run's)
   double simulate_seconds = 0;   // wall time of the simulation
   std::string auto_summary;      // what `auto` chose ("" when nothing was auto)
-  SimReport report;      // with seeds: the run of the seed whose step is the median (the lower one of two)
+  sim::SimReport report;      // with seeds: the run of the seed whose step is the median (the lower one of two)
   SeedBand band;         // empty without seeds
 };
 
 // Plans and simulates. Throws core::PlanError when the model does not fit. With `seeds` > 0, plans
 // once and simulates seeds 1 .. seeds (options.seed is ignored), `workers` children at a time, none
 // in this process; the report is then the median seed's, without a Timeline.
-ScenarioResult run_scenario(const Scenario& s, const SimOptions& options, int seeds = 0, int workers = 1);
+ScenarioResult run_scenario(const Scenario& s, const sim::SimOptions& options, int seeds = 0, int workers = 1);
 
 // The value below which a fraction p of `values` lie, interpolated between order statistics.
 double percentile(std::vector<double> values, double p);
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

@@ -21,7 +21,7 @@
 #include "sim/isolate.hpp"
 #include "tune/scenario.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 using core::OptimizerTiming;
 using core::Partitioning;
@@ -127,7 +127,7 @@ TuneOutcome failed(bool refused, const std::string& message) {
 
 std::vector<TuneOutcome> run_forked(size_t count, int workers, const std::function<TuneOutcome(size_t)>& fn) {
   std::vector<TuneOutcome> out(count);
-  run_isolated_parallel(
+  sim::run_isolated_parallel(
       count, workers,
       [&](size_t i) {
         try {
@@ -163,7 +163,7 @@ TuneEvaluators isolated_evaluators(const core::ModelSpec& model, const core::HwP
   };
   e.simulate = [model, hw, workers](const std::vector<TuneCandidate>& cs) {
     return run_forked(cs.size(), workers, [&](size_t i) {
-      SimOptions opts;
+      sim::SimOptions opts;
       opts.timeline_ranks = {};
       const ScenarioResult r = run_scenario({model, hw, cs[i].config, cs[i].nodes}, opts);
       TuneOutcome o;
@@ -735,4 +735,4 @@ std::string tune_report_json(const TuneRequest& req, const TuneReport& rep) {
   return j.dump(2);
 }
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

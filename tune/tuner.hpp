@@ -29,7 +29,7 @@
 #include "core/program.hpp"
 #include "core/run_config.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 enum class TuneObjective {
   Throughput,  // samples/s on the nodes given
@@ -166,4 +166,4 @@ TuneReport tune(const TuneRequest& req, const TuneEvaluators& eval, const TunePr
 // The report as JSON (every planned candidate with its peak memory per tier, for the Pareto front).
 std::string tune_report_json(const TuneRequest& req, const TuneReport& report);
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

@@ -7,7 +7,7 @@
 #include "core/timeline.hpp"
 #include "tune/tuner.hpp"
 
-namespace zinf::sim {
+namespace zinf::tune {
 
 using core::OptimizerTiming;
 using core::RunConfig;
@@ -152,4 +152,4 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
   return out;
 }
 
-}  // namespace zinf::sim
+}  // namespace zinf::tune

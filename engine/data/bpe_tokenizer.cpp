@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "engine/data/byte_alphabet.hpp"
 #include "engine/data/unicode_text.hpp"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "engine/data/bpe_tokenizer.hpp"
 #include "engine/io/output_file.hpp"

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <utility>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 
 namespace zinf::engine {
 

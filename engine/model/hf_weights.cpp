@@ -12,7 +12,7 @@
 #include <set>
 #include <utility>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "engine/io/output_file.hpp"
 #include "engine/io/safe_files.hpp"

@@ -12,7 +12,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "core/bounded_input.hpp"
+#include "formats/bounded_input.hpp"
 #include "core/errors.hpp"
 #include "engine/bf16.hpp"
 #include "engine/fp16.hpp"

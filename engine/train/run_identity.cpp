@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/io/crc32c.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::engine {
 namespace {

@@ -55,7 +55,7 @@ struct TrainerOptions {
   core::ModelSpec model;
   core::HwProfile hw;
   core::RunConfig config;
-  core::LrSchedule lr_schedule;  // the config file's (core/lr_schedule_reader.hpp); constant by default
+  core::LrSchedule lr_schedule;  // the config file's (formats/lr_schedule_reader.hpp); constant by default
   std::string config_source = "run config";  // where `config` came from (its file), for messages
   std::string data;              // text file, directory of text, or .bin token file; empty: fortunes
   std::string tokenizer;         // GPT-2 BPE files for text data (engine/data/bpe_tokenizer.hpp); empty: bytes

@@ -1,6 +1,7 @@
 // Fuzz target: DeepSpeed JSON configs (core::parse_deepspeed_config).
 #include "core/run_config.hpp"
 #include "fuzz_target.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::fuzz {
 void fuzz_one(std::string_view input) {

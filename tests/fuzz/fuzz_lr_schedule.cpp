@@ -2,7 +2,7 @@
 // DeepSpeed JSON's `scheduler`), core::parse_lr_schedule.
 #include <vector>
 
-#include "core/lr_schedule_reader.hpp"
+#include "formats/lr_schedule_reader.hpp"
 #include "fuzz_target.hpp"
 
 namespace zinf::fuzz {

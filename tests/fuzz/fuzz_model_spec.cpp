@@ -1,6 +1,7 @@
 // Fuzz target: model specs (core::parse_model_spec).
 #include "core/model_spec.hpp"
 #include "fuzz_target.hpp"
+#include "formats/model_spec_reader.hpp"
 
 namespace zinf::fuzz {
 void fuzz_one(std::string_view input) { core::parse_model_spec(std::string(input), "fuzz.yaml"); }

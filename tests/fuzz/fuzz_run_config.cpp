@@ -1,6 +1,7 @@
 // Fuzz target: zinf's YAML run config (core::parse_run_config).
 #include "core/run_config.hpp"
 #include "fuzz_target.hpp"
+#include "formats/run_config_reader.hpp"
 
 namespace zinf::fuzz {
 void fuzz_one(std::string_view input) { core::parse_run_config(std::string(input), "fuzz.yaml"); }

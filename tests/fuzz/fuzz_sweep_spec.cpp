@@ -2,6 +2,7 @@
 // source tree's models, hwprofiles and configs).
 #include "core/sweep_spec.hpp"
 #include "fuzz_target.hpp"
+#include "formats/sweep_spec_reader.hpp"
 
 namespace zinf::fuzz {
 void fuzz_one(std::string_view input) { core::parse_sweep_spec(std::string(input), "fuzz.yaml", ZINF_SOURCE_DIR); }

@@ -27,6 +27,9 @@
 #include "engine/model/safetensors.hpp"
 #include "engine/train/trainer.hpp"
 #include "models/gpt.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using mpi_check::expect;

@@ -19,6 +19,9 @@
 #include "engine/comm/collectives.hpp"
 #include "mpi_check.hpp"
 #include "engine/train/trainer.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/model_spec_reader.hpp"
+#include "formats/run_config_reader.hpp"
 
 using namespace zinf;
 using mpi_check::expect;
