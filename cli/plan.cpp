@@ -292,6 +292,8 @@ void print_plan_json(const Inputs& in, int nodes, const PlanFigures& f) {
                  {"tiling_factor", rep.tiling_factor},
                  {"tensor_parallel", c.tensor_parallel},
                  {"data_parallel_ranks", rep.ranks / std::max<int64_t>(1, c.tensor_parallel)},
+                 {"expert_parallel", c.expert_parallel},
+                 {"capacity_factor", c.capacity_factor},
                  {"gradient_accumulation", c.gradient_accumulation},
                  {"micro_batch", c.micro_batch.value_or(in.model.micro_batch)},
                  {"precision", to_string(c.precision.value_or(native_precision(in.hw.node.gpu)))},
@@ -473,6 +475,12 @@ void print_plan_memory(const Inputs& in, int nodes, const RunConfig& asked, cons
                "data-parallel ranks that hold the same share{}\n\n",
                in.config.tensor_parallel, rep.ranks / in.config.tensor_parallel,
                in.config.checkpoints_partitioned ? "; activation checkpoints are partitioned across the group" : "");
+  if (in.config.expert_parallel > 1)
+    fmt::print("expert_parallel {}: a rank holds {} of the {} routed experts of each mixture layer, partitioned over the "
+               "{} ranks that hold the same ones; two all-to-alls per mixture layer carry the tokens (capacity "
+               "factor {})\n\n",
+               in.config.expert_parallel, m.experts / in.config.expert_parallel, m.experts,
+               rep.ranks / in.config.expert_parallel, in.config.capacity_factor);
   print_program_memory(f.fit);
   print_closed_form(f);
   print_deepspeed_own(f);

@@ -81,6 +81,7 @@ std::string differences(const tune::TuneCandidate& a, const tune::TuneCandidate&
   };
   add("nodes", std::to_string(a.nodes), std::to_string(b.nodes));
   add("tensor parallel", std::to_string(x.tensor_parallel), std::to_string(y.tensor_parallel));
+  add("expert parallel", std::to_string(x.expert_parallel), std::to_string(y.expert_parallel));
   add("params", to_string(x.params.tier), to_string(y.params.tier));
   add("optimizer", to_string(x.optimizer.tier), to_string(y.optimizer.tier));
   auto ckpt = [](const RunConfig& c) {

@@ -29,6 +29,9 @@ struct ParamGroup {
   // row-parallel linear: its bias). Their gradients are equal on every rank, so a gradient norm
   // over the group counts them once.
   int64_t tp_replicated = 0;
+  // The routed experts of a mixture (all of one layer's, one group as ZeRO-3 gathers them): expert
+  // parallelism splits them over its group, each rank holding experts / E of them.
+  bool experts = false;
 };
 
 // What an operator is within its model, for a backend that runs it (a GPT's: its place in the
@@ -57,6 +60,10 @@ struct Operator {
   // vocabulary is computed by the head's backward, one vocabulary tile at a time, in place of that
   // tile's logits), so the planner emits no backward task for it.
   bool backward = true;
+  // A mixture's routed experts: how many, and how many each token goes to (0: not a mixture's).
+  // The planner sizes the experts' capacity and the all-to-alls of expert parallelism from them.
+  int64_t experts = 0;
+  int64_t top_k = 0;
 };
 
 struct ModelGraph {

@@ -132,7 +132,14 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   // Tensor parallelism: a rank holds its group's share of every layer (counts), and ZeRO partitions
   // that share over the N / t data-parallel ranks that hold the same share.
   const int64_t t = std::max<int64_t>(1, c.tensor_parallel);
-  const ParamCounts counts = gpt_param_counts(m, t);
+  ParamCounts counts = gpt_param_counts(m, t);
+  // Expert parallelism E: a rank holds experts / E of each layer's routed experts, and its largest
+  // gathered unit may be that slice.
+  const int64_t E = m.experts > 0 ? std::max<int64_t>(1, c.expert_parallel) : 1;
+  if (E > 1) {
+    counts.largest_linear = largest_block_weight(m, false, E);
+    counts.largest_linear_group = largest_block_weight(m, true, E);
+  }
   const double P = double(gpt_param_counts(m).total(m.layers));
   const double P_rank = double(counts.total(m.layers));
   const double dp = double(N) / double(t);
@@ -151,9 +158,16 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
 
   // Model states in the run's precision, 16 bytes/param for bf16 and Adam: params (2) and grads
   // (2), fp32 master, m and v (12).
-  const double params_share = c.zero_stage >= 3 ? P_rank / dp : P_rank;
-  const double grads_share = c.zero_stage >= 2 ? P_rank / dp : P_rank;
-  const double optim_share = c.zero_stage >= 1 ? P_rank / dp : P_rank;
+  // Under expert parallelism E the routed experts' share of a rank is their E-th, partitioned over
+  // the dp / E ranks of its expert-data-parallel group (DeepSpeed-MoE's expert-data-parallel groups):
+  // with ZeRO a rank keeps the same 1/dp of them, without it (stages below a state's) an E-th.
+  const double routed = E > 1 ? double(routed_expert_params(m)) : 0.0;
+  const double dense_rank = P_rank - routed, local_experts = routed / double(E);
+  const double partitioned = dense_rank / dp + local_experts / std::max(1.0, dp / double(E));
+  const double whole = dense_rank + local_experts;
+  const double params_share = c.zero_stage >= 3 ? partitioned : whole;
+  const double grads_share = c.zero_stage >= 2 ? partitioned : whole;
+  const double optim_share = c.zero_stage >= 1 ? partitioned : whole;
   MemoryRow states{"model states", {}, MemCategory::States};
   add(states.bytes, tier_of(c.params), param_bytes(c) * params_share, G);
   // DeepSpeed's host path keeps a host optimizer's gradients off the device in fp32 (from v0.9 beside
@@ -193,7 +207,7 @@ MemoryReport memory_requirement(const MemoryModelInput& in) {
   const double largest_tile =
       std::max(double(counts.largest_linear) / double(tiles), double(counts.vocabulary) / double(vocab_tiles));
   mswm.bytes.device = 2.0 * wb * largest_tile;
-  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, param_bytes(c) * P_rank);
+  if (c.zero_stage >= 3) mswm.bytes.device += std::min(c.max_live_bytes, param_bytes(c) * whole);
   r.rows.push_back(mswm);
 
   // Pinned staging buffers of the offload engine, per rank, when anything lives off the device.

@@ -285,11 +285,18 @@ std::vector<int64_t> distinct_layers(const ModelSpec& m) {
 
 }  // namespace
 
-int64_t largest_block_weight(const ModelSpec& m, bool with_bias) {
+int64_t routed_expert_params(const ModelSpec& m) {
+  if (m.experts <= 0) return 0;
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < m.layers; ++l) moe_layers += m.moe_layer(l) ? 1 : 0;
+  return moe_layers * m.experts * (m.gated_mlp() ? 3 : 2) * m.hidden * m.expert_intermediate;
+}
+
+int64_t largest_block_weight(const ModelSpec& m, bool with_bias, int64_t expert_parallel) {
   int64_t best = 0;
   for (int64_t l : distinct_layers(m))
     for (const auto& s : block_steps(m, l)) {
-      if (s.kind == StepKind::Experts) best = std::max(best, s.numel);
+      if (s.kind == StepKind::Experts) best = std::max(best, s.numel / std::max<int64_t>(1, expert_parallel));
       if (s.kind == StepKind::Linear || s.kind == StepKind::Router)
         best = std::max(best, with_bias ? s.numel : s.in * s.out);
     }

@@ -53,8 +53,13 @@ ExactParams block_params(const ModelSpec& m, int64_t layer);
 ExactParams outside_params(const ModelSpec& m);
 
 // The elements of the largest weight a block holds (a mixture's routed experts count as one, as
-// they are gathered as one), without and with its bias.
-int64_t largest_block_weight(const ModelSpec& m, bool with_bias);
+// they are gathered as one: under expert parallelism E, a rank's experts / E of them), without and
+// with its bias.
+int64_t largest_block_weight(const ModelSpec& m, bool with_bias, int64_t expert_parallel = 1);
+
+// The parameters of every layer's routed experts together (0 without a mixture): what expert
+// parallelism splits.
+int64_t routed_expert_params(const ModelSpec& m);
 
 // Bytes one token's bf16 activations of one block keep for backward, as autograd keeps them: each
 // norm's, linear's (linears side by side on one input keep it once) and activation's input, attention's q, k, v and output, a mixture's dispatched

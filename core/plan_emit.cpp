@@ -20,10 +20,9 @@ void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute) 
   const int32_t owner = ps.owner_of(u);
   const double shard = ps.param_bytes_ * double(ps.shard_elems(u));
   const double whole = ps.param_bytes_ * double(u.numel);
-  const double gathered = ps.owner_based() ? whole : ps.param_bytes_ * double(u.shard_numel) * ps.data_parallel_;
+  const double gathered = ps.owner_based() ? whole : ps.param_bytes_ * double(ps.gathered_elems(u));
   // What the gathered copy holds on the device, in the working precision.
-  const double gathered_mem =
-      ps.working_bytes_ * double(ps.owner_based() ? u.numel : u.shard_numel * ps.data_parallel_);
+  const double gathered_mem = ps.working_bytes_ * double(ps.gathered_elems(u));
   auto base = [&](TaskKind k, Lane l, Tier from, Tier to) {
     Task t = make_task(k, l, Data::Param, phase);
     t.unit = u.id;
@@ -112,7 +111,7 @@ void emit_grad_reduction(PlanState& ps, const Reduction& red, int32_t mb, int32_
   const int32_t owner = ps.owner_of(u);
   const double whole = ps.grad_bytes_ * double(u.numel);
   // The whole gradient as this rank holds it before the reduction (padded for a reduce-scatter).
-  const double padded = ps.owner_based() || !ps.grads_partitioned() ? whole : ps.grad_bytes_ * double(u.shard_numel) * ps.data_parallel_;
+  const double padded = ps.owner_based() || !ps.grads_partitioned() ? whole : ps.grad_bytes_ * double(ps.gathered_elems(u));
   const double shard = ps.grads_partitioned() ? ps.grad_bytes_ * double(ps.shard_elems(u)) : whole;
   // The same before accumulation, as the device (and the host staging on its way to NVMe) holds
   // them: in the working precision. The accumulated shard on its tier is bf16.
@@ -413,6 +412,12 @@ Task compute_task(const PlanState& ps, const Step& st) {
     t.gemm_dim = op.kind == OpKind::Attention
                      ? std::min({op.m, op.n, op.k})
                      : std::lround(gemm_intensity_dim(double(op.m), std::max(1.0, double(op.n) * frac), double(op.k)));
+  if (const int64_t capacity = ps.expert_capacity(op); capacity > 0) {
+    // The experts compute every slot of their capacity, padding included; each local expert takes
+    // the capacity of each of the E ranks of its group, so its GEMMs have E x capacity rows.
+    t.flops *= double(op.experts * capacity) / (double(ps.graph_.tokens) * double(op.top_k));
+    t.gemm_dim = std::lround(gemm_intensity_dim(double(capacity * ps.expert_parallel_), double(op.n), double(op.k)));
+  }
   if (st.units_count > 0) t.unit = ps.step_units_[st.units_begin];
   t.tile = st.tile;
   if (run.recompute) t.checkpoint = run.checkpoint;
@@ -429,9 +434,27 @@ void step_fetch_events(const PlanState& ps, size_t i, std::vector<int32_t>& deps
     if (fe.release == static_cast<int32_t>(i) &&
         std::find_if(frees.begin(), frees.end(), [&](const MemEvent& e) { return e.buffer == fe.gathered_buf; }) ==
             frees.end())
-      frees.push_back({Tier::Device, fe.gathered_buf, ps.working_bytes_ * double(ps.owner_based() ? ps.units_[static_cast<size_t>(fe.unit)].numel
-                                                                                           : ps.units_[static_cast<size_t>(fe.unit)].shard_numel * ps.data_parallel_)});
+      frees.push_back({Tier::Device, fe.gathered_buf,
+                       ps.working_bytes_ * double(ps.gathered_elems(ps.units_[static_cast<size_t>(fe.unit)]))});
   }
+}
+
+// Expert parallelism: the all-to-all that brings a mixture's tokens to their experts before the
+// experts operator runs (forward and recompute: the dispatch; backward: the combine's gradient) or
+// back after it (the combine; the dispatch's gradient), among the E ranks of the group, on the
+// compute stream as DeepSpeed-MoE's _AllToAll runs it. Returns the task that ends it (or `after`).
+int32_t emit_expert_all_to_all(PlanState& ps, size_t i, int32_t after) {
+  const Step& st = ps.steps_[i];
+  const Operator& op = ps.graph_.ops[static_cast<size_t>(st.op)];
+  if (ps.expert_capacity(op) <= 0) return after;
+  Task a = make_task(TaskKind::AllToAll, Lane::Compute, Data::Activation,
+                     st.kind == TaskKind::Forward ? Phase::Forward : Phase::Backward);
+  a.op = st.op;
+  a.micro_batch = st.mb;
+  a.from = a.to = Tier::Device;
+  a.bytes = ps.expert_all_to_all_bytes(op);
+  a.participants = ps.expert_parallel_;
+  return ps.builder_.add(a, {after}, {}, {});
 }
 
 namespace {
@@ -535,7 +558,7 @@ StepEvents step_events(PlanState& ps, size_t i, int32_t prev) {
       ps.grad_buf_[static_cast<size_t>(u)] = ps.builder_.buffer();
       const auto& un = ps.units_[static_cast<size_t>(u)];
       const double gb = ps.owner_based() || !ps.grads_partitioned() ? ps.working_bytes_ * double(un.numel)
-                                                              : ps.working_bytes_ * double(un.shard_numel) * ps.data_parallel_;
+                                                              : ps.working_bytes_ * double(ps.gathered_elems(un));
       allocs.push_back({Tier::Device, ps.grad_buf_[static_cast<size_t>(u)], gb, MemUse::GradWorking});
     }
   }
@@ -644,6 +667,7 @@ void emit(PlanState& ps) {
     for (int32_t r : at.ckpt_load[i]) emit_checkpoint_load(ps, r, st.mb, prev);
     for (int32_t r : at.act_load[i]) emit_activation_load(ps, static_cast<size_t>(r), st.mb, prev);
 
+    prev = emit_expert_all_to_all(ps, i, prev);
     const Task t = compute_task(ps, st);
     StepEvents ev = step_events(ps, i, prev);
     deepspeed_waits(ps, i, at.nc[i], device_before, ev.deps);
@@ -655,7 +679,7 @@ void emit(PlanState& ps) {
     if (st.kind == TaskKind::Forward && st.last_fwd_of_run && run.recompute)
       ps.builder_.checkpoint_runs()[static_cast<size_t>(run.checkpoint)].forward_end[static_cast<size_t>(st.mb)] =
           computed;
-    prev = emit_tensor_parallel_all_reduce(ps, i, computed);
+    prev = emit_expert_all_to_all(ps, i, emit_tensor_parallel_all_reduce(ps, i, computed));
     emit_after_step(ps, i, computed, prev);
   }
   ps.backward_done_ = prev;
@@ -670,6 +694,7 @@ void finish_program(PlanState& ps) {
   ps.builder_.ranks() = ps.ranks_;
   ps.builder_.gpus_per_node() = ps.plan_.gpus_per_node;
   ps.builder_.tensor_parallel() = static_cast<int>(ps.tensor_parallel_);
+  ps.builder_.expert_parallel() = ps.expert_parallel_;
   ps.builder_.partitioning() = ps.plan_.partitioning;
   ps.builder_.micro_batches() = static_cast<int>(ps.plan_.micro_batches);
   ps.builder_.units() = ps.units_;
@@ -718,7 +743,7 @@ void account(PlanState& ps) {
       const bool first = (ps.plan_.params == Tier::Nvme && t.kind == TaskKind::NvmeRead) ||
                          (ps.plan_.params == Tier::Host && t.kind == TaskKind::CopyH2D) ||
                          (ps.plan_.params == Tier::Device && (t.kind == TaskKind::AllGather || t.kind == TaskKind::Broadcast));
-      if (first) ps.plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / ps.data_parallel_ : t.bytes;
+      if (first) ps.plan_.param_bytes_fetched += t.kind == TaskKind::AllGather ? t.bytes / ps.unit_parts(ps.units_[static_cast<size_t>(t.unit)]) : t.bytes;
     }
     if (t.data == Data::Grad && t.phase == Phase::Backward && moves && t.to == ps.plan_.gradients) ps.plan_.grad_bytes_stored += t.bytes;
     if (t.data == Data::OptimizerState && t.kind == TaskKind::NvmeRead) ps.plan_.optimizer_bytes_read += t.bytes;

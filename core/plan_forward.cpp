@@ -50,6 +50,7 @@ void emit_forward(PlanState& ps) {
     const Step& st = ps.steps_[i];
     for (size_t stage = 0; stage < 3; ++stage)
       for (int32_t f : issued[stage][i]) emit_fetch_stage(ps, ps.fetches_[static_cast<size_t>(f)], int(stage), prev);
+    prev = emit_expert_all_to_all(ps, i, prev);  // the dispatch
     const size_t r = static_cast<size_t>(st.run);
     const double out_bytes = run_output_bytes(ps, r), work_bytes = ps.runs_[r].act_bytes - out_bytes;
     std::vector<int32_t> deps{prev};
@@ -80,6 +81,7 @@ void emit_forward(PlanState& ps) {
       a.participants = static_cast<int>(ps.tensor_parallel_);
       prev = ps.builder_.add(a, {prev}, {}, run_frees);
     }
+    prev = emit_expert_all_to_all(ps, i, prev);  // the combine
   }
 }
 

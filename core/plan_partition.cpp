@@ -12,6 +12,45 @@
 
 namespace zinf::core::planning {
 
+namespace {
+
+// Expert parallelism E: E divides the data-parallel ranks (groups of E) and the experts (experts / E
+// on each rank of a group). Refused beside what it is not planned with, naming expert_parallel.
+void check_expert_parallel(const PlanState& ps) {
+  const int64_t E = ps.config_.expert_parallel;
+  if (E <= 1) return;
+  const int64_t experts = ps.graph_.spec.experts;
+  if (experts <= 0)
+    throw PlanError(fmt::format("expert_parallel {}: {} has no routed experts to split; set expert_parallel: 1", E,
+                                ps.graph_.spec.name.empty() ? std::string("the model") : ps.graph_.spec.name));
+  if (ps.data_parallel_ % E != 0)
+    throw PlanError(fmt::format("expert_parallel {} does not divide the {} data-parallel ranks: an expert-parallel "
+                                "group is E of them; choose a divisor of {}",
+                                E, ps.data_parallel_, ps.data_parallel_));
+  if (experts % E != 0)
+    throw PlanError(fmt::format("expert_parallel {} does not divide the model's {} routed experts: each rank of a "
+                                "group holds experts / E of them; choose a divisor of {}",
+                                E, experts, experts));
+  const int G = std::max(1, ps.hw_.node.gpus);
+  if (E > G && ps.ranks_ > G)
+    throw PlanError(fmt::format("expert_parallel {} spans nodes of {} GPUs: an expert-parallel group larger than a node "
+                                "is not planned (its expert-data-parallel groups would stride across nodes); choose "
+                                "at most {}",
+                                E, G, G));
+  if (ps.tensor_parallel_ > 1)
+    throw PlanError(fmt::format("expert_parallel {} with tensor_parallel {} is not planned: set one of them to 1", E,
+                                ps.tensor_parallel_));
+  if (ps.config_.partitioning == Partitioning::OwnerBased)
+    throw PlanError(fmt::format("expert_parallel {} is planned with bandwidth-centric partitioning only; set "
+                                "partitioning: bandwidth-centric", E));
+  if (ps.config_.zero_stage < 3)
+    throw PlanError(fmt::format("expert_parallel {} is planned with zero_stage 3 only (the memory model counts stages "
+                                "0-2, the Program's gather of updated parameters has no expert groups); set zero_stage: 3",
+                                E));
+}
+
+}  // namespace
+
 void basics(PlanState& ps) {
   if (ps.ranks_ < 1) throw PlanError(fmt::format("ranks must be at least 1, got {}", ps.ranks_));
   if (ps.graph_.ops.empty()) throw PlanError("the model graph has no operators");
@@ -31,6 +70,7 @@ void basics(PlanState& ps) {
       throw PlanError("tensor parallelism is planned with bandwidth-centric partitioning only; "
                       "set partitioning: bandwidth-centric");
   }
+  check_expert_parallel(ps);
   ps.plan_.ranks = ps.ranks_;
   ps.plan_.gpus_per_node = std::max(1, ps.hw_.node.gpus);
   ps.plan_.nodes = static_cast<int>(ceil_div(ps.ranks_, ps.plan_.gpus_per_node));
@@ -120,6 +160,11 @@ void make_units(PlanState& ps, int64_t tiles) {
       u.row_end = std::min(pg.rows, (i + 1) * rows_per_tile);
       u.numel = t == 1 ? pg.numel : (u.row_end - u.row_begin) * per_row;
       u.name = t == 1 ? pg.name : fmt::format("{}[t{}/{}]", pg.name, i, t);
+      // Expert parallelism: this rank's slice, experts / E of the layer's routed experts.
+      if (pg.experts && ps.expert_parallel_ > 1) {
+        u.expert = true;
+        u.numel /= ps.expert_parallel_;
+      }
       if (u.numel == 0) continue;
       u.id = static_cast<int32_t>(ps.units_.size());
       ps.group_units_[static_cast<size_t>(pg.id)].push_back(u.id);
@@ -128,10 +173,10 @@ void make_units(PlanState& ps, int64_t tiles) {
   }
   // Shards: partitioned states are split in `ranks` equal padded shards (bandwidth-centric) or owned
   // whole by the least-loaded rank (owner-based, ZeRO-Offload style). Stage 0 keeps everything whole.
-  const int64_t parts = ps.config_.zero_stage >= 1 ? ps.data_parallel_ : 1;  // the data-parallel group shares each unit
+  // The data-parallel group (an expert slice: its expert-data-parallel group) shares each unit.
   int64_t offset = 0;
   for (auto& u : ps.units_) {
-    u.shard_numel = ceil_div(u.numel, parts);
+    u.shard_numel = ceil_div(u.numel, ps.config_.zero_stage >= 1 ? ps.unit_parts(u) : 1);
     u.shard_offset = offset;
     offset = shard_aligned(offset + u.shard_numel);
   }

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -103,6 +104,7 @@ public:
   auto& ranks() { return p_.ranks_; }
   auto& gpus_per_node() { return p_.gpus_per_node_; }
   auto& tensor_parallel() { return p_.tensor_parallel_; }
+  auto& expert_parallel() { return p_.expert_parallel_; }
   auto& partitioning() { return p_.partitioning_; }
   auto& micro_batches() { return p_.micro_batches_; }
   auto& forward_only() { return p_.forward_only_; }
@@ -231,7 +233,8 @@ struct SgState {
 struct PlanState {
   PlanState(const ModelGraph& g, const HwProfile& hw, const RunConfig& c, int ranks, const std::vector<int32_t>& order)
       : graph_(g), hw_(hw), config_(c), ranks_(ranks), tensor_parallel_(std::max<int64_t>(1, g.tensor_parallel)),
-        data_parallel_(std::max(1, ranks / static_cast<int>(tensor_parallel_))), recorded_(order),
+        data_parallel_(std::max(1, ranks / static_cast<int>(tensor_parallel_))),
+        expert_parallel_(static_cast<int>(std::max<int64_t>(1, c.expert_parallel))), recorded_(order),
         kernel_tensors_(hw.node.gpu.working_bytes == 4),
         working_bytes_(std::max(double(hw.node.gpu.working_bytes), param_bytes(c))), param_bytes_(param_bytes(c)),
         grad_bytes_(grad_bytes(c)), state_bytes_(optimizer_state_bytes(c)) {}
@@ -273,7 +276,28 @@ struct PlanState {
   double ckpt_home_bytes() const { return ckpt_partitioned() ? ckpt_bytes_ / double(tensor_parallel_) : ckpt_bytes_; }
   // Elements of `u` that one rank keeps of a partitioned state (owner-based: the owner, all of it).
   int64_t shard_elems(const ParamUnit& u) const { return owner_based() ? u.numel : u.shard_numel; }
+  // Ranks `u`'s partitioned states are split over: the data-parallel group, or an expert unit's
+  // expert-data-parallel group (dp / E ranks holding the same slice of the experts).
+  int unit_parts(const ParamUnit& u) const { return u.expert ? data_parallel_ / expert_parallel_ : data_parallel_; }
+  // Elements of `u` gathered on the device: the padded shards of its group (owner-based: all).
+  int64_t gathered_elems(const ParamUnit& u) const { return owner_based() ? u.numel : u.shard_numel * unit_parts(u); }
   int32_t owner_of(const ParamUnit& u) const { return owner_based() ? u.owner : -1; }
+  // Tokens each expert of a mixture's experts operator takes per micro-batch under expert
+  // parallelism: DeepSpeed-MoE's capacity, max(4, ceil(capacity_factor x tokens x top_k / experts))
+  // (deepspeed/moe/sharded_moe.py: _capacity, given capacity_factor x k by top-k gating, floored at
+  // min_capacity 4). 0 for another operator, or at E = 1, which plans the mixture dropless as Hugging
+  // Face's modeling code runs it (each expert the tokens routed to it, evenly).
+  int64_t expert_capacity(const Operator& op) const {
+    if (op.experts <= 0 || expert_parallel_ <= 1) return 0;
+    const double routed = config_.capacity_factor * double(graph_.tokens) * double(op.top_k) / double(op.experts);
+    return std::max<int64_t>(4, static_cast<int64_t>(std::ceil(routed - 1e-9)));
+  }
+  // One all-to-all of `op`'s tokens (dispatch, combine, or either's gradient): the rank's
+  // experts x capacity rows of the hidden size in the working precision; each rank sends
+  // (E - 1) / E of it, tokens x top_k x hidden x bytes x (E - 1) / E at capacity factor 1.
+  double expert_all_to_all_bytes(const Operator& op) const {
+    return working_bytes_ * double(op.experts) * double(expert_capacity(op)) * double(graph_.spec.hidden);
+  }
   double unit_bytes(int32_t u) const { return param_bytes_ * double(units_[static_cast<size_t>(u)].numel); }
 
   // A forward pass alone (make_forward_plan, emitted by emit_forward): forward steps only, no
@@ -289,6 +313,7 @@ struct PlanState {
   int ranks_;
   int64_t tensor_parallel_;  // ranks that split each layer (the graph is one rank's share)
   int data_parallel_;        // ranks_ / tensor_parallel_: the ranks a ZeRO partition is split over
+  int expert_parallel_;      // ranks that split a mixture's routed experts (run config's expert_parallel)
   std::vector<int32_t> recorded_;
   // The CPU backend's profile (working precision fp32): activations are the tensors its kernels keep
   // (core/kernel_activations.hpp), not the paper's formula.
@@ -420,6 +445,9 @@ void emit(PlanState& ps);
 void emit_fetch_stage(PlanState& ps, Fetch& f, int stage, int32_t prev_compute);
 // The compute task of step `st`: its operator (or tile) in its phase, with the flops and bytes of its share.
 Task compute_task(const PlanState& ps, const Step& st);
+// Expert parallelism: the all-to-all before (dispatch) or after (combine) step i's experts operator,
+// after task `after`; returns its id, or `after` where step i has none.
+int32_t emit_expert_all_to_all(PlanState& ps, size_t i, int32_t after);
 // What step i's compute task waits for and frees of its units' fetches: the stage that makes each
 // gathered unit available, and the gathered buffers whose last use it is.
 void step_fetch_events(const PlanState& ps, size_t i, std::vector<int32_t>& deps, std::vector<MemEvent>& frees);

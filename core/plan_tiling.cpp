@@ -154,7 +154,7 @@ void describe_operator_tiles(PlanState& ps) {
   auto& out = ps.plan_.operator_tiles;
   out.clear();
   // A unit as the device holds it gathered, and its gradient before the reduction.
-  auto gathered = [&](const ParamUnit& u) { return ps.working_bytes_ * double(ps.owner_based() ? u.numel : u.shard_numel * ps.data_parallel_); };
+  auto gathered = [&](const ParamUnit& u) { return ps.working_bytes_ * double(ps.gathered_elems(u)); };
   for (int32_t id : ps.order_) {
     const Operator& o = ps.graph_.ops[static_cast<size_t>(id)];
     if (o.param_groups.empty()) continue;

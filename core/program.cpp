@@ -35,6 +35,7 @@ const char* to_string(TaskKind k) {
     case TaskKind::ReduceScatter: return "reduce_scatter";
     case TaskKind::AllReduce: return "allreduce";
     case TaskKind::Broadcast: return "broadcast";
+    case TaskKind::AllToAll: return "alltoall";
     case TaskKind::Reduce: return "reduce";
     case TaskKind::GradNorm: return "grad_norm";
     case TaskKind::OptimizerStep: return "optimizer_step";
@@ -84,7 +85,17 @@ const char* to_string(MemUse u) {
 
 bool is_collective(TaskKind k) {
   return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce ||
-         k == TaskKind::Broadcast || k == TaskKind::Reduce;
+         k == TaskKind::Broadcast || k == TaskKind::Reduce || k == TaskKind::AllToAll;
+}
+
+CollectiveGroups collective_groups(const Program& p, const Task& t) {
+  const int T = std::max(1, p.tensor_parallel());
+  if (t.unit >= 0 && (t.data == Data::Param || t.data == Data::Grad)) {
+    const ParamUnit& u = p.units()[static_cast<size_t>(t.unit)];
+    if (u.expert && p.expert_parallel() > 1) return {p.unit_ranks(u), T * p.expert_parallel(), false};
+  }
+  if (t.participants == p.ranks()) return {p.data_parallel(), T, false};
+  return {std::max(1, t.participants), 1, true};
 }
 
 bool is_compute(TaskKind k) { return k == TaskKind::Forward || k == TaskKind::Recompute || k == TaskKind::Backward; }
@@ -208,6 +219,7 @@ void Program::write_json(std::ostream& out) const {
                      partitioning_ == Partitioning::BandwidthCentric ? "bandwidth-centric" : "owner-based",
                      micro_batches_);
   if (forward_only_) out << "\"forward_only\":true,\n";  // absent from a training step's dump, as before
+  if (expert_parallel_ > 1) out << fmt::format("\"expert_parallel\":{},\n", expert_parallel_);
   out << "\"budget_per_rank\":" << per_tier_json(budget_) << ",\n";
   out << "\"peak_bytes_per_rank\":" << per_tier_json(peak_) << ",\n";
   out << "\"lane_slots\":{";
@@ -233,9 +245,9 @@ void Program::write_json(std::ostream& out) const {
     const auto& u = units_[i];
     out << fmt::format(
         "{{\"id\":{},\"name\":{},\"group\":{},\"tile\":{},\"tiles\":{},\"rows\":[{},{}],\"numel\":{},"
-        "\"shard_numel\":{},\"shard_offset\":{},\"owner\":{},\"owner_offset\":{}}}{}\n",
+        "\"shard_numel\":{},\"shard_offset\":{},\"owner\":{},\"owner_offset\":{}{}}}{}\n",
         u.id, json_quoted(u.name), u.group, u.tile, u.tiles, u.row_begin, u.row_end, u.numel, u.shard_numel, u.shard_offset,
-        u.owner, u.owner_offset, i + 1 < units_.size() ? "," : "");
+        u.owner, u.owner_offset, u.expert ? ",\"expert\":true" : "", i + 1 < units_.size() ? "," : "");
   }
   out << "],\n\"sub_groups\":[\n";
   for (size_t i = 0; i < sub_groups_.size(); ++i) {

@@ -45,6 +45,7 @@ enum class TaskKind : uint8_t {
   ReduceScatter,
   AllReduce,
   Broadcast,
+  AllToAll,       // expert parallelism: every rank of the group sends bytes / participants to each other one
   Reduce,
   GradNorm,       // sum of squares of this rank's gradient shards (for clipping)
   OptimizerStep,  // Adam over one sub-group of this rank's shard space (CPU or device)
@@ -105,6 +106,9 @@ struct ParamUnit {
   int32_t owner = -1;         // owner-based: the rank that owns it; -1 for bandwidth-centric
   int64_t owner_offset = 0;   // owner-based: where it starts in the owner's shard space (aligned)
   std::string name;           // "h.3.mlp.c_fc" or "h.3.mlp.c_fc[t2/4]"
+  // A rank's slice of a mixture's routed experts under expert parallelism E > 1: `numel` is the
+  // slice (experts / E of them), sharded over the dp / E ranks that hold the same slice.
+  bool expert = false;
 };
 
 // A range of a rank's shard space updated by one optimizer step (DeepSpeed's sub_group_size).
@@ -264,6 +268,19 @@ inline double& at(PerTier& p, Tier t) { return p[static_cast<int>(t)]; }
 inline double at(const PerTier& p, Tier t) { return p[static_cast<int>(t)]; }
 
 class ProgramBuilder;
+class Program;
+
+// How the ranks of a collective task form the groups that run it at once: `members` ranks in each,
+// a group being `members` consecutive ranks (a tensor- or expert-parallel group: activations) or
+// every `stride`-th rank (ZeRO's data-parallel groups under tensor parallelism T, stride T, and
+// the expert-data-parallel groups of an expert unit, stride T x E). Both executors form their
+// groups by it.
+struct CollectiveGroups {
+  int members = 1;
+  int stride = 1;
+  bool consecutive = false;
+};
+CollectiveGroups collective_groups(const Program& p, const Task& t);
 
 // The lane slots a Program planned with `config` has: aio.tasks_in_flight for the NVMe lanes, 1 for
 // the others.
@@ -280,6 +297,15 @@ public:
   // ranks that moves ZeRO's shards (parameters, gradients) runs in T data-parallel groups of
   // ranks / T, one per tensor-parallel index, each over its own shards ({j, j + T, j + 2T, ...}).
   int tensor_parallel() const { return tensor_parallel_; }
+  // E: the routed experts split over groups of E consecutive data-parallel ranks; an expert unit's
+  // shards are split over the dp / E ranks holding the same slice ({j, j + E, j + 2E, ...}), and
+  // its collectives run there (collective_groups).
+  int expert_parallel() const { return expert_parallel_; }
+  // Ranks a unit's partitioned state is split over: the data-parallel ranks, or for an expert unit
+  // those of its expert-data-parallel group.
+  int unit_ranks(const ParamUnit& u) const {
+    return u.expert && expert_parallel_ > 1 ? data_parallel() / expert_parallel_ : data_parallel();
+  }
   Partitioning partitioning() const { return partitioning_; }
   int micro_batches() const { return micro_batches_; }
   // A forward pass alone (core::make_forward_plan: a held-out loss, the next token's logits): the
@@ -344,6 +370,7 @@ private:
   int ranks_ = 1;
   int gpus_per_node_ = 1;
   int tensor_parallel_ = 1;
+  int expert_parallel_ = 1;
   Partitioning partitioning_ = Partitioning::BandwidthCentric;
   int micro_batches_ = 1;
   bool forward_only_ = false;

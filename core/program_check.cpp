@@ -71,7 +71,8 @@ private:
       if (is_collective(t.kind)) {
         // All ranks, or (tensor parallelism) groups of consecutive ranks that divide them and a node.
         const int G = std::max(1, std::min(p.gpus_per_node(), R));
-        if (t.participants != R && (t.participants < 2 || R % t.participants != 0 || G % t.participants != 0))
+        if (t.participants != R &&
+            (t.participants < 2 || R % t.participants != 0 || (G % t.participants != 0 && t.participants % G != 0)))
           error(fmt::format("collective {} has {} participants: neither all {} ranks nor groups inside a node of {}", t.id,
                             t.participants, R, G));
         if ((t.kind == TaskKind::Broadcast || t.kind == TaskKind::Reduce) && (t.root < 0 || t.root >= R))

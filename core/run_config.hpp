@@ -72,6 +72,17 @@ struct RunConfig {
   // Megatron-style tensor parallelism: ranks that split each layer, inside a node; ZeRO data
   // parallelism runs over ranks / tensor_parallel groups. Planned and simulated; the engine runs 1.
   int64_t tensor_parallel = 1;
+  // Expert parallelism (DeepSpeed-MoE's ep_size): the routed experts of a mixture split over groups
+  // of E consecutive data-parallel ranks, each rank holding experts / E of them; the tokens travel
+  // to their experts and back by two all-to-alls per mixture layer. ZeRO partitions an expert slice
+  // over the dp / E ranks that hold the same slice (the expert-data-parallel group). E divides the
+  // data-parallel ranks and the experts. Planned and simulated; the engine trains no mixture.
+  int64_t expert_parallel = 1;
+  // Tokens each expert takes per micro-batch: ceil(capacity_factor x tokens x top_k / experts),
+  // as DeepSpeed-MoE's top-k gating computes its capacity (deepspeed/moe/sharded_moe.py, _capacity);
+  // the dispatched tensor and the experts' GEMMs have that many rows per expert, padding included.
+  // 1.0 is DeepSpeed-MoE's default (deepspeed/moe/layer.py, MoE.__init__'s capacity_factor).
+  double capacity_factor = 1.0;
   Partitioning partitioning = Partitioning::BandwidthCentric;
   Placement params{false, Tier::Device};     // bf16 parameter shards (and, with them, gradient shards)
   Placement optimizer{false, Tier::Device};  // fp32 master weights, Adam m and v

@@ -10,6 +10,9 @@ namespace zinf::core {
 inline constexpr int64_t kMaxParams = int64_t(1) << 50;
 inline constexpr int64_t kMaxMicroBatch = 65536;
 inline constexpr int64_t kMaxTensorParallel = 64;
+// Expert parallelism splits experts, and no mixture zinf reads has more than a few hundred.
+inline constexpr int64_t kMaxExpertParallel = 1024;
+inline constexpr double kMaxCapacityFactor = 64;
 // DeepSpeed sets no bound: a large batch on one GPU derives thousands of steps (2048 in recipes
 // written for a node, run on one GPU). This one only keeps the arithmetic far from overflow; the
 // tasks-per-rank bound is what refuses a Program too large to build.

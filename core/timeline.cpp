@@ -240,12 +240,9 @@ std::string in_step_key(const Program& p, const Task& t) {
 
 namespace {
 
-// The ranks a collective's data-parallel group spans: all of its participants, or under tensor
-// parallelism T over all ranks, one of the T strided groups (Program::tensor_parallel).
-double group_ranks(const Program& p, const Task& t) {
-  const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
-  return std::max(1, t.participants / T);
-}
+// The ranks one group of a collective spans (core::collective_groups): the data-parallel group,
+// an expert unit's expert-data-parallel group, or a tensor- or expert-parallel group.
+double group_ranks(const Program& p, const Task& t) { return collective_groups(p, t).members; }
 
 }  // namespace
 
@@ -304,10 +301,17 @@ CollectiveCost collective_cost(const HwProfile& hw, TaskKind kind, double bytes,
   };
   const double all_reduce = kind == TaskKind::AllReduce ? 2 : 1;
   if (parts <= 1) return {};
-  if (per_node >= parts) return ring(parts, bytes, n.nvlink_bandwidth, n.nvlink_latency, all_reduce);
   double fabric = n.nic_bandwidth_total() / std::max(1, n.gpus);
   if (n.pcie_bandwidth > 0) fabric = std::min(fabric, n.pcie_bandwidth);
   const double lat = hw.fabric.latency;
+  if (kind == TaskKind::AllToAll) {
+    // Each member sends bytes / parts to every other at once (sim/collectives.hpp): the L - 1
+    // shares for its own node over its NVLink port, the parts - L others over its share of the NICs.
+    const double share = bytes / parts, L = std::min(per_node, parts);
+    const double inside = (L - 1) * share / n.nvlink_bandwidth, across = (parts - L) * share / fabric;
+    return {std::max(inside, across), parts > L ? lat : n.nvlink_latency};
+  }
+  if (per_node >= parts) return ring(parts, bytes, n.nvlink_bandwidth, n.nvlink_latency, all_reduce);
   if (per_node < 1 || parts % per_node != 0)
     return ring(parts, bytes, std::min(n.nvlink_bandwidth, fabric), lat, all_reduce);
   const double L = per_node, N = double(parts) / L;
@@ -332,7 +336,8 @@ NcclCall collective_call(const HwProfile& hw, TaskKind kind, double bytes, int p
   NcclCall call;
   const auto cost = collective_cost(hw, kind, bytes, parts, per_node);
   if (parts <= 1) return call;
-  if (!hw.nccl.enabled()) {
+  // NCCL's tuning model prices its collectives, not the grouped sends an all-to-all is made of.
+  if (!hw.nccl.enabled() || kind == TaskKind::AllToAll) {
     call.latency = cost.latency;
     call.seconds = cost.latency + cost.transfer;
     return call;
@@ -370,15 +375,15 @@ double nominal_duration(const Program& p, const Task& t, int rank, const HwProfi
     case TaskKind::ReduceScatter:
     case TaskKind::AllReduce:
     case TaskKind::Broadcast:
-    case TaskKind::Reduce: {
-      // Over all ranks under tensor parallelism T: T data-parallel groups of ranks / T at once
-      // (Program::tensor_parallel), each across nodes as soon as the ranks are.
-      const int parts = static_cast<int>(group_ranks(p, t));
+    case TaskKind::Reduce:
+    case TaskKind::AllToAll: {
+      // Groups at once (core::collective_groups), each across nodes as soon as its ranks are.
+      const CollectiveGroups g = collective_groups(p, t);
+      const int parts = g.members;
       const double host = collective_host_seconds(p, t, rank, hw) + collective_device_seconds(p, t, hw);
       if (parts <= 1) return host;
-      // A group of one node, or under tensor parallelism T over all ranks, G / T members in each.
-      const int T = t.participants == p.ranks() ? std::max(1, p.tensor_parallel()) : 1;
-      const int per_node = t.participants <= n.gpus ? parts : std::max(1, n.gpus / T);
+      // Consecutive ranks fill a node; strided groups (stride s) have G / s members in each.
+      const int per_node = g.consecutive ? std::min(parts, n.gpus) : std::max(1, n.gpus / g.stride);
       return host + collective_seconds(hw, t.kind, t.bytes, parts, per_node);
     }
     case TaskKind::GradNorm:  // the squares were summed as each gradient shard became final: no work here

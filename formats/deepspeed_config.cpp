@@ -264,6 +264,7 @@ DeepSpeedReading Reader::run() {
   read_aio();
   read_activation_checkpointing();
   read_tensor_parallel();
+  read_expert_parallel();
   read_other_sections();
   read_batch();
   read_optimizer();

@@ -66,6 +66,7 @@ public:
   void read_aio();
   void read_activation_checkpointing();
   void read_tensor_parallel();
+  void read_expert_parallel();
   void read_other_sections();
   void read_scheduler();  // through formats/lr_schedule_reader.hpp
 

@@ -278,6 +278,53 @@ const FieldSpec* find_field(const std::vector<FieldSpec>& fields, const std::str
   return nullptr;
 }
 
+// DeepSpeed's AutoEP section (deepspeed/module_inject/auto_ep_config.py, parse_autoep_config: read
+// with get(), its other keys never read): `enabled` and `autoep_size` are the expert-parallel degree;
+// the rest say how AutoEP finds and runs the model's experts.
+const std::vector<F>& expert_parallel_fields() {
+  const char* const finding = "how AutoEP finds the model's experts and router (the plan reads them from the model)";
+  static const std::vector<F> f = {
+      field("enabled", Check::Bool, KeyFate::Mapped, ""),
+      field("autoep_size", Check::Int, KeyFate::Mapped, ""),
+      field("expert_tensor_parallel_size", Check::Int, kIgn,
+            "expert tensor slicing splits each expert over GPUs; zinf plans whole experts"),
+      field("preset_model", Check::Any, kNone, finding),
+      field("moe_layer_pattern", Check::Any, kNone, finding),
+      field("expert_pattern", Check::Any, kNone, finding),
+      field("router_pattern", Check::Any, kNone, finding),
+      field("num_experts_attr", Check::Any, kNone, finding),
+      field("top_k_attr", Check::Any, kNone, finding),
+      field("top_k", Check::Any, kNone, finding),
+      field("has_shared_experts", Check::Any, kNone, finding),
+      field("shared_experts_pattern", Check::Any, kNone, finding),
+      field("shared_experts_gate_pattern", Check::Any, kNone, finding),
+      field("expert_w1", Check::Any, kNone, finding),
+      field("expert_w2", Check::Any, kNone, finding),
+      field("expert_w3", Check::Any, kNone, finding),
+      field("expert_activation", Check::Any, kNone, finding),
+      field("use_grouped_mm", Check::Any, kNone, "a kernel choice for the experts' GEMMs"),
+      field("disable_triton_grouped_mm", Check::Any, kNone, "a kernel choice for the experts' GEMMs"),
+      field("gate_up_impl", Check::Any, kNone, "a kernel choice for the experts' GEMMs"),
+      field("comm_backend", Check::Any, kIgn, "DeepEP's kernels move the tokens; zinf simulates NCCL's all-to-all"),
+      field("comm_num_sm", Check::Any, kNone, "DeepEP's kernels only"),
+      field("comm_qp_margin", Check::Any, kNone, "DeepEP's kernels only"),
+      field("comm_max_tokens_per_rank", Check::Any, kNone, "DeepEP's kernels only"),
+      field("score_func", Check::Any, kNone, kNumerics),
+      field("score_apply", Check::Any, kNone, kNumerics),
+      field("route_norm", Check::Any, kNone, kNumerics),
+      field("route_scale", Check::Any, kNone, kNumerics),
+      field("routed_scaling_factor", Check::Any, kNone, kNumerics),
+      field("combine_impl", Check::Any, kNone, kNumerics),
+      field("row_weighting_impl", Check::Any, kNone, kNumerics),
+      field("load_balance_coeff", Check::Any, kNone, kNumerics),
+      field("num_expert_groups", Check::Any, kIgn, "group-limited routing; zinf routes tokens evenly over all experts"),
+      field("num_limited_groups", Check::Any, kIgn, "group-limited routing; zinf routes tokens evenly over all experts"),
+      field("validate_folding_routing", Check::Any, kNone, "a check at start-up"),
+      field("async_split_plan", Check::Any, kNone, "when AutoEP's layout is planned"),
+  };
+  return f;
+}
+
 const std::vector<FieldSpec>& top_level_fields() {
   static const std::vector<F> f = {
       field("train_batch_size", Check::Any, KeyFate::Mapped, ""),
@@ -294,6 +341,7 @@ const std::vector<FieldSpec>& top_level_fields() {
       section("aio", Check::Dict, &aio_fields(), KeyFate::Mapped, ""),
       section("activation_checkpointing", Check::Dict, &activation_fields(), KeyFate::Mapped, ""),
       section("tensor_parallel", Check::Model, &tp_fields(), KeyFate::Mapped, ""),
+      section("expert_parallel", Check::Dict, &expert_parallel_fields(), KeyFate::Mapped, ""),
       field("zero_allow_untested_optimizer", Check::Any, kNone,
             "allows an optimizer DeepSpeed has not tested with ZeRO; zinf plans the optimizer it names"),
       field("zero_force_ds_cpu_optimizer", Check::Any, kNone,

@@ -478,6 +478,26 @@ void Reader::read_tensor_parallel() {
          n > 1 ? "AutoTP: each layer split over this many GPUs of a node" : "AutoTP off");
 }
 
+// AutoEP (recent DeepSpeed: deepspeed/runtime/config.py, get_expert_parallel_config): with
+// `enabled`, `autoep_size` ranks split each layer's routed experts, DeepSpeed-MoE's ep_size. The
+// older DeepSpeed-MoE takes ep_size as an argument of deepspeed.moe.layer.MoE, never from the JSON.
+void Reader::read_expert_parallel() {
+  const json* e = member(&root_, "expert_parallel");
+  if (!e || e->is_null() || !e->is_object()) return;
+  const json* on = member(e, "enabled");
+  const json* size = member(e, "autoep_size");
+  const bool enabled = on && truthy(*on);
+  const int64_t n = size && size->is_number() ? static_cast<int64_t>(size->get<double>()) : 1;
+  if (enabled && n > kMaxExpertParallel)
+    unsupported("expert_parallel.autoep_size", fmt::format("{} is above zinf's bound of {}", n, kMaxExpertParallel));
+  c_.expert_parallel = enabled ? std::max<int64_t>(1, n) : 1;
+  if (on) note("expert_parallel.enabled", KeyFate::Mapped, enabled ? "true" : "false", enabled ? "" : "AutoEP off");
+  if (size)
+    note("expert_parallel.autoep_size", KeyFate::Mapped, std::to_string(c_.expert_parallel),
+         enabled ? "each mixture layer's routed experts split over this many ranks (expert_parallel)"
+                 : "not read: expert_parallel.enabled is not true");
+}
+
 void Reader::read_other_sections() {
   auto check_dtype_word = [&](const char* key) {
     const json* v = member(&root_, key);

@@ -179,6 +179,8 @@ RunConfig read_yaml(ConfigReader& r) {
     r.fail("tensor_model_parallel_size", "say tensor_parallel or tensor_model_parallel_size, not both");
   if (r.has("tensor_model_parallel_size")) c.tensor_parallel = r.int_in("tensor_model_parallel_size", 1, kMaxTensorParallel);
   else c.tensor_parallel = r.int_in("tensor_parallel", 1, kMaxTensorParallel, 1);
+  c.expert_parallel = r.int_in("expert_parallel", 1, kMaxExpertParallel, 1);
+  c.capacity_factor = r.number_in("capacity_factor", U::Count, 1e-3, kMaxCapacityFactor, c.capacity_factor);
   r.reject_unread();
   return c;
 }

@@ -45,6 +45,8 @@ std::string run_config_to_yaml(const RunConfig& c, const std::string& descriptio
                        to_string(c.activation_policy), to_string(c.activation_tier), c.activation_prefetch_blocks,
                        c.activation_per_tensor ? "tensor" : "block");
   out += fmt::format("tensor_parallel: {}\n", c.tensor_parallel);
+  out += fmt::format("expert_parallel: {}\n", c.expert_parallel);
+  out += fmt::format("capacity_factor: {}\n", c.capacity_factor);
   out += fmt::format("tiling_factor: {}\n", c.tiling_factor > 0 ? std::to_string(c.tiling_factor) : "auto");
   if (c.vocabulary_tiles > 0) out += fmt::format("vocabulary_tiles: {}\n", c.vocabulary_tiles);
   out += fmt::format(

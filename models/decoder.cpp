@@ -69,7 +69,10 @@ struct DecoderBuilder : GraphBuilder {
   void experts(const LayerStep& s, int block) {
     const int64_t mats = s.gated ? 3 : 2;
     const int pg = add_params(s.name, s.experts * mats * s.out, s.in, s.numel, false);
+    g.params[size_t(pg)].experts = true;
     auto& o = add_op(s.name, OpKind::Linear, block, pg, Role::Fc);
+    o.experts = s.experts;
+    o.top_k = s.top_k;
     o.m = std::max<int64_t>(1, g.tokens * s.top_k / s.experts);  // tokens one expert takes, evenly routed
     o.n = s.out;
     o.k = s.in;

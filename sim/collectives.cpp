@@ -122,6 +122,26 @@ std::vector<int> rotated(std::vector<int> g, int first, bool reverse) {
   return out;
 }
 
+// One phase: in each of the `stride` groups every member sends bytes / k to each of the k - 1
+// others, all at once (NCCL's all-to-all is such a group of sends and receives; DeepSpeed-MoE's
+// _AllToAll calls it), so a member's sends share its links: (k - 1) / k of the buffer leaves it.
+std::vector<CollectivePhase> all_to_all(const CollectiveShape& c, const HopLatency& latency) {
+  CollectivePhase p;
+  const int T = c.stride, k = c.ranks / T;
+  if (k < 2 || c.bytes <= 0) return {};
+  const double share = c.bytes / k;
+  for (int j = 0; j < T; ++j)
+    for (int a = 0; a < k; ++a)
+      for (int b = 0; b < k; ++b) {
+        if (a == b) continue;
+        const int src = j + a * T, dst = j + b * T;
+        p.crosses_nodes = p.crosses_nodes || src / c.gpus_per_node != dst / c.gpus_per_node;
+        p.flows.push_back({src, dst, share});
+      }
+  p.latency = p.crosses_nodes ? latency.inter : latency.intra;
+  return {p};
+}
+
 }  // namespace
 
 std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, CollectiveAlgorithm algorithm,
@@ -134,6 +154,7 @@ std::vector<CollectivePhase> collective_phases(const CollectiveShape& c, Collect
                                 std::to_string(c.ranks) + " ranks and a node's " + std::to_string(c.gpus_per_node) +
                                 " GPUs");
   Builder b{c, latency, {}};
+  if (c.kind == TaskKind::AllToAll) return all_to_all(c, latency);
   const int G = std::min(c.gpus_per_node, c.ranks);
   const bool hierarchical = algorithm == CollectiveAlgorithm::Hierarchical && c.ranks > G;
   if (hierarchical && c.ranks % G != 0)

@@ -8,6 +8,9 @@
 // same local index over the NICs (reduce-scatter inside then across; all-gather across then inside;
 // all-reduce as reduce-scatter inside, all-reduce across on S/G, all-gather inside). Broadcast and
 // reduce are pipelined chains from / to the root. Pure functions, thread-safe.
+// All-to-all (expert parallelism): one phase in which every member sends S/k to each other member
+// of its group; a member's k - 1 flows share its NVLink port or NIC, so over a link of bandwidth B
+// it takes (k-1)/k·S/B plus one hop's latency.
 // Strided groups (tensor parallelism T): a ZeRO collective runs in T data-parallel groups at once,
 // group j = {j, j+T, j+2T, ...}, each over its own S bytes (its share of every layer). A group has
 // G/T members in each node: its ring (flat) visits them in order then crosses to the next node, so

@@ -407,6 +407,7 @@ private:
       case TaskKind::AllReduce:
       case TaskKind::Broadcast:
       case TaskKind::Reduce:
+      case TaskKind::AllToAll:
         co_await collective(t, rank);
         // A CPU-backend device's widening or scaling beside the transfer (0 on a GPU profile).
         if (const double s = core::collective_host_seconds(program_, t, rank, platform_.hw()); s > 0)
@@ -498,10 +499,12 @@ private:
   }
 
   Job collective(const Task& t, int rank) {
-    if (t.participants > 1 && t.participants < ranks_ && t.owner < 0) {
+    const core::CollectiveGroups groups = core::collective_groups(program_, t);
+    if (groups.consecutive && groups.members > 1 && groups.members < ranks_ && t.owner < 0) {
       co_await group_collective(t, rank);
       co_return;
     }
+    if (groups.members < 2) co_return;  // each rank its own group (an expert slice on one rank)
     const int members = t.owner >= 0 ? 1 : sim_ranks_;
     if (members < 2 || t.participants < 2 || t.bytes <= 0) co_return;
     if (t.participants != ranks_)
@@ -526,13 +529,14 @@ private:
       ++activities_;
       co_await events_.delay(skew * since);
     }
-    // Under tensor parallelism T, ZeRO's collectives run in T strided data-parallel groups at once.
-    const int stride = program_.tensor_parallel();
+    // Under tensor parallelism T, ZeRO's collectives run in T strided data-parallel groups at once
+    // (an expert unit's in T x E expert-data-parallel groups).
+    const int stride = groups.stride;
     auto phases = collective_phases({t.kind, ranks_, G, t.bytes, std::max(0, t.root), stride}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
     // With the profile's NCCL: the call's latency and protocol as NCCL's tuning model prices them,
     // over the data-parallel group (ranks / T) with G / T members in each node.
-    if (platform_.hw().nccl.enabled())
+    if (platform_.hw().nccl.enabled() && t.kind != TaskKind::AllToAll)
       apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, ranks_ / stride,
                                                     ranks_ > G ? G / stride : ranks_ / stride));
     if (fold_) phases = fold(phases, G);
@@ -540,14 +544,14 @@ private:
     release(key);
   }
 
-  // A collective among `participants` consecutive ranks inside one node (a tensor-parallel group):
-  // every group of the node runs its own, at the same time, over the node's NVLink.
+  // A collective among `participants` consecutive ranks (a tensor-parallel group inside a node, an
+  // expert-parallel group inside a node or over whole nodes): every group runs its own at once.
   Job group_collective(const Task& t, int rank) {
     const int k = t.participants;
     const int G = platform_.gpus_per_node();
-    if (G % k != 0 || ranks_ % k != 0)
+    if ((G % k != 0 && k % G != 0) || ranks_ % k != 0)
       throw std::runtime_error("collective task " + std::to_string(t.id) + ": a group of " + std::to_string(k) +
-                               " ranks must divide the node's " + std::to_string(G) + " GPUs and the " +
+                               " ranks must divide the node's " + std::to_string(G) + " GPUs (or fill whole nodes) and the " +
                                std::to_string(ranks_) + " ranks");
     if (t.bytes <= 0) co_return;
     const int group = rank / k;
@@ -557,9 +561,10 @@ private:
       co_await park(rv);
       co_return;
     }
-    auto phases = collective_phases({t.kind, k, k, t.bytes, std::max(0, t.root)}, options_.algorithm,
+    auto phases = collective_phases({t.kind, k, std::min(k, G), t.bytes, std::max(0, t.root)}, options_.algorithm,
                                     {cost_.nvlink_latency(), cost_.fabric_latency()});
-    if (platform_.hw().nccl.enabled()) apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, k, k));
+    if (platform_.hw().nccl.enabled() && t.kind != TaskKind::AllToAll)
+      apply_nccl_call(phases, core::collective_call(platform_.hw(), t.kind, t.bytes, k, std::min(k, G)));
     const int base = group * k;
     for (auto& p : phases)
       for (auto& f : p.flows) {

@@ -222,3 +222,36 @@ TEST_CASE("the list scheduler's closed form of a collective is the simulated hie
   // send 1/4 of it, where charging each GPU the whole buffer at its NIC share took 4x as long.
   CHECK(core::collective_seconds(hw, TaskKind::AllGather, S, 8, 4) < 0.3 * (7.0 / 8 * S / 5e9));
 }
+
+TEST_CASE("an all-to-all among k ranks of a node: each sends (k-1)/k S over its NVLink port, plus one hop",
+          "[expert-parallel]") {
+  // Expert parallelism's dispatch and combine: every rank sends S / k to each other rank of its
+  // group at once, so (k - 1)/k of its buffer leaves it over its own NVLink port.
+  const double S = 1e9;
+  for (int k : {2, 4, 8}) {
+    INFO("k = " << k);
+    const double expected = (k - 1.0) / k * S / kNv + kNvLat;
+    CHECK(simulate(8, 1, TaskKind::AllToAll, k, S, sim::CollectiveAlgorithm::Hierarchical) ==
+          Approx(expected).epsilon(0.01));
+    // The list scheduler's closed form charges the same.
+    const auto hw = core::parse_hwprofile(profile(8), "test.yaml");
+    CHECK(core::collective_seconds(hw, TaskKind::AllToAll, S, k, k) == Approx(expected).epsilon(1e-9));
+  }
+  const auto phases = sim::collective_phases({TaskKind::AllToAll, 4, 8, S, 0, 1}, sim::CollectiveAlgorithm::Ring,
+                                             {kNvLat, kFabricLat});
+  REQUIRE(phases.size() == 1);
+  CHECK(phases[0].flows.size() == 12);  // 4 x 3
+  CHECK(phases[0].flows[0].bytes == S / 4);
+  CHECK_FALSE(phases[0].crosses_nodes);
+}
+
+TEST_CASE("an all-to-all across two nodes: the shares for the other node leave through its NICs",
+          "[expert-parallel]") {
+  // 2 nodes x 4 GPUs, one group of 8: each GPU sends 4 shares of S / 8 to the other node, 16 shares
+  // from a node over its two 10 GB/s NICs: 2 S / 20 GB/s, and 3 shares over NVLink beside them.
+  const double S = 1e9;
+  const double expected = 16.0 * S / 8 / 20e9 + kFabricLat;
+  CHECK(simulate(4, 2, TaskKind::AllToAll, 8, S, sim::CollectiveAlgorithm::Hierarchical) == Approx(expected).epsilon(0.02));
+  const auto hw = core::parse_hwprofile(profile(4), "test.yaml");
+  CHECK(core::collective_seconds(hw, TaskKind::AllToAll, S, 8, 4) == Approx(expected).epsilon(0.02));
+}

@@ -50,6 +50,7 @@ TuneRequest tier_request(const core::ModelSpec& model, const core::HwProfile& hw
   s.live_bytes = {config.max_live_bytes};
   s.partitionings = {config.partitioning};
   s.tensor_parallels = {config.tensor_parallel};
+  s.expert_parallels = {config.expert_parallel};
   s.node_counts = {nodes};
   s.prefetch = {{config.nvme_prefetch_distance, config.h2d_prefetch_distance, config.allgather_prefetch_distance}};
   s.sub_group_sizes = {config.sub_group_size};

@@ -48,9 +48,10 @@ double since(clock_type::time_point t0) { return std::chrono::duration<double>(c
 // The structural knobs of a candidate (what the local search leaves alone): finalists differ in these.
 std::string structure_key(const TuneCandidate& c) {
   const RunConfig& r = c.config;
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.nodes, int(r.partitioning), int(r.params.tier),
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", c.nodes, int(r.partitioning), int(r.params.tier),
                      int(r.optimizer.tier), r.checkpoint_interval, int(r.checkpoints.tier), r.tiling_factor,
-                     r.micro_batch.value_or(0), r.gradient_accumulation, int(r.gradients.tier), r.tensor_parallel);
+                     r.micro_batch.value_or(0), r.gradient_accumulation, int(r.gradients.tier), r.tensor_parallel,
+                     r.expert_parallel);
 }
 
 // The first entry of each distinct structure in `ranked`, at most `n` of them.
@@ -78,9 +79,10 @@ std::string TuneCandidate::describe() const {
   std::string ckpt = c.checkpoint_interval > 0
                          ? fmt::format("ckpt {}/{}", short_tier(c.checkpoints.tier), c.checkpoint_interval)
                          : std::string("ckpt off");
-  return fmt::format("{} node(s), {}params {}, optimizer {}, {}, tiling {}, mb {} x ga {}, prefetch {}/{}/{}, live {}, "
+  return fmt::format("{} node(s), {}{}params {}, optimizer {}, {}, tiling {}, mb {} x ga {}, prefetch {}/{}/{}, live {}, "
                      "sub-group {}, optimizer {}{}",
                      nodes, c.tensor_parallel > 1 ? fmt::format("tp {}, ", c.tensor_parallel) : std::string(),
+                     c.expert_parallel > 1 ? fmt::format("ep {}, ", c.expert_parallel) : std::string(),
                      short_tier(c.params.tier), short_tier(c.optimizer.tier), ckpt, c.tiling_factor,
                      c.micro_batch.value_or(0), c.gradient_accumulation, c.nvme_prefetch_distance,
                      c.h2d_prefetch_distance, c.allgather_prefetch_distance, core::format_bytes(c.max_live_bytes),
@@ -219,6 +221,14 @@ TuneSpace default_tune_space(const TuneRequest& req) {
            req.model.ffn_hidden() % t != 0;
   });
   if (s.tensor_parallels.empty()) s.tensor_parallels = {1};
+  if (s.expert_parallels.empty())
+    for (int64_t e = 1; e <= ranks && req.model.experts > 0 && b.zero_stage == 3; e *= 2) s.expert_parallels.push_back(e);
+  // Only degrees the planner accepts: dividing the experts and (at tensor parallelism 1) the ranks.
+  std::erase_if(s.expert_parallels, [&](int64_t e) {
+    return e < 1 || (e > 1 && (req.model.experts <= 0 || req.model.experts % e != 0 || ranks % e != 0 ||
+                               e > req.hw.node.gpus || b.zero_stage != 3));
+  });
+  if (s.expert_parallels.empty()) s.expert_parallels = {1};
   if (s.node_counts.empty()) {
     if (req.objective == TuneObjective::Cost)
       for (int nn = 1; nn < req.nodes; nn *= 2) s.node_counts.push_back(nn);
@@ -279,19 +289,23 @@ std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, in
   // Structural choices first (nodes, tensor parallelism, micro-batch, partitioning) ...
   struct Shape {
     int nodes;
-    int64_t tp, mb, ga;
+    int64_t tp, ep, mb, ga;
     Partitioning part;
   };
   std::vector<Shape> shapes;
   for (int nodes : s.node_counts) {
     for (int64_t tp : s.tensor_parallels) {
       const int64_t dp = int64_t(nodes) * req.hw.node.gpus / tp;  // data-parallel ranks share the batch
-      for (int64_t mb : s.micro_batches) {
-        if (global_batch % (dp * mb) != 0) continue;
-        const int64_t ga = global_batch / (dp * mb);
-        if (ga < 1 || ga > core::kMaxGradientAccumulation) continue;
-        for (Partitioning part : s.partitionings)
-          if (part != Partitioning::OwnerBased || (dp > 1 && tp == 1)) shapes.push_back({nodes, tp, mb, ga, part});
+      for (int64_t ep : s.expert_parallels) {
+        if (ep > 1 && (tp > 1 || dp % ep != 0)) continue;  // as the planner takes it
+        for (int64_t mb : s.micro_batches) {
+          if (global_batch % (dp * mb) != 0) continue;
+          const int64_t ga = global_batch / (dp * mb);
+          if (ga < 1 || ga > core::kMaxGradientAccumulation) continue;
+          for (Partitioning part : s.partitionings)
+            if ((part != Partitioning::OwnerBased || (dp > 1 && tp == 1)) && (part != Partitioning::OwnerBased || ep == 1))
+              shapes.push_back({nodes, tp, ep, mb, ga, part});
+        }
       }
     }
   }
@@ -305,6 +319,7 @@ std::vector<Enumerated> enumerate(const TuneRequest& req, const TuneSpace& s, in
             if (ci == 0 && ct != s.checkpoint_tiers.front()) continue;  // no checkpoints: tier is moot
             RunConfig c = base;
             c.tensor_parallel = sh.tp;
+            c.expert_parallel = sh.ep;
             c.partitioning = sh.part;
             c.params = {false, pt};
             c.gradients = {false, s.gradients_tier.value_or(pt)};
@@ -670,6 +685,7 @@ nlohmann::json config_json(const TuneCandidate& c) {
   const RunConfig& r = c.config;
   return {{"nodes", c.nodes},
           {"tensor_parallel", r.tensor_parallel},
+          {"expert_parallel", r.expert_parallel},
           {"params", short_tier(r.params.tier)},
           {"gradients", short_tier(r.gradients.tier)},
           {"optimizer", short_tier(r.optimizer.tier)},

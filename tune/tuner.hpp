@@ -10,9 +10,11 @@
 // activation checkpoints, the checkpoint interval, the tiling factor (the smallest that fits),
 // micro-batch and gradient accumulation for the global batch, the bound on live prefetched bytes,
 // prefetch distances, optimizer sub-group size and timing, partitioning (bandwidth-centric;
-// owner-based too on up to 16 ranks), and the tensor-parallel degree (powers of two that divide the
+// owner-based too on up to 16 ranks), the tensor-parallel degree (powers of two that divide the
 // GPUs of a node, the heads and the widths; the global batch is split over the data-parallel ranks
-// that remain). ZeRO stage and everything else come from the base config.
+// that remain), and for a mixture of experts the expert-parallel degree (powers of two that divide
+// the experts and the data-parallel ranks, with ZeRO-3 and tensor parallelism 1, as the planner
+// takes it). ZeRO stage and everything else come from the base config.
 //
 // Deterministic: nothing is drawn at random, ties go to the earlier candidate; only a time limit
 // that cuts a stage short makes a result depend on the machine's speed. Not thread-safe (forks).
@@ -48,6 +50,7 @@ struct TuneSpace {
   std::vector<double> live_bytes;            // descending; the largest that fits is taken
   std::vector<core::Partitioning> partitionings;
   std::vector<int64_t> tensor_parallels;     // kept where the model and the node allow them
+  std::vector<int64_t> expert_parallels;     // kept where they divide the experts and the data-parallel ranks
   std::vector<int> node_counts;              // the Cost objective's cluster sizes
   // Local search over the schedule knobs of the best planned candidates.
   struct Prefetch {

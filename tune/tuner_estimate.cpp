@@ -72,6 +72,18 @@ LaneEstimate estimate_lanes(const core::ModelSpec& model, const core::HwProfile&
   if (tp > 1)
     compute += L * M * (4 + 2 * recompute) * (2 * (T - 1) / T * 2 * b * s * h / n.nvlink_bandwidth + 2 * (T - 1) * n.nvlink_latency);
 
+  // Expert parallelism: a dispatch and a combine all-to-all per mixture layer and pass, on the compute
+  // stream, each of experts x capacity bf16 hidden states (core's planner sizes them the same way).
+  if (c.expert_parallel > 1 && model.experts > 0) {
+    const double k = double(model.experts_per_token), X = double(model.experts);
+    const double capacity = std::max(4.0, std::ceil(c.capacity_factor * b * s * k / X - 1e-9));
+    double moe_layers = 0;
+    for (int64_t l = 0; l < model.layers; ++l) moe_layers += model.moe_layer(l) ? 1 : 0;
+    const int ep = static_cast<int>(c.expert_parallel);
+    compute += moe_layers * M * (4 + 2 * recompute) *
+               core::collective_seconds(hw, core::TaskKind::AllToAll, 2 * X * capacity * h, ep, std::min(ep, int(G)));
+  }
+
   const double pcie = n.pcie_bandwidth_all_active();
   // One ZeRO collective of the rank's whole share (2P bytes) over its D-rank data-parallel group,
   // G / T of them in each node once the ranks span nodes, as the list scheduler charges it.
