@@ -12,6 +12,8 @@
 #include "core/memory_model.hpp"
 #include "core/plan.hpp"
 #include "core/run_config.hpp"
+#include "formats/hwprofile_reader.hpp"
+#include "formats/run_config_reader.hpp"
 #include "models/gpt.hpp"
 #include "tune/tuner.hpp"
 #include "test_paths.hpp"
@@ -215,17 +217,17 @@ TEST_CASE("a DeepSpeed config's AutoEP section sets expert_parallel", "[expert-p
 }
 
 TEST_CASE("zinf tune searches the expert-parallel degrees a mixture and the node allow", "[expert-parallel][tune]") {
-  sim::TuneRequest req;
+  tune::TuneRequest req;
   req.model = mixtral(1024);
   req.hw = dgx_a100();
   req.base = ep_config(1, 3);
-  CHECK(sim::default_tune_space(req).expert_parallels == std::vector<int64_t>{1, 2, 4, 8});
+  CHECK(tune::default_tune_space(req).expert_parallels == std::vector<int64_t>{1, 2, 4, 8});
   // Below ZeRO-3 the planner does not take it; a dense model has no experts to split.
   req.base.zero_stage = 2;
-  CHECK(sim::default_tune_space(req).expert_parallels == std::vector<int64_t>{1});
+  CHECK(tune::default_tune_space(req).expert_parallels == std::vector<int64_t>{1});
   req.base.zero_stage = 3;
   req.model = models::find_model(source("tests/data/hf/llama-2-7b"), ZINF_SOURCE_DIR);
-  CHECK(sim::default_tune_space(req).expert_parallels == std::vector<int64_t>{1});
+  CHECK(tune::default_tune_space(req).expert_parallels == std::vector<int64_t>{1});
   // The candidates carry each degree.
   req.model = mixtral(1024);
   req.space.params_tiers = {core::Tier::Device};
@@ -234,7 +236,7 @@ TEST_CASE("zinf tune searches the expert-parallel degrees a mixture and the node
   req.space.checkpoint_tiers = {core::Tier::Device};
   req.space.micro_batches = {1};
   std::vector<int64_t> seen;
-  for (const auto& c : sim::enumerate_candidates(req, sim::default_tune_space(req)))
+  for (const auto& c : tune::enumerate_candidates(req, tune::default_tune_space(req)))
     if (std::find(seen.begin(), seen.end(), c.config.expert_parallel) == seen.end()) seen.push_back(c.config.expert_parallel);
   std::sort(seen.begin(), seen.end());
   CHECK(seen == std::vector<int64_t>{1, 2, 4, 8});
