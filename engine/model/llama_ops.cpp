@@ -38,6 +38,22 @@ void scatter_add(float* to, const float* from, int64_t T, int64_t stride, int64_
     for (int64_t i = 0; i < width; ++i) to[t * stride + off + i] += from[t * width + i];
 }
 
+// q, k and v copied out of the shared T x (QW + 2 KW) qkv tensor, q and k rotated: what attention
+// reads, in forward and again in backward (qkv keeps the projections, not a second, rotated copy).
+struct RotatedQkv {
+  std::vector<float> q, k, v;
+};
+RotatedQkv rotated_qkv(const float* qkv, int64_t B, int64_t S, int64_t NH, int64_t KV, int64_t D, double theta) {
+  const int64_t T = B * S, QW = NH * D, KW = KV * D, W = QW + 2 * KW;
+  RotatedQkv r{std::vector<float>(size_t(T * QW)), std::vector<float>(size_t(T * KW)), std::vector<float>(size_t(T * KW))};
+  gather(r.q.data(), qkv, T, W, 0, QW);
+  gather(r.k.data(), qkv, T, W, QW, KW);
+  gather(r.v.data(), qkv, T, W, QW + KW, KW);
+  ref::rope_forward(r.q.data(), r.q.data(), B, S, NH, D, theta);
+  ref::rope_forward(r.k.data(), r.k.data(), B, S, KV, D, theta);
+  return r;
+}
+
 }  // namespace
 
 void Gpt2::llama_setup() {
@@ -104,17 +120,8 @@ bool Gpt2::llama_forward(int op, std::span<const ParamBuf> p, Gpt2Activations& a
     }
     case Role::LnF: rmsnorm(a.x[size_t(spec().layers)], a.lnf, a.lnf_rstd); return true;
     case Role::Attn: {
-      // The rotation is applied to copies of q and k, so qkv keeps the projections (backward
-      // rotates again rather than keeping a second copy).
       auto& b = a.blocks[size_t(r.block)];
-      const int64_t W = QW_ + 2 * KW_;
-      const float* qkv = need(b.qkv, T_ * W, name, "qkv");
-      std::vector<float> q(size_t(T_ * QW_)), k(size_t(T_ * KW_)), v(size_t(T_ * KW_));
-      gather(q.data(), qkv, T_, W, 0, QW_);
-      gather(k.data(), qkv, T_, W, QW_, KW_);
-      gather(v.data(), qkv, T_, W, QW_ + KW_, KW_);
-      ref::rope_forward(q.data(), q.data(), B_, S_, NH_, D_, theta_);
-      ref::rope_forward(k.data(), k.data(), B_, S_, KV_, D_, theta_);
+      const auto [q, k, v] = rotated_qkv(need(b.qkv, T_ * (QW_ + 2 * KW_), name, "qkv"), B_, S_, NH_, KV_, D_, theta_);
       ref::gqa_attention_forward(ensure(b.atty, T_ * QW_), ensure(b.att, B_ * NH_ * S_ * S_), q.data(), k.data(),
                                  v.data(), B_, S_, NH_, KV_, D_);
       return true;
@@ -158,13 +165,7 @@ bool Gpt2::llama_backward(int op, std::span<const ParamBuf> p, std::span<const G
     case Role::Attn: {
       auto& b = a.blocks[size_t(r.block)];
       const int64_t W = QW_ + 2 * KW_;
-      const float* qkv = need(b.qkv, T_ * W, name, "qkv");
-      std::vector<float> q(size_t(T_ * QW_)), k(size_t(T_ * KW_)), v(size_t(T_ * KW_));
-      gather(q.data(), qkv, T_, W, 0, QW_);
-      gather(k.data(), qkv, T_, W, QW_, KW_);
-      gather(v.data(), qkv, T_, W, QW_ + KW_, KW_);
-      ref::rope_forward(q.data(), q.data(), B_, S_, NH_, D_, theta_);
-      ref::rope_forward(k.data(), k.data(), B_, S_, KV_, D_, theta_);
+      auto [q, k, v] = rotated_qkv(need(b.qkv, T_ * W, name, "qkv"), B_, S_, NH_, KV_, D_, theta_);
       std::vector<float> dqr(q.size(), 0.0f), dkr(k.size(), 0.0f), dv(v.size(), 0.0f);
       ref::gqa_attention_backward(dqr.data(), dkr.data(), dv.data(), need(b.d_atty, T_ * QW_, name, "the output gradient"),
                                   q.data(), k.data(), v.data(),
