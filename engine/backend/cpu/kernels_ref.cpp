@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/kernels.hpp"
+#include "engine/backend/cpu/llama_kernels.hpp"
 
 namespace zinf::engine::cpu::ref {
 
@@ -108,34 +109,8 @@ void linear_backward(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w, i
 
 template <class F>
 void attention_forward(F* out, F* att, const F* qkv, int64_t B, int64_t S, int64_t C, int64_t NH) {
-  const int64_t hd = C / NH;
-  const F scale = F(1) / std::sqrt(F(hd));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < S; ++t) {
-        const F* q = qkv + (b * S + t) * 3 * C + h * hd;
-        F* a = att + ((b * NH + h) * S + t) * S;
-        F mx = -INFINITY;
-        for (int64_t u = 0; u <= t; ++u) {
-          const F* k = qkv + (b * S + u) * 3 * C + C + h * hd;
-          F s = 0;
-          for (int64_t i = 0; i < hd; ++i) s += q[i] * k[i];
-          a[u] = s * scale;
-          mx = std::max(mx, a[u]);
-        }
-        F sum = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          a[u] = std::exp(a[u] - mx);
-          sum += a[u];
-        }
-        for (int64_t u = 0; u < S; ++u) a[u] = u <= t ? a[u] / sum : F(0);
-        F* o = out + (b * S + t) * C + h * hd;
-        for (int64_t i = 0; i < hd; ++i) o[i] = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          const F* v = qkv + (b * S + u) * 3 * C + 2 * C + h * hd;
-          for (int64_t i = 0; i < hd; ++i) o[i] += a[u] * v[i];
-        }
-      }
+  // Multi-head attention is grouped-query attention with a key/value head per query head.
+  causal_attention_forward(out, att, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, S, NH, NH, C / NH);
 }
 
 template <class F>

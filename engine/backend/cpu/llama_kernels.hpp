@@ -46,6 +46,11 @@ void swiglu_backward(F* dgate, F* dup, const F* dout, const F* gate, const F* up
 template <class F>
 void gqa_attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int64_t B, int64_t S, int64_t NH,
                            int64_t KV, int64_t D);
+// The same over rows of any stride: q's rows qs apart, k's and v's kvs apart (GPT-2's fused qkv
+// tensor: 3C, with KV = NH). gqa_attention_forward and GPT-2's ref::attention_forward are this.
+template <class F>
+void causal_attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int64_t qs, int64_t kvs, int64_t B,
+                              int64_t S, int64_t NH, int64_t KV, int64_t D);
 template <class F>
 void gqa_attention_backward(F* dq, F* dk, F* dv, const F* dout, const F* q, const F* k, const F* v, const F* att,
                             int64_t B, int64_t S, int64_t NH, int64_t KV, int64_t D);

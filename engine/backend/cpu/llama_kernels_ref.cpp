@@ -132,18 +132,24 @@ void check_heads(int64_t NH, int64_t KV) {
 template <class F>
 void gqa_attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int64_t B, int64_t S, int64_t NH,
                            int64_t KV, int64_t D) {
+  causal_attention_forward(out, att, q, k, v, NH * D, KV * D, B, S, NH, KV, D);
+}
+
+template <class F>
+void causal_attention_forward(F* out, F* att, const F* q, const F* k, const F* v, int64_t qs, int64_t kvs, int64_t B,
+                              int64_t S, int64_t NH, int64_t KV, int64_t D) {
   check_heads(NH, KV);
-  const int64_t group = NH / KV, QW = NH * D, KW = KV * D;
+  const int64_t group = NH / KV, QW = NH * D;
   const F scale = F(1) / std::sqrt(F(D));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kh = h / group;
       for (int64_t t = 0; t < S; ++t) {
-        const F* qt = q + (b * S + t) * QW + h * D;
+        const F* qt = q + (b * S + t) * qs + h * D;
         F* a = att + ((b * NH + h) * S + t) * S;
         F mx = -INFINITY;
         for (int64_t u = 0; u <= t; ++u) {
-          const F* ku = k + (b * S + u) * KW + kh * D;
+          const F* ku = k + (b * S + u) * kvs + kh * D;
           F s = 0;
           for (int64_t i = 0; i < D; ++i) s += qt[i] * ku[i];
           a[u] = s * scale;
@@ -158,7 +164,7 @@ void gqa_attention_forward(F* out, F* att, const F* q, const F* k, const F* v, i
         F* o = out + (b * S + t) * QW + h * D;
         for (int64_t i = 0; i < D; ++i) o[i] = 0;
         for (int64_t u = 0; u <= t; ++u) {
-          const F* vu = v + (b * S + u) * KW + kh * D;
+          const F* vu = v + (b * S + u) * kvs + kh * D;
           for (int64_t i = 0; i < D; ++i) o[i] += a[u] * vu[i];
         }
       }
@@ -212,6 +218,8 @@ void gqa_attention_backward(F* dq, F* dk, F* dv, const F* dout, const F* q, cons
   template void swiglu_backward<F>(F*, F*, const F*, const F*, const F*, int64_t);                                 \
   template void gqa_attention_forward<F>(F*, F*, const F*, const F*, const F*, int64_t, int64_t, int64_t, int64_t, \
                                          int64_t);                                                                 \
+  template void causal_attention_forward<F>(F*, F*, const F*, const F*, const F*, int64_t, int64_t, int64_t, int64_t, \
+                                            int64_t, int64_t, int64_t);                                              \
   template void gqa_attention_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*, const F*, int64_t,   \
                                           int64_t, int64_t, int64_t, int64_t);
 
